@@ -1,0 +1,134 @@
+#include "rr_netif.h"
+#include "rr_log.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int rr_ifname_match(const char *spec, const char *ifname) {
+  if (!spec || !*spec) return 1;
+  int exclude = 0, exact = 0;
+  if (*spec == '^') exclude = 1, spec++;
+  if (*spec == '=') exact = 1, spec++;
+  int hit = 0;
+  const char *p = spec;
+  while (*p && !hit) {
+    const char *end = strchr(p, ',');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    if (n > 0) {
+      if (exact) hit = strlen(ifname) == n && !strncmp(ifname, p, n);
+      else hit = !strncmp(ifname, p, n);
+    }
+    p += n;
+    if (*p == ',') p++;
+  }
+  return exclude ? !hit : hit;
+}
+
+const char *rr_sockaddr_str(const struct sockaddr *sa, char *buf, size_t len) {
+  const void *a = NULL;
+  if (sa->sa_family == AF_INET) a = &((const struct sockaddr_in *)sa)->sin_addr;
+  else if (sa->sa_family == AF_INET6) a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+  if (!a || !inet_ntop(sa->sa_family, a, buf, (socklen_t)len)) snprintf(buf, len, "<unknown>");
+  return buf;
+}
+
+static int read_int_file(const char *path, int dflt) {
+  FILE *f = fopen(path, "r");
+  if (!f) return dflt;
+  int v;
+  if (fscanf(f, "%d", &v) != 1) v = dflt;
+  fclose(f);
+  return v;
+}
+
+/* Keep the path up to its last PCI function component ("0000:3b:00.0"), so a
+ * virtio or auxiliary child still names the PCI device it hangs off. */
+static void trim_to_pci_device(char *path) {
+  char *last = NULL;
+  for (char *c = strstr(path, "/pci"); c && *c; c = strchr(c + 1, '/')) {
+    unsigned dom, bus, dev, fn;
+    char tail;
+    if (sscanf(c + 1, "%4x:%2x:%2x.%1x%c", &dom, &bus, &dev, &fn, &tail) >= 4) last = c;
+  }
+  if (!last) { path[0] = '\0'; return; }
+  char *next = strchr(last + 1, '/');
+  if (next) *next = '\0';
+}
+
+void rr_netif_read_sysfs(const char *sysfs_root, rr_netif *nif) {
+  char path[PATH_MAX], real[PATH_MAX];
+  nif->pci_path[0] = '\0';
+  snprintf(path, sizeof path, "%s/class/net/%s/device", sysfs_root, nif->name);
+  if (realpath(path, real)) {
+    trim_to_pci_device(real);
+    if (strlen(real) < sizeof nif->pci_path) strcpy(nif->pci_path, real);
+  }
+  snprintf(path, sizeof path, "%s/class/net/%s/speed", sysfs_root, nif->name);
+  int speed = read_int_file(path, 0);
+  nif->speed_mbps = speed > 0 ? speed : 0;
+  snprintf(path, sizeof path, "%s/class/net/%s/device/numa_node", sysfs_root, nif->name);
+  nif->numa_node = read_int_file(path, -1);
+}
+
+static int usable_family(const struct sockaddr *sa) {
+  if (!sa) return 0;
+  if (sa->sa_family == AF_INET) return 2;
+  if (sa->sa_family == AF_INET6) {
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+    return IN6_IS_ADDR_LINKLOCAL(a) ? 0 : 1; /* link-local needs scope plumbing: skip */
+  }
+  return 0;
+}
+
+static int collect(struct ifaddrs *list, const char *spec, int want_loopback, rr_netif *out,
+                   int max) {
+  int n = 0;
+  for (struct ifaddrs *ifa = list; ifa; ifa = ifa->ifa_next) {
+    int rank = usable_family(ifa->ifa_addr);
+    if (!rank || !(ifa->ifa_flags & IFF_UP)) continue;
+    int loop = (ifa->ifa_flags & IFF_LOOPBACK) != 0;
+    if (spec && *spec) {
+      if (!rr_ifname_match(spec, ifa->ifa_name)) continue;
+    } else if (loop != want_loopback) {
+      continue;
+    }
+    int slot = -1;
+    for (int i = 0; i < n; i++)
+      if (!strcmp(out[i].name, ifa->ifa_name)) slot = i;
+    if (slot >= 0) {
+      /* Already have this interface: upgrade IPv6 to IPv4 if one shows up. */
+      if (out[slot].addr.ss_family == AF_INET6 && rank == 2) {
+        out[slot].addrlen = sizeof(struct sockaddr_in);
+        memcpy(&out[slot].addr, ifa->ifa_addr, out[slot].addrlen);
+      }
+      continue;
+    }
+    if (n == max || strlen(ifa->ifa_name) >= IF_NAMESIZE) continue;
+    rr_netif *nif = &out[n++];
+    memset(nif, 0, sizeof *nif);
+    strcpy(nif->name, ifa->ifa_name);
+    nif->addrlen = rank == 2 ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+    memcpy(&nif->addr, ifa->ifa_addr, nif->addrlen);
+    nif->is_loopback = loop;
+  }
+  return n;
+}
+
+rr_status rr_netif_discover(const char *spec, rr_netif *out, int max, int *count) {
+  struct ifaddrs *list;
+  if (getifaddrs(&list) != 0) {
+    RR_WARN("getifaddrs failed: cannot list network interfaces");
+    return RR_ERR_SYSTEM;
+  }
+  int n = collect(list, spec, 0, out, max);
+  if (n == 0 && !(spec && *spec)) n = collect(list, NULL, 1, out, max);
+  freeifaddrs(list);
+  for (int i = 0; i < n; i++) rr_netif_read_sysfs("/sys", &out[i]);
+  *count = n;
+  return RR_OK;
+}

@@ -1,0 +1,42 @@
+/* Network interfaces as rerail sees them: which ones to use (NCCL_SOCKET_IFNAME
+ * syntax), their addresses, and what sysfs says about them (PCI path, speed,
+ * NUMA node). Shared by the TCP rail, the failover chain and the rerail tool. */
+#ifndef RERAIL_COMMON_NETIF_H
+#define RERAIL_COMMON_NETIF_H
+#include <net/if.h>
+#include <sys/socket.h>
+
+#include "rr_status.h"
+
+#define RR_MAX_NETIFS 32
+
+typedef struct rr_netif {
+  char name[IF_NAMESIZE];
+  struct sockaddr_storage addr;  /* IPv4 preferred, else a global IPv6 address */
+  socklen_t addrlen;
+  char pci_path[256];            /* "" when the interface sits on no PCI device */
+  int speed_mbps;                /* 0 when sysfs does not know (veth, lo) */
+  int numa_node;                 /* -1 when unknown */
+  int is_loopback;
+} rr_netif;
+
+/* Does ifname pass the filter spec? Spec syntax is NCCL_SOCKET_IFNAME's:
+ * comma-separated prefixes; a leading '^' turns the list into exclusions;
+ * a leading '=' (after '^' if any) makes every entry an exact name.
+ * An empty or NULL spec matches everything. */
+int rr_ifname_match(const char *spec, const char *ifname);
+
+/* Discover usable interfaces. With a spec, the interfaces it selects (up,
+ * with an address); without one, every up non-loopback interface, else
+ * loopback. Fills at most max entries; *count may be 0 (RR_OK) when the spec
+ * matches nothing: the caller decides how to report that. */
+rr_status rr_netif_discover(const char *spec, rr_netif *out, int max, int *count);
+
+/* Fill pci_path, speed_mbps and numa_node from a sysfs tree rooted at
+ * sysfs_root ("/sys" normally; tests pass fake trees). */
+void rr_netif_read_sysfs(const char *sysfs_root, rr_netif *nif);
+
+/* "10.0.0.1" / "fe80::1" for logs; buf of at least 64 bytes. */
+const char *rr_sockaddr_str(const struct sockaddr *sa, char *buf, size_t len);
+
+#endif

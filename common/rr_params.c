@@ -1,0 +1,80 @@
+#include "rr_params.h"
+#include "rr_log.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+static rr_params params;
+static pthread_once_t params_once = PTHREAD_ONCE_INIT;
+
+uint64_t rr_param_parse_u64(const char *name, const char *value, uint64_t dflt, uint64_t min,
+                            uint64_t max) {
+  if (!value || !*value) return dflt;
+  const char *p = value;
+  while (isspace((unsigned char)*p)) p++;
+  if (*p == '-' || !isdigit((unsigned char)*p)) goto bad;
+  errno = 0;
+  char *end;
+  unsigned long long v = strtoull(p, &end, 0);
+  if (errno) goto bad;
+  /* Accept binary size suffixes: 512K, 4M, 1G. */
+  unsigned long long mult = 1;
+  if (*end == 'k' || *end == 'K') mult = 1ull << 10, end++;
+  else if (*end == 'm' || *end == 'M') mult = 1ull << 20, end++;
+  else if (*end == 'g' || *end == 'G') mult = 1ull << 30, end++;
+  while (isspace((unsigned char)*end)) end++;
+  if (*end) goto bad;
+  if (v > UINT64_MAX / mult) goto bad;
+  v *= mult;
+  if (v < min || v > max) {
+    RR_WARN("%s=%s is out of range [%llu, %llu]; using %llu", name, value, (unsigned long long)min,
+            (unsigned long long)max, (unsigned long long)dflt);
+    return dflt;
+  }
+  return v;
+bad:
+  RR_WARN("%s=%s is not a number; using %llu", name, value, (unsigned long long)dflt);
+  return dflt;
+}
+
+int rr_param_parse_choice(const char *name, const char *value, const char *const *choices, int dflt) {
+  if (!value || !*value) return dflt;
+  for (int i = 0; choices[i]; i++)
+    if (!strcasecmp(value, choices[i])) return i;
+  RR_WARN("%s=%s is not one of the accepted values; using %s", name, value, choices[dflt]);
+  return dflt;
+}
+
+static void params_parse(void) {
+  memset(&params, 0, sizeof params);
+  const char *ifname = getenv("RERAIL_SOCKET_IFNAME");
+  if (ifname) {
+    if (strlen(ifname) >= sizeof params.socket_ifname)
+      RR_WARN("RERAIL_SOCKET_IFNAME is longer than %zu characters; ignoring it",
+              sizeof params.socket_ifname - 1);
+    else
+      strcpy(params.socket_ifname, ifname);
+  }
+  static const char *const transports[] = {"auto", "tcp", "verbs", NULL};
+  params.transport = rr_param_parse_choice("RERAIL_TRANSPORT", getenv("RERAIL_TRANSPORT"),
+                                           transports, RR_TRANSPORT_AUTO);
+  params.tcp_streams = (int)rr_param_parse_u64("RERAIL_TCP_STREAMS", getenv("RERAIL_TCP_STREAMS"),
+                                               1, 1, 8);
+  params.chunk_size = rr_param_parse_u64("RERAIL_CHUNK_SIZE", getenv("RERAIL_CHUNK_SIZE"),
+                                         512 << 10, 4 << 10, 64 << 20);
+  params.connect_timeout_ms = rr_param_parse_u64(
+      "RERAIL_CONNECT_TIMEOUT", getenv("RERAIL_CONNECT_TIMEOUT"), 30000, 10, 3600000);
+}
+
+const rr_params *rr_params_get(void) {
+  pthread_once(&params_once, params_parse);
+  return &params;
+}
+
+void rr_params_reload(void) {
+  pthread_once(&params_once, params_parse);
+  params_parse();
+}

@@ -1,0 +1,33 @@
+/* RERAIL_* environment variables: read once, validated, with safe defaults.
+ *
+ * A bad value never stops the plugin: it is reported once through the logger
+ * and the default is used instead. */
+#ifndef RERAIL_COMMON_PARAMS_H
+#define RERAIL_COMMON_PARAMS_H
+#include <stddef.h>
+#include <stdint.h>
+
+enum rr_transport { RR_TRANSPORT_AUTO = 0, RR_TRANSPORT_TCP, RR_TRANSPORT_VERBS };
+
+typedef struct rr_params {
+  char socket_ifname[256];   /* RERAIL_SOCKET_IFNAME, NCCL_SOCKET_IFNAME syntax; "" = default */
+  int transport;             /* RERAIL_TRANSPORT=auto|tcp|verbs */
+  int tcp_streams;           /* RERAIL_TCP_STREAMS: sockets per rail, 1..8 */
+  size_t chunk_size;         /* RERAIL_CHUNK_SIZE: bytes per chunk, 4 KiB..64 MiB */
+  uint64_t connect_timeout_ms; /* RERAIL_CONNECT_TIMEOUT: give up connecting after this */
+} rr_params;
+
+/* The process-wide parameters (parsed on first call, thread safe). */
+const rr_params *rr_params_get(void);
+
+/* Re-read the environment: tests only. */
+void rr_params_reload(void);
+
+/* Parse helpers, exposed for unit tests and other modules' own variables.
+ * They return the default (and warn) when the value is malformed or out of range. */
+uint64_t rr_param_parse_u64(const char *name, const char *value, uint64_t dflt, uint64_t min,
+                            uint64_t max);
+/* choices: NULL-terminated list; returns the index of the match or dflt. */
+int rr_param_parse_choice(const char *name, const char *value, const char *const *choices, int dflt);
+
+#endif

@@ -1,0 +1,97 @@
+/* Objects behind NCCL's opaque pointers, shared by the core's files. */
+#ifndef RERAIL_CORE_INTERNAL_H
+#define RERAIL_CORE_INTERNAL_H
+#include <pthread.h>
+#include <stdint.h>
+
+#include "engine.h"
+#include "handle.h"
+#include "net_core.h"
+#include "rr_netif.h"
+
+/* Magic numbers at the head of every object NCCL holds, so a stale or foreign
+ * pointer is reported instead of followed. */
+#define RR_MAGIC_SEND 0x52525353u
+#define RR_MAGIC_RECV 0x52525352u
+#define RR_MAGIC_LISTEN 0x5252534cu
+#define RR_MAGIC_MR 0x52524d52u
+#define RR_MAGIC_DEAD 0xdeadbeefu
+
+struct rr_net_ctx {
+  uint64_t comm_id;
+  int traffic_class;
+  void *profiler_callback;
+};
+
+/* Process-wide: the devices (NICs) rerail pools. */
+typedef struct rr_devices {
+  int count;
+  rr_netif nif[RR_MAX_NETIFS];
+} rr_devices;
+
+const rr_devices *rr_core_devices(void);
+
+struct rr_send_comm {
+  uint32_t magic;
+  int dev;
+  rr_engine engine;
+};
+
+struct rr_recv_comm {
+  uint32_t magic;
+  int dev;
+  rr_engine engine;
+};
+
+/* An accepted socket whose hello has not fully arrived. */
+typedef struct pending_sock {
+  int fd;
+  uint64_t since_ns;
+  uint32_t got;
+  uint8_t hello[64];
+  struct sockaddr_storage peer;
+} pending_sock;
+
+#define RR_LISTEN_PENDING 64
+
+typedef struct pending_group {
+  uint64_t conn_id;
+  uint64_t since_ns;
+  int nstreams;
+  int have;
+  uint32_t chunk_size;
+  int fds[8];
+} pending_group;
+
+struct rr_listen_comm {
+  uint32_t magic;
+  int dev;
+  int fd;
+  uint64_t token;
+  pthread_mutex_t lock;
+  pending_sock socks[RR_LISTEN_PENDING];
+  int nsocks;
+  pending_group groups[RR_LISTEN_PENDING];
+  int ngroups;
+};
+
+/* The hello every data socket sends first (connector -> listener). */
+#define RR_HELLO_MAGIC 0x31435252u /* "RRC1" */
+#define RR_HELLO_VERSION 1
+#define RR_HELLO_ENDIAN 0x0102
+typedef struct rr_hello {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t endian;
+  uint64_t token;
+  uint64_t conn_id;
+  uint16_t stream;
+  uint16_t nstreams;
+  uint32_t chunk_size;
+} rr_hello;
+_Static_assert(sizeof(rr_hello) == 32, "hello is 32 bytes on the wire");
+
+/* Socket helpers (conn_setup.c). */
+rr_status rr_sock_tune(int fd);
+
+#endif

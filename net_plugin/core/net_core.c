@@ -1,0 +1,206 @@
+/* Core lifecycle: contexts, devices, properties, and the data-path entry
+ * points, which check NCCL's pointers and hand over to the engine. */
+#include "core_internal.h"
+#include "rr_log.h"
+#include "rr_params.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_mutex_t core_lock = PTHREAD_MUTEX_INITIALIZER;
+static int ctx_refs;
+static rr_net_ctx default_ctx;
+static int default_ctx_live;
+static rr_devices devices;
+static int devices_ready;
+
+/* Which transport runs. The verbs rail arrives in a later release: until
+ * then verbs requests fall back to TCP, loudly. */
+static void choose_transport(void) {
+  const rr_params *p = rr_params_get();
+  if (p->transport == RR_TRANSPORT_VERBS)
+    RR_WARN("RERAIL_TRANSPORT=verbs: this build has no verbs rail yet; using TCP");
+  RR_INFO(RR_SUB_INIT | RR_SUB_NET, "transport: tcp, %d stream(s) per rail, %zu-byte chunks",
+          p->tcp_streams, p->chunk_size);
+}
+
+static void discover_devices(void) {
+  const rr_params *p = rr_params_get();
+  int n = 0;
+  if (rr_netif_discover(p->socket_ifname, devices.nif, RR_MAX_NETIFS, &n) != RR_OK) n = 0;
+  devices.count = n;
+  if (n == 0) {
+    if (p->socket_ifname[0])
+      RR_WARN("RERAIL_SOCKET_IFNAME=%s matches no interface that is up and has an address: "
+              "rerail offers no devices, NCCL falls back to its own transports", p->socket_ifname);
+    else
+      RR_WARN("no network interface is up: rerail offers no devices");
+  }
+  for (int i = 0; i < n; i++) {
+    char abuf[64];
+    RR_INFO(RR_SUB_INIT | RR_SUB_NET, "device %d: %s %s speed %d Mb/s pci %s numa %d", i,
+            devices.nif[i].name,
+            rr_sockaddr_str((const struct sockaddr *)&devices.nif[i].addr, abuf, sizeof abuf),
+            devices.nif[i].speed_mbps, devices.nif[i].pci_path[0] ? devices.nif[i].pci_path : "-",
+            devices.nif[i].numa_node);
+  }
+}
+
+const rr_devices *rr_core_devices(void) { return &devices; }
+
+rr_status rr_net_init(const rr_init_args *args, rr_net_ctx **out) {
+  if (!args || !out) return RR_ERR_INVALID;
+  if (args->logger) rr_log_set_logger(args->logger);
+  pthread_mutex_lock(&core_lock);
+  if (!devices_ready) {
+    rr_params_get();
+    choose_transport();
+    discover_devices();
+    devices_ready = 1;
+  }
+  rr_net_ctx *ctx;
+  if (args->comm_id == 0) {
+    /* v8-v10: one process-wide context, shared by every init call. */
+    ctx = &default_ctx;
+    if (!default_ctx_live) ctx_refs++;
+    default_ctx_live = 1;
+  } else {
+    ctx = calloc(1, sizeof *ctx);
+    if (!ctx) {
+      pthread_mutex_unlock(&core_lock);
+      return RR_ERR_NOMEM;
+    }
+    ctx_refs++;
+  }
+  ctx->comm_id = args->comm_id;
+  ctx->traffic_class = args->traffic_class;
+  ctx->profiler_callback = args->profiler_callback;
+  pthread_mutex_unlock(&core_lock);
+  *out = ctx;
+  return RR_OK;
+}
+
+rr_net_ctx *rr_net_default_ctx(void) { return &default_ctx; }
+
+rr_status rr_net_finalize(rr_net_ctx *ctx) {
+  if (!ctx) return RR_OK;
+  pthread_mutex_lock(&core_lock);
+  if (ctx == &default_ctx) {
+    if (default_ctx_live) ctx_refs--;
+    default_ctx_live = 0;
+  } else {
+    ctx_refs--;
+    free(ctx);
+  }
+  pthread_mutex_unlock(&core_lock);
+  return RR_OK;
+}
+
+rr_status rr_net_devices(int *ndev) {
+  if (!ndev) return RR_ERR_INVALID;
+  *ndev = devices.count;
+  return RR_OK;
+}
+
+/* A stable 64-bit id per NIC: FNV-1a of its name (and PCI path when known). */
+static uint64_t nic_guid(const rr_netif *nif) {
+  uint64_t h = 1469598103934665603ull;
+  for (const char *p = nif->name; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ull;
+  for (const char *p = nif->pci_path; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ull;
+  return h;
+}
+
+rr_status rr_net_get_properties(int dev, rr_dev_props *props) {
+  if (!props) return RR_ERR_INVALID;
+  if (dev < 0 || dev >= devices.count) {
+    RR_WARN("getProperties: device %d does not exist (%d devices)", dev, devices.count);
+    return RR_ERR_INVALID;
+  }
+  const rr_netif *nif = &devices.nif[dev];
+  const rr_params *p = rr_params_get();
+  memset(props, 0, sizeof *props);
+  props->name = nif->name;
+  props->pci_path = nif->pci_path[0] ? nif->pci_path : NULL;
+  props->guid = nic_guid(nif);
+  props->ptr_support = RR_PTR_HOST;
+  props->reg_is_global = 1;       /* TCP registrations are process wide */
+  props->force_flush = 0;
+  /* Virtual NICs (veth, lo) report no speed: assume 10 Gb/s like NCCL's sockets. */
+  props->speed_mbps = nif->speed_mbps > 0 ? nif->speed_mbps : 10000;
+  props->port = 0;
+  props->latency_us = 0;
+  props->max_comms = 65536;
+  props->max_recvs = RR_NET_MAX_RECVS;
+  size_t max_bytes = p->chunk_size * (size_t)IMM_MAX_CHUNKS;
+  props->max_p2p_bytes = max_bytes;
+  props->max_coll_bytes = max_bytes;
+  props->max_multi_request_size = 1;
+  return RR_OK;
+}
+
+/* ---------------------------------------------------------------- data path */
+
+rr_status rr_net_isend(rr_send_comm *comm, void *data, size_t size, int tag, void *mhandle,
+                       void *phandle, void **request) {
+  (void)phandle;
+  if (!request) return RR_ERR_INVALID;
+  *request = NULL;
+  if (!comm || comm->magic != RR_MAGIC_SEND) {
+    RR_WARN("isend: not a rerail send comm");
+    return RR_ERR_INVALID;
+  }
+  return rr_engine_isend(&comm->engine, data, size, tag, mhandle, request);
+}
+
+rr_status rr_net_irecv(rr_recv_comm *comm, int n, void **data, const size_t *sizes,
+                       const int *tags, void **mhandles, void **phandles, void **request) {
+  (void)phandles;
+  if (!request) return RR_ERR_INVALID;
+  *request = NULL;
+  if (!comm || comm->magic != RR_MAGIC_RECV) {
+    RR_WARN("irecv: not a rerail receive comm");
+    return RR_ERR_INVALID;
+  }
+  if (!data || !sizes || !tags) return RR_ERR_INVALID;
+  return rr_engine_irecv(&comm->engine, n, data, sizes, tags, (rr_mr **)mhandles, request);
+}
+
+rr_status rr_net_iflush(rr_recv_comm *comm, int n, void **data, const int *sizes,
+                        void **mhandles, void **request) {
+  (void)comm, (void)n, (void)data, (void)sizes, (void)mhandles;
+  /* Host memory is coherent once recv() returned: nothing to flush. */
+  if (request) *request = NULL;
+  return RR_OK;
+}
+
+rr_status rr_net_test(void *request, int *done, size_t *sizes) {
+  if (!request || !done) {
+    RR_WARN("test: NULL request");
+    return RR_ERR_INVALID;
+  }
+  return rr_engine_test(request, done, sizes);
+}
+
+rr_status rr_net_close_send(rr_send_comm *comm) {
+  if (!comm) return RR_OK;
+  if (comm->magic != RR_MAGIC_SEND) {
+    RR_WARN("closeSend: not a rerail send comm");
+    return RR_ERR_INVALID;
+  }
+  rr_engine_fini(&comm->engine);
+  comm->magic = RR_MAGIC_DEAD;
+  free(comm);
+  return RR_OK;
+}
+
+rr_status rr_net_close_recv(rr_recv_comm *comm) {
+  if (!comm) return RR_OK;
+  if (comm->magic != RR_MAGIC_RECV) {
+    RR_WARN("closeRecv: not a rerail receive comm");
+    return RR_ERR_INVALID;
+  }
+  rr_engine_fini(&comm->engine);
+  comm->magic = RR_MAGIC_DEAD;
+  free(comm);
+  return RR_OK;
+}

@@ -1,0 +1,341 @@
+/* TCP rail: framed one-sided writes over a set of non-blocking sockets.
+ *
+ * Transmit: each stream has a FIFO of frames (header + payload pointer);
+ * progress() gathers as many queued frames as fit into one sendmsg(), so a
+ * clear-to-send, an acknowledgement and small data leave in one system call.
+ * Receive: headers (and small payloads behind them) are read into a small
+ * staging buffer; a bulk payload is read straight into the registered buffer
+ * the frame names, so bulk data is copied once per side, by the kernel.
+ *
+ * Control messages use stream 0. Frames of one stream arrive in order; the
+ * engine relies on no order across streams. */
+#include "rail_tcp.h"
+#include "rr_log.h"
+#include "tcp_frame.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define TX_DEPTH 256          /* frames queued per stream */
+#define CTRL_SLOTS 96         /* control messages queued per stream (engine needs <= 2*32) */
+#define WRITE_DEPTH (TX_DEPTH - CTRL_SLOTS)
+#define IOV_BATCH 32          /* iovecs per sendmsg */
+#define STAGING_SIZE 8192     /* receive staging: headers and small payloads */
+
+typedef struct tcp_tx {
+  tcp_frame_hdr hdr;
+  const char *payload;
+  uint32_t sent;              /* bytes of hdr+payload already handed to the kernel */
+  int16_t ctrl_slot;          /* -1 for writes */
+  uint64_t wr_id;
+} tcp_tx;
+
+typedef enum rx_state { RX_HEADER, RX_DIRECT } rx_state;
+
+typedef struct tcp_stream {
+  int fd;
+  /* transmit FIFO */
+  tcp_tx tx[TX_DEPTH];
+  uint32_t tx_head, tx_tail;  /* free-running; tail - head = queued */
+  uint32_t writes_queued;
+  char ctrl_buf[CTRL_SLOTS][RR_RAIL_CTRL_MAX];
+  int16_t ctrl_free[CTRL_SLOTS];
+  int nctrl_free;
+  /* receive */
+  rx_state rx;
+  char staging[STAGING_SIZE];
+  uint32_t stage_off, stage_len;  /* unread bytes are [stage_off, stage_len) */
+  char *direct_dst;               /* RX_DIRECT: where the rest of the payload goes */
+  uint32_t direct_left;
+  uint32_t direct_imm, direct_len;
+} tcp_stream;
+
+typedef struct tcp_ep {
+  rr_rail_ep base;
+  int nstreams;
+  uint32_t next_stream;     /* round-robin cursor for writes */
+  rr_status failed;         /* sticky: first failure */
+  tcp_stream *streams[RR_TCP_MAX_STREAMS];
+} tcp_ep;
+
+static tcp_ep *to_tcp(rr_rail_ep *ep) { return rr_container_of(ep, tcp_ep, base); }
+
+/* Classify a socket error: a reset or a closed pipe means the peer process
+ * (or its socket) is gone; anything else is taken as the path failing. */
+static rr_status classify_errno(int err) {
+  switch (err) {
+  case ECONNRESET:
+  case EPIPE:
+    return RR_ERR_PEER;
+  default:
+    return RR_ERR_RAIL;
+  }
+}
+
+static rr_status ep_fail(tcp_ep *ep, rr_status st, const char *what, int err) {
+  if (ep->failed == RR_OK) {
+    ep->failed = st;
+    if (err)
+      RR_WARN("TCP rail dev %d: %s: %s (%s)", ep->base.dev, what, strerror(err), rr_status_str(st));
+    else
+      RR_WARN("TCP rail dev %d: %s (%s)", ep->base.dev, what, rr_status_str(st));
+  }
+  return ep->failed;
+}
+
+static tcp_tx *tx_push(tcp_stream *s) {
+  if (s->tx_tail - s->tx_head == TX_DEPTH) return NULL;
+  return &s->tx[s->tx_tail++ % TX_DEPTH];
+}
+
+static rr_status tcp_post_write(rr_rail_ep *rep, const rr_write_wr *wr) {
+  tcp_ep *ep = to_tcp(rep);
+  if (ep->failed) return ep->failed;
+  if (wr->len > UINT32_MAX) return RR_ERR_INVALID;
+  /* Pick the least loaded stream, starting after the last one used so equal
+   * loads rotate: chunks of one message spread over every stream. */
+  tcp_stream *s = NULL;
+  for (int i = 0; i < ep->nstreams; i++) {
+    tcp_stream *c = ep->streams[(ep->next_stream + i) % ep->nstreams];
+    if (c->writes_queued < WRITE_DEPTH && (!s || c->writes_queued < s->writes_queued)) s = c;
+  }
+  if (!s) return RR_AGAIN;
+  ep->next_stream++;
+  tcp_tx *t = tx_push(s);
+  if (!t) return RR_AGAIN;
+  t->hdr = (tcp_frame_hdr){.type = TCP_FRAME_WRITE,
+                           .len = (uint32_t)wr->len,
+                           .imm = wr->imm,
+                           .rkey = wr->rkey,
+                           .raddr = wr->remote_addr};
+  t->payload = wr->local;
+  t->sent = 0;
+  t->ctrl_slot = -1;
+  t->wr_id = wr->wr_id;
+  s->writes_queued++;
+  return RR_OK;
+}
+
+static rr_status tcp_post_ctrl(rr_rail_ep *rep, const void *msg, uint32_t len) {
+  tcp_ep *ep = to_tcp(rep);
+  if (ep->failed) return ep->failed;
+  if (len > RR_RAIL_CTRL_MAX) return RR_ERR_INVALID;
+  tcp_stream *s = ep->streams[0];
+  if (s->nctrl_free == 0) return ep_fail(ep, RR_ERR_INTERNAL, "control queue overflow", 0);
+  tcp_tx *t = tx_push(s);
+  if (!t) return ep_fail(ep, RR_ERR_INTERNAL, "transmit queue overflow", 0);
+  int16_t slot = s->ctrl_free[--s->nctrl_free];
+  memcpy(s->ctrl_buf[slot], msg, len);
+  t->hdr = (tcp_frame_hdr){.type = TCP_FRAME_CTRL, .len = len};
+  t->payload = s->ctrl_buf[slot];
+  t->sent = 0;
+  t->ctrl_slot = slot;
+  t->wr_id = 0;
+  return RR_OK;
+}
+
+/* Hand as many queued frames as the socket takes to the kernel. */
+static rr_status stream_transmit(tcp_ep *ep, tcp_stream *s) {
+  while (s->tx_head != s->tx_tail) {
+    struct iovec iov[IOV_BATCH];
+    int niov = 0;
+    size_t attempted = 0;
+    for (uint32_t i = s->tx_head; i != s->tx_tail && niov + 2 <= IOV_BATCH; i++) {
+      tcp_tx *t = &s->tx[i % TX_DEPTH];
+      uint32_t off = t->sent;
+      if (off < sizeof t->hdr) {
+        iov[niov++] = (struct iovec){(char *)&t->hdr + off, sizeof t->hdr - off};
+        off = sizeof t->hdr;
+      }
+      uint32_t poff = off - (uint32_t)sizeof t->hdr;
+      if (t->hdr.len > poff)
+        iov[niov++] = (struct iovec){(char *)t->payload + poff, t->hdr.len - poff};
+      attempted += sizeof t->hdr + t->hdr.len - t->sent;
+    }
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
+    ssize_t n = sendmsg(s->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return RR_OK;
+      if (errno == EINTR) continue;
+      return ep_fail(ep, classify_errno(errno), "send failed", errno);
+    }
+    /* Retire what went out completely. */
+    size_t left = (size_t)n;
+    while (left > 0) {
+      tcp_tx *t = &s->tx[s->tx_head % TX_DEPTH];
+      size_t frame = sizeof t->hdr + t->hdr.len;
+      size_t rest = frame - t->sent;
+      if (left < rest) {
+        t->sent += (uint32_t)left;
+        break;
+      }
+      left -= rest;
+      s->tx_head++;
+      if (t->ctrl_slot >= 0) {
+        s->ctrl_free[s->nctrl_free++] = t->ctrl_slot;
+      } else {
+        s->writes_queued--;
+        rr_status st = ep->base.events->on_write_done(ep->base.events_arg, t->wr_id);
+        if (st != RR_OK) return ep_fail(ep, st, "write completion rejected", 0);
+      }
+    }
+    if ((size_t)n < attempted) return RR_OK; /* the socket buffer is full */
+  }
+  return RR_OK;
+}
+
+static rr_status deliver_write(tcp_ep *ep, uint32_t imm, uint32_t len) {
+  rr_status st = ep->base.events->on_write_recv(ep->base.events_arg, imm, len);
+  return st == RR_OK ? RR_OK : ep_fail(ep, st, "write rejected by engine", 0);
+}
+
+/* Parse complete frames out of the staging buffer. Returns RR_AGAIN when
+ * more bytes are needed, RR_OK when a payload is now being read directly. */
+static rr_status parse_staging(tcp_ep *ep, tcp_stream *s) {
+  for (;;) {
+    uint32_t avail = s->stage_len - s->stage_off;
+    if (avail < sizeof(tcp_frame_hdr)) return RR_AGAIN;
+    tcp_frame_hdr h;
+    memcpy(&h, s->staging + s->stage_off, sizeof h);
+    const char *body = s->staging + s->stage_off + sizeof h;
+    uint32_t body_avail = avail - (uint32_t)sizeof h;
+    if (h.type == TCP_FRAME_CTRL) {
+      if (h.len > RR_RAIL_CTRL_MAX || h.flags)
+        return ep_fail(ep, RR_ERR_PROTOCOL, "malformed control frame", 0);
+      if (body_avail < h.len) return RR_AGAIN;
+      s->stage_off += (uint32_t)sizeof h + h.len;
+      rr_status st = ep->base.events->on_ctrl(ep->base.events_arg, body, h.len);
+      if (st != RR_OK) return ep_fail(ep, st, "control message rejected by engine", 0);
+      continue;
+    }
+    if (h.type != TCP_FRAME_WRITE || h.flags)
+      return ep_fail(ep, RR_ERR_PROTOCOL, "unknown frame type", 0);
+    char *dst = h.len ? rr_tcp_mr_resolve(h.rkey, h.raddr, h.len) : NULL;
+    if (h.len && !dst)
+      return ep_fail(ep, RR_ERR_PROTOCOL, "write outside any registered buffer", 0);
+    uint32_t now = body_avail < h.len ? body_avail : h.len;
+    if (now) memcpy(dst, body, now);
+    s->stage_off += (uint32_t)sizeof h + now;
+    if (now == h.len) {
+      rr_status st = deliver_write(ep, h.imm, h.len);
+      if (st != RR_OK) return st;
+      continue;
+    }
+    s->rx = RX_DIRECT;
+    s->direct_dst = dst + now;
+    s->direct_left = h.len - now;
+    s->direct_imm = h.imm;
+    s->direct_len = h.len;
+    return RR_OK;
+  }
+}
+
+static rr_status stream_receive(tcp_ep *ep, tcp_stream *s) {
+  for (int rounds = 0; rounds < 64; rounds++) {
+    if (s->rx == RX_DIRECT) {
+      ssize_t n = recv(s->fd, s->direct_dst, s->direct_left, MSG_DONTWAIT);
+      if (n == 0) return ep_fail(ep, RR_ERR_PEER, "peer closed the connection mid-message", 0);
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return RR_OK;
+        if (errno == EINTR) continue;
+        return ep_fail(ep, classify_errno(errno), "receive failed", errno);
+      }
+      s->direct_dst += n;
+      s->direct_left -= (uint32_t)n;
+      if (s->direct_left) return RR_OK; /* the socket is drained for now */
+      s->rx = RX_HEADER;
+      rr_status st = deliver_write(ep, s->direct_imm, s->direct_len);
+      if (st != RR_OK) return st;
+      continue;
+    }
+    /* RX_HEADER: frames may already wait in staging. */
+    rr_status st = parse_staging(ep, s);
+    if (st == RR_OK) continue;            /* switched to direct payload */
+    if (st != RR_AGAIN) return st;
+    /* Keep the partial frame at the front and read more behind it. */
+    if (s->stage_off) {
+      memmove(s->staging, s->staging + s->stage_off, s->stage_len - s->stage_off);
+      s->stage_len -= s->stage_off;
+      s->stage_off = 0;
+    }
+    ssize_t n = recv(s->fd, s->staging + s->stage_len, STAGING_SIZE - s->stage_len, MSG_DONTWAIT);
+    if (n == 0) {
+      /* An orderly close between frames is still the peer going away. */
+      return ep_fail(ep, RR_ERR_PEER, "peer closed the connection", 0);
+    }
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return RR_OK;
+      if (errno == EINTR) continue;
+      return ep_fail(ep, classify_errno(errno), "receive failed", errno);
+    }
+    s->stage_len += (uint32_t)n;
+  }
+  return RR_OK;
+}
+
+static rr_status tcp_progress(rr_rail_ep *rep) {
+  tcp_ep *ep = to_tcp(rep);
+  if (ep->failed) return ep->failed;
+  /* Transmit before receiving: control messages that arriving data triggers
+   * (acknowledgements) leave with the next call, behind any data the caller
+   * posts in between, keeping them off the latency-critical path. */
+  for (int i = 0; i < ep->nstreams; i++) {
+    rr_status st = stream_transmit(ep, ep->streams[i]);
+    if (st == RR_OK) st = stream_receive(ep, ep->streams[i]);
+    if (st != RR_OK) return st;
+  }
+  return RR_OK;
+}
+
+static void tcp_destroy(rr_rail_ep *rep) {
+  if (!rep) return;
+  tcp_ep *ep = to_tcp(rep);
+  for (int i = 0; i < ep->nstreams; i++) {
+    if (ep->streams[i]->fd >= 0) close(ep->streams[i]->fd);
+    free(ep->streams[i]);
+  }
+  free(ep);
+}
+
+const rr_rail_ops rr_tcp_rail_ops = {
+    .name = "tcp",
+    .post_write = tcp_post_write,
+    .post_ctrl = tcp_post_ctrl,
+    .progress = tcp_progress,
+    .destroy = tcp_destroy,
+};
+
+rr_status rr_tcp_ep_create(int dev, const int *fds, int nfds, const rr_rail_events *events,
+                           void *events_arg, rr_rail_ep **out) {
+  rr_status st = RR_ERR_NOMEM;
+  tcp_ep *ep = NULL;
+  if (nfds < 1 || nfds > RR_TCP_MAX_STREAMS) {
+    st = RR_ERR_INVALID;
+    goto fail;
+  }
+  ep = calloc(1, sizeof *ep);
+  if (!ep) goto fail;
+  ep->base = (rr_rail_ep){.ops = &rr_tcp_rail_ops, .events = events, .events_arg = events_arg,
+                          .dev = dev};
+  for (int i = 0; i < nfds; i++) {
+    tcp_stream *s = calloc(1, sizeof *s);
+    if (!s) goto fail;
+    s->fd = fds[i];
+    for (int c = 0; c < CTRL_SLOTS; c++) s->ctrl_free[c] = (int16_t)c;
+    s->nctrl_free = CTRL_SLOTS;
+    ep->streams[ep->nstreams++] = s;
+  }
+  *out = &ep->base;
+  return RR_OK;
+fail:
+  if (ep) {
+    for (int i = 0; i < ep->nstreams; i++) free(ep->streams[i]);
+    free(ep);
+  }
+  for (int i = 0; i < nfds; i++) close(fds[i]);
+  return st;
+}
