@@ -1,0 +1,57 @@
+/* ncclNetPlugin_v10: NCCL 2.26-2.27. Like v9 plus the profiler callback at
+ * init, profiler handles on isend/irecv, and a comm config on connect. */
+#include "net_abi_util.h"
+#include "nccl/net_v10.h"
+
+static nccl_result_t v10_init(nccl_logger_t logger, nccl_profiler_cb_t profiler) {
+  return rr_abi_init_process(logger, profiler);
+}
+
+static nccl_result_t v10_get_properties(int dev, nccl_net_props_v10_t *props) {
+  rr_dev_props p;
+  nccl_result_t r = rr_abi_dev_props(dev, props, &p);
+  if (r != NCCL_RESULT_SUCCESS) return r;
+  nccl_net_props_v10_t out = {0};
+  RR_ABI_FILL_PROPS_V9(&out, &p, dev);
+  *props = out;
+  return NCCL_RESULT_SUCCESS;
+}
+
+/* The config (may be NULL) only carries a traffic class. The process
+ * context was created before any comm existed, so a per-comm class cannot
+ * reach it here: it is ignored, as rerail sets no traffic class of its own. */
+static nccl_result_t v10_connect(int dev, nccl_net_comm_config_v10_t *config, void *handle,
+                                 void **send_comm, nccl_net_device_handle_t **dev_handle) {
+  (void)config;
+  rr_net_ctx *ctx = rr_abi_process_ctx();
+  if (ctx == NULL) return NCCL_RESULT_INVALID_USAGE;
+  return rr_abi_connect(ctx, dev, handle, send_comm, dev_handle);
+}
+
+static nccl_result_t v10_make_vdevice(int *d, nccl_net_vdev_props_v10_t *props) {
+  if (props == NULL) return rr_abi_make_vdevice(d, 0, NULL);
+  return rr_abi_make_vdevice(d, props->ndevs, props->devs);
+}
+
+NCCL_ABI_EXPORT const nccl_net_v10_t ncclNetPlugin_v10 = {
+    .name = RR_ABI_NET_NAME,
+    .init = v10_init,
+    .devices = rr_abi_devices,
+    .get_properties = v10_get_properties,
+    .listen = rr_abi_listen_process,
+    .connect = v10_connect,
+    .accept = rr_abi_accept,
+    .reg_mr = rr_abi_reg_mr,
+    .reg_mr_dmabuf = rr_abi_reg_mr_dmabuf,
+    .dereg_mr = rr_abi_dereg_mr,
+    .isend = rr_abi_isend,
+    .irecv = rr_abi_irecv,
+    .iflush = rr_abi_iflush,
+    .test = rr_abi_test,
+    .close_send = rr_abi_close_send,
+    .close_recv = rr_abi_close_recv,
+    .close_listen = rr_abi_close_listen,
+    .get_device_mr = rr_abi_get_device_mr,
+    .irecv_consumed = rr_abi_irecv_consumed,
+    .make_vdevice = v10_make_vdevice,
+};
