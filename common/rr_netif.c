@@ -53,7 +53,7 @@ static void trim_to_pci_device(char *path) {
   for (char *c = strstr(path, "/pci"); c && *c; c = strchr(c + 1, '/')) {
     unsigned dom, bus, dev, fn;
     char tail;
-    if (sscanf(c + 1, "%4x:%2x:%2x.%1x%c", &dom, &bus, &dev, &fn, &tail) >= 4) last = c;
+    if (sscanf(c + 1, "%8x:%2x:%2x.%1x%c", &dom, &bus, &dev, &fn, &tail) >= 4) last = c;
   }
   if (!last) { path[0] = '\0'; return; }
   char *next = strchr(last + 1, '/');
@@ -73,6 +73,41 @@ void rr_netif_read_sysfs(const char *sysfs_root, rr_netif *nif) {
   nif->speed_mbps = speed > 0 ? speed : 0;
   snprintf(path, sizeof path, "%s/class/net/%s/device/numa_node", sysfs_root, nif->name);
   nif->numa_node = read_int_file(path, -1);
+}
+
+static int mask_bits(const struct sockaddr *mask) {
+  if (!mask) return -1;
+  const unsigned char *b;
+  size_t n;
+  if (mask->sa_family == AF_INET) b = (const unsigned char *)&((const struct sockaddr_in *)mask)->sin_addr, n = 4;
+  else if (mask->sa_family == AF_INET6) b = (const unsigned char *)&((const struct sockaddr_in6 *)mask)->sin6_addr, n = 16;
+  else return -1;
+  int bits = 0;
+  for (size_t i = 0; i < n; i++)
+    for (int k = 7; k >= 0 && (b[i] >> k & 1); k--) bits++;
+  return bits;
+}
+
+int rr_sockaddr_same_subnet(const struct sockaddr_storage *a, const struct sockaddr_storage *b,
+                            int prefix_len) {
+  if (a->ss_family != b->ss_family || prefix_len < 0) return 0;
+  const unsigned char *x, *y;
+  int max;
+  if (a->ss_family == AF_INET) {
+    x = (const unsigned char *)&((const struct sockaddr_in *)a)->sin_addr;
+    y = (const unsigned char *)&((const struct sockaddr_in *)b)->sin_addr;
+    max = 32;
+  } else if (a->ss_family == AF_INET6) {
+    x = (const unsigned char *)&((const struct sockaddr_in6 *)a)->sin6_addr;
+    y = (const unsigned char *)&((const struct sockaddr_in6 *)b)->sin6_addr;
+    max = 128;
+  } else {
+    return 0;
+  }
+  if (prefix_len > max) prefix_len = max;
+  for (int bit = 0; bit < prefix_len; bit++)
+    if ((x[bit / 8] ^ y[bit / 8]) >> (7 - bit % 8) & 1) return 0;
+  return 1;
 }
 
 static int usable_family(const struct sockaddr *sa) {
@@ -105,6 +140,7 @@ static int collect(struct ifaddrs *list, const char *spec, int want_loopback, rr
       if (out[slot].addr.ss_family == AF_INET6 && rank == 2) {
         out[slot].addrlen = sizeof(struct sockaddr_in);
         memcpy(&out[slot].addr, ifa->ifa_addr, out[slot].addrlen);
+        out[slot].prefix_len = mask_bits(ifa->ifa_netmask);
       }
       continue;
     }
@@ -114,6 +150,7 @@ static int collect(struct ifaddrs *list, const char *spec, int want_loopback, rr
     strcpy(nif->name, ifa->ifa_name);
     nif->addrlen = rank == 2 ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
     memcpy(&nif->addr, ifa->ifa_addr, nif->addrlen);
+    nif->prefix_len = mask_bits(ifa->ifa_netmask);
     nif->is_loopback = loop;
   }
   return n;

@@ -14,6 +14,7 @@ typedef struct rr_netif {
   char name[IF_NAMESIZE];
   struct sockaddr_storage addr;  /* IPv4 preferred, else a global IPv6 address */
   socklen_t addrlen;
+  int prefix_len;                /* netmask length of addr, -1 when unknown */
   char pci_path[256];            /* "" when the interface sits on no PCI device */
   int speed_mbps;                /* 0 when sysfs does not know (veth, lo) */
   int numa_node;                 /* -1 when unknown */
@@ -35,6 +36,10 @@ rr_status rr_netif_discover(const char *spec, rr_netif *out, int max, int *count
 /* Fill pci_path, speed_mbps and numa_node from a sysfs tree rooted at
  * sysfs_root ("/sys" normally; tests pass fake trees). */
 void rr_netif_read_sysfs(const char *sysfs_root, rr_netif *nif);
+
+/* Are a and b in the same subnet of prefix_len bits (same family)? */
+int rr_sockaddr_same_subnet(const struct sockaddr_storage *a, const struct sockaddr_storage *b,
+                            int prefix_len);
 
 /* "10.0.0.1" / "fe80::1" for logs; buf of at least 64 bytes. */
 const char *rr_sockaddr_str(const struct sockaddr *sa, char *buf, size_t len);

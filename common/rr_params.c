@@ -67,6 +67,13 @@ static void params_parse(void) {
                                          512 << 10, 4 << 10, 64 << 20);
   params.connect_timeout_ms = rr_param_parse_u64(
       "RERAIL_CONNECT_TIMEOUT", getenv("RERAIL_CONNECT_TIMEOUT"), 30000, 10, 3600000);
+  params.backups = (int)rr_param_parse_u64("RERAIL_BACKUPS", getenv("RERAIL_BACKUPS"), 1, 0, 7);
+  static const char *const modes[] = {"chain", "balance", NULL};
+  params.failover = rr_param_parse_choice("RERAIL_FAILOVER", getenv("RERAIL_FAILOVER"), modes, 0);
+  params.progress_timeout_ms = rr_param_parse_u64(
+      "RERAIL_PROGRESS_TIMEOUT", getenv("RERAIL_PROGRESS_TIMEOUT"), 1000, 20, 600000);
+  params.failback_hold_ms = rr_param_parse_u64("RERAIL_FAILBACK_HOLD",
+                                               getenv("RERAIL_FAILBACK_HOLD"), 500, 0, 600000);
 }
 
 const rr_params *rr_params_get(void) {

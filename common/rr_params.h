@@ -15,6 +15,10 @@ typedef struct rr_params {
   int tcp_streams;           /* RERAIL_TCP_STREAMS: sockets per rail, 1..8 */
   size_t chunk_size;         /* RERAIL_CHUNK_SIZE: bytes per chunk, 4 KiB..64 MiB */
   uint64_t connect_timeout_ms; /* RERAIL_CONNECT_TIMEOUT: give up connecting after this */
+  int backups;               /* RERAIL_BACKUPS: warm backup rails per connection, 0..7 */
+  int failover;              /* RERAIL_FAILOVER=chain|balance (0|1) */
+  uint64_t progress_timeout_ms; /* RERAIL_PROGRESS_TIMEOUT: silence before a rail is blamed */
+  uint64_t failback_hold_ms; /* RERAIL_FAILBACK_HOLD: healthy this long before fail-back */
 } rr_params;
 
 /* The process-wide parameters (parsed on first call, thread safe). */

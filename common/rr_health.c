@@ -1,0 +1,106 @@
+#include "rr_health.h"
+#include "rr_clock.h"
+#include "rr_log.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MAX_SINKS 8
+#define MAX_NICS 64
+
+static pthread_mutex_t sinks_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct { rr_health_sink_fn fn; void *arg; } sinks[MAX_SINKS];
+static int nsinks;
+static _Atomic int nic_state[MAX_NICS];
+
+const char *rr_link_state_str(rr_link_state st) {
+  switch (st) {
+  case RR_LINK_UP: return "up";
+  case RR_LINK_DEGRADED: return "degraded";
+  case RR_LINK_DOWN: return "down";
+  case RR_LINK_RECOVERING: return "recovering";
+  }
+  return "unknown";
+}
+
+const char *rr_health_event_str(rr_health_event_kind kind) {
+  switch (kind) {
+  case RR_HEV_NIC_STATE: return "nic_state";
+  case RR_HEV_RAIL_STATE: return "rail_state";
+  case RR_HEV_FAILOVER: return "failover";
+  case RR_HEV_FAILBACK: return "failback";
+  case RR_HEV_ERROR: return "error";
+  case RR_HEV_ANOMALY: return "anomaly";
+  }
+  return "unknown";
+}
+
+int rr_health_subscribe(rr_health_sink_fn fn, void *arg) {
+  int rc = -1;
+  pthread_mutex_lock(&sinks_lock);
+  if (nsinks < MAX_SINKS) {
+    sinks[nsinks].fn = fn;
+    sinks[nsinks].arg = arg;
+    nsinks++;
+    rc = 0;
+  }
+  pthread_mutex_unlock(&sinks_lock);
+  return rc;
+}
+
+void rr_health_unsubscribe(rr_health_sink_fn fn, void *arg) {
+  pthread_mutex_lock(&sinks_lock);
+  for (int i = 0; i < nsinks; i++)
+    if (sinks[i].fn == fn && sinks[i].arg == arg) {
+      sinks[i] = sinks[--nsinks];
+      break;
+    }
+  pthread_mutex_unlock(&sinks_lock);
+}
+
+void rr_health_report(rr_health_event *ev) {
+  if (!ev->time_ns) ev->time_ns = rr_now_ns();
+  if (!ev->wall_ns) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ev->wall_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+  }
+  if (ev->kind == RR_HEV_NIC_STATE && ev->dev >= 0 && ev->dev < MAX_NICS)
+    atomic_store(&nic_state[ev->dev], (int)ev->state);
+  int warn = ev->kind == RR_HEV_FAILOVER || ev->kind == RR_HEV_ERROR ||
+             ((ev->kind == RR_HEV_NIC_STATE || ev->kind == RR_HEV_RAIL_STATE) && ev->state == RR_LINK_DOWN);
+  char what[160];
+  switch (ev->kind) {
+  case RR_HEV_FAILOVER:
+  case RR_HEV_FAILBACK:
+    snprintf(what, sizeof what, "%s -> %s, stalled %.3f ms", ev->ifname[0] ? ev->ifname : "?",
+             ev->to_ifname[0] ? ev->to_ifname : "?", (double)ev->stall_ns / 1e6);
+    break;
+  default:
+    snprintf(what, sizeof what, "%s %s", ev->ifname[0] ? ev->ifname : "-", rr_link_state_str(ev->state));
+  }
+  rr_log_emit(warn ? RR_LOG_WARN : RR_LOG_INFO, RR_SUB_NET, __FILE__, __LINE__, "health: %s %s%s%s (%s)",
+              rr_health_event_str(ev->kind), what, ev->peer[0] ? " peer " : "", ev->peer, ev->reason);
+  pthread_mutex_lock(&sinks_lock);
+  for (int i = 0; i < nsinks; i++) sinks[i].fn(sinks[i].arg, ev);
+  pthread_mutex_unlock(&sinks_lock);
+}
+
+void rr_health_nic_state(int dev, const char *ifname, rr_link_state st, const char *reason) {
+  rr_health_event ev;
+  memset(&ev, 0, sizeof ev);
+  ev.kind = RR_HEV_NIC_STATE;
+  ev.dev = dev;
+  ev.to_dev = -1;
+  ev.state = st;
+  snprintf(ev.ifname, sizeof ev.ifname, "%s", ifname ? ifname : "");
+  snprintf(ev.reason, sizeof ev.reason, "%s", reason ? reason : "");
+  rr_health_report(&ev);
+}
+
+rr_link_state rr_health_nic_get(int dev) {
+  if (dev < 0 || dev >= MAX_NICS) return RR_LINK_UP;
+  return (rr_link_state)atomic_load(&nic_state[dev]);
+}
