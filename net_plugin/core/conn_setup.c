@@ -10,6 +10,8 @@
 #include "core_internal.h"
 #include "rail_tcp.h"
 #include "rr_clock.h"
+#include "rr_health.h"
+#include "rr_topo.h"
 #include "rr_log.h"
 #include "rr_params.h"
 
@@ -100,6 +102,8 @@ rr_status rr_net_listen(rr_net_ctx *ctx, int dev, void *handle, rr_listen_comm *
   return RR_OK;
 }
 
+static void group_close(pending_group *g);
+
 rr_status rr_net_close_listen(rr_listen_comm *l) {
   if (!l) return RR_OK;
   if (l->magic != RR_MAGIC_LISTEN) {
@@ -107,10 +111,9 @@ rr_status rr_net_close_listen(rr_listen_comm *l) {
     return RR_ERR_INVALID;
   }
   close(l->fd);
-  for (int i = 0; i < l->nsocks; i++) close(l->socks[i].fd);
-  for (int g = 0; g < l->ngroups; g++)
-    for (int i = 0; i < 8; i++)
-      if (l->groups[g].fds[i] >= 0) close(l->groups[g].fds[i]);
+  for (int i = 0; i < l->nsocks; i++)
+    if (l->socks[i].fd >= 0) close(l->socks[i].fd);
+  for (int g = 0; g < l->ngroups; g++) group_close(&l->groups[g]);
   pthread_mutex_destroy(&l->lock);
   l->magic = RR_MAGIC_DEAD;
   free(l);
@@ -119,27 +122,37 @@ rr_status rr_net_close_listen(rr_listen_comm *l) {
 
 /* ----------------------------------------------------------------- connect */
 
-typedef struct connect_state {
-  struct connect_state *next;
-  const void *handle;        /* NCCL's handle buffer: our key between calls */
-  uint64_t token;
-  int dev;
-  int nstreams;
-  uint64_t conn_id;
-  uint64_t start_ns, retry_at_ns;
-  rr_peer_addrs peer;
+enum { RAIL_PENDING = 0, RAIL_READY, RAIL_FAILED };
+
+typedef struct connect_rail {
+  int dev;                   /* local device */
+  int peer_addr;             /* index into the handle's addresses */
+  int status;
+  uint64_t retry_at_ns;
   int fds[RR_TCP_MAX_STREAMS];
   uint8_t connected[RR_TCP_MAX_STREAMS];
   uint32_t hello_sent[RR_TCP_MAX_STREAMS];
   rr_hello hello[RR_TCP_MAX_STREAMS];
+} connect_rail;
+
+typedef struct connect_state {
+  struct connect_state *next;
+  const void *handle;        /* NCCL's handle buffer: our key between calls */
+  uint64_t token;
+  int nstreams;
+  uint64_t start_ns;
+  rr_peer_addrs peer;
+  int nrails;
+  connect_rail rails[RR_MAX_RAILS];
 } connect_state;
 
 static pthread_mutex_t connect_lock = PTHREAD_MUTEX_INITIALIZER;
 static connect_state *connects;
 
 static void connect_state_free(connect_state *c) {
-  for (int i = 0; i < c->nstreams; i++)
-    if (c->fds[i] >= 0) close(c->fds[i]);
+  for (int r = 0; r < c->nrails; r++)
+    for (int i = 0; i < c->nstreams; i++)
+      if (c->rails[r].fds[i] >= 0) close(c->rails[r].fds[i]);
   free(c);
 }
 
@@ -151,10 +164,46 @@ static void connect_state_unlink(connect_state *c) {
     }
 }
 
-/* Open one stream's socket from the local device towards the peer. */
-static rr_status stream_open(connect_state *c, int i) {
-  const rr_netif *nif = &rr_core_devices()->nif[c->dev];
-  const struct sockaddr_storage *dst = &c->peer.addrs[0];
+/* Which of the peer's addresses a local NIC should talk to: one on its own
+ * subnet (the usual rail-per-subnet fabric), else the next unused one. */
+static int pair_peer_addr(const rr_netif *nif, const rr_peer_addrs *peer, const int *used) {
+  for (int j = 1; j < peer->naddrs; j++)
+    if (!used[j] && rr_sockaddr_same_subnet(&nif->addr, &peer->addrs[j], nif->prefix_len)) return j;
+  for (int j = 1; j < peer->naddrs; j++)
+    if (!used[j] && peer->addrs[j].ss_family == nif->addr.ss_family &&
+        !rr_sockaddr_same_subnet(&nif->addr, &peer->addrs[0], nif->prefix_len))
+      return j;
+  return -1;
+}
+
+/* Primary rail first, then backups along the failover chain (every other
+ * NIC in balance mode), each paired with a peer address it can reach. */
+static void plan_rails(connect_state *c, int dev) {
+  const rr_devices *d = rr_core_devices();
+  const rr_params *p = rr_params_get();
+  int used[RR_HANDLE_MAX_ADDRS] = {1};
+  c->rails[0].dev = dev;
+  c->rails[0].peer_addr = 0;
+  c->nrails = 1;
+  unsigned char healthy[RR_MAX_NETIFS];
+  for (int i = 0; i < d->count; i++) healthy[i] = rr_health_nic_get(i) != RR_LINK_DOWN;
+  int chain[RR_MAX_NETIFS];
+  int n = rr_topo_failover_chain("/sys", d->nif, d->count, dev, healthy, chain, RR_MAX_NETIFS);
+  int want = p->failover == RR_FAILOVER_BALANCE ? RR_MAX_RAILS - 1 : p->backups;
+  for (int k = 0; k < n && c->nrails <= want && c->nrails < RR_MAX_RAILS; k++) {
+    int j = pair_peer_addr(&d->nif[chain[k]], &c->peer, used);
+    if (j < 0) continue;
+    used[j] = 1;
+    c->rails[c->nrails].dev = chain[k];
+    c->rails[c->nrails].peer_addr = j;
+    c->nrails++;
+  }
+}
+
+/* Open one stream's socket from the rail's local device towards its peer address. */
+static rr_status stream_open(connect_state *c, connect_rail *cr, int i) {
+  const rr_netif *nif = &rr_core_devices()->nif[cr->dev];
+  const struct sockaddr_storage *dst = &c->peer.addrs[cr->peer_addr];
   int fd = socket(dst->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return RR_ERR_SYSTEM;
   if (rr_sock_tune(fd) != RR_OK) goto fail;
@@ -165,62 +214,165 @@ static rr_status stream_open(connect_state *c, int i) {
     else ((struct sockaddr_in6 *)&src)->sin6_port = 0;
     if (bind(fd, (struct sockaddr *)&src, nif->addrlen) != 0) goto fail;
   }
-  if (connect(fd, (const struct sockaddr *)dst, c->peer.addrlens[0]) != 0 && errno != EINPROGRESS)
+  if (connect(fd, (const struct sockaddr *)dst, c->peer.addrlens[cr->peer_addr]) != 0 &&
+      errno != EINPROGRESS)
     goto fail;
-  c->fds[i] = fd;
-  c->connected[i] = 0;
-  c->hello_sent[i] = 0;
+  cr->fds[i] = fd;
+  cr->connected[i] = 0;
+  cr->hello_sent[i] = 0;
   return RR_OK;
 fail:
   close(fd);
   return RR_ERR_SYSTEM;
 }
 
-/* Advance every stream; RR_OK when all are connected and said hello. */
-static rr_status connect_advance(connect_state *c) {
+static void rail_give_up(connect_state *c, connect_rail *cr, const char *why) {
+  char abuf[64];
+  RR_INFO(RR_SUB_NET, "backup rail %s -> %s not connected: %s", rr_core_devices()->nif[cr->dev].name,
+          rr_sockaddr_str((struct sockaddr *)&c->peer.addrs[cr->peer_addr], abuf, sizeof abuf), why);
+  for (int i = 0; i < c->nstreams; i++)
+    if (cr->fds[i] >= 0) close(cr->fds[i]), cr->fds[i] = -1;
+  cr->status = RAIL_FAILED;
+}
+
+/* Advance one rail's sockets. Rail 0 sends its hellos only when hold is 0. */
+static rr_status rail_advance(connect_state *c, connect_rail *cr, int is_primary, int hold,
+                              uint64_t now) {
   int done = 0;
-  uint64_t now = rr_now_ns();
-  for (int i = 0; i < c->nstreams; i++) {
-    if (c->fds[i] < 0) {
-      if (now < c->retry_at_ns) continue;
-      if (stream_open(c, i) != RR_OK) {
+  for (int i = 0; i < c->nstreams && cr->status == RAIL_PENDING; i++) {
+    if (cr->fds[i] < 0) {
+      if (now < cr->retry_at_ns) continue;
+      if (stream_open(c, cr, i) != RR_OK) {
+        if (!is_primary) return rail_give_up(c, cr, strerror(errno)), RR_OK;
         RR_WARN("connect: cannot open a socket to the peer: %s", strerror(errno));
         return RR_ERR_SYSTEM;
       }
     }
-    if (!c->connected[i]) {
-      struct pollfd p = {.fd = c->fds[i], .events = POLLOUT};
+    if (!cr->connected[i]) {
+      struct pollfd p = {.fd = cr->fds[i], .events = POLLOUT};
       if (poll(&p, 1, 0) <= 0) continue;
       int err = 0;
       socklen_t len = sizeof err;
-      getsockopt(c->fds[i], SOL_SOCKET, SO_ERROR, &err, &len);
+      getsockopt(cr->fds[i], SOL_SOCKET, SO_ERROR, &err, &len);
       if (err) {
+        if (!is_primary) return rail_give_up(c, cr, strerror(err)), RR_OK;
         /* The listener may not be up yet or its backlog is full: retry. */
         if (err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH) {
-          close(c->fds[i]);
-          c->fds[i] = -1;
-          c->retry_at_ns = now + RETRY_DELAY_NS;
+          close(cr->fds[i]);
+          cr->fds[i] = -1;
+          cr->retry_at_ns = now + RETRY_DELAY_NS;
           continue;
         }
         RR_WARN("connect: %s", strerror(err));
         return RR_ERR_SYSTEM;
       }
-      c->connected[i] = 1;
+      cr->connected[i] = 1;
     }
-    while (c->hello_sent[i] < sizeof(rr_hello)) {
-      ssize_t n = send(c->fds[i], (char *)&c->hello[i] + c->hello_sent[i],
-                       sizeof(rr_hello) - c->hello_sent[i], MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (hold) continue;
+    while (cr->hello_sent[i] < sizeof(rr_hello)) {
+      ssize_t n = send(cr->fds[i], (char *)&cr->hello[i] + cr->hello_sent[i],
+                       sizeof(rr_hello) - cr->hello_sent[i], MSG_DONTWAIT | MSG_NOSIGNAL);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       if (n < 0) {
+        if (!is_primary) return rail_give_up(c, cr, strerror(errno)), RR_OK;
         RR_WARN("connect: sending hello: %s", strerror(errno));
         return RR_ERR_PEER;
       }
-      c->hello_sent[i] += (uint32_t)n;
+      cr->hello_sent[i] += (uint32_t)n;
     }
-    if (c->hello_sent[i] == sizeof(rr_hello)) done++;
+    if (cr->hello_sent[i] == sizeof(rr_hello)) done++;
   }
-  return done == c->nstreams ? RR_OK : RR_AGAIN;
+  if (cr->status == RAIL_PENDING && done == c->nstreams) cr->status = RAIL_READY;
+  return RR_OK;
+}
+
+/* RR_OK when the connection is ready, RR_AGAIN while it is not. */
+static rr_status connect_advance(connect_state *c) {
+  uint64_t now = rr_now_ns();
+  const rr_params *p = rr_params_get();
+  /* A backup that is not up within the progress timeout is left out: the
+   * connection must not wait on a NIC that is down. */
+  uint64_t backup_limit = p->progress_timeout_ms * 1000000ull;
+  int backups_pending = 0;
+  uint32_t mask = 1;
+  for (int r = 1; r < c->nrails; r++) {
+    connect_rail *cr = &c->rails[r];
+    rr_status st = rail_advance(c, cr, 0, 0, now);
+    if (st != RR_OK) return st;
+    if (cr->status == RAIL_PENDING && now - c->start_ns > backup_limit)
+      rail_give_up(c, cr, "timed out");
+    if (cr->status == RAIL_PENDING) backups_pending = 1;
+    if (cr->status == RAIL_READY) mask |= 1u << r;
+  }
+  for (int i = 0; i < c->nstreams; i++) c->rails[0].hello[i].rails_mask = mask;
+  rr_status st = rail_advance(c, &c->rails[0], 1, backups_pending, now);
+  if (st != RR_OK) return st;
+  return c->rails[0].status == RAIL_READY ? RR_OK : RR_AGAIN;
+}
+
+static connect_state *connect_state_new(const void *handle, int dev, const rr_peer_addrs *peer) {
+  const rr_params *p = rr_params_get();
+  connect_state *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->handle = handle;
+  c->token = peer->token;
+  c->peer = *peer;
+  c->nstreams = p->tcp_streams;
+  c->start_ns = rr_now_ns();
+  plan_rails(c, dev);
+  uint64_t conn_id = random_u64();
+  for (int r = 0; r < c->nrails; r++)
+    for (int i = 0; i < c->nstreams; i++) {
+      c->rails[r].fds[i] = -1;
+      c->rails[r].hello[i] = (rr_hello){.magic = RR_HELLO_MAGIC, .version = RR_HELLO_VERSION,
+                                        .endian = RR_HELLO_ENDIAN, .token = peer->token,
+                                        .conn_id = conn_id, .rail = (uint8_t)r,
+                                        .stream = (uint8_t)i, .nstreams = (uint8_t)c->nstreams,
+                                        .chunk_size = (uint32_t)p->chunk_size};
+    }
+  return c;
+}
+
+/* Build the send comm from the rails that came up. */
+static rr_status make_send_comm(connect_state *c, int dev, rr_send_comm **out) {
+  rr_send_comm *s = calloc(1, sizeof *s);
+  if (!s) return RR_ERR_NOMEM;
+  s->magic = RR_MAGIC_SEND;
+  s->dev = dev;
+  rr_engine_config cfg;
+  rr_core_engine_config(RR_ENGINE_SEND, c->rails[0].hello[0].chunk_size,
+                        (const struct sockaddr *)&c->peer.addrs[0], &cfg);
+  rr_status st = rr_engine_init(&s->engine, &cfg);
+  if (st != RR_OK) {
+    free(s);
+    return st;
+  }
+  const rr_devices *d = rr_core_devices();
+  for (int r = 0; r < c->nrails && st == RR_OK; r++) {
+    connect_rail *cr = &c->rails[r];
+    if (cr->status != RAIL_READY) continue;
+    rr_rail_ep *ep = NULL;
+    st = rr_tcp_ep_create(cr->dev, cr->fds, c->nstreams, &rr_engine_rail_events, &s->engine, &ep);
+    for (int i = 0; i < c->nstreams; i++) cr->fds[i] = -1; /* owned by the endpoint (or closed) */
+    char abuf[64];
+    rr_sockaddr_str((struct sockaddr *)&c->peer.addrs[cr->peer_addr], abuf, sizeof abuf);
+    if (st == RR_OK) {
+      const rr_netif *nif = &d->nif[cr->dev];
+      st = rr_engine_add_rail(&s->engine, ep, nif->speed_mbps > 0 ? nif->speed_mbps : 10000,
+                              nif->name, abuf);
+      if (st != RR_OK) ep->ops->destroy(ep);
+    }
+  }
+  if (st != RR_OK) {
+    rr_engine_fini(&s->engine);
+    free(s);
+    return st;
+  }
+  RR_INFO(RR_SUB_NET, "connected to %s over %d rail(s)", s->engine.cfg.peer, s->engine.nrails);
+  rr_monitor_add(&s->engine);
+  *out = s;
+  return RR_OK;
 }
 
 rr_status rr_net_connect(rr_net_ctx *ctx, int dev, const void *handle, rr_send_comm **out) {
@@ -240,26 +392,10 @@ rr_status rr_net_connect(rr_net_ctx *ctx, int dev, const void *handle, rr_send_c
   connect_state *c = connects;
   while (c && !(c->handle == handle && c->token == peer.token)) c = c->next;
   if (!c) {
-    const rr_params *p = rr_params_get();
-    c = calloc(1, sizeof *c);
+    c = connect_state_new(handle, dev, &peer);
     if (!c) {
       pthread_mutex_unlock(&connect_lock);
       return RR_ERR_NOMEM;
-    }
-    c->handle = handle;
-    c->token = peer.token;
-    c->dev = dev;
-    c->peer = peer;
-    c->nstreams = p->tcp_streams;
-    c->conn_id = random_u64();
-    c->start_ns = rr_now_ns();
-    for (int i = 0; i < c->nstreams; i++) {
-      c->fds[i] = -1;
-      c->hello[i] = (rr_hello){.magic = RR_HELLO_MAGIC, .version = RR_HELLO_VERSION,
-                               .endian = RR_HELLO_ENDIAN, .token = peer.token,
-                               .conn_id = c->conn_id, .stream = (uint16_t)i,
-                               .nstreams = (uint16_t)c->nstreams,
-                               .chunk_size = (uint32_t)p->chunk_size};
     }
     c->next = connects;
     connects = c;
@@ -267,45 +403,22 @@ rr_status rr_net_connect(rr_net_ctx *ctx, int dev, const void *handle, rr_send_c
   st = connect_advance(c);
   if (st == RR_AGAIN) {
     uint64_t limit = rr_params_get()->connect_timeout_ms * 1000000ull;
-    if (rr_now_ns() - c->start_ns > limit) {
-      char abuf[64];
-      RR_WARN("connect: no connection to %s port %u within %llu ms",
-              rr_sockaddr_str((struct sockaddr *)&c->peer.addrs[0], abuf, sizeof abuf),
-              ntohs(((struct sockaddr_in *)&c->peer.addrs[0])->sin_port),
-              (unsigned long long)rr_params_get()->connect_timeout_ms);
-      st = RR_ERR_PEER;
-    } else {
+    if (rr_now_ns() - c->start_ns <= limit) {
       pthread_mutex_unlock(&connect_lock);
       return RR_OK; /* NCCL calls again */
     }
+    char abuf[64];
+    RR_WARN("connect: no connection to %s port %u within %llu ms",
+            rr_sockaddr_str((struct sockaddr *)&c->peer.addrs[0], abuf, sizeof abuf),
+            ntohs(((struct sockaddr_in *)&c->peer.addrs[0])->sin_port),
+            (unsigned long long)rr_params_get()->connect_timeout_ms);
+    st = RR_ERR_PEER;
   }
   connect_state_unlink(c);
   pthread_mutex_unlock(&connect_lock);
-  if (st != RR_OK) {
-    connect_state_free(c);
-    return st;
-  }
-  rr_send_comm *s = calloc(1, sizeof *s);
-  if (!s) {
-    connect_state_free(c);
-    return RR_ERR_NOMEM;
-  }
-  s->magic = RR_MAGIC_SEND;
-  s->dev = dev;
-  st = rr_engine_init(&s->engine, RR_ENGINE_SEND, c->hello[0].chunk_size);
-  rr_rail_ep *ep = NULL;
-  if (st == RR_OK) {
-    st = rr_tcp_ep_create(dev, c->fds, c->nstreams, &rr_engine_rail_events, &s->engine, &ep);
-    for (int i = 0; i < c->nstreams; i++) c->fds[i] = -1; /* owned by the endpoint now */
-  }
+  if (st == RR_OK) st = make_send_comm(c, dev, out);
   connect_state_free(c);
-  if (st != RR_OK) {
-    free(s);
-    return st;
-  }
-  rr_engine_attach_rail(&s->engine, ep);
-  *out = s;
-  return RR_OK;
+  return st;
 }
 
 /* ------------------------------------------------------------------ accept */
@@ -318,6 +431,12 @@ static void refuse(pending_sock *ps, const char *why) {
   ps->fd = -1;
 }
 
+static void group_close(pending_group *g) {
+  for (int r = 0; r < RR_MAX_RAILS; r++)
+    for (int i = 0; i < RR_TCP_MAX_STREAMS; i++)
+      if (g->fds[r][i] >= 0) close(g->fds[r][i]), g->fds[r][i] = -1;
+}
+
 /* Validate a complete hello and file the socket into its group. */
 static void file_socket(rr_listen_comm *l, pending_sock *ps) {
   rr_hello h;
@@ -326,26 +445,42 @@ static void file_socket(rr_listen_comm *l, pending_sock *ps) {
   if (h.version != RR_HELLO_VERSION) { refuse(ps, "another rerail protocol version"); return; }
   if (h.token != l->token) { refuse(ps, "wrong token (not the handle of this listener)"); return; }
   if (h.nstreams < 1 || h.nstreams > RR_TCP_MAX_STREAMS || h.stream >= h.nstreams ||
-      h.chunk_size < 4096 || h.chunk_size > (64u << 20))
-    { refuse(ps, "malformed hello"); return; }
+      h.rail >= RR_MAX_RAILS || h.chunk_size < 4096 || h.chunk_size > (64u << 20) ||
+      (h.rail == 0 && !(h.rails_mask & 1))) {
+    refuse(ps, "malformed hello");
+    return;
+  }
   pending_group *g = NULL;
   for (int i = 0; i < l->ngroups; i++)
     if (l->groups[i].conn_id == h.conn_id) g = &l->groups[i];
   if (!g) {
-    if (l->ngroups == RR_LISTEN_PENDING) { refuse(ps, "too many connections in progress"); return; }
+    if (l->ngroups == RR_LISTEN_GROUPS) { refuse(ps, "too many connections in progress"); return; }
     g = &l->groups[l->ngroups++];
     memset(g, 0, sizeof *g);
     g->conn_id = h.conn_id;
     g->nstreams = h.nstreams;
     g->chunk_size = h.chunk_size;
     g->since_ns = rr_now_ns();
-    for (int i = 0; i < 8; i++) g->fds[i] = -1;
+    for (int r = 0; r < RR_MAX_RAILS; r++)
+      for (int i = 0; i < RR_TCP_MAX_STREAMS; i++) g->fds[r][i] = -1;
   }
-  if (g->nstreams != h.nstreams || g->chunk_size != h.chunk_size || g->fds[h.stream] >= 0)
-    { refuse(ps, "hello inconsistent with its connection"); return; }
-  g->fds[h.stream] = ps->fd;
-  g->have++;
+  if (g->nstreams != h.nstreams || g->chunk_size != h.chunk_size || g->fds[h.rail][h.stream] >= 0 ||
+      (h.rail == 0 && g->rails_mask && g->rails_mask != h.rails_mask)) {
+    refuse(ps, "hello inconsistent with its connection");
+    return;
+  }
+  if (h.rail == 0) g->rails_mask = h.rails_mask;
+  g->fds[h.rail][h.stream] = ps->fd;
   ps->fd = -1;
+}
+
+static int group_complete(const pending_group *g) {
+  if (!g->rails_mask) return 0;
+  for (int r = 0; r < RR_MAX_RAILS; r++)
+    if (g->rails_mask & (1u << r))
+      for (int i = 0; i < g->nstreams; i++)
+        if (g->fds[r][i] < 0) return 0;
+  return 1;
 }
 
 static void drop_stale(rr_listen_comm *l, uint64_t now, uint64_t limit) {
@@ -358,14 +493,62 @@ static void drop_stale(rr_listen_comm *l, uint64_t now, uint64_t limit) {
   for (int i = 0; i < l->ngroups;) {
     pending_group *g = &l->groups[i];
     if (now - g->since_ns > limit) {
-      RR_WARN("accept: dropping a connection that opened %d of %d streams", g->have, g->nstreams);
-      for (int k = 0; k < 8; k++)
-        if (g->fds[k] >= 0) close(g->fds[k]);
+      RR_WARN("accept: dropping a connection whose sockets did not all arrive in time");
+      group_close(g);
       l->groups[i] = l->groups[--l->ngroups];
     } else {
       i++;
     }
   }
+}
+
+/* Build the receive comm from a complete group (which this consumes). */
+static rr_status make_recv_comm(rr_listen_comm *l, pending_group *g, rr_recv_comm **out) {
+  rr_recv_comm *rc = calloc(1, sizeof *rc);
+  if (!rc) {
+    group_close(g);
+    return RR_ERR_NOMEM;
+  }
+  struct sockaddr_storage peer;
+  socklen_t plen = sizeof peer;
+  getpeername(g->fds[0][0], (struct sockaddr *)&peer, &plen);
+  rr_engine_config cfg;
+  rr_core_engine_config(RR_ENGINE_RECV, g->chunk_size, (struct sockaddr *)&peer, &cfg);
+  rr_status st = rr_engine_init(&rc->engine, &cfg);
+  const rr_devices *d = rr_core_devices();
+  for (int r = 0; r < RR_MAX_RAILS && st == RR_OK; r++) {
+    if (!(g->rails_mask & (1u << r))) continue;
+    /* Which of our NICs this rail arrived on. */
+    struct sockaddr_storage local, remote;
+    socklen_t len = sizeof local, rlen = sizeof remote;
+    getsockname(g->fds[r][0], (struct sockaddr *)&local, &len);
+    getpeername(g->fds[r][0], (struct sockaddr *)&remote, &rlen);
+    int dev = rr_core_dev_by_addr(&local);
+    if (dev < 0) dev = l->dev;
+    rr_rail_ep *ep = NULL;
+    st = rr_tcp_ep_create(dev, g->fds[r], g->nstreams, &rr_engine_rail_events, &rc->engine, &ep);
+    for (int i = 0; i < RR_TCP_MAX_STREAMS; i++) g->fds[r][i] = -1;
+    if (st == RR_OK) {
+      char abuf[64];
+      rr_sockaddr_str((struct sockaddr *)&remote, abuf, sizeof abuf);
+      st = rr_engine_add_rail(&rc->engine, ep, d->nif[dev].speed_mbps > 0 ? d->nif[dev].speed_mbps : 10000,
+                              d->nif[dev].name, abuf);
+      if (st != RR_OK) ep->ops->destroy(ep);
+    }
+  }
+  group_close(g); /* sockets of rails the connector left out */
+  if (st != RR_OK) {
+    if (rc->engine.nrails || st != RR_ERR_SYSTEM) rr_engine_fini(&rc->engine);
+    free(rc);
+    return st;
+  }
+  rc->magic = RR_MAGIC_RECV;
+  rc->dev = l->dev;
+  RR_INFO(RR_SUB_NET, "accepted a connection from %s over %d rail(s)", rc->engine.cfg.peer,
+          rc->engine.nrails);
+  rr_monitor_add(&rc->engine);
+  *out = rc;
+  return RR_OK;
 }
 
 static rr_status accept_locked(rr_listen_comm *l, rr_recv_comm **out) {
@@ -404,26 +587,10 @@ static rr_status accept_locked(rr_listen_comm *l, rr_recv_comm **out) {
   drop_stale(l, rr_now_ns(), rr_params_get()->connect_timeout_ms * 1000000ull);
   /* Hand out one complete connection. */
   for (int i = 0; i < l->ngroups; i++) {
-    pending_group *g = &l->groups[i];
-    if (g->have != g->nstreams) continue;
-    pending_group done = *g;
+    if (!group_complete(&l->groups[i])) continue;
+    pending_group g = l->groups[i];
     l->groups[i] = l->groups[--l->ngroups];
-    rr_recv_comm *r = calloc(1, sizeof *r);
-    rr_status st = r ? rr_engine_init(&r->engine, RR_ENGINE_RECV, done.chunk_size) : RR_ERR_NOMEM;
-    rr_rail_ep *ep = NULL;
-    if (st == RR_OK)
-      st = rr_tcp_ep_create(l->dev, done.fds, done.nstreams, &rr_engine_rail_events, &r->engine, &ep);
-    else
-      for (int k = 0; k < done.nstreams; k++) close(done.fds[k]);
-    if (st != RR_OK) {
-      free(r);
-      return st;
-    }
-    r->magic = RR_MAGIC_RECV;
-    r->dev = l->dev;
-    rr_engine_attach_rail(&r->engine, ep);
-    *out = r;
-    return RR_OK;
+    return make_recv_comm(l, &g, out);
   }
   return RR_OK;
 }

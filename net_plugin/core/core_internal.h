@@ -6,6 +6,7 @@
 
 #include "engine.h"
 #include "handle.h"
+#include "rail_tcp.h"
 #include "net_core.h"
 #include "rr_netif.h"
 
@@ -53,14 +54,16 @@ typedef struct pending_sock {
 } pending_sock;
 
 #define RR_LISTEN_PENDING 64
+#define RR_LISTEN_GROUPS 16
 
+/* Sockets of one connection arriving at a listener, by rail and stream. */
 typedef struct pending_group {
   uint64_t conn_id;
   uint64_t since_ns;
   int nstreams;
-  int have;
   uint32_t chunk_size;
-  int fds[8];
+  uint32_t rails_mask;       /* known once rail 0's hellos arrived; 0 before */
+  int fds[RR_MAX_RAILS][RR_TCP_MAX_STREAMS];
 } pending_group;
 
 struct rr_listen_comm {
@@ -71,13 +74,15 @@ struct rr_listen_comm {
   pthread_mutex_t lock;
   pending_sock socks[RR_LISTEN_PENDING];
   int nsocks;
-  pending_group groups[RR_LISTEN_PENDING];
+  pending_group groups[RR_LISTEN_GROUPS];
   int ngroups;
 };
 
-/* The hello every data socket sends first (connector -> listener). */
-#define RR_HELLO_MAGIC 0x31435252u /* "RRC1" */
-#define RR_HELLO_VERSION 1
+/* The hello every data socket sends first (connector -> listener). Rail 0's
+ * hellos leave last and carry the final set of rails: a backup that could
+ * not connect is simply not part of the connection. */
+#define RR_HELLO_MAGIC 0x32435252u /* "RRC2" */
+#define RR_HELLO_VERSION 2
 #define RR_HELLO_ENDIAN 0x0102
 typedef struct rr_hello {
   uint32_t magic;
@@ -85,13 +90,29 @@ typedef struct rr_hello {
   uint16_t endian;
   uint64_t token;
   uint64_t conn_id;
-  uint16_t stream;
-  uint16_t nstreams;
+  uint8_t rail;
+  uint8_t stream;
+  uint8_t nstreams;
+  uint8_t reserved;
   uint32_t chunk_size;
+  uint32_t rails_mask;       /* rail 0 only: the rails of this connection */
+  uint32_t reserved2;
 } rr_hello;
-_Static_assert(sizeof(rr_hello) == 32, "hello is 32 bytes on the wire");
+_Static_assert(sizeof(rr_hello) == 40, "hello is 40 bytes on the wire");
 
 /* Socket helpers (conn_setup.c). */
 rr_status rr_sock_tune(int fd);
+
+/* Device whose address is addr, or -1. */
+int rr_core_dev_by_addr(const struct sockaddr_storage *addr);
+
+/* The engine settings every new connection gets. */
+void rr_core_engine_config(int role, size_t chunk_size, const struct sockaddr *peer,
+                           rr_engine_config *cfg);
+
+/* Background thread (monitor.c): link-state events, and progress for
+ * connections NCCL is not driving. */
+void rr_monitor_add(rr_engine *e);
+void rr_monitor_remove(rr_engine *e);
 
 #endif

@@ -4,6 +4,7 @@
 #include "rr_log.h"
 #include "rr_params.h"
 
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,8 +21,11 @@ static void choose_transport(void) {
   const rr_params *p = rr_params_get();
   if (p->transport == RR_TRANSPORT_VERBS)
     RR_WARN("RERAIL_TRANSPORT=verbs: this build has no verbs rail yet; using TCP");
-  RR_INFO(RR_SUB_INIT | RR_SUB_NET, "transport: tcp, %d stream(s) per rail, %zu-byte chunks",
-          p->tcp_streams, p->chunk_size);
+  RR_INFO(RR_SUB_INIT | RR_SUB_NET,
+          "transport: tcp, %d stream(s) per rail, %zu-byte chunks, %d backup rail(s), failover %s, "
+          "progress timeout %llu ms, fail-back hold %llu ms",
+          p->tcp_streams, p->chunk_size, p->backups, p->failover ? "balance" : "chain",
+          (unsigned long long)p->progress_timeout_ms, (unsigned long long)p->failback_hold_ms);
 }
 
 static void discover_devices(void) {
@@ -47,6 +51,32 @@ static void discover_devices(void) {
 }
 
 const rr_devices *rr_core_devices(void) { return &devices; }
+
+int rr_core_dev_by_addr(const struct sockaddr_storage *addr) {
+  for (int i = 0; i < devices.count; i++) {
+    const struct sockaddr_storage *a = &devices.nif[i].addr;
+    if (a->ss_family != addr->ss_family) continue;
+    if (a->ss_family == AF_INET &&
+        ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)addr)->sin_addr.s_addr)
+      return i;
+    if (a->ss_family == AF_INET6 &&
+        !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)addr)->sin6_addr, 16))
+      return i;
+  }
+  return -1;
+}
+
+void rr_core_engine_config(int role, size_t chunk_size, const struct sockaddr *peer,
+                           rr_engine_config *cfg) {
+  const rr_params *p = rr_params_get();
+  memset(cfg, 0, sizeof *cfg);
+  cfg->role = role;
+  cfg->chunk_size = chunk_size;
+  cfg->failover_mode = p->failover;
+  cfg->progress_timeout_ns = p->progress_timeout_ms * 1000000ull;
+  cfg->failback_hold_ns = p->failback_hold_ms * 1000000ull;
+  rr_sockaddr_str(peer, cfg->peer, sizeof cfg->peer);
+}
 
 rr_status rr_net_init(const rr_init_args *args, rr_net_ctx **out) {
   if (!args || !out) return RR_ERR_INVALID;
@@ -187,6 +217,7 @@ rr_status rr_net_close_send(rr_send_comm *comm) {
     RR_WARN("closeSend: not a rerail send comm");
     return RR_ERR_INVALID;
   }
+  rr_monitor_remove(&comm->engine);
   rr_engine_fini(&comm->engine);
   comm->magic = RR_MAGIC_DEAD;
   free(comm);
@@ -199,6 +230,7 @@ rr_status rr_net_close_recv(rr_recv_comm *comm) {
     RR_WARN("closeRecv: not a rerail receive comm");
     return RR_ERR_INVALID;
   }
+  rr_monitor_remove(&comm->engine);
   rr_engine_fini(&comm->engine);
   comm->magic = RR_MAGIC_DEAD;
   free(comm);

@@ -3,11 +3,19 @@
  * Messages move as chunks written into receiver-posted buffers. Progress is
  * tracked at both ends: the sender's chunks are posted (queued on a rail),
  * transmitted (left this host's hands) and acked (the receiver reported the
- * whole receive landed); the receiver counts chunks received per
- * sub-receive until the message is done. A send completes towards NCCL only
- * when its buffer may be reused: small messages are copied into a bounce
- * buffer and complete at once, larger ones when acked. Keeping the data until
- * the ack is what lets a later failover replay it. */
+ * whole receive landed); the receiver keeps, per sub-receive, the count of
+ * chunks received and the prefix of chunks that are all there ("done").
+ *
+ * A send completes towards NCCL only when its buffer may be reused: small
+ * messages are copied into a bounce buffer and complete at once, larger ones
+ * when acked. Keeping the data until the ack is what lets a failover replay it.
+ *
+ * Failover (engine_rails.c, engine_recv.c, engine_send.c): a connection holds
+ * a primary rail and warm backups. When a rail dies, the receiver fences every
+ * rail, moves to a new epoch, and tells the sender, per outstanding receive,
+ * the chunks it holds; the sender replays the rest on the rails still up. The
+ * receiver drops every write of an older epoch, so nothing from before the
+ * switch can land after it. See docs/failover.md. */
 #ifndef RERAIL_ENGINE_H
 #define RERAIL_ENGINE_H
 #include <pthread.h>
@@ -16,6 +24,8 @@
 
 #include "engine_wire.h"
 #include "rail.h"
+
+#define RR_MAX_RAILS 8
 
 /* What NCCL's mhandle points at. */
 typedef struct rr_mr {
@@ -27,8 +37,34 @@ typedef struct rr_mr {
 
 enum rr_engine_role { RR_ENGINE_SEND = 1, RR_ENGINE_RECV = 2 };
 enum rr_request_kind { RR_REQ_SEND = 0x5e, RR_REQ_RECV = 0x7e };
+enum rr_failover_mode { RR_FAILOVER_CHAIN = 0, RR_FAILOVER_BALANCE = 1 };
+
+/* Rail states. DEAD is final (the endpoint broke); DOWN may heal. */
+typedef enum rr_rail_state {
+  RR_RAIL_ACTIVE = 0,       /* carries traffic */
+  RR_RAIL_DOWN,             /* failed: link down, silent, or the peer said so */
+  RR_RAIL_RECOVERING,       /* signs of life again: on probation (hysteresis) */
+  RR_RAIL_DEAD,             /* the endpoint broke: never used again */
+  RR_RAIL_NSTATES
+} rr_rail_state;
 
 typedef struct rr_engine rr_engine;
+
+typedef struct engine_rail {
+  rr_rail_ep *ep;
+  rr_rail_state state;
+  int weight;               /* relative bandwidth (link speed), for balance */
+  uint64_t state_since_ns;
+  uint64_t watch_since_ns;  /* silence is judged from here (reset when work starts) */
+  uint64_t last_alive_ns;   /* cached rr_rail_ops.last_alive_ns */
+  uint64_t last_probe_ns;
+  uint64_t healthy_since_ns;/* RECOVERING: continuous signs of life since */
+  uint32_t recent_failures; /* for the fail-back hold's backoff */
+  uint64_t last_failure_ns;
+  char ifname[16];          /* local NIC */
+  char name[80];            /* "rail1 (eth1 -> 10.0.1.2)" for messages */
+  char why[64];             /* why it went down */
+} engine_rail;
 
 typedef struct rr_send_req {
   uint8_t kind;             /* RR_REQ_SEND */
@@ -36,6 +72,7 @@ typedef struct rr_send_req {
   uint8_t user_done;        /* NCCL has been told it is done */
   uint8_t acked;
   uint8_t sub;
+  int8_t rail;              /* chain mode: the rail this message uses, -1 before its first chunk */
   int16_t bounce;           /* bounce buffer index, -1 when none */
   rr_engine *engine;
   uint32_t seq;
@@ -44,7 +81,8 @@ typedef struct rr_send_req {
   const rr_rail_mr *mr;
   uint64_t raddr;
   uint32_t rkey;
-  uint32_t nchunks, posted, transmitted;
+  uint32_t nchunks, posted, transmitted; /* posted/transmitted count the current epoch from its replay point */
+  uint32_t resumed_epoch;   /* a RESUME_SLOT of this epoch named it */
 } rr_send_req;
 
 typedef struct rr_recv_sub {
@@ -52,7 +90,9 @@ typedef struct rr_recv_sub {
   size_t posted_size;
   size_t size;              /* as sent, known once the last chunk landed */
   uint32_t expected;        /* chunk count, 0 until the last chunk landed */
-  uint32_t received;
+  uint32_t received;        /* chunks landed (each counted once per epoch) */
+  uint32_t prefix;          /* chunks [0, prefix) have all landed */
+  uint64_t window;          /* bit i: chunk prefix + i landed */
 } rr_recv_sub;
 
 typedef struct rr_recv_req {
@@ -64,6 +104,7 @@ typedef struct rr_recv_req {
   uint8_t ack_now;          /* the sender waits for our ack: send it at once */
   rr_engine *engine;
   uint32_t seq;
+  engine_cts cts;           /* as sent, for a resend after a rollback */
   rr_recv_sub sub[RR_NET_MAX_RECVS];
 } rr_recv_req;
 
@@ -77,35 +118,63 @@ typedef struct engine_cts_slot {
 #define RR_BOUNCE_COUNT RR_NET_MAX_REQUESTS
 #define RR_BOUNCE_SIZE 4096
 
-struct rr_engine {
+typedef struct rr_engine_config {
   int role;
-  pthread_mutex_t lock;     /* NCCL may test from one thread and close from another */
   size_t chunk_size;
-  rr_rail_ep *rail;         /* the active rail */
+  int failover_mode;        /* enum rr_failover_mode */
+  uint64_t progress_timeout_ns;  /* δ: silence before a rail is blamed */
+  uint64_t failback_hold_ns;     /* healthy this long before traffic returns */
+  char peer[64];            /* the remote host, for messages and health events */
+} rr_engine_config;
+
+struct rr_engine {
+  rr_engine_config cfg;
+  pthread_mutex_t lock;     /* NCCL's threads and the background thread share the engine */
   rr_status failed;         /* sticky failure: every later call reports it */
-  int ctrl_urgent;          /* a queued control message must leave before we return */
+  char failed_why[256];
   uint32_t epoch;
+  uint64_t last_progress_ns;/* when anybody last drove this engine */
+  uint64_t last_tick_ns;    /* last health check */
+  uint64_t no_rail_since_ns;/* no ACTIVE rail since (0 = there is one) */
+  int busy;                 /* outstanding requests at the last tick */
+  int urgent;               /* a queued control message must leave before we return */
+
+  int nrails;
+  engine_rail rails[RR_MAX_RAILS];
+  uint32_t peer_down_mask;  /* rails the peer told us it sees down */
+  uint32_t rr_cursor;       /* balance: round-robin start */
 
   /* sender */
   engine_cts_slot cts[RR_NET_MAX_REQUESTS];
   uint32_t send_seq;        /* the receive the next isend matches */
   rr_send_req sreq[RR_SEND_POOL];
   uint16_t fifo[RR_SEND_POOL]; /* active sends in posting order */
-  uint32_t fifo_head, fifo_tail, fifo_post; /* post: first entry with unposted chunks */
+  uint32_t fifo_head, fifo_tail, fifo_post; /* post: first entry that may have unposted chunks */
   char *bounce;             /* RR_BOUNCE_COUNT * RR_BOUNCE_SIZE, allocated on first use */
   int16_t bounce_free[RR_BOUNCE_COUNT];
   int nbounce_free;
+  int resume_wait;          /* a rollback is under way: post nothing until RESUME_END */
+  uint64_t resume_wait_since_ns;
+  uint32_t resume_wait_epoch; /* waiting for a RESUME_END of an epoch after this one */
+  uint64_t stall_start_ns;  /* when the failure that caused the current rollback was seen */
 
   /* receiver */
   rr_recv_req rreq[RR_NET_MAX_REQUESTS];
   uint32_t recv_seq;        /* sequence number of the next irecv */
+  uint32_t ack_queue[RR_NET_MAX_REQUESTS]; /* acks that could not be posted yet */
+  uint32_t ack_head, ack_pending;
+  uint32_t resume_recv_seq; /* recv_seq when the current rollback began */
+  int resume_cursor;        /* next slot to announce after a rollback; -1 = none, 32 = END */
+  int fail_notice_pending;  /* a FAIL message still has to be posted */
 };
 
 extern const rr_rail_events rr_engine_rail_events;
 
-rr_status rr_engine_init(rr_engine *e, int role, size_t chunk_size);
-/* The engine drives ep from now on (events must be rr_engine_rail_events, arg e). */
-void rr_engine_attach_rail(rr_engine *e, rr_rail_ep *ep);
+rr_status rr_engine_init(rr_engine *e, const rr_engine_config *cfg);
+/* Add a connected rail; rail 0 is the primary, the rest backups in chain order.
+ * The endpoint's events must be rr_engine_rail_events with arg e. */
+rr_status rr_engine_add_rail(rr_engine *e, rr_rail_ep *ep, int weight, const char *ifname,
+                             const char *peer_addr);
 void rr_engine_fini(rr_engine *e);
 
 rr_status rr_engine_isend(rr_engine *e, void *data, size_t size, int tag, rr_mr *mr,
@@ -113,5 +182,44 @@ rr_status rr_engine_isend(rr_engine *e, void *data, size_t size, int tag, rr_mr 
 rr_status rr_engine_irecv(rr_engine *e, int n, void **data, const size_t *sizes,
                           const int *tags, rr_mr **mrs, void **request);
 rr_status rr_engine_test(void *request, int *done, size_t *sizes);
+
+/* Drive an engine nobody else is driving (the background thread): answers
+ * the peer and notices failures while NCCL has nothing to ask of it.
+ * Returns without waiting when another thread holds the engine. */
+void rr_engine_background(rr_engine *e, uint64_t now_ns);
+
+/* ---- shared between the engine's files ---------------------------------- */
+
+rr_status engine_fail(rr_engine *e, rr_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* One pass: rails, health, outbox. Caller holds the lock. */
+rr_status engine_progress(rr_engine *e);
+/* Post a control message on the control rail (lowest ACTIVE). RR_AGAIN when
+ * it cannot go now. */
+rr_status engine_post_ctrl(rr_engine *e, const void *msg, uint32_t len);
+int engine_control_rail(const rr_engine *e);
+int engine_outstanding(const rr_engine *e);
+
+/* engine_rails.c */
+void engine_rails_tick(rr_engine *e, uint64_t now);
+void engine_rail_set_state(rr_engine *e, int r, rr_rail_state st, const char *why);
+const char *engine_rail_state_str(rr_rail_state st);
+uint32_t engine_down_mask(const rr_engine *e);
+int engine_rail_usable(const rr_engine *e, int r);
+
+/* engine_send.c */
+rr_status engine_send_post(rr_engine *e);
+rr_status engine_send_on_ctrl(rr_engine *e, const void *msg, uint32_t len);
+rr_status engine_send_on_write_done(rr_engine *e, uint64_t wr_id);
+void engine_send_rail_lost(rr_engine *e);
+rr_status engine_send_test(rr_send_req *r, int *done, size_t *sizes);
+
+/* engine_recv.c */
+int engine_recv_write_begin(rr_engine *e, uint32_t imm);
+rr_status engine_recv_write(rr_engine *e, uint32_t imm, uint32_t len);
+rr_status engine_recv_on_ctrl(rr_engine *e, const void *msg, uint32_t len);
+rr_status engine_recv_outbox(rr_engine *e);
+void engine_recv_rollback(rr_engine *e);
+rr_status engine_recv_test(rr_recv_req *r, int *done, size_t *sizes);
 
 #endif

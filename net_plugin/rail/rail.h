@@ -6,10 +6,12 @@
  * clear-to-send; the sender issues one-sided writes carrying 32-bit immediate
  * data into those buffers; small control messages travel separately. No byte
  * stream semantics leak upwards, so the same engine drives verbs and TCP and
- * can replay chunks on another rail after a failure.
+ * replays chunks on another rail after a failure. Every decision (which rail,
+ * when to fail over, what to replay) is the engine's; a rail only moves bytes
+ * and reports what it sees.
  *
- * Completions are delivered through callbacks from poll(), on the thread that
- * polls; pointers handed to a callback are valid only during the call. */
+ * Completions are delivered through callbacks from progress(), on the thread
+ * that calls it; pointers handed to a callback are valid only during the call. */
 #ifndef RERAIL_RAIL_H
 #define RERAIL_RAIL_H
 #include <stddef.h>
@@ -39,11 +41,15 @@ typedef struct rr_write_wr {
   uint32_t imm;            /* delivered with the data to on_write_recv */
 } rr_write_wr;
 
-/* Engine callbacks, called from ops->poll(). Returning a failure status from
- * a callback makes poll() stop and return it (a protocol violation, say). */
+/* Engine callbacks, called from ops->progress(). Returning a failure status
+ * from a callback makes progress() stop and return it. */
 typedef struct rr_rail_events {
   /* The local write wr_id has left this host's hands (buffer reusable by the rail). */
   rr_status (*on_write_done)(void *arg, uint64_t wr_id);
+  /* A write from the peer is about to land: return 0 to have the rail discard
+   * it (a fenced epoch), non-zero to let it land. Rails that cannot see a
+   * write before it lands (verbs) fence by other means and may skip this. */
+  int (*on_write_begin)(void *arg, uint32_t imm);
   /* A write from the peer has fully landed in our memory. */
   rr_status (*on_write_recv)(void *arg, uint32_t imm, uint32_t len);
   /* A control message from the peer. */
@@ -57,12 +63,22 @@ struct rr_rail_ops {
   const char *name;
   /* Queue a write. RR_AGAIN when the send queue is full (retry later). */
   rr_status (*post_write)(rr_rail_ep *ep, const rr_write_wr *wr);
-  /* Queue a control message (copied). Never RR_AGAIN: rails size their control
-   * queue for the engine's bound (two per request slot). */
+  /* Queue a control message (copied). RR_AGAIN when its queue is full. */
   rr_status (*post_ctrl)(rr_rail_ep *ep, const void *msg, uint32_t len);
   /* Move bytes: transmit what is queued, deliver what arrived through the
-   * event callbacks. Returns RR_OK, or the failure that broke the rail. */
+   * event callbacks. Returns RR_OK, or the failure that broke the rail for
+   * good (the engine never uses a broken endpoint again). */
   rr_status (*progress)(rr_rail_ep *ep);
+  /* Fence: drop every queued frame not yet started, and discard the rest of
+   * any incoming write not yet landed. After fence() returns, nothing issued
+   * before it lands in registered memory on either side. */
+  void (*fence)(rr_rail_ep *ep);
+  /* Bytes queued for transmission and not yet handed to the wire. */
+  size_t (*backlog)(rr_rail_ep *ep);
+  /* The latest time (rr_now_ns) at which the path to the peer was seen to
+   * work in both directions: bytes received, or the peer acknowledging
+   * bytes we sent (for TCP, the kernel's ACKs). */
+  uint64_t (*last_alive_ns)(rr_rail_ep *ep, uint64_t now_ns);
   /* Release everything; the endpoint is gone afterwards. */
   void (*destroy)(rr_rail_ep *ep);
 };

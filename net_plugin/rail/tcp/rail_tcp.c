@@ -10,9 +10,12 @@
  * Control messages use stream 0. Frames of one stream arrive in order; the
  * engine relies on no order across streams. */
 #include "rail_tcp.h"
+#include "rr_clock.h"
 #include "rr_log.h"
 #include "tcp_frame.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +37,9 @@ typedef struct tcp_tx {
   uint64_t wr_id;
 } tcp_tx;
 
-typedef enum rx_state { RX_HEADER, RX_DIRECT } rx_state;
+/* RX_SINK reads a write's payload into a scratch buffer and forgets it: the
+ * engine refused it (a fenced epoch) or a fence cut it off mid-way. */
+typedef enum rx_state { RX_HEADER, RX_DIRECT, RX_SINK } rx_state;
 
 typedef struct tcp_stream {
   int fd;
@@ -42,6 +47,7 @@ typedef struct tcp_stream {
   tcp_tx tx[TX_DEPTH];
   uint32_t tx_head, tx_tail;  /* free-running; tail - head = queued */
   uint32_t writes_queued;
+  size_t queued_bytes;        /* header+payload bytes not yet handed to the kernel */
   char ctrl_buf[CTRL_SLOTS][RR_RAIL_CTRL_MAX];
   int16_t ctrl_free[CTRL_SLOTS];
   int nctrl_free;
@@ -59,7 +65,9 @@ typedef struct tcp_ep {
   int nstreams;
   uint32_t next_stream;     /* round-robin cursor for writes */
   rr_status failed;         /* sticky: first failure */
+  uint64_t last_rx_ns;      /* last time any byte arrived */
   tcp_stream *streams[RR_TCP_MAX_STREAMS];
+  char sink[65536];         /* discarded payloads land here */
 } tcp_ep;
 
 static tcp_ep *to_tcp(rr_rail_ep *ep) { return rr_container_of(ep, tcp_ep, base); }
@@ -117,6 +125,7 @@ static rr_status tcp_post_write(rr_rail_ep *rep, const rr_write_wr *wr) {
   t->ctrl_slot = -1;
   t->wr_id = wr->wr_id;
   s->writes_queued++;
+  s->queued_bytes += sizeof t->hdr + wr->len;
   return RR_OK;
 }
 
@@ -125,9 +134,9 @@ static rr_status tcp_post_ctrl(rr_rail_ep *rep, const void *msg, uint32_t len) {
   if (ep->failed) return ep->failed;
   if (len > RR_RAIL_CTRL_MAX) return RR_ERR_INVALID;
   tcp_stream *s = ep->streams[0];
-  if (s->nctrl_free == 0) return ep_fail(ep, RR_ERR_INTERNAL, "control queue overflow", 0);
+  if (s->nctrl_free == 0) return RR_AGAIN;
   tcp_tx *t = tx_push(s);
-  if (!t) return ep_fail(ep, RR_ERR_INTERNAL, "transmit queue overflow", 0);
+  if (!t) return RR_AGAIN;
   int16_t slot = s->ctrl_free[--s->nctrl_free];
   memcpy(s->ctrl_buf[slot], msg, len);
   t->hdr = (tcp_frame_hdr){.type = TCP_FRAME_CTRL, .len = len};
@@ -135,6 +144,7 @@ static rr_status tcp_post_ctrl(rr_rail_ep *rep, const void *msg, uint32_t len) {
   t->sent = 0;
   t->ctrl_slot = slot;
   t->wr_id = 0;
+  s->queued_bytes += sizeof t->hdr + len;
   return RR_OK;
 }
 
@@ -165,6 +175,7 @@ static rr_status stream_transmit(tcp_ep *ep, tcp_stream *s) {
     }
     /* Retire what went out completely. */
     size_t left = (size_t)n;
+    s->queued_bytes -= (size_t)n;
     while (left > 0) {
       tcp_tx *t = &s->tx[s->tx_head % TX_DEPTH];
       size_t frame = sizeof t->hdr + t->hdr.len;
@@ -214,6 +225,14 @@ static rr_status parse_staging(tcp_ep *ep, tcp_stream *s) {
     }
     if (h.type != TCP_FRAME_WRITE || h.flags)
       return ep_fail(ep, RR_ERR_PROTOCOL, "unknown frame type", 0);
+    if (!ep->base.events->on_write_begin(ep->base.events_arg, h.imm)) {
+      uint32_t now = body_avail < h.len ? body_avail : h.len;
+      s->stage_off += (uint32_t)sizeof h + now;
+      if (now == h.len) continue;
+      s->rx = RX_SINK;
+      s->direct_left = h.len - now;
+      return RR_OK;
+    }
     char *dst = h.len ? rr_tcp_mr_resolve(h.rkey, h.raddr, h.len) : NULL;
     if (h.len && !dst)
       return ep_fail(ep, RR_ERR_PROTOCOL, "write outside any registered buffer", 0);
@@ -236,6 +255,20 @@ static rr_status parse_staging(tcp_ep *ep, tcp_stream *s) {
 
 static rr_status stream_receive(tcp_ep *ep, tcp_stream *s) {
   for (int rounds = 0; rounds < 64; rounds++) {
+    if (s->rx == RX_SINK) {
+      size_t want = s->direct_left < sizeof ep->sink ? s->direct_left : sizeof ep->sink;
+      ssize_t n = recv(s->fd, ep->sink, want, MSG_DONTWAIT);
+      if (n == 0) return ep_fail(ep, RR_ERR_PEER, "peer closed the connection mid-message", 0);
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return RR_OK;
+        if (errno == EINTR) continue;
+        return ep_fail(ep, classify_errno(errno), "receive failed", errno);
+      }
+      ep->last_rx_ns = rr_now_ns();
+      s->direct_left -= (uint32_t)n;
+      if (s->direct_left == 0) s->rx = RX_HEADER;
+      continue;
+    }
     if (s->rx == RX_DIRECT) {
       ssize_t n = recv(s->fd, s->direct_dst, s->direct_left, MSG_DONTWAIT);
       if (n == 0) return ep_fail(ep, RR_ERR_PEER, "peer closed the connection mid-message", 0);
@@ -244,6 +277,7 @@ static rr_status stream_receive(tcp_ep *ep, tcp_stream *s) {
         if (errno == EINTR) continue;
         return ep_fail(ep, classify_errno(errno), "receive failed", errno);
       }
+      ep->last_rx_ns = rr_now_ns();
       s->direct_dst += n;
       s->direct_left -= (uint32_t)n;
       if (s->direct_left) return RR_OK; /* the socket is drained for now */
@@ -273,6 +307,7 @@ static rr_status stream_receive(tcp_ep *ep, tcp_stream *s) {
       return ep_fail(ep, classify_errno(errno), "receive failed", errno);
     }
     s->stage_len += (uint32_t)n;
+    ep->last_rx_ns = rr_now_ns();
   }
   return RR_OK;
 }
@@ -291,6 +326,48 @@ static rr_status tcp_progress(rr_rail_ep *rep) {
   return RR_OK;
 }
 
+static void tcp_fence(rr_rail_ep *rep) {
+  tcp_ep *ep = to_tcp(rep);
+  for (int i = 0; i < ep->nstreams; i++) {
+    tcp_stream *s = ep->streams[i];
+    /* Incoming: the rest of a write in flight goes to the sink. */
+    if (s->rx == RX_DIRECT) s->rx = RX_SINK;
+    /* Outgoing: a frame partly on the wire must finish (the stream's framing
+     * depends on it); everything behind it is dropped. */
+    uint32_t keep = s->tx_head;
+    if (keep != s->tx_tail && s->tx[keep % TX_DEPTH].sent > 0) keep++;
+    for (uint32_t j = keep; j != s->tx_tail; j++) {
+      tcp_tx *t = &s->tx[j % TX_DEPTH];
+      s->queued_bytes -= sizeof t->hdr + t->hdr.len - t->sent;
+      if (t->ctrl_slot >= 0) s->ctrl_free[s->nctrl_free++] = t->ctrl_slot;
+      else s->writes_queued--;
+    }
+    s->tx_tail = keep;
+  }
+}
+
+static size_t tcp_backlog(rr_rail_ep *rep) {
+  tcp_ep *ep = to_tcp(rep);
+  size_t b = 0;
+  for (int i = 0; i < ep->nstreams; i++) b += ep->streams[i]->queued_bytes;
+  return b;
+}
+
+static uint64_t tcp_last_alive_ns(rr_rail_ep *rep, uint64_t now_ns) {
+  tcp_ep *ep = to_tcp(rep);
+  uint64_t best = ep->last_rx_ns;
+  /* The peer's kernel acknowledging our bytes proves the path both ways even
+   * when the peer process has nothing to say. */
+  for (int i = 0; i < ep->nstreams; i++) {
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    if (getsockopt(ep->streams[i]->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) continue;
+    uint64_t ago = (uint64_t)ti.tcpi_last_ack_recv * 1000000ull;
+    if (ago <= now_ns && now_ns - ago > best) best = now_ns - ago;
+  }
+  return best;
+}
+
 static void tcp_destroy(rr_rail_ep *rep) {
   if (!rep) return;
   tcp_ep *ep = to_tcp(rep);
@@ -306,6 +383,9 @@ const rr_rail_ops rr_tcp_rail_ops = {
     .post_write = tcp_post_write,
     .post_ctrl = tcp_post_ctrl,
     .progress = tcp_progress,
+    .fence = tcp_fence,
+    .backlog = tcp_backlog,
+    .last_alive_ns = tcp_last_alive_ns,
     .destroy = tcp_destroy,
 };
 
@@ -321,6 +401,7 @@ rr_status rr_tcp_ep_create(int dev, const int *fds, int nfds, const rr_rail_even
   if (!ep) goto fail;
   ep->base = (rr_rail_ep){.ops = &rr_tcp_rail_ops, .events = events, .events_arg = events_arg,
                           .dev = dev};
+  ep->last_rx_ns = rr_now_ns();
   for (int i = 0; i < nfds; i++) {
     tcp_stream *s = calloc(1, sizeof *s);
     if (!s) goto fail;

@@ -1,0 +1,168 @@
+/* The background thread: one per process, started with the first
+ * connection. It turns netlink link events into NIC states (a port going
+ * down is known within a millisecond, not after a TCP timeout), and drives
+ * connections NCCL is not calling into, so a failure is noticed, the peer
+ * is answered and a rollback completes even while NCCL waits elsewhere. */
+#include "core_internal.h"
+#include "rr_clock.h"
+#include "rr_health.h"
+#include "rr_log.h"
+
+#include <errno.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <net/if.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#define MAX_ENGINES 4096
+
+static pthread_mutex_t lifecycle_lock = PTHREAD_MUTEX_INITIALIZER; /* start and stop */
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;  /* the engine list */
+static rr_engine **engines;
+static int nengines;
+/* The thread runs while connections exist, and is joined when the last one
+ * closes and when the library is unloaded: NCCL dlclose()s the plugin after
+ * its last communicator, and a thread left running would execute unmapped
+ * code. */
+static pthread_t thread;
+static int started;
+static volatile int stop_requested;
+
+static int link_is_up(unsigned flags) { return (flags & IFF_UP) && (flags & IFF_RUNNING); }
+
+static void set_link(int dev, int up, const char *why) {
+  rr_link_state st = up ? RR_LINK_UP : RR_LINK_DOWN;
+  if (rr_health_nic_get(dev) == st) return;
+  rr_health_nic_state(dev, rr_core_devices()->nif[dev].name, st, why);
+}
+
+static int dev_by_name(const char *name) {
+  const rr_devices *d = rr_core_devices();
+  for (int i = 0; i < d->count; i++)
+    if (!strcmp(d->nif[i].name, name)) return i;
+  return -1;
+}
+
+/* Initial states: whatever the interfaces say now. */
+static void read_initial_links(void) {
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  const rr_devices *d = rr_core_devices();
+  for (int i = 0; i < d->count; i++) {
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof ifr);
+    snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", d->nif[i].name);
+    if (ioctl(fd, SIOCGIFFLAGS, &ifr) == 0)
+      set_link(i, link_is_up((unsigned)ifr.ifr_flags), "link state when monitoring began");
+  }
+  close(fd);
+}
+
+static int netlink_open(void) {
+  int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_ROUTE);
+  if (fd < 0) return -1;
+  struct sockaddr_nl sa = {.nl_family = AF_NETLINK, .nl_groups = RTMGRP_LINK};
+  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static void netlink_drain(int fd) {
+  char buf[8192] __attribute__((aligned(4)));
+  for (;;) {
+    ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n <= 0) return;
+    for (struct nlmsghdr *h = (struct nlmsghdr *)buf; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+      if (h->nlmsg_type != RTM_NEWLINK && h->nlmsg_type != RTM_DELLINK) continue;
+      struct ifinfomsg *ifi = NLMSG_DATA(h);
+      int len = (int)IFLA_PAYLOAD(h);
+      for (struct rtattr *a = IFLA_RTA(ifi); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+        if (a->rta_type != IFLA_IFNAME) continue;
+        int dev = dev_by_name((const char *)RTA_DATA(a));
+        if (dev < 0) break;
+        int up = h->nlmsg_type == RTM_NEWLINK && link_is_up(ifi->ifi_flags);
+        set_link(dev, up, up ? "link up (netlink)" : "link down (netlink)");
+        break;
+      }
+    }
+  }
+}
+
+static void *monitor_main(void *arg) {
+  (void)arg;
+  int nl = netlink_open();
+  if (nl < 0) RR_WARN("netlink unavailable (%s): link failures are found by timeouts only", strerror(errno));
+  read_initial_links();
+  for (;;) {
+    pthread_mutex_lock(&registry_lock);
+    int busy = nengines > 0;
+    pthread_mutex_unlock(&registry_lock);
+    struct pollfd p = {.fd = nl, .events = POLLIN};
+    int timeout_ms = busy ? 1 : 50;
+    if (nl >= 0) poll(&p, 1, timeout_ms);
+    else usleep((useconds_t)timeout_ms * 1000);
+    if (nl >= 0 && (p.revents & POLLIN)) netlink_drain(nl);
+    uint64_t now = rr_now_ns();
+    pthread_mutex_lock(&registry_lock);
+    int stop = stop_requested;
+    for (int i = 0; i < nengines && !stop; i++) rr_engine_background(engines[i], now);
+    pthread_mutex_unlock(&registry_lock);
+    if (stop) break;
+  }
+  if (nl >= 0) close(nl);
+  return NULL;
+}
+
+/* Caller holds registry_lock. */
+static void monitor_start_locked(void) {
+  if (!engines) engines = calloc(MAX_ENGINES, sizeof *engines);
+  stop_requested = 0;
+  if (engines && pthread_create(&thread, NULL, monitor_main, NULL) == 0) started = 1;
+  else RR_WARN("cannot start the monitor thread: failures are found only while NCCL calls in");
+}
+
+/* Caller holds lifecycle_lock. */
+static void monitor_stop_locked(void) {
+  pthread_mutex_lock(&registry_lock);
+  int join = started;
+  stop_requested = 1;
+  started = 0;
+  pthread_mutex_unlock(&registry_lock);
+  if (join) pthread_join(thread, NULL);
+}
+
+void rr_monitor_add(rr_engine *e) {
+  pthread_mutex_lock(&lifecycle_lock);
+  pthread_mutex_lock(&registry_lock);
+  if (!started) monitor_start_locked();
+  if (engines && nengines < MAX_ENGINES) engines[nengines++] = e;
+  pthread_mutex_unlock(&registry_lock);
+  pthread_mutex_unlock(&lifecycle_lock);
+}
+
+void rr_monitor_remove(rr_engine *e) {
+  pthread_mutex_lock(&lifecycle_lock);
+  pthread_mutex_lock(&registry_lock);
+  for (int i = 0; i < nengines; i++)
+    if (engines[i] == e) {
+      engines[i] = engines[--nengines];
+      break;
+    }
+  int last = nengines == 0;
+  pthread_mutex_unlock(&registry_lock);
+  if (last) monitor_stop_locked();
+  pthread_mutex_unlock(&lifecycle_lock);
+}
+
+__attribute__((destructor)) static void monitor_unload(void) {
+  pthread_mutex_lock(&lifecycle_lock);
+  monitor_stop_locked();
+  pthread_mutex_unlock(&lifecycle_lock);
+}

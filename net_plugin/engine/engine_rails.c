@@ -1,0 +1,188 @@
+/* Rail health inside a connection: the rail state machine, failure
+ * detection (broken endpoints, local link state, silence followed by a
+ * probe), and fail-back with hysteresis.
+ *
+ *   ACTIVE --(endpoint broke)-----------------------------> DEAD (final)
+ *   ACTIVE --(link down | silent for δ | peer says down)--> DOWN
+ *   DOWN ---(signs of life after the failure)-------------> RECOVERING
+ *   RECOVERING --(alive for the hold time)----------------> ACTIVE (fail-back)
+ *   RECOVERING --(silent again | link down)---------------> DOWN
+ *
+ * The hold time doubles with each failure of the same rail within 10 s (up
+ * to 64x), so a port flapping every 200 ms never gets traffic back. */
+#include "engine.h"
+#include "rr_clock.h"
+#include "rr_health.h"
+#include "rr_log.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define MS 1000000ull
+#define FLAP_WINDOW_NS (10000 * MS)
+#define RECOVERY_PROBE_NS (50 * MS)
+
+static const char *const rail_state_names[RR_RAIL_NSTATES] = {
+    [RR_RAIL_ACTIVE] = "active",
+    [RR_RAIL_DOWN] = "down",
+    [RR_RAIL_RECOVERING] = "recovering",
+    [RR_RAIL_DEAD] = "dead",
+};
+_Static_assert(sizeof rail_state_names / sizeof *rail_state_names == RR_RAIL_NSTATES,
+               "a name for every rail state");
+
+/* How each rail state is published in the health table. */
+static const rr_link_state rail_health_state[RR_RAIL_NSTATES] = {
+    [RR_RAIL_ACTIVE] = RR_LINK_UP,
+    [RR_RAIL_DOWN] = RR_LINK_DOWN,
+    [RR_RAIL_RECOVERING] = RR_LINK_RECOVERING,
+    [RR_RAIL_DEAD] = RR_LINK_DOWN,
+};
+
+int engine_rail_usable(const rr_engine *e, int r) { return e->rails[r].state == RR_RAIL_ACTIVE; }
+
+uint32_t engine_down_mask(const rr_engine *e) {
+  uint32_t m = 0;
+  for (int i = 0; i < e->nrails; i++)
+    if (!engine_rail_usable(e, i)) m |= 1u << i;
+  return m;
+}
+
+static void report(rr_engine *e, int r, rr_health_event_kind kind, int to) {
+  engine_rail *rl = &e->rails[r];
+  rr_health_event ev = {.kind = kind, .dev = rl->ep->dev, .to_dev = to >= 0 ? e->rails[to].ep->dev : -1,
+                        .state = rail_health_state[rl->state]};
+  snprintf(ev.ifname, sizeof ev.ifname, "%s", rl->ifname);
+  if (to >= 0) snprintf(ev.to_ifname, sizeof ev.to_ifname, "%s", e->rails[to].ifname);
+  snprintf(ev.peer, sizeof ev.peer, "%s", e->cfg.peer);
+  snprintf(ev.reason, sizeof ev.reason, "%s %s: %s", e->cfg.role == RR_ENGINE_SEND ? "send" : "recv",
+           rl->name, rl->why);
+  rr_health_report(&ev);
+}
+
+/* No rail can carry traffic: fail now if none can ever come back, else give
+ * them the progress timeout to heal. */
+static void check_rails_left(rr_engine *e, uint64_t now) {
+  if (engine_control_rail(e) >= 0) {
+    e->no_rail_since_ns = 0;
+    return;
+  }
+  if (!e->no_rail_since_ns) e->no_rail_since_ns = now;
+  int all_dead = 1, peer_closed = 1;
+  for (int i = 0; i < e->nrails; i++) {
+    all_dead &= e->rails[i].state == RR_RAIL_DEAD;
+    peer_closed &= e->rails[i].state == RR_RAIL_DEAD && strstr(e->rails[i].why, "peer") != NULL;
+  }
+  if (!all_dead && now - e->no_rail_since_ns <= e->cfg.progress_timeout_ns) return;
+  char list[200] = "";
+  size_t off = 0;
+  for (int i = 0; i < e->nrails && off < sizeof list; i++)
+    off += (size_t)snprintf(list + off, sizeof list - off, "%s%s: %s", i ? "; " : "",
+                            e->rails[i].name, e->rails[i].why);
+  if (peer_closed)
+    engine_fail(e, RR_ERR_PEER, "the peer closed every rail (did its process die?): %s", list);
+  else
+    engine_fail(e, RR_ERR_RAIL, "no rail left: %s", list);
+}
+
+void engine_rail_set_state(rr_engine *e, int r, rr_rail_state st, const char *why) {
+  engine_rail *rl = &e->rails[r];
+  rr_rail_state old = rl->state;
+  if (old == st || old == RR_RAIL_DEAD) return;
+  uint64_t now = rr_now_ns();
+  rl->state = st;
+  rl->state_since_ns = now;
+  snprintf(rl->why, sizeof rl->why, "%s", why);
+  if (old == RR_RAIL_ACTIVE) {
+    rl->recent_failures = now - rl->last_failure_ns < FLAP_WINDOW_NS ? rl->recent_failures + 1 : 1;
+    rl->last_failure_ns = now;
+    report(e, r, RR_HEV_RAIL_STATE, -1);
+    rl->ep->ops->fence(rl->ep);
+    if (e->cfg.role == RR_ENGINE_RECV) engine_recv_rollback(e);
+    else engine_send_rail_lost(e);
+  } else if (st == RR_RAIL_ACTIVE) {
+    report(e, r, RR_HEV_FAILBACK, r);
+  } else {
+    report(e, r, RR_HEV_RAIL_STATE, -1);
+  }
+  check_rails_left(e, now);
+}
+
+static void probe(rr_engine *e, int r, uint64_t now) {
+  engine_rail *rl = &e->rails[r];
+  /* One probe at a time: a dead rail must not pile them up. */
+  if (rl->ep->ops->backlog(rl->ep) > 0) return;
+  engine_probe p = {.type = ENGINE_CTRL_PROBE, .rail = (uint8_t)r};
+  if (rl->ep->ops->post_ctrl(rl->ep, &p, sizeof p) == RR_OK) rl->last_probe_ns = now;
+}
+
+static uint64_t hold_ns(const rr_engine *e, const engine_rail *rl) {
+  uint32_t shift = rl->recent_failures > 1 ? rl->recent_failures - 1 : 0;
+  if (shift > 6) shift = 6;
+  return e->cfg.failback_hold_ns << shift;
+}
+
+void engine_rails_tick(rr_engine *e, uint64_t now) {
+  int busy = engine_outstanding(e);
+  if (busy && !e->busy)
+    for (int i = 0; i < e->nrails; i++) e->rails[i].watch_since_ns = now;
+  e->busy = busy;
+  uint64_t delta = e->cfg.progress_timeout_ns;
+  uint64_t recovery_probe = delta / 4 < RECOVERY_PROBE_NS ? delta / 4 : RECOVERY_PROBE_NS;
+  for (int i = 0; i < e->nrails && !e->failed; i++) {
+    engine_rail *rl = &e->rails[i];
+    if (rl->state == RR_RAIL_DEAD) continue;
+    if (rr_health_nic_get(rl->ep->dev) == RR_LINK_DOWN) {
+      if (rl->state != RR_RAIL_DOWN) engine_rail_set_state(e, i, RR_RAIL_DOWN, "local link down");
+      continue;
+    }
+    /* Asking the rail costs a system call per socket: only when in doubt. */
+    if (now - rl->last_alive_ns > delta / 8 || rl->state != RR_RAIL_ACTIVE) {
+      uint64_t a = rl->ep->ops->last_alive_ns(rl->ep, now);
+      if (a > rl->last_alive_ns) rl->last_alive_ns = a;
+    }
+    switch (rl->state) {
+    case RR_RAIL_ACTIVE: {
+      if (!busy) break; /* an idle connection is not judged */
+      uint64_t since = rl->last_alive_ns > rl->watch_since_ns ? rl->last_alive_ns : rl->watch_since_ns;
+      uint64_t quiet = now > since ? now - since : 0;
+      if (quiet > delta) {
+        char why[64];
+        snprintf(why, sizeof why, "silent for %llu ms", (unsigned long long)(quiet / MS));
+        engine_rail_set_state(e, i, RR_RAIL_DOWN, why);
+      } else if (quiet > delta / 4 && now - rl->last_probe_ns > delta / 4) {
+        probe(e, i, now);
+      }
+      break;
+    }
+    case RR_RAIL_DOWN:
+      if (now - rl->last_probe_ns > recovery_probe) probe(e, i, now);
+      if (rl->last_alive_ns > rl->state_since_ns) {
+        rl->healthy_since_ns = rl->last_alive_ns;
+        engine_rail_set_state(e, i, RR_RAIL_RECOVERING, "signs of life");
+      }
+      break;
+    case RR_RAIL_RECOVERING:
+      if (now - rl->last_probe_ns > recovery_probe) probe(e, i, now);
+      if (now - rl->last_alive_ns > 3 * recovery_probe + 20 * MS) {
+        engine_rail_set_state(e, i, RR_RAIL_DOWN, "silent again while recovering");
+      } else if (now - rl->healthy_since_ns >= hold_ns(e, rl)) {
+        engine_rail_set_state(e, i, RR_RAIL_ACTIVE, "healthy for the hold time");
+      }
+      break;
+    default:
+      break;
+    }
+  }
+  if (!e->failed) check_rails_left(e, now);
+  /* A rollback request that got no answer: ask again (it may have gone down
+   * with a rail). */
+  if (e->resume_wait && now - e->resume_wait_since_ns > delta / 2) {
+    e->fail_notice_pending = 1;
+    e->resume_wait_since_ns = now;
+  }
+}
+
+const char *engine_rail_state_str(rr_rail_state st) {
+  return st < RR_RAIL_NSTATES ? rail_state_names[st] : "?";
+}
