@@ -69,8 +69,10 @@ void rr_health_report(rr_health_event *ev) {
   }
   if (ev->kind == RR_HEV_NIC_STATE && ev->dev >= 0 && ev->dev < MAX_NICS)
     atomic_store(&nic_state[ev->dev], (int)ev->state);
+  /* Rail states change per connection (many of them per NIC): INFO. What an
+   * operator must see is the NIC going down, the failover and a hard error. */
   int warn = ev->kind == RR_HEV_FAILOVER || ev->kind == RR_HEV_ERROR ||
-             ((ev->kind == RR_HEV_NIC_STATE || ev->kind == RR_HEV_RAIL_STATE) && ev->state == RR_LINK_DOWN);
+             (ev->kind == RR_HEV_NIC_STATE && ev->state == RR_LINK_DOWN);
   char what[160];
   switch (ev->kind) {
   case RR_HEV_FAILOVER:

@@ -105,7 +105,7 @@ static void *monitor_main(void *arg) {
     int busy = nengines > 0;
     pthread_mutex_unlock(&registry_lock);
     struct pollfd p = {.fd = nl, .events = POLLIN};
-    int timeout_ms = busy ? 1 : 50;
+    int timeout_ms = busy ? 5 : 50;
     if (nl >= 0) poll(&p, 1, timeout_ms);
     else usleep((useconds_t)timeout_ms * 1000);
     if (nl >= 0 && (p.revents & POLLIN)) netlink_drain(nl);

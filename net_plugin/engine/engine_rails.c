@@ -164,7 +164,8 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
       break;
     case RR_RAIL_RECOVERING:
       if (now - rl->last_probe_ns > recovery_probe) probe(e, i, now);
-      if (now - rl->last_alive_ns > 3 * recovery_probe + 20 * MS) {
+      /* TCP retransmission backoff after an outage leaves gaps: tolerate δ/2. */
+      if (now - rl->last_alive_ns > delta / 2) {
         engine_rail_set_state(e, i, RR_RAIL_DOWN, "silent again while recovering");
       } else if (now - rl->healthy_since_ns >= hold_ns(e, rl)) {
         engine_rail_set_state(e, i, RR_RAIL_ACTIVE, "healthy for the hold time");

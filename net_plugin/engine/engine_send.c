@@ -187,8 +187,12 @@ static void on_resume_end(rr_engine *e, const engine_resume_end *m) {
     uint64_t stall = e->stall_start_ns ? rr_now_ns() - e->stall_start_ns : 0;
     e->stall_start_ns = 0;
     int to = engine_control_rail(e);
-    rr_health_event ev = {.kind = RR_HEV_FAILOVER, .dev = e->rails[0].ep->dev,
+    int from = 0; /* the preferred rail that is not in use now */
+    while (from < e->nrails - 1 && engine_rail_usable(e, from) && from != to) from++;
+    rr_health_event ev = {.kind = RR_HEV_FAILOVER, .dev = e->rails[from].ep->dev,
                           .to_dev = to >= 0 ? e->rails[to].ep->dev : -1, .stall_ns = stall};
+    snprintf(ev.ifname, sizeof ev.ifname, "%s", e->rails[from].ifname);
+    if (to >= 0) snprintf(ev.to_ifname, sizeof ev.to_ifname, "%s", e->rails[to].ifname);
     snprintf(ev.peer, sizeof ev.peer, "%s", e->cfg.peer);
     snprintf(ev.reason, sizeof ev.reason, "send side resumed in epoch %u on %s", m->epoch,
              to >= 0 ? e->rails[to].name : "?");

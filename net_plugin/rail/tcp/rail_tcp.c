@@ -28,6 +28,9 @@
 #define WRITE_DEPTH (TX_DEPTH - CTRL_SLOTS)
 #define IOV_BATCH 32          /* iovecs per sendmsg */
 #define STAGING_SIZE 8192     /* receive staging: headers and small payloads */
+/* Bytes one progress call moves per stream and direction: enough to keep a
+ * fast link busy, small enough that no NCCL call is held for long. */
+#define PROGRESS_BUDGET (4u << 20)
 
 typedef struct tcp_tx {
   tcp_frame_hdr hdr;
@@ -150,7 +153,8 @@ static rr_status tcp_post_ctrl(rr_rail_ep *rep, const void *msg, uint32_t len) {
 
 /* Hand as many queued frames as the socket takes to the kernel. */
 static rr_status stream_transmit(tcp_ep *ep, tcp_stream *s) {
-  while (s->tx_head != s->tx_tail) {
+  size_t moved = 0;
+  while (s->tx_head != s->tx_tail && moved < PROGRESS_BUDGET) {
     struct iovec iov[IOV_BATCH];
     int niov = 0;
     size_t attempted = 0;
@@ -174,6 +178,7 @@ static rr_status stream_transmit(tcp_ep *ep, tcp_stream *s) {
       return ep_fail(ep, classify_errno(errno), "send failed", errno);
     }
     /* Retire what went out completely. */
+    moved += (size_t)n;
     size_t left = (size_t)n;
     s->queued_bytes -= (size_t)n;
     while (left > 0) {
@@ -254,7 +259,8 @@ static rr_status parse_staging(tcp_ep *ep, tcp_stream *s) {
 }
 
 static rr_status stream_receive(tcp_ep *ep, tcp_stream *s) {
-  for (int rounds = 0; rounds < 64; rounds++) {
+  size_t moved = 0;
+  for (int rounds = 0; rounds < 64 && moved < PROGRESS_BUDGET; rounds++) {
     if (s->rx == RX_SINK) {
       size_t want = s->direct_left < sizeof ep->sink ? s->direct_left : sizeof ep->sink;
       ssize_t n = recv(s->fd, ep->sink, want, MSG_DONTWAIT);
@@ -278,6 +284,7 @@ static rr_status stream_receive(tcp_ep *ep, tcp_stream *s) {
         return ep_fail(ep, classify_errno(errno), "receive failed", errno);
       }
       ep->last_rx_ns = rr_now_ns();
+      moved += (size_t)n;
       s->direct_dst += n;
       s->direct_left -= (uint32_t)n;
       if (s->direct_left) return RR_OK; /* the socket is drained for now */
