@@ -53,12 +53,23 @@ rr_status rr_engine_add_rail(rr_engine *e, rr_rail_ep *ep, int weight, const cha
   snprintf(r->ifname, sizeof r->ifname, "%s", ifname ? ifname : "?");
   snprintf(r->name, sizeof r->name, "rail%d (%.15s -> %.40s)", idx, ifname ? ifname : "?", peer_addr ? peer_addr : "?");
   snprintf(r->why, sizeof r->why, "up");
+  /* A sender's rails record what they send, a receiver's what lands. */
+  rr_tel_rail *t = rr_tel_rail_open(ep->dev, ifname, peer_addr, idx,
+                                    e->cfg.role == RR_ENGINE_SEND ? RR_TEL_TX : RR_TEL_RX);
+  if (e->cfg.role == RR_ENGINE_SEND) ep->tel_tx = t;
+  else ep->tel_rx = t;
   return RR_OK;
 }
 
 void rr_engine_fini(rr_engine *e) {
-  for (int i = 0; i < e->nrails; i++)
-    if (e->rails[i].ep) e->rails[i].ep->ops->destroy(e->rails[i].ep);
+  for (int i = 0; i < e->nrails; i++) {
+    rr_rail_ep *ep = e->rails[i].ep;
+    if (!ep) continue;
+    rr_tel_rail *tx = ep->tel_tx, *rx = ep->tel_rx;
+    ep->ops->destroy(ep);
+    rr_tel_rail_close(tx);
+    rr_tel_rail_close(rx);
+  }
   e->nrails = 0;
   free(e->bounce);
   e->bounce = NULL;

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "rr_status.h"
+#include "rr_telemetry.h"
 
 typedef struct rr_rail_ep rr_rail_ep;
 typedef struct rr_rail_ops rr_rail_ops;
@@ -90,6 +91,9 @@ struct rr_rail_ep {
   const rr_rail_events *events;
   void *events_arg;
   int dev;                 /* rerail device index of the local NIC */
+  /* Telemetry recorders the owner installs (NULL when off): the rail records
+   * every write it sends and every write that lands, with rr_tel_record(). */
+  rr_tel_rail *tel_tx, *tel_rx;
 };
 
 #define rr_container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))

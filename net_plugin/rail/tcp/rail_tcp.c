@@ -12,6 +12,7 @@
 #include "rail_tcp.h"
 #include "rr_clock.h"
 #include "rr_log.h"
+#include "rr_telemetry.h"
 #include "tcp_frame.h"
 
 #include <netinet/in.h>
@@ -38,6 +39,7 @@ typedef struct tcp_tx {
   uint32_t sent;              /* bytes of hdr+payload already handed to the kernel */
   int16_t ctrl_slot;          /* -1 for writes */
   uint64_t wr_id;
+  uint64_t post_ns;           /* writes: for telemetry */
 } tcp_tx;
 
 /* RX_SINK reads a write's payload into a scratch buffer and forgets it: the
@@ -61,6 +63,7 @@ typedef struct tcp_stream {
   char *direct_dst;               /* RX_DIRECT: where the rest of the payload goes */
   uint32_t direct_left;
   uint32_t direct_imm, direct_len;
+  uint64_t direct_start_ns;       /* when the write being read began to arrive */
 } tcp_stream;
 
 typedef struct tcp_ep {
@@ -127,6 +130,7 @@ static rr_status tcp_post_write(rr_rail_ep *rep, const rr_write_wr *wr) {
   t->sent = 0;
   t->ctrl_slot = -1;
   t->wr_id = wr->wr_id;
+  t->post_ns = ep->base.tel_tx ? rr_now_ns() : 0;
   s->writes_queued++;
   s->queued_bytes += sizeof t->hdr + wr->len;
   return RR_OK;
@@ -195,6 +199,7 @@ static rr_status stream_transmit(tcp_ep *ep, tcp_stream *s) {
         s->ctrl_free[s->nctrl_free++] = t->ctrl_slot;
       } else {
         s->writes_queued--;
+        if (ep->base.tel_tx) rr_tel_record(ep->base.tel_tx, t->post_ns, rr_now_ns(), t->hdr.len);
         rr_status st = ep->base.events->on_write_done(ep->base.events_arg, t->wr_id);
         if (st != RR_OK) return ep_fail(ep, st, "write completion rejected", 0);
       }
@@ -204,7 +209,8 @@ static rr_status stream_transmit(tcp_ep *ep, tcp_stream *s) {
   return RR_OK;
 }
 
-static rr_status deliver_write(tcp_ep *ep, uint32_t imm, uint32_t len) {
+static rr_status deliver_write(tcp_ep *ep, uint32_t imm, uint32_t len, uint64_t start_ns) {
+  if (ep->base.tel_rx) rr_tel_record(ep->base.tel_rx, start_ns, rr_now_ns(), len);
   rr_status st = ep->base.events->on_write_recv(ep->base.events_arg, imm, len);
   return st == RR_OK ? RR_OK : ep_fail(ep, st, "write rejected by engine", 0);
 }
@@ -244,8 +250,9 @@ static rr_status parse_staging(tcp_ep *ep, tcp_stream *s) {
     uint32_t now = body_avail < h.len ? body_avail : h.len;
     if (now) memcpy(dst, body, now);
     s->stage_off += (uint32_t)sizeof h + now;
+    uint64_t start = ep->base.tel_rx ? rr_now_ns() : 0;
     if (now == h.len) {
-      rr_status st = deliver_write(ep, h.imm, h.len);
+      rr_status st = deliver_write(ep, h.imm, h.len, start);
       if (st != RR_OK) return st;
       continue;
     }
@@ -254,6 +261,7 @@ static rr_status parse_staging(tcp_ep *ep, tcp_stream *s) {
     s->direct_left = h.len - now;
     s->direct_imm = h.imm;
     s->direct_len = h.len;
+    s->direct_start_ns = start;
     return RR_OK;
   }
 }
@@ -289,7 +297,7 @@ static rr_status stream_receive(tcp_ep *ep, tcp_stream *s) {
       s->direct_left -= (uint32_t)n;
       if (s->direct_left) return RR_OK; /* the socket is drained for now */
       s->rx = RX_HEADER;
-      rr_status st = deliver_write(ep, s->direct_imm, s->direct_len);
+      rr_status st = deliver_write(ep, s->direct_imm, s->direct_len, s->direct_start_ns);
       if (st != RR_OK) return st;
       continue;
     }

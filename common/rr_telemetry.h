@@ -1,0 +1,32 @@
+/* Telemetry recorder: the data path's side.
+ *
+ * Every rail endpoint owns one recorder per direction. The data path calls
+ * rr_tel_record() once per work request (a chunk write or its arrival) with
+ * the post and completion times (rr_now_ns) and the bytes moved. Recording
+ * must stay lock-free and cheap (no system call, no allocation, no lock): it
+ * pushes into a per-recorder single-producer ring that the exporter thread
+ * drains into sliding windows (RERAIL_TELEMETRY_WINDOW requests), latency
+ * percentiles, counters, Prometheus text files, JSON-lines events and anomaly
+ * snapshots (see rr_telemetry.c). With telemetry off, open() returns NULL and
+ * record() on NULL is a single branch. */
+#ifndef RERAIL_COMMON_TELEMETRY_H
+#define RERAIL_COMMON_TELEMETRY_H
+#include <stdint.h>
+
+typedef struct rr_tel_rail rr_tel_rail;
+
+enum rr_tel_dir { RR_TEL_TX = 0, RR_TEL_RX = 1 };
+
+/* A recorder for one rail of one connection. dev/ifname: the local NIC;
+ * peer: the remote address; rail: the rail index inside the connection.
+ * Returns NULL when telemetry is off or cannot be set up (never fatal). */
+rr_tel_rail *rr_tel_rail_open(int dev, const char *ifname, const char *peer, int rail, int dir);
+void rr_tel_rail_close(rr_tel_rail *t);
+
+/* Data path. post_ns <= done_ns. */
+void rr_tel_record_slow(rr_tel_rail *t, uint64_t post_ns, uint64_t done_ns, uint32_t bytes);
+static inline void rr_tel_record(rr_tel_rail *t, uint64_t post_ns, uint64_t done_ns, uint32_t bytes) {
+  if (t) rr_tel_record_slow(t, post_ns, done_ns, bytes);
+}
+
+#endif
