@@ -71,8 +71,8 @@ void rr_health_report(rr_health_event *ev) {
     atomic_store(&nic_state[ev->dev], (int)ev->state);
   /* Rail states change per connection (many of them per NIC): INFO. What an
    * operator must see is the NIC going down, the failover and a hard error. */
-  int warn = ev->kind == RR_HEV_FAILOVER || ev->kind == RR_HEV_ERROR ||
-             (ev->kind == RR_HEV_NIC_STATE && ev->state == RR_LINK_DOWN);
+  int warn = ev->kind == RR_HEV_FAILOVER || ev->kind == RR_HEV_FAILBACK ||
+             ev->kind == RR_HEV_ERROR || ev->kind == RR_HEV_NIC_STATE;
   char what[160];
   switch (ev->kind) {
   case RR_HEV_FAILOVER:

@@ -48,15 +48,17 @@ uint32_t engine_down_mask(const rr_engine *e) {
   return m;
 }
 
+/* An event about rail r (moving traffic from r to rail `to` when to >= 0). */
 static void report(rr_engine *e, int r, rr_health_event_kind kind, int to) {
   engine_rail *rl = &e->rails[r];
   rr_health_event ev = {.kind = kind, .dev = rl->ep->dev, .to_dev = to >= 0 ? e->rails[to].ep->dev : -1,
-                        .state = rail_health_state[rl->state]};
+                        .state = rail_health_state[e->rails[to >= 0 ? to : r].state]};
   snprintf(ev.ifname, sizeof ev.ifname, "%s", rl->ifname);
   if (to >= 0) snprintf(ev.to_ifname, sizeof ev.to_ifname, "%s", e->rails[to].ifname);
   snprintf(ev.peer, sizeof ev.peer, "%s", e->cfg.peer);
+  const engine_rail *about = to >= 0 ? &e->rails[to] : rl;
   snprintf(ev.reason, sizeof ev.reason, "%s %s: %s", e->cfg.role == RR_ENGINE_SEND ? "send" : "recv",
-           rl->name, rl->why);
+           about->name, about->why);
   rr_health_report(&ev);
 }
 
@@ -90,6 +92,7 @@ void engine_rail_set_state(rr_engine *e, int r, rr_rail_state st, const char *wh
   rr_rail_state old = rl->state;
   if (old == st || old == RR_RAIL_DEAD) return;
   uint64_t now = rr_now_ns();
+  int prev_control = engine_control_rail(e);
   rl->state = st;
   rl->state_since_ns = now;
   snprintf(rl->why, sizeof rl->why, "%s", why);
@@ -101,7 +104,9 @@ void engine_rail_set_state(rr_engine *e, int r, rr_rail_state st, const char *wh
     if (e->cfg.role == RR_ENGINE_RECV) engine_recv_rollback(e);
     else engine_send_rail_lost(e);
   } else if (st == RR_RAIL_ACTIVE) {
-    report(e, r, RR_HEV_FAILBACK, r);
+    /* Traffic returns to r when it ranks before the rail in use. */
+    if (prev_control > r) report(e, prev_control, RR_HEV_FAILBACK, r);
+    else report(e, r, RR_HEV_RAIL_STATE, -1);
   } else {
     report(e, r, RR_HEV_RAIL_STATE, -1);
   }
