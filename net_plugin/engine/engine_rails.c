@@ -57,8 +57,8 @@ static void report(rr_engine *e, int r, rr_health_event_kind kind, int to) {
   if (to >= 0) snprintf(ev.to_ifname, sizeof ev.to_ifname, "%s", e->rails[to].ifname);
   snprintf(ev.peer, sizeof ev.peer, "%s", e->cfg.peer);
   const engine_rail *about = to >= 0 ? &e->rails[to] : rl;
-  snprintf(ev.reason, sizeof ev.reason, "%s %s: %s", e->cfg.role == RR_ENGINE_SEND ? "send" : "recv",
-           about->name, about->why);
+  snprintf(ev.reason, sizeof ev.reason, "%s %.40s: %.40s",
+           e->cfg.role == RR_ENGINE_SEND ? "send" : "recv", about->name, about->why);
   rr_health_report(&ev);
 }
 
