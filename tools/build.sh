@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Configure and build rerail into BUILD_DIR (default: build/). Extra args go to cmake.
+set -euo pipefail
+top="$(cd "$(dirname "$0")/.." && pwd)"
+build="${BUILD_DIR:-$top/build}"
+cmake -S "$top" -B "$build" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" "$@" >/dev/null
+cmake --build "$build" -j"$(nproc)"

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Install what building and testing rerail needs on Debian 12 (run as root).
+# CUDA and NCCL are optional: only the GPU end-to-end driver needs them.
+set -euo pipefail
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps.sh: run as root (it uses apt-get)" >&2
+  exit 1
+fi
+pkgs=(build-essential cmake pkg-config libcmocka-dev libnuma-dev libibverbs-dev
+      iproute2 nftables iputils-ping procps python3 prometheus-node-exporter prometheus curl)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# The packaged node_exporter starts a service on install; tests start their own.
+systemctl disable --now prometheus-node-exporter >/dev/null 2>&1 || true
+systemctl disable --now prometheus >/dev/null 2>&1 || true
