@@ -164,5 +164,8 @@ void rr_monitor_remove(rr_engine *e) {
 __attribute__((destructor)) static void monitor_unload(void) {
   pthread_mutex_lock(&lifecycle_lock);
   monitor_stop_locked();
+  free(engines);
+  engines = NULL;
+  nengines = 0;
   pthread_mutex_unlock(&lifecycle_lock);
 }

@@ -36,7 +36,7 @@ rr_status rr_engine_init(rr_engine *e, const rr_engine_config *cfg) {
   for (int i = 0; i < RR_BOUNCE_COUNT; i++) e->bounce_free[i] = (int16_t)i;
   e->nbounce_free = RR_BOUNCE_COUNT;
   e->resume_cursor = -1;
-  e->last_progress_ns = rr_now_ns();
+  atomic_store_explicit(&e->last_progress_ns, rr_now_ns(), memory_order_relaxed);
   return RR_OK;
 }
 
@@ -103,7 +103,7 @@ rr_status engine_post_ctrl(rr_engine *e, const void *msg, uint32_t len) {
 rr_status engine_progress(rr_engine *e) {
   if (e->failed) return e->failed;
   uint64_t now = rr_now_ns();
-  e->last_progress_ns = now;
+  atomic_store_explicit(&e->last_progress_ns, now, memory_order_relaxed);
   if (e->cfg.role == RR_ENGINE_SEND) {
     rr_status st = engine_send_post(e);
     if (st != RR_OK) return engine_fail(e, st, "posting chunks failed");
@@ -144,7 +144,7 @@ rr_status engine_progress(rr_engine *e) {
 void rr_engine_background(rr_engine *e, uint64_t now_ns) {
   /* NCCL drives a connection in use far more often than this; stepping in
    * sooner would only contend for the lock. */
-  if (now_ns - e->last_progress_ns < 10000000) return;
+  if (now_ns - atomic_load_explicit(&e->last_progress_ns, memory_order_relaxed) < 10000000) return;
   if (pthread_mutex_trylock(&e->lock) != 0) return;
   if (!e->failed) engine_progress(e);
   pthread_mutex_unlock(&e->lock);

@@ -19,6 +19,7 @@
 #ifndef RERAIL_ENGINE_H
 #define RERAIL_ENGINE_H
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -133,7 +134,7 @@ struct rr_engine {
   rr_status failed;         /* sticky failure: every later call reports it */
   char failed_why[256];
   uint32_t epoch;
-  uint64_t last_progress_ns;/* when anybody last drove this engine */
+  _Atomic uint64_t last_progress_ns; /* when anybody last drove this engine (read unlocked) */
   uint64_t last_tick_ns;    /* last health check */
   uint64_t no_rail_since_ns;/* no ACTIVE rail since (0 = there is one) */
   int busy;                 /* outstanding requests at the last tick */

@@ -52,6 +52,16 @@ typedef struct hnet_props {
   int max_multi_request_size;
 } hnet_props;
 
+/* NCCL's net attributes (v11+ setNetAttr): hints about coming transfers.
+ * Per direction: max/min concurrent peers, max/min flows per peer;
+ * HNET_ATTR_UNDEF (-1) where unknown. op/algo/proto are bit masks. */
+#define HNET_ATTR_UNDEF (-1)
+typedef struct hnet_net_attr {
+  int32_t send[4];
+  int32_t recv[4];
+  uint32_t op, algo, proto;
+} hnet_net_attr;
+
 typedef struct hnet {
   int version;          /* 8..12: which ncclNetPlugin_vN was bound */
   const char *name;     /* the plugin's own name field */
@@ -80,6 +90,12 @@ typedef struct hnet {
   const void *table;    /* the bound ncclNetPlugin_vN table */
   char path[512];       /* the file dlopen() resolved, for messages */
   uint64_t comm_id;     /* v11+: the commId passed to init() */
+  uintptr_t base;       /* load address of the library (decodes sanitizer traces after dlclose) */
+  /* v11+ setNetAttr(ctx, attr); NULL when the bound version or plugin has none */
+  int (*set_net_attr)(struct hnet *n, hnet_net_attr *attr);
+  /* irecvConsumed(recvComm, n, request) after the receive's buffer was
+   * consumed (the request may be stale); NULL when the plugin has none */
+  int (*irecv_consumed)(struct hnet *n, void *recv_comm, int count, void *request);
 } hnet;
 
 /* Load a plugin by NCCL's naming rules: name_or_path as NCCL_NET_PLUGIN would

@@ -90,13 +90,17 @@ static rr_status classify_errno(int err) {
   }
 }
 
+/* The engine decides whether a broken endpoint is an error worth a warning
+ * (the peer closing an idle connection is how connections end): here it is
+ * only information. */
 static rr_status ep_fail(tcp_ep *ep, rr_status st, const char *what, int err) {
   if (ep->failed == RR_OK) {
     ep->failed = st;
     if (err)
-      RR_WARN("TCP rail dev %d: %s: %s (%s)", ep->base.dev, what, strerror(err), rr_status_str(st));
+      RR_INFO(RR_SUB_NET, "TCP rail dev %d: %s: %s (%s)", ep->base.dev, what, strerror(err),
+              rr_status_str(st));
     else
-      RR_WARN("TCP rail dev %d: %s (%s)", ep->base.dev, what, rr_status_str(st));
+      RR_INFO(RR_SUB_NET, "TCP rail dev %d: %s (%s)", ep->base.dev, what, rr_status_str(st));
   }
   return ep->failed;
 }

@@ -76,3 +76,12 @@ void *rr_tcp_mr_resolve(uint32_t rkey, uint64_t addr, uint64_t len) {
   pthread_mutex_unlock(&mr_lock);
   return p;
 }
+
+/* NCCL dlclose()s the plugin after its last communicator: give the table back. */
+__attribute__((destructor)) static void tcp_mr_unload(void) {
+  pthread_mutex_lock(&mr_lock);
+  free(slots);
+  slots = NULL;
+  nslots = cap = 0;
+  pthread_mutex_unlock(&mr_lock);
+}

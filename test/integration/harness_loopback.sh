@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The NCCL-faithful harness over loopback: a server and a client process drive
+# libnccl-net-rerail.so the way NCCL's proxy does, with every byte checked.
+#
+# usage: harness_loopback.sh PLUGIN_DIR HARNESS
+#   PLUGIN_DIR  directory holding libnccl-net-rerail.so (put on LD_LIBRARY_PATH)
+#   HARNESS     the rerail-harness executable
+#
+# Cases: each net version 8..12 bound explicitly; the newest one with
+# --bidir --threads (both comm types in each process, one thread per
+# connection); a --duration run (the sender ends the schedule in-band); and
+# three v12 contexts in each process (three communicators) with a server that
+# is slow to accept; a server and a client bound to different versions (v8
+# against v12); a teardown where one side closes 500 ms later (no warnings
+# allowed); and NCCL's library naming rules.
+set -u
+PLUGIN_DIR=${1:?usage: $0 PLUGIN_DIR HARNESS}
+HARNESS=${2:?usage: $0 PLUGIN_DIR HARNESS}
+. "$(dirname "$0")/../harness/harness_lib.sh"
+
+COMMON=(--plugin rerail --conns 3 --iters 48 --seed 7 --timeout 90 --quiet)
+
+# ---- NCCL's naming rules (probe only): a bare name through the search path,
+# a library file name, an absolute path with no search path, a list whose
+# first entry is missing, and a missing plugin that must fail clearly.
+mkdir -p "$WORK/naming"
+naming_ok=1
+probe() {   # probe EXPECTED_EXIT LABEL ARGS...
+  local want=$1 label=$2
+  shift 2
+  "$@" >"$WORK/naming/$label.log" 2>&1
+  local rc=$?
+  if [ "$rc" -ne "$want" ]; then
+    echo "naming[$label]: exit $rc, expected $want"
+    naming_ok=0
+  fi
+}
+probe 0 bare "$HARNESS" --probe --quiet --plugin rerail
+probe 0 libname "$HARNESS" --probe --quiet --plugin libnccl-net-rerail.so
+probe 0 path env LD_LIBRARY_PATH= "$HARNESS" --probe --quiet --plugin "$PLUGIN_DIR/libnccl-net-rerail.so"
+probe 0 list "$HARNESS" --probe --quiet --plugin no_such_plugin_x,rerail
+probe 2 missing "$HARNESS" --probe --quiet --plugin no_such_plugin_x
+grep -q 'libnccl-net-no_such_plugin_x.so' "$WORK/naming/missing.log" || {
+  echo "naming[missing]: the error does not name libnccl-net-no_such_plugin_x.so"
+  naming_ok=0
+}
+for v in 8 9 10 11 12; do
+  probe 0 "v$v" "$HARNESS" --probe --net-version "$v"
+  grep -q "as net v$v\$" "$WORK/naming/v$v.log" || { echo "naming[v$v]: not bound as v$v"; naming_ok=0; }
+done
+if [ $naming_ok -eq 1 ]; then pass naming "name, lib name, path, list, missing; v8..v12 bound"
+else fail naming; fi
+
+for v in 8 9 10 11 12; do
+  run_pair "v$v" "${COMMON[@]}" --net-version "$v"
+  if [ "$SRC" -eq 0 ] && [ "$CRC" -eq 0 ]; then pass "v$v" "$(rate "v$v")"
+  else fail "v$v" "server exit $SRC, client exit $CRC"; fi
+done
+
+run_pair bidir_threads "${COMMON[@]}" --bidir --threads --conns 4
+if [ "$SRC" -eq 0 ] && [ "$CRC" -eq 0 ]; then pass bidir_threads "$(rate bidir_threads)"
+else fail bidir_threads "server exit $SRC, client exit $CRC"; fi
+
+run_pair bidir_threads_v8 "${COMMON[@]}" --bidir --threads --net-version 8 --inflight 3 --group 3
+if [ "$SRC" -eq 0 ] && [ "$CRC" -eq 0 ]; then pass bidir_threads_v8 "$(rate bidir_threads_v8)"
+else fail bidir_threads_v8 "server exit $SRC, client exit $CRC"; fi
+
+run_pair duration --plugin rerail --conns 2 --duration 2 --seed 11 --timeout 90 --quiet --max-size 1M
+if [ "$SRC" -eq 0 ] && [ "$CRC" -eq 0 ]; then pass duration "$(rate duration)"
+else fail duration "server exit $SRC, client exit $CRC"; fi
+
+run_pair contexts "${COMMON[@]}" --bidir --conns 4 --contexts 3 --accept-delay-ms 1500
+if [ "$SRC" -eq 0 ] && [ "$CRC" -eq 0 ]; then pass contexts "3 contexts (v12), slow accept: $(rate contexts)"
+else fail contexts "server exit $SRC, client exit $CRC"; fi
+
+# Ranks tear down at different times: the server closes 500 ms after the
+# client. An orderly close of idle connections must not log warnings.
+S_EXTRA="--close-delay-ms 500" run_pair teardown_quiet --plugin rerail --conns 2 --iters 16 --timeout 90 --quiet
+tw=$(grep -ho '([0-9]* during the orderly teardown)' "$WORK/teardown_quiet"/*.log |
+  awk '{gsub(/[^0-9]/, ""); s += $0} END {print (NR ? s : "x")}')
+if [ "$SRC" -ne 0 ] || [ "$CRC" -ne 0 ]; then fail teardown_quiet "server exit $SRC, client exit $CRC"
+elif [ "${tw:-x}" != 0 ]; then fail teardown_quiet "$tw plugin warning(s) during an orderly teardown"
+else pass teardown_quiet "no warnings when the peer closes first"; fi
+
+S_EXTRA="--net-version 8" C_EXTRA="--net-version 12" \
+  run_pair mixed_v8_v12 "${COMMON[@]}" --conns 2
+if [ "$SRC" -eq 0 ] && [ "$CRC" -eq 0 ]; then pass mixed_v8_v12 "$(rate mixed_v8_v12)"
+else fail mixed_v8_v12 "server exit $SRC, client exit $CRC"; fi
+
+finish
