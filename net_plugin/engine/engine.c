@@ -108,6 +108,7 @@ rr_status engine_progress(rr_engine *e) {
     rr_status st = engine_send_post(e);
     if (st != RR_OK) return engine_fail(e, st, "posting chunks failed");
   }
+  e->ctrl_queued = 0;
   for (int i = 0; i < e->nrails && !e->failed; i++) {
     engine_rail *r = &e->rails[i];
     if (r->state == RR_RAIL_DEAD) continue;

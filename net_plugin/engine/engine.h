@@ -139,6 +139,7 @@ struct rr_engine {
   uint64_t no_rail_since_ns;/* no ACTIVE rail since (0 = there is one) */
   int busy;                 /* outstanding requests at the last tick */
   int urgent;               /* a queued control message must leave before we return */
+  int ctrl_queued;          /* control messages wait in a rail queue for the next progress */
 
   int nrails;
   engine_rail rails[RR_MAX_RAILS];

@@ -51,7 +51,13 @@ rr_status engine_recv_write(rr_engine *e, uint32_t imm, uint32_t len) {
   if (s->expected && s->received == s->expected && ++r->subs_done == r->n) {
     r->complete = 1;
     ack_enqueue(e, r->seq);
-    if (r->ack_now) e->urgent = 1;
+    /* The sender holds NCCL's buffer until this ack. While another receive
+     * is still outstanding NCCL keeps testing this connection, so the ack
+     * can wait for that next call and leave with the clear-to-send NCCL
+     * posts meanwhile (one system call instead of two); otherwise it must
+     * leave before test() returns. */
+    if (r->ack_now && !engine_outstanding(e)) e->urgent = 1;
+    else e->ctrl_queued = 1;
   }
   return RR_OK;
 }
@@ -175,6 +181,7 @@ static rr_status irecv_locked(rr_engine *e, int n, void **data, const size_t *si
   rr_status st = engine_post_ctrl(e, &c, engine_cts_len(n));
   if (st == RR_AGAIN) return engine_progress(e); /* no room now: NCCL retries */
   if (st != RR_OK) return st;
+  e->ctrl_queued = 1;
   memset(r, 0, sizeof *r);
   r->kind = RR_REQ_RECV;
   r->engine = e;
@@ -199,7 +206,10 @@ rr_status rr_engine_irecv(rr_engine *e, int n, void **data, const size_t *sizes,
 
 rr_status engine_recv_test(rr_recv_req *r, int *done, size_t *sizes) {
   rr_engine *e = r->engine;
-  rr_status st = r->complete && !e->urgent ? e->failed : engine_progress(e);
+  /* A clear-to-send queued by irecv leaves with the next progress: make sure
+   * there is one even when the receive tested is already complete, or the
+   * sender starves while NCCL reaps completed receives. */
+  rr_status st = r->complete && !e->urgent && !e->ctrl_queued ? e->failed : engine_progress(e);
   /* A sender waiting for an ack to free NCCL's buffer must not wait for our
    * next call: NCCL may have nothing more to ask of this connection. */
   if (st == RR_OK && e->urgent) {
