@@ -39,7 +39,8 @@ static rr_init_args make_init_args(uint64_t comm_id, int traffic_class, nccl_log
       .comm_id = comm_id,
       .traffic_class = traffic_class,
       /* Kept opaque in the core; only a shim knows its type. */
-      .profiler_callback = (void *)profiler,
+      /* nccl_result_t is an int-sized enum: the same calling convention. */
+      .profiler = (rr_profiler_fn)profiler,
   };
   return args;
 }

@@ -45,7 +45,6 @@ rr_status rr_sock_tune(int fd) {
 /* ------------------------------------------------------------------ listen */
 
 rr_status rr_net_listen(rr_net_ctx *ctx, int dev, void *handle, rr_listen_comm **out) {
-  (void)ctx;
   const rr_devices *d = rr_core_devices();
   if (!handle || !out) return RR_ERR_INVALID;
   if (dev < 0 || dev >= d->count) {
@@ -86,6 +85,7 @@ rr_status rr_net_listen(rr_net_ctx *ctx, int dev, void *handle, rr_listen_comm *
   for (int i = 0; i < d->count && naddrs < RR_HANDLE_MAX_ADDRS; i++)
     if (i != dev && d->nif[i].addr.ss_family == nif->addr.ss_family) addrs[naddrs++] = d->nif[i].addr;
   l->magic = RR_MAGIC_LISTEN;
+  l->profiler = ctx ? ctx->profiler : NULL;
   l->dev = dev;
   l->fd = fd;
   l->token = random_u64();
@@ -335,14 +335,15 @@ static connect_state *connect_state_new(const void *handle, int dev, const rr_pe
 }
 
 /* Build the send comm from the rails that came up. */
-static rr_status make_send_comm(connect_state *c, int dev, rr_send_comm **out) {
+static rr_status make_send_comm(connect_state *c, int dev, rr_profiler_fn profiler,
+                                rr_send_comm **out) {
   rr_send_comm *s = calloc(1, sizeof *s);
   if (!s) return RR_ERR_NOMEM;
   s->magic = RR_MAGIC_SEND;
   s->dev = dev;
   rr_engine_config cfg;
   rr_core_engine_config(RR_ENGINE_SEND, c->rails[0].hello[0].chunk_size,
-                        (const struct sockaddr *)&c->peer.addrs[0], &cfg);
+                        (const struct sockaddr *)&c->peer.addrs[0], profiler, &cfg);
   rr_status st = rr_engine_init(&s->engine, &cfg);
   if (st != RR_OK) {
     free(s);
@@ -376,7 +377,6 @@ static rr_status make_send_comm(connect_state *c, int dev, rr_send_comm **out) {
 }
 
 rr_status rr_net_connect(rr_net_ctx *ctx, int dev, const void *handle, rr_send_comm **out) {
-  (void)ctx;
   if (!out) return RR_ERR_INVALID;
   *out = NULL;
   const rr_devices *d = rr_core_devices();
@@ -416,7 +416,7 @@ rr_status rr_net_connect(rr_net_ctx *ctx, int dev, const void *handle, rr_send_c
   }
   connect_state_unlink(c);
   pthread_mutex_unlock(&connect_lock);
-  if (st == RR_OK) st = make_send_comm(c, dev, out);
+  if (st == RR_OK) st = make_send_comm(c, dev, ctx ? ctx->profiler : NULL, out);
   connect_state_free(c);
   return st;
 }
@@ -513,7 +513,7 @@ static rr_status make_recv_comm(rr_listen_comm *l, pending_group *g, rr_recv_com
   socklen_t plen = sizeof peer;
   getpeername(g->fds[0][0], (struct sockaddr *)&peer, &plen);
   rr_engine_config cfg;
-  rr_core_engine_config(RR_ENGINE_RECV, g->chunk_size, (struct sockaddr *)&peer, &cfg);
+  rr_core_engine_config(RR_ENGINE_RECV, g->chunk_size, (struct sockaddr *)&peer, l->profiler, &cfg);
   rr_status st = rr_engine_init(&rc->engine, &cfg);
   const rr_devices *d = rr_core_devices();
   for (int r = 0; r < RR_MAX_RAILS && st == RR_OK; r++) {

@@ -21,7 +21,7 @@
 struct rr_net_ctx {
   uint64_t comm_id;
   int traffic_class;
-  void *profiler_callback;
+  rr_profiler_fn profiler;
 };
 
 /* Process-wide: the devices (NICs) rerail pools. */
@@ -68,6 +68,7 @@ typedef struct pending_group {
 
 struct rr_listen_comm {
   uint32_t magic;
+  rr_profiler_fn profiler;   /* the context's, for the comms it accepts */
   int dev;
   int fd;
   uint64_t token;
@@ -108,7 +109,7 @@ int rr_core_dev_by_addr(const struct sockaddr_storage *addr);
 
 /* The engine settings every new connection gets. */
 void rr_core_engine_config(int role, size_t chunk_size, const struct sockaddr *peer,
-                           rr_engine_config *cfg);
+                           rr_profiler_fn profiler, rr_engine_config *cfg);
 
 /* Background thread (monitor.c): link-state events, and progress for
  * connections NCCL is not driving. */

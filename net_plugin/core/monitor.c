@@ -6,6 +6,7 @@
 #include "core_internal.h"
 #include "rr_clock.h"
 #include "rr_health.h"
+#include "rr_health_table.h"
 #include "rr_log.h"
 
 #include <errno.h>
@@ -114,6 +115,7 @@ static void *monitor_main(void *arg) {
     int stop = stop_requested;
     for (int i = 0; i < nengines && !stop; i++) rr_engine_background(engines[i], now);
     pthread_mutex_unlock(&registry_lock);
+    rr_health_table_tick(now); /* heartbeat: at most once a second */
     if (stop) break;
   }
   if (nl >= 0) close(nl);

@@ -1,6 +1,7 @@
 /* Core lifecycle: contexts, devices, properties, and the data-path entry
  * points, which check NCCL's pointers and hand over to the engine. */
 #include "core_internal.h"
+#include "rr_health_table.h"
 #include "rr_log.h"
 #include "rr_params.h"
 
@@ -67,7 +68,7 @@ int rr_core_dev_by_addr(const struct sockaddr_storage *addr) {
 }
 
 void rr_core_engine_config(int role, size_t chunk_size, const struct sockaddr *peer,
-                           rr_engine_config *cfg) {
+                           rr_profiler_fn profiler, rr_engine_config *cfg) {
   const rr_params *p = rr_params_get();
   memset(cfg, 0, sizeof *cfg);
   cfg->role = role;
@@ -75,6 +76,7 @@ void rr_core_engine_config(int role, size_t chunk_size, const struct sockaddr *p
   cfg->failover_mode = p->failover;
   cfg->progress_timeout_ns = p->progress_timeout_ms * 1000000ull;
   cfg->failback_hold_ns = p->failback_hold_ms * 1000000ull;
+  cfg->profiler = profiler;
   rr_sockaddr_str(peer, cfg->peer, sizeof cfg->peer);
 }
 
@@ -92,7 +94,10 @@ rr_status rr_net_init(const rr_init_args *args, rr_net_ctx **out) {
   if (args->comm_id == 0) {
     /* v8-v10: one process-wide context, shared by every init call. */
     ctx = &default_ctx;
-    if (!default_ctx_live) ctx_refs++;
+    if (!default_ctx_live) {
+      ctx_refs++;
+      rr_health_table_start(devices.nif, devices.count);
+    }
     default_ctx_live = 1;
   } else {
     ctx = calloc(1, sizeof *ctx);
@@ -101,10 +106,12 @@ rr_status rr_net_init(const rr_init_args *args, rr_net_ctx **out) {
       return RR_ERR_NOMEM;
     }
     ctx_refs++;
+    /* Publish this host's NICs in the shared health table (refcounted). */
+    rr_health_table_start(devices.nif, devices.count);
   }
   ctx->comm_id = args->comm_id;
   ctx->traffic_class = args->traffic_class;
-  ctx->profiler_callback = args->profiler_callback;
+  ctx->profiler = args->profiler;
   pthread_mutex_unlock(&core_lock);
   *out = ctx;
   return RR_OK;
@@ -116,10 +123,14 @@ rr_status rr_net_finalize(rr_net_ctx *ctx) {
   if (!ctx) return RR_OK;
   pthread_mutex_lock(&core_lock);
   if (ctx == &default_ctx) {
-    if (default_ctx_live) ctx_refs--;
+    if (default_ctx_live) {
+      ctx_refs--;
+      rr_health_table_stop();
+    }
     default_ctx_live = 0;
   } else {
     ctx_refs--;
+    rr_health_table_stop();
     free(ctx);
   }
   pthread_mutex_unlock(&core_lock);
@@ -172,19 +183,17 @@ rr_status rr_net_get_properties(int dev, rr_dev_props *props) {
 
 rr_status rr_net_isend(rr_send_comm *comm, void *data, size_t size, int tag, void *mhandle,
                        void *phandle, void **request) {
-  (void)phandle;
   if (!request) return RR_ERR_INVALID;
   *request = NULL;
   if (!comm || comm->magic != RR_MAGIC_SEND) {
     RR_WARN("isend: not a rerail send comm");
     return RR_ERR_INVALID;
   }
-  return rr_engine_isend(&comm->engine, data, size, tag, mhandle, request);
+  return rr_engine_isend(&comm->engine, data, size, tag, mhandle, phandle, request);
 }
 
 rr_status rr_net_irecv(rr_recv_comm *comm, int n, void **data, const size_t *sizes,
                        const int *tags, void **mhandles, void **phandles, void **request) {
-  (void)phandles;
   if (!request) return RR_ERR_INVALID;
   *request = NULL;
   if (!comm || comm->magic != RR_MAGIC_RECV) {
@@ -192,7 +201,7 @@ rr_status rr_net_irecv(rr_recv_comm *comm, int n, void **data, const size_t *siz
     return RR_ERR_INVALID;
   }
   if (!data || !sizes || !tags) return RR_ERR_INVALID;
-  return rr_engine_irecv(&comm->engine, n, data, sizes, tags, (rr_mr **)mhandles, request);
+  return rr_engine_irecv(&comm->engine, n, data, sizes, tags, (rr_mr **)mhandles, phandles, request);
 }
 
 rr_status rr_net_iflush(rr_recv_comm *comm, int n, void **data, const int *sizes,

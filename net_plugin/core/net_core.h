@@ -45,11 +45,15 @@ typedef struct rr_dev_props {
   int max_multi_request_size;
 } rr_dev_props;
 
+/* NCCL's profiler callback (net v10+), in the core's own terms: report a
+ * network event under NCCL's per-request handle. */
+typedef int (*rr_profiler_fn)(void **event, int type, void *phandle, int64_t plugin_id, void *ext);
+
 typedef struct rr_init_args {
   rr_logger_fn logger;     /* NCCL's logger, may be NULL */
   uint64_t comm_id;        /* 0 for versions before v11 */
   int traffic_class;       /* -1 = undefined */
-  void *profiler_callback; /* NCCL's profiler callback (v10+), may be NULL */
+  rr_profiler_fn profiler; /* NCCL's profiler callback (v10+), may be NULL */
 } rr_init_args;
 
 /* Process-wide state (devices) is reference counted across contexts. */

@@ -84,6 +84,7 @@ typedef struct rr_send_req {
   uint32_t rkey;
   uint32_t nchunks, posted, transmitted; /* posted/transmitted count the current epoch from its replay point */
   uint32_t resumed_epoch;   /* a RESUME_SLOT of this epoch named it */
+  void *prof_event;         /* NCCL profiler event, NULL when none */
 } rr_send_req;
 
 typedef struct rr_recv_sub {
@@ -106,6 +107,7 @@ typedef struct rr_recv_req {
   rr_engine *engine;
   uint32_t seq;
   engine_cts cts;           /* as sent, for a resend after a rollback */
+  void *prof_event[RR_NET_MAX_RECVS]; /* NCCL profiler events, NULL when none */
   rr_recv_sub sub[RR_NET_MAX_RECVS];
 } rr_recv_req;
 
@@ -126,6 +128,7 @@ typedef struct rr_engine_config {
   uint64_t progress_timeout_ns;  /* δ: silence before a rail is blamed */
   uint64_t failback_hold_ns;     /* healthy this long before traffic returns */
   char peer[64];            /* the remote host, for messages and health events */
+  rr_profiler_fn profiler;  /* NCCL's profiler callback, or NULL */
 } rr_engine_config;
 
 struct rr_engine {
@@ -180,9 +183,9 @@ rr_status rr_engine_add_rail(rr_engine *e, rr_rail_ep *ep, int weight, const cha
 void rr_engine_fini(rr_engine *e);
 
 rr_status rr_engine_isend(rr_engine *e, void *data, size_t size, int tag, rr_mr *mr,
-                          void **request);
+                          void *phandle, void **request);
 rr_status rr_engine_irecv(rr_engine *e, int n, void **data, const size_t *sizes,
-                          const int *tags, rr_mr **mrs, void **request);
+                          const int *tags, rr_mr **mrs, void **phandles, void **request);
 rr_status rr_engine_test(void *request, int *done, size_t *sizes);
 
 /* Drive an engine nobody else is driving (the background thread): answers
@@ -201,6 +204,11 @@ rr_status engine_progress(rr_engine *e);
 rr_status engine_post_ctrl(rr_engine *e, const void *msg, uint32_t len);
 int engine_control_rail(const rr_engine *e);
 int engine_outstanding(const rr_engine *e);
+
+/* NCCL profiler events (net v10+): one per message, from post to completion,
+ * described with NCCL's socket event schema v1 so stock profilers read it. */
+void engine_prof_start(rr_engine *e, void **event, void *phandle, int op, size_t length);
+void engine_prof_stop(rr_engine *e, void **event);
 
 /* engine_rails.c */
 void engine_rails_tick(rr_engine *e, uint64_t now);

@@ -153,7 +153,7 @@ rr_status engine_recv_on_ctrl(rr_engine *e, const void *msg, uint32_t len) {
 /* ---------------------------------------------------------------- irecv */
 
 static rr_status irecv_locked(rr_engine *e, int n, void **data, const size_t *sizes,
-                              const int *tags, rr_mr **mrs, void **request) {
+                              const int *tags, rr_mr **mrs, void **phandles, void **request) {
   if (e->failed) return e->failed;
   if (n < 1 || n > RR_NET_MAX_RECVS) {
     RR_WARN("irecv: %d grouped receives (1..%d supported)", n, RR_NET_MAX_RECVS);
@@ -188,7 +188,10 @@ static rr_status irecv_locked(rr_engine *e, int n, void **data, const size_t *si
   r->seq = e->recv_seq;
   r->n = (uint8_t)n;
   r->cts = c;
-  for (int i = 0; i < n; i++) r->sub[i] = (rr_recv_sub){.data = data[i], .posted_size = sizes[i]};
+  for (int i = 0; i < n; i++) {
+    r->sub[i] = (rr_recv_sub){.data = data[i], .posted_size = sizes[i]};
+    engine_prof_start(e, &r->prof_event[i], phandles ? phandles[i] : NULL, 1, sizes[i]);
+  }
   r->in_use = 1;
   e->recv_seq++;
   *request = r;
@@ -196,10 +199,10 @@ static rr_status irecv_locked(rr_engine *e, int n, void **data, const size_t *si
 }
 
 rr_status rr_engine_irecv(rr_engine *e, int n, void **data, const size_t *sizes,
-                          const int *tags, rr_mr **mrs, void **request) {
+                          const int *tags, rr_mr **mrs, void **phandles, void **request) {
   *request = NULL;
   pthread_mutex_lock(&e->lock);
-  rr_status st = irecv_locked(e, n, data, sizes, tags, mrs, request);
+  rr_status st = irecv_locked(e, n, data, sizes, tags, mrs, phandles, request);
   pthread_mutex_unlock(&e->lock);
   return st;
 }
@@ -220,8 +223,10 @@ rr_status engine_recv_test(rr_recv_req *r, int *done, size_t *sizes) {
   if (st != RR_OK && !r->complete) return st;
   *done = r->complete;
   if (r->complete) {
-    if (sizes)
-      for (int i = 0; i < r->n; i++) sizes[i] = r->sub[i].size;
+    for (int i = 0; i < r->n; i++) {
+      if (sizes) sizes[i] = r->sub[i].size;
+      engine_prof_stop(e, &r->prof_event[i]);
+    }
     r->in_use = 0;
   }
   return RR_OK;

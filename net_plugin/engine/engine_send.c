@@ -254,7 +254,7 @@ rr_status engine_send_on_ctrl(rr_engine *e, const void *msg, uint32_t len) {
 }
 
 static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr_mr *mr,
-                              void **request) {
+                              void *phandle, void **request) {
   if (e->failed) return e->failed;
   engine_cts_slot *s = &e->cts[e->send_seq % RR_NET_MAX_REQUESTS];
   if (!s->valid || s->cts.seq != e->send_seq) {
@@ -306,6 +306,7 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
   s->matched |= (uint8_t)(1u << sub);
   if (s->matched == (1u << s->cts.n) - 1) e->send_seq++;
   e->fifo[e->fifo_tail++ % RR_SEND_POOL] = (uint16_t)idx;
+  engine_prof_start(e, &r->prof_event, phandle, 0, size);
   *request = r;
   /* Errors surface through test(): the request exists now. */
   engine_progress(e);
@@ -313,10 +314,10 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
 }
 
 rr_status rr_engine_isend(rr_engine *e, void *data, size_t size, int tag, rr_mr *mr,
-                          void **request) {
+                          void *phandle, void **request) {
   *request = NULL;
   pthread_mutex_lock(&e->lock);
-  rr_status st = isend_locked(e, data, size, tag, mr, request);
+  rr_status st = isend_locked(e, data, size, tag, mr, phandle, request);
   pthread_mutex_unlock(&e->lock);
   return st;
 }
@@ -331,6 +332,7 @@ rr_status engine_send_test(rr_send_req *r, int *done, size_t *sizes) {
   if (finished && !r->user_done) {
     if (sizes) sizes[0] = r->size;
     r->user_done = 1;
+    engine_prof_stop(e, &r->prof_event);
     if (r->acked && req_retired(e, r)) req_release(e, r);
   }
   return RR_OK;

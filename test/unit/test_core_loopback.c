@@ -200,6 +200,66 @@ static void test_wrong_token_refused(void **state) {
   rr_net_finalize(ctx);
 }
 
+/* NCCL's profiler callback, as net v10+ passes it to init(). */
+static int prof_starts, prof_stops, prof_bad;
+static int fake_profiler(void **event, int type, void *phandle, int64_t plugin_id, void *ext) {
+  static int token;
+  if (type == 0) {
+    if (!phandle || plugin_id != ((2 << 16) | 1) || !ext || *(const uint8_t *)ext != 1) prof_bad++;
+    *event = &token;
+    prof_starts++;
+  } else if (type == 1) {
+    if (*event != &token) prof_bad++;
+    prof_stops++;
+  }
+  return 0;
+}
+
+static void test_profiler_events(void **state) {
+  (void)state;
+  pair p;
+  rr_init_args args = {.traffic_class = -1, .comm_id = 77, .profiler = fake_profiler};
+  assert_int_equal(rr_net_init(&args, &p.ctx), RR_OK);
+  char handle[RR_NET_HANDLE_SIZE];
+  assert_int_equal(rr_net_listen(p.ctx, 0, handle, &p.listen), RR_OK);
+  p.send = NULL;
+  p.recv = NULL;
+  for (int i = 0; i < 100000 && (!p.send || !p.recv); i++) {
+    if (!p.send) assert_int_equal(rr_net_connect(p.ctx, 0, handle, &p.send), RR_OK);
+    if (!p.recv) assert_int_equal(rr_net_accept(p.listen, &p.recv), RR_OK);
+  }
+  static char sbuf[3][100000], rbuf[3][100000];
+  void *smr[3], *rmr[3], *sreq[3] = {0}, *rreq = NULL;
+  void *rdata[3], *ph[3];
+  size_t rsz[3];
+  int tags[3] = {5, 6, 7};
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(rr_net_reg_mr(p.send, sbuf[i], sizeof sbuf[i], RR_PTR_HOST, &smr[i]), RR_OK);
+    assert_int_equal(rr_net_reg_mr(p.recv, rbuf[i], sizeof rbuf[i], RR_PTR_HOST, &rmr[i]), RR_OK);
+    rdata[i] = rbuf[i];
+    rsz[i] = sizeof rbuf[i];
+    ph[i] = &ph[i]; /* NCCL's per-request handle: any non-NULL pointer */
+  }
+  assert_int_equal(rr_net_irecv(p.recv, 3, rdata, rsz, tags, rmr, ph, &rreq), RR_OK);
+  int rdone = 0, sdone[3] = {0};
+  for (int it = 0; it < 1000000 && !(rdone && sdone[0] && sdone[1] && sdone[2]); it++) {
+    for (int i = 0; i < 3; i++) {
+      if (!sreq[i]) assert_int_equal(rr_net_isend(p.send, sbuf[i], 1000 * (size_t)(i + 1) * 30, tags[i], smr[i], ph[i], &sreq[i]), RR_OK);
+      if (sreq[i] && !sdone[i]) assert_int_equal(rr_net_test(sreq[i], &sdone[i], NULL), RR_OK);
+    }
+    if (!rdone) assert_int_equal(rr_net_test(rreq, &rdone, NULL), RR_OK);
+  }
+  assert_true(rdone);
+  assert_int_equal(prof_starts, 6); /* 3 sends + 3 sub-receives */
+  assert_int_equal(prof_stops, 6);
+  assert_int_equal(prof_bad, 0);
+  for (int i = 0; i < 3; i++) {
+    rr_net_dereg_mr(p.send, smr[i]);
+    rr_net_dereg_mr(p.recv, rmr[i]);
+  }
+  close_pair(&p);
+}
+
 int main(void) {
   setenv("RERAIL_SOCKET_IFNAME", "lo", 1);
   setenv("RERAIL_CHUNK_SIZE", "128K", 1); /* many chunks per message */
@@ -211,6 +271,7 @@ int main(void) {
       cmocka_unit_test(test_full_queue_gives_null),
       cmocka_unit_test(test_bad_handle),
       cmocka_unit_test(test_wrong_token_refused),
+      cmocka_unit_test(test_profiler_events),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,243 @@
+/* The health table's shared core: header checks, the per-row sequence lock,
+ * process identity and liveness, settings. Writer and reader build on it
+ * (rr_health_table_writer.c, rr_health_table_reader.c). */
+#include "rr_health_table_internal.h"
+#include "rr_log.h"
+#include "rr_params.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+atomic_int rr_ht_warned_writer, rr_ht_warned_reader, rr_ht_warned_full, rr_ht_warned_group,
+    rr_ht_warned_lost;
+
+void rr_ht_reset_warnings(void) {
+  atomic_store(&rr_ht_warned_writer, 0);
+  atomic_store(&rr_ht_warned_reader, 0);
+  atomic_store(&rr_ht_warned_full, 0);
+  atomic_store(&rr_ht_warned_group, 0);
+  atomic_store(&rr_ht_warned_lost, 0);
+}
+
+void rr_ht_warn_once(atomic_int *flag, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  /* The same broken file is met again at every communicator's init: say it
+   * loudly once, then only for those who asked for details. */
+  if (atomic_exchange(flag, 1) == 0) RR_WARN("%s", msg);
+  else RR_INFO(RR_SUB_INIT, "%s", msg);
+}
+
+const char *rr_ht_problem_str(rr_ht_problem p) {
+  switch (p) {
+  case RR_HT_FINE: return "fine";
+  case RR_HT_ABSENT: return "absent";
+  case RR_HT_NOACCESS: return "not accessible";
+  case RR_HT_FOREIGN: return "not a rerail health table";
+  case RR_HT_OTHER_VERSION: return "another layout version";
+  case RR_HT_CORRUPT: return "corrupt";
+  case RR_HT_TRUNCATED: return "truncated";
+  case RR_HT_INSECURE: return "insecure";
+  }
+  return "unknown";
+}
+
+const char *rr_health_table_path(void) {
+  const char *p = getenv("RERAIL_HEALTH_PATH");
+  return p && *p ? p : RR_HT_DEFAULT_PATH;
+}
+
+uint64_t rr_health_table_stale_ns(void) {
+  /* Readers ask on every snapshot: parse (and warn about a bad value) only
+   * when the variable changed, not on every call. */
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  static char seen[64] = "\1"; /* matches no value: the first call parses */
+  static uint64_t ms;
+  const char *v = getenv("RERAIL_HEALTH_STALE_MS");
+  pthread_mutex_lock(&lock);
+  if (strncmp(seen, v ? v : "", sizeof seen)) {
+    ms = rr_param_parse_u64("RERAIL_HEALTH_STALE_MS", v, RR_HT_STALE_MS, 100, 3600000);
+    snprintf(seen, sizeof seen, "%s", v ? v : "");
+  }
+  uint64_t r = ms * 1000000ull;
+  pthread_mutex_unlock(&lock);
+  return r;
+}
+
+uint64_t rr_ht_realtime_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- sequence lock ---------------------------------------------------------- */
+
+#define COPY_TRIES 256
+
+int rr_ht_row_copy(const rr_ht_word *row, size_t nwords, uint64_t *out) {
+  for (int t = 0; t < COPY_TRIES; t++) {
+    uint64_t s1 = atomic_load_explicit(&row[0], memory_order_acquire);
+    if (s1 & 1) {
+      /* A writer is inside: it finishes in well under a microsecond unless
+       * it was preempted, so let it run rather than spin against it. */
+      if (t & 1) sched_yield();
+      continue;
+    }
+    out[0] = s1;
+    for (size_t i = 1; i < nwords; i++) out[i] = atomic_load_explicit(&row[i], memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&row[0], memory_order_relaxed) == s1) return 1;
+  }
+  return 0;
+}
+
+int rr_ht_row_publish(rr_ht_word *row, size_t nwords, const uint64_t *src, uint64_t owner) {
+  if (atomic_load_explicit(&row[1], memory_order_acquire) != owner) return -1;
+  uint64_t s = atomic_load_explicit(&row[0], memory_order_relaxed);
+  /* Odd here means the row's previous owner died inside a write. */
+  uint64_t odd = (s & 1) ? s + 2 : s + 1;
+  atomic_store_explicit(&row[0], odd, memory_order_relaxed);
+  /* Orders the odd sequence before every data store below: a reader that
+   * sees any new word also sees the sequence move. */
+  atomic_thread_fence(memory_order_release);
+  for (size_t i = 2; i < nwords; i++) atomic_store_explicit(&row[i], src[i], memory_order_relaxed);
+  atomic_store_explicit(&row[0], odd + 1, memory_order_release);
+  return 0;
+}
+
+/* ---- header ------------------------------------------------------------------- */
+
+uint64_t rr_ht_header_checksum(const rr_ht_header *h) {
+  const unsigned char *p = (const unsigned char *)h;
+  uint64_t x = 1469598103934665603ull;
+  for (size_t i = 0; i < offsetof(rr_ht_header, checksum); i++) x = (x ^ p[i]) * 1099511628211ull;
+  return x;
+}
+
+void rr_ht_header_init(rr_ht_header *h, uint32_t nic_rows, uint32_t peer_rows) {
+  memset(h, 0, sizeof *h);
+  memcpy(h->magic, RR_HT_MAGIC, sizeof h->magic);
+  h->version = RR_HT_VERSION;
+  h->header_size = RR_HT_HEADER_SIZE;
+  h->nic_row_size = RR_HT_NIC_ROW_SIZE;
+  h->nic_rows = nic_rows;
+  h->peer_row_size = RR_HT_PEER_ROW_SIZE;
+  h->peer_rows = peer_rows;
+  h->nic_offset = RR_HT_HEADER_SIZE;
+  h->peer_offset = h->nic_offset + (uint64_t)nic_rows * RR_HT_NIC_ROW_SIZE;
+  h->file_size = h->peer_offset + (uint64_t)peer_rows * RR_HT_PEER_ROW_SIZE;
+  h->created_ns = rr_ht_realtime_ns();
+  h->byte_order = RR_HT_BYTE_ORDER;
+  h->creator_pid = (uint32_t)getpid();
+  h->checksum = rr_ht_header_checksum(h);
+}
+
+#define FAIL(problem, ...)                                                                         \
+  do {                                                                                             \
+    snprintf(detail, len, __VA_ARGS__);                                                            \
+    return (problem);                                                                              \
+  } while (0)
+
+rr_ht_problem rr_ht_header_check(const rr_ht_header *h, uint64_t file_size, char *detail,
+                                 size_t len) {
+  if (file_size < sizeof *h)
+    FAIL(file_size >= 12 && !memcmp(h->magic, RR_HT_MAGIC, 8) ? RR_HT_TRUNCATED : RR_HT_FOREIGN,
+         "%llu bytes, shorter than a header", (unsigned long long)file_size);
+  if (memcmp(h->magic, RR_HT_MAGIC, sizeof h->magic)) FAIL(RR_HT_FOREIGN, "wrong magic");
+  /* version before anything else: nothing past it is known for another one. */
+  if (h->version != RR_HT_VERSION)
+    FAIL(RR_HT_OTHER_VERSION, "layout version %u, this build reads %u", h->version, RR_HT_VERSION);
+  if (h->byte_order != RR_HT_BYTE_ORDER) FAIL(RR_HT_FOREIGN, "written with another byte order");
+  if (h->checksum != rr_ht_header_checksum(h)) FAIL(RR_HT_CORRUPT, "header checksum mismatch");
+  if (h->header_size != RR_HT_HEADER_SIZE || h->nic_row_size != RR_HT_NIC_ROW_SIZE ||
+      h->peer_row_size != RR_HT_PEER_ROW_SIZE)
+    FAIL(RR_HT_CORRUPT, "header/row sizes %u/%u/%u, expected %u/%u/%u", h->header_size,
+         h->nic_row_size, h->peer_row_size, RR_HT_HEADER_SIZE, RR_HT_NIC_ROW_SIZE,
+         RR_HT_PEER_ROW_SIZE);
+  if (h->nic_rows < 1 || h->nic_rows > RR_HT_MAX_ROWS || h->peer_rows < 1 ||
+      h->peer_rows > RR_HT_MAX_ROWS)
+    FAIL(RR_HT_CORRUPT, "row counts %u/%u out of range", h->nic_rows, h->peer_rows);
+  uint64_t peer_off = h->header_size + (uint64_t)h->nic_rows * h->nic_row_size;
+  uint64_t size = peer_off + (uint64_t)h->peer_rows * h->peer_row_size;
+  if (h->nic_offset != h->header_size || h->peer_offset != peer_off || h->file_size != size)
+    FAIL(RR_HT_CORRUPT, "offsets do not match the row counts");
+  if (file_size < size)
+    FAIL(RR_HT_TRUNCATED, "%llu bytes, the header says %llu", (unsigned long long)file_size,
+         (unsigned long long)size);
+  if (file_size > size)
+    FAIL(RR_HT_CORRUPT, "%llu bytes, the header says %llu", (unsigned long long)file_size,
+         (unsigned long long)size);
+  return RR_HT_FINE;
+}
+
+rr_ht_problem rr_ht_fd_check(int fd, uint64_t *size, char *detail, size_t len) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) FAIL(RR_HT_NOACCESS, "fstat: %s", strerror(errno));
+  if (!S_ISREG(st.st_mode)) FAIL(RR_HT_INSECURE, "not a regular file");
+  /* Anyone could scribble into it: nothing it says can be trusted. */
+  if (st.st_mode & S_IWOTH) FAIL(RR_HT_INSECURE, "writable by every user (mode %03o)",
+                                 (unsigned)(st.st_mode & 0777));
+  *size = (uint64_t)st.st_size;
+  return RR_HT_FINE;
+}
+
+/* ---- process identity ------------------------------------------------------- */
+
+int rr_ht_proc_stat(pid_t pid, uint64_t *start_time, char *state) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  int err = errno;
+  close(fd);
+  if (n <= 0) return n < 0 ? -err : -EIO;
+  buf[n] = '\0';
+  /* comm (field 2) may hold spaces and parentheses: fields restart after the
+   * last ')'. There: state is field 3, starttime field 22. */
+  char *p = strrchr(buf, ')');
+  if (!p || p[1] != ' ') return -EIO;
+  p += 2;
+  if (state) *state = *p;
+  for (int field = 3; field < 22; field++) {
+    p = strchr(p, ' ');
+    if (!p) return -EIO;
+    p++;
+  }
+  char *end;
+  unsigned long long v = strtoull(p, &end, 10);
+  if (end == p) return -EIO;
+  if (start_time) *start_time = v;
+  return 0;
+}
+
+uint64_t rr_ht_self_pid_ns(void) {
+  struct stat st;
+  return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+int rr_ht_owner_alive(uint64_t owner) {
+  pid_t pid = (pid_t)(uint32_t)owner;
+  if (pid <= 0) return 0;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return 0;
+  uint64_t start;
+  char state;
+  int rc = rr_ht_proc_stat(pid, &start, &state);
+  if (rc == -ENOENT || rc == -ESRCH) return 0; /* exited between the two calls */
+  if (rc != 0) return -1;                      /* /proc hidden (hidepid): cannot tell */
+  if (state == 'Z' || state == 'X') return 0;  /* killed, not reaped yet */
+  return (uint32_t)start == (uint32_t)(owner >> 32) ? 1 : 0;
+}

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# `rerail status` against real health tables: none, one with a live job (text
+# and JSON), the job's end (clean stop, and a killed process whose rows stay
+# behind), a corrupt table, bad usage.
+#
+# usage: rerail_status.sh RERAIL HT_WRITER_HELPER
+set -u
+RERAIL=${1:?usage: $0 RERAIL HT_WRITER_HELPER}
+HELPER=${2:?usage: $0 RERAIL HT_WRITER_HELPER}
+WORK=$(mktemp -d /tmp/rr-status-XXXXXX)
+T=$WORK/health
+wpid=
+cleanup() {
+  [ -n "$wpid" ] && kill -9 "$wpid" 2>/dev/null
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# Run the tool; keep stdout, stderr and the exit status.
+run() { "$RERAIL" "$@" >"$WORK/out" 2>"$WORK/err"; rc=$?; }
+expect_rc() { [ "$rc" -eq "$1" ] || fail "$2: exit $rc, expected $1 ($(cat "$WORK/out" "$WORK/err"))"; }
+expect_out() { grep -q -- "$1" "$WORK/out" || { fail "$2: no '$1' in:"; cat "$WORK/out"; }; }
+json() { # json FILTER LABEL: the output is JSON and FILTER holds
+  if command -v jq >/dev/null; then
+    jq -e "$1" "$WORK/out" >/dev/null || { fail "$2: jq '$1' on:"; cat "$WORK/out"; }
+  else
+    python3 -m json.tool "$WORK/out" >/dev/null || fail "$2: not JSON"
+  fi
+}
+start_writer() { # a job process: rows until its stdin closes
+  mkfifo "$WORK/ctl.$1"
+  RERAIL_HEALTH_PATH=$T "$HELPER" <"$WORK/ctl.$1" >"$WORK/helper.$1" 2>&1 &
+  wpid=$!
+  exec 3>"$WORK/ctl.$1"
+  for _ in $(seq 100); do grep -q ready "$WORK/helper.$1" && return 0; sleep 0.05; done
+  fail "helper did not start: $(cat "$WORK/helper.$1")"
+}
+
+# ---- no table: no job, exit 0
+run status --path "$T"
+expect_rc 0 "no table"
+expect_out "no rerail job on this host" "no table"
+RERAIL_HEALTH_PATH=$T "$RERAIL" status >"$WORK/out" 2>&1; rc=$?
+expect_rc 0 "no table via RERAIL_HEALTH_PATH"
+expect_out "no rerail job on this host" "no table via RERAIL_HEALTH_PATH"
+run status --json --path "$T"
+expect_rc 0 "no table, JSON"
+json '.job == false and .problem == "absent"' "no table, JSON"
+
+# ---- a live job
+start_writer a
+run status --path "$T"
+expect_rc 0 "live job"
+for want in rrtest0 rrtest1 "$wpid" down "PEER RAILS" 10.99.0.2 "link down (netlink)" 1250.0 "8.0/21.0"; do
+  expect_out "$want" "live job"
+done
+run status --json --path "$T"
+expect_rc 0 "live job, JSON"
+json ".job == true and (.nics | length) == 2 and (.peer_rails | length) == 1
+  and all(.nics[]; .pid == $wpid and .liveness == \"live\")
+  and any(.nics[]; .ifname == \"rrtest1\" and .state == \"down\" and .failovers_from == 1)
+  and any(.nics[]; .ifname == \"rrtest0\" and .state == \"up\" and .failovers_to == 1
+          and .tx.bytes_per_s == 1250000000 and .rx.p99_ns == 25000)
+  and .peer_rails[0].peer == \"10.99.0.2\" and .peer_rails[0].state == \"down\"" "live job, JSON"
+echo "--- rerail status with a live job:"
+"$RERAIL" status --path "$T"
+
+# ---- the job ends cleanly: its rows are released
+exec 3>&-
+wait "$wpid"
+wpid=
+run status --path "$T"
+expect_rc 0 "clean end"
+expect_out "no rerail job on this host" "clean end"
+
+# ---- a process killed: its rows stay, marked, but it is no job
+start_writer b
+{ kill -9 "$wpid"; wait "$wpid"; } 2>/dev/null
+exec 3>&-
+dead=$wpid
+wpid=
+run status --path "$T"
+expect_rc 0 "killed job"
+expect_out "no rerail job on this host" "killed job"
+expect_out "exited or stopped reporting" "killed job"
+run status --path "$T" --all
+expect_rc 0 "killed job, --all"
+expect_out "down,gone" "killed job, --all"
+run status --json --all --path "$T"
+json ".job == false and (.nics | length) == 2 and all(.nics[]; .liveness == \"gone\" and .pid == $dead)" \
+  "killed job, JSON --all"
+
+# ---- a corrupt table: an error, exit 1, never a crash
+printf 'XXXX' | dd of="$T" bs=1 seek=100 conv=notrunc status=none
+run status --path "$T"
+expect_rc 1 "corrupt"
+grep -q corrupt "$WORK/err" || fail "corrupt: no reason on stderr: $(cat "$WORK/err")"
+run status --json --path "$T"
+expect_rc 1 "corrupt, JSON"
+json '.job == false and .problem == "corrupt"' "corrupt, JSON"
+printf 'not a table' >"$T"
+run status --path "$T"
+expect_rc 1 "foreign"
+
+# ---- usage
+run status --bogus
+expect_rc 2 "bad argument"
+run status --help
+expect_rc 0 "help"
+
+[ "$fails" -eq 0 ] && echo "rerail status: all checks passed"
+exit $((fails > 0))
