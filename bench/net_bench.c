@@ -30,6 +30,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,6 +189,20 @@ static void open_conns(int dir, int count, void **comms) {
   oob_barrier();
 }
 
+/* NCCL's threads yield the CPU when they spin without progress ("let others
+ * run"; its wait loops after 5 us). The benchmark's progress loops yield
+ * after 20 us of fruitless spinning, so a plugin is measured as NCCL drives
+ * it also on a machine with more busy threads than cores, while a short
+ * wait (a round trip) is still pure polling. A pass that progressed resets
+ * the streak through progress_made(). */
+static uint64_t g_idle_since;
+static void progress_made(void) { g_idle_since = 0; }
+static void idle_yield(void) {
+  uint64_t now = bc_now_ns();
+  if (!g_idle_since) g_idle_since = now;
+  else if (now - g_idle_since > 20000) sched_yield();
+}
+
 /* ---- streaming engine (bw and multi) ---- */
 typedef struct xconn {
   void *comm;
@@ -253,6 +268,7 @@ static void send_run(xconn *cs, int nc, size_t size, uint64_t msgs, int depth) {
   deadline d = deadline_in();
   size_t sizes[HNET_TEST_SIZES];
   while (live) {
+    int progressed = 0;
     for (int i = 0; i < nc; i++) {
       xconn *c = &cs[i];
       if (c->done == msgs) continue;
@@ -264,15 +280,19 @@ static void send_run(xconn *cs, int nc, size_t size, uint64_t msgs, int depth) {
         NCALL("isend", g_net.isend(&g_net, c->comm, buf, size, TAG_BASE, c->mh, &c->req[slot]));
         if (!c->req[slot]) break; /* not now: retry on the next pass */
         c->posted++;
+        progressed = 1;
       }
       while (c->done < c->posted) {
         int flag = 0;
         NCALL("test(isend)", g_net.test(&g_net, c->req[c->done % (uint64_t)depth], &flag, sizes));
         if (!flag) break;
         d = deadline_in(); /* progress: restart the clock */
+        progressed = 1;
         if (++c->done == msgs) live--;
       }
     }
+    if (!progressed) idle_yield();
+    else progress_made();
     if (live && expired(&d)) {
       for (int i = 0; i < nc; i++)
         if (cs[i].done < msgs)
@@ -309,6 +329,7 @@ static void recv_run(xconn *cs, int nc, size_t size, uint64_t msgs, int depth) {
   deadline d = deadline_in();
   size_t sizes[HNET_TEST_SIZES];
   while (live) {
+    int progressed = 0;
     for (int i = 0; i < nc; i++) {
       xconn *c = &cs[i];
       if (c->done == msgs) continue;
@@ -326,10 +347,13 @@ static void recv_run(xconn *cs, int nc, size_t size, uint64_t msgs, int depth) {
                    (unsigned long long)c->done, size);
         if (g_net.irecv_consumed) NCALL("irecvConsumed", g_net.irecv_consumed(&g_net, c->comm, 1, c->req[slot]));
         d = deadline_in();
+        progressed = 1;
         if (++c->done == msgs) live--;
       }
       recv_post(c, size, msgs, depth);
     }
+    if (!progressed) idle_yield();
+    else progress_made();
     if (live && expired(&d)) {
       for (int i = 0; i < nc; i++)
         if (cs[i].done < msgs)
@@ -456,6 +480,12 @@ typedef struct lat_res {
 
 #define LAT_BYTES 8
 #define LAT_SLOT 64
+/* NCCL's proxy keeps receives posted several steps ahead (up to
+ * NCCL_STEPS = 8): a plugin's clear-to-send or credit for the next message
+ * travels while the current one is in flight. The ping-pong does the same
+ * with LAT_AHEAD receives outstanding per side. */
+#define LAT_AHEAD 3
+#define LAT_RING (LAT_AHEAD + 1)
 
 static void wait_req(void *req, const char *what, uint64_t iter) {
   deadline d = deadline_in();
@@ -474,34 +504,34 @@ static lat_res lat_test(void) {
   open_conns(1, 1, &ba);
   bool a = g_oob.rank == 0;
   void *scomm = a ? ab : ba, *rcomm = a ? ba : ab;
-  char *sbuf = bc_alloc(2 * LAT_SLOT), *rbuf = bc_alloc(2 * LAT_SLOT);
+  char *sbuf = bc_alloc(LAT_RING * LAT_SLOT), *rbuf = bc_alloc(LAT_RING * LAT_SLOT);
   void *smh, *rmh;
   if (!sbuf || !rbuf) bc_die("out of memory");
-  NCALL("regMr", g_net.reg_mr(&g_net, scomm, sbuf, 2 * LAT_SLOT, HNET_PTR_HOST, &smh));
-  NCALL("regMr", g_net.reg_mr(&g_net, rcomm, rbuf, 2 * LAT_SLOT, HNET_PTR_HOST, &rmh));
+  NCALL("regMr", g_net.reg_mr(&g_net, scomm, sbuf, LAT_RING * LAT_SLOT, HNET_PTR_HOST, &smh));
+  NCALL("regMr", g_net.reg_mr(&g_net, rcomm, rbuf, LAT_RING * LAT_SLOT, HNET_PTR_HOST, &rmh));
   uint64_t total = (uint64_t)(g_opt.lat_warmup + g_opt.lat_iters);
   double *v = a ? malloc(sizeof(double) * (size_t)g_opt.lat_iters) : NULL;
   if (a && !v) bc_die("out of memory");
-  void *rreq[2] = {NULL, NULL}, *sreq = NULL;
+  void *rreq[LAT_RING] = {NULL}, *sreq = NULL;
   size_t sizes[HNET_TEST_SIZES], ssizes[HNET_TEST_SIZES];
   uint64_t bad = 0;
 
 #define POST_RECV(i)                                                                             \
   do {                                                                                           \
-    void *data_ = rbuf + ((i) % 2) * LAT_SLOT;                                                   \
+    void *data_ = rbuf + ((i) % LAT_RING) * LAT_SLOT;                                                   \
     size_t sz_ = LAT_BYTES;                                                                      \
     int tag_ = TAG_BASE;                                                                         \
     deadline d_ = deadline_in();                                                                 \
     do {                                                                                         \
-      rreq[(i) % 2] = NULL;                                                                      \
-      NCALL("irecv", g_net.irecv(&g_net, rcomm, 1, &data_, &sz_, &tag_, &rmh, &rreq[(i) % 2])); \
-      if (!rreq[(i) % 2] && expired(&d_)) bc_die("latency: irecv never accepted");               \
-    } while (!rreq[(i) % 2]);                                                                    \
+      rreq[(i) % LAT_RING] = NULL;                                                                      \
+      NCALL("irecv", g_net.irecv(&g_net, rcomm, 1, &data_, &sz_, &tag_, &rmh, &rreq[(i) % LAT_RING])); \
+      if (!rreq[(i) % LAT_RING] && expired(&d_)) bc_die("latency: irecv never accepted");        \
+    } while (!rreq[(i) % LAT_RING]);                                                                    \
   } while (0)
 
 #define POST_SEND(i)                                                                       \
   do {                                                                                     \
-    char *data_ = sbuf + ((i) % 2) * LAT_SLOT;                                             \
+    char *data_ = sbuf + ((i) % LAT_RING) * LAT_SLOT;                                             \
     uint64_t val_ = (i);                                                                   \
     memcpy(data_, &val_, 8);                                                               \
     deadline d_ = deadline_in();                                                           \
@@ -512,48 +542,52 @@ static lat_res lat_test(void) {
   } while (0)
 
   oob_barrier();
-  POST_RECV(0);
-  oob_barrier(); /* both sides have a receive posted */
+  for (uint64_t k = 0; k < LAT_AHEAD && k < total; k++) POST_RECV(k);
+  oob_barrier(); /* both sides have their receives posted */
   for (uint64_t i = 0; i < total; i++) {
     if (a) {
       uint64_t t0 = bc_now_ns();
-      if (i + 1 < total) POST_RECV(i + 1);
+      if (i + LAT_AHEAD < total) POST_RECV(i + LAT_AHEAD);
       POST_SEND(i);
       int sdone = 0, rdone = 0;
       deadline d = deadline_in();
+      progress_made(); /* a new wait: its idle streak starts now */
       while (!sdone || !rdone) {
         if (!sdone) NCALL("test(isend)", g_net.test(&g_net, sreq, &sdone, ssizes));
         if (!rdone) {
           sizes[0] = (size_t)-1;
-          NCALL("test(irecv)", g_net.test(&g_net, rreq[i % 2], &rdone, sizes));
+          NCALL("test(irecv)", g_net.test(&g_net, rreq[i % LAT_RING], &rdone, sizes));
           if (rdone && sizes[0] != LAT_BYTES) bad++;
         }
+        if (!sdone || !rdone) idle_yield();
         if (expired(&d)) bc_die("latency: round trip %llu not done after %.0f s", (unsigned long long)i, g_opt.timeout_s);
       }
       uint64_t t1 = bc_now_ns();
       uint64_t got;
-      memcpy(&got, rbuf + (i % 2) * LAT_SLOT, 8);
+      memcpy(&got, rbuf + (i % LAT_RING) * LAT_SLOT, 8);
       if (got != i) bad++;
-      if (g_net.irecv_consumed) NCALL("irecvConsumed", g_net.irecv_consumed(&g_net, rcomm, 1, rreq[i % 2]));
+      if (g_net.irecv_consumed) NCALL("irecvConsumed", g_net.irecv_consumed(&g_net, rcomm, 1, rreq[i % LAT_RING]));
       if (i >= (uint64_t)g_opt.lat_warmup) v[i - (uint64_t)g_opt.lat_warmup] = (double)(t1 - t0) / 1e3;
     } else {
       deadline d = deadline_in();
       int rdone = 0;
+      progress_made(); /* a new wait: its idle streak starts now */
       while (!rdone) {
         sizes[0] = (size_t)-1;
-        NCALL("test(irecv)", g_net.test(&g_net, rreq[i % 2], &rdone, sizes));
+        NCALL("test(irecv)", g_net.test(&g_net, rreq[i % LAT_RING], &rdone, sizes));
         if (sreq) { /* keep the previous reply progressing */
           int sd = 0;
           NCALL("test(isend)", g_net.test(&g_net, sreq, &sd, ssizes));
           if (sd) sreq = NULL;
         }
+        if (!rdone) idle_yield();
         if (!rdone && expired(&d)) bc_die("latency: ping %llu not received after %.0f s", (unsigned long long)i, g_opt.timeout_s);
       }
       uint64_t got;
-      memcpy(&got, rbuf + (i % 2) * LAT_SLOT, 8);
+      memcpy(&got, rbuf + (i % LAT_RING) * LAT_SLOT, 8);
       if (got != i || sizes[0] != LAT_BYTES) bad++;
-      if (g_net.irecv_consumed) NCALL("irecvConsumed", g_net.irecv_consumed(&g_net, rcomm, 1, rreq[i % 2]));
-      if (i + 1 < total) POST_RECV(i + 1);
+      if (g_net.irecv_consumed) NCALL("irecvConsumed", g_net.irecv_consumed(&g_net, rcomm, 1, rreq[i % LAT_RING]));
+      if (i + LAT_AHEAD < total) POST_RECV(i + LAT_AHEAD);
       if (sreq) wait_req(sreq, "test(isend)", i - 1);
       sreq = NULL;
       POST_SEND(i);

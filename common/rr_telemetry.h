@@ -7,8 +7,12 @@
  * pushes into a per-recorder single-producer ring that the exporter thread
  * drains into sliding windows (RERAIL_TELEMETRY_WINDOW requests), latency
  * percentiles, counters, Prometheus text files, JSON-lines events and anomaly
- * snapshots (see rr_telemetry.c). With telemetry off, open() returns NULL and
- * record() on NULL is a single branch. */
+ * snapshots (see rr_telemetry.c, rr_tel_exporter.c, docs/telemetry.md). With
+ * telemetry off, open() returns NULL and record() on NULL is a single branch.
+ *
+ * Telemetry is on when RERAIL_TELEMETRY_DIR is set; the exporter thread
+ * starts with the first open() and is joined when the last recorder closes
+ * and when the library is unloaded. Nothing needs to be called at init. */
 #ifndef RERAIL_COMMON_TELEMETRY_H
 #define RERAIL_COMMON_TELEMETRY_H
 #include <stdint.h>
@@ -28,5 +32,32 @@ void rr_tel_record_slow(rr_tel_rail *t, uint64_t post_ns, uint64_t done_ns, uint
 static inline void rr_tel_record(rr_tel_rail *t, uint64_t post_ns, uint64_t done_ns, uint32_t bytes) {
   if (t) rr_tel_record_slow(t, post_ns, done_ns, bytes);
 }
+
+/* ---- For tests and tools (never the data path). */
+
+/* Run one full exporter cycle now (drain every ring, write every file) and
+ * wait for it. Returns 0, or -1 when no exporter runs. */
+int rr_tel_flush(void);
+
+/* 1 while the exporter thread runs. */
+int rr_tel_running(void);
+
+/* What the exporter knows of one rail (as of its last drain). */
+typedef struct rr_tel_rail_figures {
+  uint64_t requests, bytes, dropped, anomalies;
+  double throughput;          /* bytes/s over the last window */
+  int have_latency;
+  uint64_t p50_ns, p90_ns, p99_ns; /* of the last interval with traffic */
+} rr_tel_rail_figures;
+/* Returns 0, or -1 when the rail was never opened. */
+int rr_tel_rail_figures_get(const char *nic, const char *peer, int rail, int dir, rr_tel_rail_figures *out);
+
+/* Stop the exporter for good and remove this process's .prom file; later
+ * opens return NULL. The library destructor does this. */
+void rr_tel_shutdown(void);
+
+/* Forget every rail and event table and allow opening again: tests only,
+ * with no recorder open. */
+void rr_tel_reset_for_tests(void);
 
 #endif

@@ -1,11 +1,10 @@
 /* rerail: the operator's command-line tool.
  *
- *   rerail devices [--json]   the NICs the net plugin would pool here, with
- *                             the RERAIL_* settings of this environment
- *   rerail version
- *
- * Health and telemetry views (status, top, events) read the shared health
- * table and telemetry files once the observability layer publishes them. */
+ *   rerail devices [--json]   the NICs the net plugin would pool here
+ *   rerail status [--json]    the shared health table (tools/cmd_status.c)
+ *   rerail top                live per-rail throughput and latency (tools/cmd_top.c)
+ *   rerail events [--follow]  the event log (tools/cmd_events.c)
+ *   rerail version */
 #include "rr_log.h"
 #include "rr_netif.h"
 #include "rr_params.h"
@@ -21,7 +20,11 @@ static int usage(FILE *out) {
   fprintf(out,
           "usage: rerail <command>\n"
           "  devices [--json]   list the network interfaces rerail would use here\n"
-          "  version            print the version\n");
+          "  status [--json]    NIC and rail health of every rerail process on this host\n"
+          "  top                live per-rail throughput and latency (needs RERAIL_TELEMETRY_DIR)\n"
+          "  events [--follow]  failovers, fail-backs and errors from the telemetry event log\n"
+          "  version            print the version\n"
+          "each command takes --help\n");
   return out == stderr ? 2 : 0;
 }
 
@@ -55,6 +58,9 @@ static int cmd_devices(int json) {
 int main(int argc, char **argv) {
   if (argc < 2) return usage(stderr);
   if (!strcmp(argv[1], "devices")) return cmd_devices(argc > 2 && !strcmp(argv[2], "--json"));
+  if (!strcmp(argv[1], "status")) { int cmd_status(int, char **); return cmd_status(argc, argv); } /* tools/cmd_status.c */
+  if (!strcmp(argv[1], "top")) { int cmd_top(int, char **); return cmd_top(argc - 1, argv + 1); } /* tools/cmd_top.c */
+  if (!strcmp(argv[1], "events")) { int cmd_events(int, char **); return cmd_events(argc - 1, argv + 1); } /* tools/cmd_events.c */
   if (!strcmp(argv[1], "version")) {
     printf("rerail %s\n", RERAIL_VERSION);
     return 0;

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Chaos: 2 hosts x 4 rails, 4 connections of checksummed traffic (sizes 0..4M,
+# grouped receives) through the NCCL-faithful harness while a loop takes random
+# rails down and up: a random host and rail, sometimes the host's NIC
+# (`link H R down`), sometimes the switch port (`link H R down --switch`),
+# sometimes a silent black hole (`drop H R 100`); a change every 100-800 ms,
+# and never all rails of the path at once: at least one rail always has both
+# hosts' NICs and both switch ports up and drops nothing.
+#
+# Passes when both harness processes exit 0: zero errors, every byte and
+# sequence of every message checked (no loss, duplicate or corruption). Prints
+# the longest stall (receiver's --stall-report) and the plugin's events.
+#
+# usage: resilience_chaos.sh PLUGIN_DIR HARNESS
+#   RERAIL_CHAOS_SECONDS  length of the traffic (default 120), times RERAIL_TEST_SCALE
+#   RERAIL_CHAOS_SEED     seed of the fault sequence (default: random; printed for a rerun)
+#   KEEP_LOGS=1           keep the logs (the fault log is $WORK/chaos/faults.log)
+# Settings: RERAIL_PROGRESS_TIMEOUT=300, RERAIL_BACKUPS=3 (every connection holds all
+# 4 rails), RERAIL_LOG_LEVEL=warn.
+set -u
+PLUGIN_DIR=${1:?usage: $0 PLUGIN_DIR HARNESS}
+HARNESS=${2:?usage: $0 PLUGIN_DIR HARNESS}
+. "$(dirname "$0")/resilience_lib.sh"
+
+RAILS=4
+SECS=$(scaled "${RERAIL_CHAOS_SECONDS:-120}" 10)
+SEED=${RERAIL_CHAOS_SEED:-$((($$ * 7919 + ${EPOCHREALTIME/./}) % 1000000))}
+RANDOM=$SEED
+DELTA=300
+
+echo "chaos: 2 hosts x $RAILS rails, 4 connections, $SECS s, seed $SEED (RERAIL_CHAOS_SEED=$SEED to replay the fault sequence)"
+lab_start rrc$$ 2 $RAILS
+PAIR_ENV=(RERAIL_PROGRESS_TIMEOUT=$DELTA RERAIL_BACKUPS=3 RERAIL_LOG_LEVEL=warn)
+pair_start chaos --conns 4 --max-size 4M --duration "$SECS" --stall-report --quiet \
+  --timeout "$(calc "$SECS + 90")" --seed "$SEED"
+FAULTS="$PAIR_DIR/faults.log"
+: >"$FAULTS"
+
+if ! pair_wait_traffic 60; then
+  pair_wait 60
+  fail chaos "traffic never started (server exit $SRC, client exit $CRC)"
+  finish
+fi
+
+# Fault state: F[kind,h,r] = 1 while that fault is in place.
+# kinds: nic (host link down), sw (switch port down), drop (drop 100)
+declare -A F=()
+KINDS=(nic sw drop)
+rail_clean() {   # rail_clean R: no fault of any kind on either host
+  local k h
+  for k in "${KINDS[@]}"; do
+    for h in 0 1; do [ "${F[$k,$h,$1]:-0}" = 1 ] && return 1; done
+  done
+  return 0
+}
+clean_rails() {
+  local r n=0
+  for ((r = 0; r < RAILS; r++)); do rail_clean $r && n=$((n + 1)); done
+  echo $n
+}
+apply() {   # apply KIND H R on|off
+  local k=$1 h=$2 r=$3 v=$4
+  case $k in
+    nic) link "$h" "$r" "$([ "$v" = on ] && echo down || echo up)" ;;
+    sw) link "$h" "$r" "$([ "$v" = on ] && echo down || echo up)" switch ;;
+    drop) drop "$h" "$r" "$([ "$v" = on ] && echo 100 || echo off)" >/dev/null ;;
+  esac
+  if [ "$v" = on ]; then F[$k,$h,$r]=1; else unset "F[$k,$h,$r]"; fi
+  printf '+%.3f %-4s h%d rail%d %s  (clean rails: %d)\n' "$(calc "$T_AFTER - $T0")" "$k" "$h" "$r" "$v" \
+    "$(clean_rails)" >>"$FAULTS"
+  NCHANGES=$((NCHANGES + 1))
+  COUNT[$k]=$((${COUNT[$k]:-0} + 1))
+}
+heal_random() {
+  local keys=("${!F[@]}")
+  [ ${#keys[@]} -gt 0 ] || return 1
+  local key=${keys[RANDOM % ${#keys[@]}]}
+  local k h r
+  IFS=, read -r k h r <<<"$key"
+  apply "$k" "$h" "$r" off
+}
+
+T0=$EPOCHREALTIME
+end_us=$(($(us) + $(calc "$SECS * 1000000" | cut -d. -f1) - 500000))
+NCHANGES=0
+declare -A COUNT=()
+while [ "$(us)" -lt "$end_us" ] && kill -0 "$CPID" 2>/dev/null && kill -0 "$SPID" 2>/dev/null; do
+  nap "0.$(printf '%03d' $((100 + RANDOM % 701)))"
+  [ $((RANDOM % 10)) -lt 7 ] || [ ${#F[@]} -eq 0 ] && want=inject || want=heal
+  if [ $want = heal ] || [ ${#F[@]} -ge 6 ]; then heal_random && continue; fi
+  k=${KINDS[RANDOM % 3]} h=$((RANDOM % 2)) r=$((RANDOM % RAILS))
+  if [ "${F[$k,$h,$r]:-0}" = 1 ]; then
+    apply "$k" "$h" "$r" off
+  elif rail_clean "$r" && [ "$(clean_rails)" -le 1 ]; then
+    heal_random   # this would take the last clean rail: heal something instead
+  else
+    apply "$k" "$h" "$r" on
+  fi
+done
+ELAPSED=$(calc "$EPOCHREALTIME - $T0")
+# heal everything: the run ends on a healthy network
+for key in "${!F[@]}"; do
+  IFS=, read -r k h r <<<"$key"
+  apply "$k" "$h" "$r" off
+done
+
+pair_wait "$(calc "$SECS + 150" | cut -d. -f1)"
+
+longest=$(jget "$PAIR_DIR/server.json" 'd["stall"]["longest"]["ms"]')
+at=$(jget "$PAIR_DIR/server.json" 'd["stall"]["longest"]["start_s"]')
+echo "faults: $NCHANGES changes (nic ${COUNT[nic]:-0}, switch ${COUNT[sw]:-0}, drop ${COUNT[drop]:-0}); log: $FAULTS"
+echo "plugin events (WARN lines, both sides):"
+grep -hoE 'health: (failover|failback|nic_state|error)' "$PAIR_DIR"/client.log "$PAIR_DIR"/server.log |
+  sort | uniq -c | sed 's/^/  /'
+echo "longest stall: $longest ms, at +$at s of traffic"
+echo "next longest: $(jget "$PAIR_DIR/server.json" '", ".join("%.0f ms" % g["ms"] for g in d["stall"]["top"][1:5])')"
+fig="$NCHANGES fault changes in $ELAPSED s of faults (planned: $SECS s of traffic); longest stall $longest ms; $(what_moved)"
+if ok_pair; then
+  pass chaos "$fig"
+else
+  # the fault sequence just before the end, for the report
+  echo "last fault changes:"
+  tail -n 12 "$FAULTS" | sed 's/^/  /'
+  fail chaos "server exit $SRC, client exit $CRC; $fig (seed $SEED)"
+fi
+finish

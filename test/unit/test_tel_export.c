@@ -1,0 +1,668 @@
+/* Telemetry end to end inside one process: recorders -> exporter thread ->
+ * files. The exporter lifecycle, the Prometheus text (structure, values,
+ * escaping, idleness, merged connections), the event JSON lines, rotation of
+ * the event log, the cap on anomaly snapshots, and what happens when the
+ * directory cannot be written: not creatable, read-only, and a full disk
+ * (a 64 KiB tmpfs this test mounts; needs root, as CI runs): one warning per
+ * kind of file, recording goes on, the files come back when the disk does. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "rr_health.h"
+#include "rr_log.h"
+#include "rr_tel_format.h"
+#include "rr_tel_io.h"
+#include "rr_telemetry.h"
+
+#include <dirent.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define T 1000000ull /* 1 ms */
+#define MB 1000000u
+
+static char g_dir[128];
+static char g_host[64];
+static _Atomic int g_warn_io, g_info_ok, g_warn_other;
+
+static void counting_logger(int level, unsigned long flags, const char *file, int line, const char *fmt, ...) {
+  (void)flags, (void)file, (void)line;
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (level == RR_LOG_WARN && strstr(msg, "telemetry: cannot write")) atomic_fetch_add(&g_warn_io, 1);
+  else if (level == RR_LOG_WARN && strstr(msg, "telemetry")) atomic_fetch_add(&g_warn_other, 1);
+  if (level == RR_LOG_INFO && strstr(msg, "works again")) atomic_fetch_add(&g_info_ok, 1);
+  if (getenv("TEST_TEL_VERBOSE")) fprintf(stderr, "log[%d] %s\n", level, msg);
+}
+
+static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int run(const char *fmt, ...) {
+  char cmd[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cmd, sizeof cmd, fmt, ap);
+  va_end(ap);
+  return system(cmd);
+}
+
+static int setup(void **state) {
+  (void)state;
+  snprintf(g_dir, sizeof g_dir, "/tmp/rerail-telexp-XXXXXX");
+  if (!mkdtemp(g_dir)) return -1;
+  rr_tel_hostname(g_host, sizeof g_host);
+  setenv("RERAIL_TELEMETRY_DIR", g_dir, 1);
+  /* Files are written on flushes (and when the exporter stops) only: the
+   * test decides when. Rings are still drained every 10 ms. */
+  setenv("RERAIL_TELEMETRY_INTERVAL", "3600000", 1);
+  rr_log_set_logger(counting_logger);
+  g_warn_io = g_info_ok = g_warn_other = 0;
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  rr_tel_reset_for_tests();
+  rr_log_set_logger(NULL);
+  unsetenv("RERAIL_TELEMETRY_DIR");
+  unsetenv("RERAIL_TELEMETRY_INTERVAL");
+  unsetenv("RERAIL_TELEMETRY_EVENTS_MAX");
+  unsetenv("RERAIL_TELEMETRY_WINDOW");
+  run("umount %s/mnt 2>/dev/null; rm -rf %s", g_dir, g_dir);
+  return 0;
+}
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  static char buf[1 << 20];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  return strdup(buf);
+}
+
+static char *prom_text(const char *dir) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/" RR_TEL_PROM_PREFIX "%s-%d" RR_TEL_PROM_SUFFIX, dir, g_host, (int)getpid());
+  return slurp(path);
+}
+
+static char *events_text(const char *dir, const char *suffix) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/" RR_TEL_EVENTS_PREFIX "%s-%d" RR_TEL_EVENTS_SUFFIX "%s", dir, g_host,
+           (int)getpid(), suffix);
+  return slurp(path);
+}
+
+static long file_size(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
+}
+
+/* The value of the sample whose line starts with prefix (name{labels...). */
+static int sample(const char *text, const char *prefix, double *v) {
+  for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+    if (!strncmp(p, prefix, strlen(prefix))) {
+      const char *sp = strstr(p, "} ");
+      if (!sp) return -1;
+      *v = strtod(sp + 2, NULL);
+      return 0;
+    }
+  return -1;
+}
+
+static double must_sample(const char *text, const char *prefix) {
+  double v = -1;
+  if (sample(text, prefix, &v) != 0) {
+    fprintf(stderr, "no sample starting with %s in:\n%s\n", prefix, text);
+    fail();
+  }
+  return v;
+}
+
+/* Exposition-format structure: HELP then TYPE before a family's samples, each
+ * family once and contiguous, known types, no timestamps, base-unit names. */
+static void check_structure(const char *text) {
+  char seen[64][96];
+  int nseen = 0;
+  char cur[96] = "", type[16] = "";
+  char *copy = strdup(text);
+  for (char *line = strtok(copy, "\n"); line; line = strtok(NULL, "\n")) {
+    char name[96];
+    if (!strncmp(line, "# HELP ", 7)) {
+      sscanf(line + 7, "%95s", name);
+      for (int i = 0; i < nseen; i++) assert_string_not_equal(seen[i], name); /* once */
+      snprintf(seen[nseen++], sizeof seen[0], "%s", name);
+      snprintf(cur, sizeof cur, "%s", name);
+      type[0] = '\0';
+      continue;
+    }
+    if (!strncmp(line, "# TYPE ", 7)) {
+      char t[16];
+      assert_int_equal(sscanf(line + 7, "%95s %15s", name, t), 2);
+      assert_string_equal(name, cur);
+      assert_true(!strcmp(t, "gauge") || !strcmp(t, "counter") || !strcmp(t, "summary"));
+      snprintf(type, sizeof type, "%s", t);
+      continue;
+    }
+    assert_true(type[0]); /* a sample inside a declared family */
+    size_t n = strcspn(line, "{ ");
+    snprintf(name, sizeof name, "%.*s", (int)n, line);
+    size_t cl = strlen(cur);
+    int ok = !strcmp(name, cur) ||
+             (!strcmp(type, "summary") && !strncmp(name, cur, cl) &&
+              (!strcmp(name + cl, "_sum") || !strcmp(name + cl, "_count")));
+    if (!ok) fprintf(stderr, "sample %s outside its family (in %s)\n", name, cur);
+    assert_true(ok);
+    assert_true(!strncmp(name, "rerail_", 7));
+    if (!strcmp(type, "counter")) assert_true(strstr(cur, "_total") != NULL);
+    /* name{labels} value: exactly two fields after the labels (no timestamp) */
+    const char *sp = strrchr(line, '}');
+    assert_non_null(sp);
+    double v;
+    char extra[8];
+    assert_int_equal(sscanf(sp + 1, " %lf %7s", &v, extra), 1);
+  }
+  free(copy);
+}
+
+/* ---- lifecycle */
+
+static void lifecycle(void **state) {
+  (void)state;
+  unsetenv("RERAIL_TELEMETRY_DIR");
+  rr_tel_rail *off = rr_tel_rail_open(0, "eth0", "10.0.0.2", 0, RR_TEL_TX);
+  assert_null(off);
+  rr_tel_record(off, 1, 2, 3); /* telemetry off: a no-op */
+  assert_false(rr_tel_running());
+  assert_int_equal(rr_tel_flush(), -1);
+
+  setenv("RERAIL_TELEMETRY_DIR", g_dir, 1);
+  rr_tel_rail *a = rr_tel_rail_open(0, "eth0", "10.0.0.2", 0, RR_TEL_TX);
+  rr_tel_rail *b = rr_tel_rail_open(0, "eth0", "10.0.0.2", 0, RR_TEL_RX);
+  assert_non_null(a);
+  assert_non_null(b);
+  assert_true(rr_tel_running());
+  rr_tel_record(a, 0, T, MB);
+  rr_tel_rail_close(a);
+  assert_true(rr_tel_running()); /* one recorder still open */
+  rr_tel_record(b, 0, T, MB);
+  rr_tel_rail_close(b);
+  assert_false(rr_tel_running()); /* joined with the last close */
+  char *text = prom_text(g_dir);  /* the last cycle wrote what was left */
+  assert_non_null(text);
+  assert_int_equal(must_sample(text, RR_TEL_M_REQUESTS "{host=\""), 1);
+  free(text);
+
+  a = rr_tel_rail_open(0, "eth0", "10.0.0.2", 0, RR_TEL_TX); /* starts again */
+  assert_true(rr_tel_running());
+  rr_tel_record(a, T, 2 * T, MB);
+  assert_int_equal(rr_tel_flush(), 0);
+  rr_tel_rail_figures f;
+  assert_int_equal(rr_tel_rail_figures_get("eth0", "10.0.0.2", 0, RR_TEL_TX, &f), 0);
+  assert_int_equal(f.requests, 2); /* counters survive the restart */
+
+  rr_tel_shutdown(); /* what the destructor does at dlclose */
+  assert_false(rr_tel_running());
+  text = prom_text(g_dir);
+  assert_null(text); /* out of the scrape */
+  assert_null(rr_tel_rail_open(0, "eth0", "10.0.0.2", 1, RR_TEL_TX));
+  rr_tel_record(a, 2 * T, 3 * T, MB); /* a late record after shutdown is harmless */
+  rr_tel_rail_close(a);
+}
+
+/* ---- the .prom file */
+
+static void prom_file(void **state) {
+  (void)state;
+  /* Two connections on one rail (their rings are merged in completion order)
+   * and a receive rail with an awkward peer name. */
+  rr_tel_rail *a = rr_tel_rail_open(0, "eth0", "10.0.0.2", 1, RR_TEL_TX);
+  rr_tel_rail *b = rr_tel_rail_open(0, "eth0", "10.0.0.2", 1, RR_TEL_TX);
+  rr_tel_rail *c = rr_tel_rail_open(1, "eth1", "we\"ird\\peer\n", 0, RR_TEL_RX);
+  assert_non_null(a);
+  assert_non_null(b);
+  assert_non_null(c);
+  /* Each connection moves 1 MB per 2 ms, offset by 1 ms: the rail moves
+   * 1 MB per ms = 1 GB/s; every request takes 2 ms. */
+  for (uint64_t k = 0; k < 64; k++) {
+    rr_tel_record(a, 2 * k * T, 2 * k * T + 2 * T, MB);
+    rr_tel_record(b, 2 * k * T + T, 2 * k * T + 3 * T, MB);
+  }
+  for (uint64_t k = 0; k < 100; k++) rr_tel_record(c, k * T, k * T + (k + 1) * 1000, 4096); /* 1..100 us */
+  assert_int_equal(rr_tel_flush(), 0);
+  char *text = prom_text(g_dir);
+  assert_non_null(text);
+  check_structure(text);
+
+  char pre[512];
+  int pid = (int)getpid();
+#define RAIL(name, nic, peer, rail, dir) \
+  (snprintf(pre, sizeof pre, "%s{host=\"%s\",pid=\"%d\",nic=\"%s\",peer=\"%s\",rail=\"%s\",direction=\"%s\"", \
+            name, g_host, pid, nic, peer, rail, dir), pre)
+  assert_int_equal(must_sample(text, RAIL(RR_TEL_M_BYTES, "eth0", "10.0.0.2", "1", "tx")), 128.0 * MB);
+  assert_int_equal(must_sample(text, RAIL(RR_TEL_M_REQUESTS, "eth0", "10.0.0.2", "1", "tx")), 128);
+  double thr = must_sample(text, RAIL(RR_TEL_M_THROUGHPUT, "eth0", "10.0.0.2", "1", "tx"));
+  assert_true(thr > 0.999e9 && thr < 1.001e9);
+  char q[600];
+  snprintf(q, sizeof q, "%s,quantile=\"0.5\"}", RAIL(RR_TEL_M_LATENCY, "eth0", "10.0.0.2", "1", "tx"));
+  assert_true(must_sample(text, q) == 0.002);
+  assert_true(must_sample(text, RAIL(RR_TEL_M_LATENCY "_sum", "eth0", "10.0.0.2", "1", "tx")) == 0.256);
+  assert_int_equal(must_sample(text, RAIL(RR_TEL_M_LATENCY "_count", "eth0", "10.0.0.2", "1", "tx")), 128);
+  assert_int_equal(must_sample(text, RAIL(RR_TEL_M_DROPPED, "eth0", "10.0.0.2", "1", "tx")), 0);
+  /* Label values escaped: backslash, quote, newline. */
+  const char *peer = "we\\\"ird\\\\peer\\n";
+  snprintf(q, sizeof q, "%s,quantile=\"0.99\"}", RAIL(RR_TEL_M_LATENCY, "eth1", peer, "0", "rx"));
+  assert_true(must_sample(text, q) == 99e-6);
+  snprintf(q, sizeof q, "%s,quantile=\"0.9\"}", RAIL(RR_TEL_M_LATENCY, "eth1", peer, "0", "rx"));
+  assert_true(must_sample(text, q) == 90e-6);
+  assert_int_equal(must_sample(text, RAIL(RR_TEL_M_BYTES, "eth1", peer, "0", "rx")), 409600);
+  snprintf(q, sizeof q, RR_TEL_M_WINDOW "{host=\"%s\",pid=\"%d\"}", g_host, pid);
+  assert_int_equal(must_sample(text, q), 8);
+  free(text);
+
+  rr_tel_rail_figures f;
+  assert_int_equal(rr_tel_rail_figures_get("eth0", "10.0.0.2", 1, RR_TEL_TX, &f), 0);
+  assert_int_equal(f.requests, 128);
+  assert_int_equal(f.p50_ns, 2 * T);
+
+  /* An interval without traffic: throughput 0, counters and quantiles kept. */
+  assert_int_equal(rr_tel_flush(), 0);
+  text = prom_text(g_dir);
+  assert_true(must_sample(text, RAIL(RR_TEL_M_THROUGHPUT, "eth0", "10.0.0.2", "1", "tx")) == 0);
+  assert_int_equal(must_sample(text, RAIL(RR_TEL_M_REQUESTS, "eth0", "10.0.0.2", "1", "tx")), 128);
+  snprintf(q, sizeof q, "%s,quantile=\"0.5\"}", RAIL(RR_TEL_M_LATENCY, "eth0", "10.0.0.2", "1", "tx"));
+  assert_true(must_sample(text, q) == 0.002);
+  free(text);
+#undef RAIL
+  rr_tel_rail_close(a);
+  rr_tel_rail_close(b);
+  rr_tel_rail_close(c);
+  assert_int_equal(g_warn_io + g_warn_other, 0);
+}
+
+/* A full ring drops and counts, never blocks. */
+static void ring_drops_counted(void **state) {
+  (void)state;
+  setenv("RERAIL_TELEMETRY_RING", "64", 1);
+  rr_tel_rail *a = rr_tel_rail_open(0, "eth0", "10.0.0.3", 0, RR_TEL_TX);
+  unsetenv("RERAIL_TELEMETRY_RING");
+  assert_non_null(a);
+  for (uint64_t k = 0; k < 100000; k++) rr_tel_record(a, k, k + 1, 1);
+  assert_int_equal(rr_tel_flush(), 0);
+  rr_tel_rail_figures f;
+  assert_int_equal(rr_tel_rail_figures_get("eth0", "10.0.0.3", 0, RR_TEL_TX, &f), 0);
+  assert_int_equal(f.requests + f.dropped, 100000);
+  assert_true(f.dropped > 0);
+  char *text = prom_text(g_dir);
+  char pre[256];
+  snprintf(pre, sizeof pre, RR_TEL_M_DROPPED "{host=\"%s\",pid=\"%d\",nic=\"eth0\",peer=\"10.0.0.3\"", g_host,
+           (int)getpid());
+  assert_true(must_sample(text, pre) == (double)f.dropped);
+  free(text);
+  rr_tel_rail_close(a);
+}
+
+/* ---- events */
+
+static void report(rr_health_event_kind kind, const char *nic, const char *to, const char *peer,
+                   rr_link_state st, uint64_t stall_ns, const char *reason) {
+  rr_health_event ev = {.kind = kind, .dev = 0, .to_dev = to ? 1 : -1, .state = st, .stall_ns = stall_ns};
+  snprintf(ev.ifname, sizeof ev.ifname, "%s", nic ? nic : "");
+  snprintf(ev.to_ifname, sizeof ev.to_ifname, "%s", to ? to : "");
+  snprintf(ev.peer, sizeof ev.peer, "%s", peer ? peer : "");
+  snprintf(ev.reason, sizeof ev.reason, "%s", reason);
+  rr_health_report(&ev);
+}
+
+static void events_json(void **state) {
+  (void)state;
+  rr_tel_rail *a = rr_tel_rail_open(0, "eth0", "10.0.0.2", 0, RR_TEL_TX); /* the exporter runs */
+  assert_non_null(a);
+  report(RR_HEV_NIC_STATE, "eth0", NULL, NULL, RR_LINK_DOWN, 0, "carrier \"lost\"\n\xff");
+  report(RR_HEV_RAIL_STATE, "eth0", NULL, "10.0.0.2", RR_LINK_DOWN, 0, "send rail0: timeout");
+  report(RR_HEV_FAILOVER, "eth0", "eth1", "10.0.0.2", RR_LINK_UP, 12500000, "resumed in epoch 2");
+  report(RR_HEV_FAILBACK, "eth1", "eth0", "10.0.0.2", RR_LINK_UP, 0, "healed");
+  report(RR_HEV_ERROR, NULL, NULL, "10.0.0.9", RR_LINK_DOWN, 0, "no rail left");
+  assert_int_equal(rr_tel_flush(), 0);
+  char *text = events_text(g_dir, "");
+  assert_non_null(text);
+  char *line[8];
+  int n = 0;
+  for (char *l = strtok(text, "\n"); l && n < 8; l = strtok(NULL, "\n")) line[n++] = l;
+  assert_int_equal(n, 5);
+  for (int i = 0; i < n; i++) {
+    unsigned y, mo, d, h, mi, s, ns;
+    char z;
+    assert_int_equal(sscanf(line[i], "{\"time\":\"%4u-%2u-%2uT%2u:%2u:%2u.%9u%c\",\"time_ns\":", &y, &mo, &d, &h,
+                            &mi, &s, &ns, &z), 8);
+    assert_int_equal(z, 'Z');
+    assert_non_null(strstr(line[i], "\"host\":"));
+    assert_non_null(strstr(line[i], "\"pid\":"));
+    assert_true(line[i][strlen(line[i]) - 1] == '}');
+  }
+  assert_non_null(strstr(line[0], "\"kind\":\"nic_state\",\"nic\":\"eth0\",\"to_nic\":null,\"peer\":null,"
+                                  "\"state\":\"down\",\"reason\":\"carrier \\\"lost\\\"\\u000a\\u00ff\","
+                                  "\"stall_ms\":null"));
+  assert_non_null(strstr(line[1], "\"kind\":\"rail_state\",\"nic\":\"eth0\",\"to_nic\":null,"
+                                  "\"peer\":\"10.0.0.2\",\"state\":\"down\""));
+  assert_non_null(strstr(line[2], "\"kind\":\"failover\",\"nic\":\"eth0\",\"to_nic\":\"eth1\","
+                                  "\"peer\":\"10.0.0.2\",\"state\":null,\"reason\":\"resumed in epoch 2\","
+                                  "\"stall_ms\":12.500"));
+  assert_non_null(strstr(line[3], "\"kind\":\"failback\",\"nic\":\"eth1\",\"to_nic\":\"eth0\""));
+  assert_non_null(strstr(line[4], "\"kind\":\"error\",\"nic\":null"));
+  free(text);
+
+  /* The same events in the metrics. */
+  text = prom_text(g_dir);
+  check_structure(text);
+  char pre[256];
+  int pid = (int)getpid();
+  snprintf(pre, sizeof pre, RR_TEL_M_FAILOVERS "{host=\"%s\",pid=\"%d\",nic=\"eth0\",peer=\"10.0.0.2\"}", g_host, pid);
+  assert_int_equal(must_sample(text, pre), 1);
+  snprintf(pre, sizeof pre, RR_TEL_M_FAILBACKS "{host=\"%s\",pid=\"%d\",nic=\"eth0\",peer=\"10.0.0.2\"}", g_host, pid);
+  assert_int_equal(must_sample(text, pre), 1);
+  /* rail state: down, then up again with the fail-back onto it */
+  snprintf(pre, sizeof pre, RR_TEL_M_RAIL_STATE "{host=\"%s\",pid=\"%d\",nic=\"eth0\",peer=\"10.0.0.2\"}", g_host, pid);
+  assert_int_equal(must_sample(text, pre), RR_LINK_UP);
+  snprintf(pre, sizeof pre, RR_TEL_M_NIC_STATE "{host=\"%s\",pid=\"%d\",nic=\"eth0\"}", g_host, pid);
+  assert_int_equal(must_sample(text, pre), RR_LINK_DOWN);
+  snprintf(pre, sizeof pre, RR_TEL_M_ERRORS "{host=\"%s\",pid=\"%d\",peer=\"10.0.0.9\"}", g_host, pid);
+  assert_int_equal(must_sample(text, pre), 1);
+  snprintf(pre, sizeof pre, RR_TEL_M_EVENTS "{host=\"%s\",pid=\"%d\",kind=\"failover\"}", g_host, pid);
+  assert_int_equal(must_sample(text, pre), 1);
+  free(text);
+  rr_tel_rail_close(a);
+}
+
+static void events_rotation(void **state) {
+  (void)state;
+  setenv("RERAIL_TELEMETRY_EVENTS_MAX", "1024", 1);
+  rr_tel_rail *a = rr_tel_rail_open(0, "eth0", "10.0.0.2", 0, RR_TEL_TX);
+  assert_non_null(a);
+  for (int i = 0; i < 40; i++) {
+    char why[32];
+    snprintf(why, sizeof why, "event %d", i);
+    report(RR_HEV_RAIL_STATE, "eth0", NULL, "10.0.0.2", RR_LINK_RECOVERING, 0, why);
+    if (i % 5 == 4) rr_tel_flush();
+  }
+  rr_tel_flush();
+  char cur[1024], old[1100], older[1100];
+  snprintf(cur, sizeof cur, "%s/" RR_TEL_EVENTS_PREFIX "%s-%d" RR_TEL_EVENTS_SUFFIX, g_dir, g_host, (int)getpid());
+  snprintf(old, sizeof old, "%s.1", cur);
+  snprintf(older, sizeof older, "%s.2", cur);
+  assert_true(file_size(cur) > 0 && file_size(cur) <= 1024);
+  assert_true(file_size(old) > 0 && file_size(old) <= 1024);
+  assert_int_equal(file_size(older), -1);
+  char *text = events_text(g_dir, "");
+  assert_non_null(strstr(text, "\"reason\":\"event 39\""));
+  assert_true(text[strlen(text) - 1] == '\n'); /* whole lines only */
+  free(text);
+  text = events_text(g_dir, ".1");
+  assert_null(strstr(text, "\"reason\":\"event 39\""));
+  assert_true(text[strlen(text) - 1] == '\n');
+  free(text);
+  rr_tel_rail_close(a);
+}
+
+/* ---- anomaly snapshots */
+
+static int count_snapshots(int *lowest, int *highest) {
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, RR_TEL_ANOMALY_PREFIX "%d-", (int)getpid());
+  DIR *d = opendir(g_dir);
+  int n = 0;
+  *lowest = 1 << 30;
+  *highest = 0;
+  for (struct dirent *e; (e = readdir(d));)
+    if (!strncmp(e->d_name, prefix, strlen(prefix))) {
+      int seq = atoi(e->d_name + strlen(prefix));
+      n++;
+      if (seq < *lowest) *lowest = seq;
+      if (seq > *highest) *highest = seq;
+    }
+  closedir(d);
+  return n;
+}
+
+static void anomaly_snapshots(void **state) {
+  (void)state;
+  rr_tel_rail *a = rr_tel_rail_open(0, "eth0", "10.0.0.4", 0, RR_TEL_RX);
+  assert_non_null(a);
+  uint64_t t = 0;
+  for (int round = 0; round < 20; round++) {
+    for (int i = 0; i < 200; i++, t += T) rr_tel_record(a, t, t + T, MB);         /* 1 GB/s */
+    for (int i = 0; i < 40; i++, t += 5 * T) rr_tel_record(a, t, t + 5 * T, MB);  /* 0.2 GB/s */
+    assert_int_equal(rr_tel_flush(), 0);
+    t += 11000 * T; /* past the per-rail quiet period */
+  }
+  for (int i = 0; i < 100; i++, t += T) rr_tel_record(a, t, t + T, MB);
+  rr_tel_flush();
+  rr_tel_flush(); /* the anomaly events reported by the exporter reach the log */
+  rr_tel_rail_figures f;
+  assert_int_equal(rr_tel_rail_figures_get("eth0", "10.0.0.4", 0, RR_TEL_RX, &f), 0);
+  assert_int_equal(f.anomalies, 20);
+  int lo, hi;
+  assert_int_equal(count_snapshots(&lo, &hi), 16); /* capped: the oldest went */
+  assert_int_equal(hi - lo, 15);
+  char path[1024];
+  snprintf(path, sizeof path, "%s/" RR_TEL_ANOMALY_PREFIX "%d-%d.json", g_dir, (int)getpid(), hi);
+  char *js = slurp(path);
+  assert_non_null(js);
+  assert_non_null(strstr(js, "\"nic\":\"eth0\",\"peer\":\"10.0.0.4\",\"rail\":0,\"direction\":\"rx\",\"window\":8"));
+  assert_non_null(strstr(js, "\"samples_before\":64,\"samples_after\":32"));
+  int after = 0, before = 0;
+  for (const char *p = js; (p = strstr(p, "\"after\":")); p++) {
+    if (!strncmp(p, "\"after\":true", 12)) after++;
+    else before++;
+  }
+  assert_int_equal(after, 32);
+  assert_int_equal(before, 64);
+  double thr = 0, avg = 0;
+  const char *p = strstr(js, "\"throughput_bytes_per_second\":");
+  sscanf(p, "\"throughput_bytes_per_second\":%lf,\"recent_average_bytes_per_second\":%lf", &thr, &avg);
+  assert_true(thr < 0.5 * avg);
+  assert_true(avg > 0.99e9 && avg < 1.01e9);
+  free(js);
+  char *ev = events_text(g_dir, "");
+  int nanom = 0;
+  for (const char *q = ev; (q = strstr(q, "\"kind\":\"anomaly\"")); q++) nanom++;
+  assert_int_equal(nanom, 20);
+  free(ev);
+  rr_tel_rail_close(a);
+}
+
+/* Small requests are slow by nature (a round of latency each): a switch from
+ * bulk to small messages is no drop, and neither is one slow request. */
+static void anomaly_not_small_or_single(void **state) {
+  (void)state;
+  rr_tel_rail *a = rr_tel_rail_open(0, "eth0", "10.0.0.8", 0, RR_TEL_TX);
+  assert_non_null(a);
+  uint64_t t = 0;
+  /* (a flush after each phase: the ring holds 1024) */
+  for (int i = 0; i < 300; i++, t += T) rr_tel_record(a, t, t + T, MB);           /* 1 GB/s bulk */
+  assert_int_equal(rr_tel_flush(), 0);
+  for (int i = 0; i < 300; i++, t += T / 10) rr_tel_record(a, t, t + T / 10, 1000); /* 10 MB/s small */
+  assert_int_equal(rr_tel_flush(), 0);
+  for (int i = 0; i < 300; i++, t += T) rr_tel_record(a, t, t + T, MB);
+  rr_tel_record(a, t, t + 50 * T, MB); /* one request stalls 50 ms */
+  t += 50 * T;
+  for (int i = 0; i < 300; i++, t += T) rr_tel_record(a, t, t + T, MB);
+  assert_int_equal(rr_tel_flush(), 0);
+  rr_tel_rail_figures f;
+  assert_int_equal(rr_tel_rail_figures_get("eth0", "10.0.0.8", 0, RR_TEL_TX, &f), 0);
+  assert_int_equal(f.requests, 1201);
+  assert_int_equal(f.anomalies, 0);
+  for (int i = 0; i < 100; i++, t += 5 * T) rr_tel_record(a, t, t + 5 * T, MB); /* a real drop */
+  assert_int_equal(rr_tel_flush(), 0);
+  assert_int_equal(rr_tel_rail_figures_get("eth0", "10.0.0.8", 0, RR_TEL_TX, &f), 0);
+  assert_int_equal(f.anomalies, 1);
+  rr_tel_rail_close(a);
+}
+
+/* ---- the directory cannot be written */
+
+static void record_some(rr_tel_rail *a, uint64_t *t, int n) {
+  for (int i = 0; i < n; i++, *t += T) rr_tel_record(a, *t, *t + T, MB);
+}
+
+static void dir_not_creatable(void **state) {
+  (void)state;
+  char file[256], bad[300];
+  snprintf(file, sizeof file, "%s/afile", g_dir);
+  snprintf(bad, sizeof bad, "%s/sub", file);
+  assert_int_equal(run("touch %s", file), 0);
+  setenv("RERAIL_TELEMETRY_DIR", bad, 1);
+  rr_tel_rail *a = rr_tel_rail_open(0, "eth0", "10.0.0.5", 0, RR_TEL_TX);
+  assert_non_null(a); /* telemetry is on; the directory is a problem of the files only */
+  uint64_t t = 0;
+  for (int i = 0; i < 5; i++) {
+    record_some(a, &t, 10);
+    report(RR_HEV_RAIL_STATE, "eth0", NULL, "10.0.0.5", RR_LINK_DOWN, 0, "x");
+    assert_int_equal(rr_tel_flush(), 0);
+  }
+  assert_int_equal(g_warn_io, 1); /* once */
+  rr_tel_rail_figures f;
+  assert_int_equal(rr_tel_rail_figures_get("eth0", "10.0.0.5", 0, RR_TEL_TX, &f), 0);
+  assert_int_equal(f.requests, 50); /* recording went on */
+  /* The operator fixes it: the files appear with everything recorded. */
+  assert_int_equal(run("rm %s && mkdir %s", file, file), 0);
+  record_some(a, &t, 10);
+  assert_int_equal(rr_tel_flush(), 0);
+  char *text = prom_text(bad);
+  assert_non_null(text);
+  char pre[256];
+  snprintf(pre, sizeof pre, RR_TEL_M_REQUESTS "{host=\"%s\",pid=\"%d\",nic=\"eth0\",peer=\"10.0.0.5\"", g_host,
+           (int)getpid());
+  assert_int_equal(must_sample(text, pre), 60);
+  free(text);
+  assert_true(g_info_ok >= 1);
+  assert_int_equal(g_warn_io, 1);
+  rr_tel_rail_close(a);
+}
+
+static void dir_read_only(void **state) {
+  (void)state;
+  char mnt[256];
+  snprintf(mnt, sizeof mnt, "%s/mnt", g_dir);
+  assert_int_equal(run("mkdir %s && mount -t tmpfs -o ro,size=64k tmpfs %s", mnt, mnt), 0);
+  setenv("RERAIL_TELEMETRY_DIR", mnt, 1);
+  rr_tel_rail *a = rr_tel_rail_open(0, "eth0", "10.0.0.6", 0, RR_TEL_TX);
+  assert_non_null(a);
+  uint64_t t = 0;
+  for (int i = 0; i < 5; i++) {
+    record_some(a, &t, 10);
+    assert_int_equal(rr_tel_flush(), 0);
+  }
+  assert_int_equal(g_warn_io, 1); /* the metrics file, once */
+  report(RR_HEV_FAILOVER, "eth0", "eth1", "10.0.0.6", RR_LINK_UP, 1000, "x");
+  report(RR_HEV_FAILOVER, "eth0", "eth1", "10.0.0.6", RR_LINK_UP, 1000, "y");
+  assert_int_equal(rr_tel_flush(), 0);
+  assert_int_equal(rr_tel_flush(), 0);
+  assert_int_equal(g_warn_io, 2); /* plus the event log, once */
+  assert_int_equal(run("mount -o remount,rw %s", mnt), 0);
+  record_some(a, &t, 10);
+  assert_int_equal(rr_tel_flush(), 0);
+  char *text = prom_text(mnt);
+  assert_non_null(text);
+  char pre[256];
+  snprintf(pre, sizeof pre, RR_TEL_M_REQUESTS "{host=\"%s\",pid=\"%d\",nic=\"eth0\",peer=\"10.0.0.6\"", g_host,
+           (int)getpid());
+  assert_int_equal(must_sample(text, pre), 60);
+  snprintf(pre, sizeof pre, RR_TEL_M_DROPPED_EVENTS "{host=\"%s\",pid=\"%d\"}", g_host, (int)getpid());
+  assert_int_equal(must_sample(text, pre), 2); /* the events that could not be logged */
+  snprintf(pre, sizeof pre, RR_TEL_M_FAILOVERS "{host=\"%s\",pid=\"%d\",nic=\"eth0\",peer=\"10.0.0.6\"}", g_host,
+           (int)getpid());
+  assert_int_equal(must_sample(text, pre), 2); /* ... but they were counted */
+  free(text);
+  rr_tel_rail_close(a);
+}
+
+static void disk_full(void **state) {
+  (void)state;
+  char mnt[256];
+  snprintf(mnt, sizeof mnt, "%s/mnt", g_dir);
+  assert_int_equal(run("mkdir %s && mount -t tmpfs -o size=64k tmpfs %s", mnt, mnt), 0);
+  setenv("RERAIL_TELEMETRY_DIR", mnt, 1);
+  rr_tel_rail *r[8];
+  for (int i = 0; i < 8; i++) {
+    r[i] = rr_tel_rail_open(0, "eth0", "10.0.0.7", i, RR_TEL_TX); /* a .prom of some KiB */
+    assert_non_null(r[i]);
+  }
+  uint64_t t = 0;
+  record_some(r[0], &t, 10);
+  assert_int_equal(rr_tel_flush(), 0);
+  assert_int_equal(g_warn_io, 0);
+  /* Fill the disk. */
+  run("dd if=/dev/zero of=%s/filler bs=4k >/dev/null 2>&1", mnt);
+  for (int i = 0; i < 6; i++) {
+    record_some(r[0], &t, 10);
+    report(RR_HEV_RAIL_STATE, "eth0", NULL, "10.0.0.7", RR_LINK_DEGRADED, 0, "slow");
+    assert_int_equal(rr_tel_flush(), 0);
+  }
+  /* One warning per kind of file (metrics, events), not one per attempt. */
+  assert_int_equal(g_warn_io, 2);
+  rr_tel_rail_figures f;
+  rr_tel_rail_figures_get("eth0", "10.0.0.7", 0, RR_TEL_TX, &f);
+  assert_int_equal(f.requests, 70);
+  /* No temporary file left behind, no half-written .prom. */
+  assert_int_not_equal(run("ls -a %s | grep -q '\\.tmp$'", mnt), 0);
+  char *text = prom_text(mnt);
+  if (text) { /* the one from before the disk filled: whole */
+    check_structure(text);
+    free(text);
+  }
+  char *ev = events_text(mnt, "");
+  if (ev) {
+    assert_true(!ev[0] || ev[strlen(ev) - 1] == '\n');
+    free(ev);
+  }
+  /* Space comes back: so do the files, with everything recorded meanwhile. */
+  assert_int_equal(run("rm %s/filler", mnt), 0);
+  record_some(r[0], &t, 10);
+  report(RR_HEV_RAIL_STATE, "eth0", NULL, "10.0.0.7", RR_LINK_UP, 0, "fast again");
+  assert_int_equal(rr_tel_flush(), 0);
+  text = prom_text(mnt);
+  assert_non_null(text);
+  check_structure(text);
+  char pre[256];
+  snprintf(pre, sizeof pre, RR_TEL_M_REQUESTS "{host=\"%s\",pid=\"%d\",nic=\"eth0\",peer=\"10.0.0.7\",rail=\"0\"",
+           g_host, (int)getpid());
+  assert_int_equal(must_sample(text, pre), 80);
+  snprintf(pre, sizeof pre, RR_TEL_M_RAIL_STATE "{host=\"%s\",pid=\"%d\",nic=\"eth0\",peer=\"10.0.0.7\"}", g_host,
+           (int)getpid());
+  assert_int_equal(must_sample(text, pre), RR_LINK_UP);
+  free(text);
+  ev = events_text(mnt, "");
+  assert_non_null(ev);
+  assert_non_null(strstr(ev, "fast again"));
+  free(ev);
+  assert_true(g_info_ok >= 2);
+  for (int i = 0; i < 8; i++) rr_tel_rail_close(r[i]);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(lifecycle, setup, teardown),
+      cmocka_unit_test_setup_teardown(prom_file, setup, teardown),
+      cmocka_unit_test_setup_teardown(ring_drops_counted, setup, teardown),
+      cmocka_unit_test_setup_teardown(events_json, setup, teardown),
+      cmocka_unit_test_setup_teardown(events_rotation, setup, teardown),
+      cmocka_unit_test_setup_teardown(anomaly_snapshots, setup, teardown),
+      cmocka_unit_test_setup_teardown(anomaly_not_small_or_single, setup, teardown),
+      cmocka_unit_test_setup_teardown(dir_not_creatable, setup, teardown),
+      cmocka_unit_test_setup_teardown(dir_read_only, setup, teardown),
+      cmocka_unit_test_setup_teardown(disk_full, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
