@@ -149,6 +149,28 @@ void rr_tel_rail_close(rr_tel_rail *t) {
   pthread_mutex_unlock(&g->life);
 }
 
+int rr_tel_retain(void) {
+  rr_tel_global *g = &rr_tel_g;
+  int rc = -1;
+  pthread_mutex_lock(&g->life);
+  if (!g->shutdown) {
+    rr_tel_config cfg;
+    if (g->running || (rr_tel_config_read(&cfg) == 0 && exporter_start(g, &cfg) == 0)) {
+      g->refs++;
+      rc = 0;
+    }
+  }
+  pthread_mutex_unlock(&g->life);
+  return rc;
+}
+
+void rr_tel_release(void) {
+  rr_tel_global *g = &rr_tel_g;
+  pthread_mutex_lock(&g->life);
+  if (g->refs > 0 && --g->refs == 0) exporter_stop(g);
+  pthread_mutex_unlock(&g->life);
+}
+
 void rr_tel_record_slow(rr_tel_rail *t, uint64_t post_ns, uint64_t done_ns, uint32_t bytes) {
   rr_tel_ring_push(&t->ring, post_ns, done_ns, bytes);
 }
@@ -200,14 +222,22 @@ int rr_tel_rail_figures_get(const char *nic, const char *peer, int rail, int dir
   return rc;
 }
 
-/* Stop for good: the library is going away (or a test says so). The
- * recorders still open are left allocated: a thread of the application may
- * still be inside rr_tel_record() while the process exits. */
+/* Stop for good: the library is going away (or a test says so). Recorders
+ * still open are left allocated, and so is what they point to: a thread of
+ * the application may still be inside rr_tel_record() while the process
+ * exits. */
 void rr_tel_shutdown(void) {
   rr_tel_global *g = &rr_tel_g;
   pthread_mutex_lock(&g->life);
   g->shutdown = 1;
   exporter_stop(g);
+  if (g->refs == 0) {
+    /* Nothing can record any more: give the memory back (after dlclose()
+     * nothing would point to it and a leak checker would say so). */
+    pthread_mutex_lock(&g->lock);
+    rr_tel_series_free_all(g);
+    pthread_mutex_unlock(&g->lock);
+  }
   if (g->cfg.dir[0]) { /* an exporter ran in this process */
     /* This process's metrics stop being true now: take them out of the
      * scrape. The event log and anomaly snapshots stay. */

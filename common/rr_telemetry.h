@@ -33,6 +33,15 @@ static inline void rr_tel_record(rr_tel_rail *t, uint64_t post_ns, uint64_t done
   if (t) rr_tel_record_slow(t, post_ns, done_ns, bytes);
 }
 
+/* Keep the exporter running with no recorder open, e.g. from the net
+ * plugin's init to its finalize, so that health events between connections
+ * (a NIC going down before the first one) reach the event log and the .prom
+ * file stays between communicators. Optional: recorders start and stop the
+ * exporter by themselves. Returns 0 (call rr_tel_release() once), or -1 when
+ * telemetry is off. */
+int rr_tel_retain(void);
+void rr_tel_release(void);
+
 /* ---- For tests and tools (never the data path). */
 
 /* Run one full exporter cycle now (drain every ring, write every file) and

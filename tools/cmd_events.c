@@ -275,7 +275,7 @@ int cmd_events(int argc, char **argv) {
     free(text);
     if (fl && follow_open(&fl[nfl], path, shown) == 0) nfl++;
   }
-  qsort(all.v, all.n, sizeof *all.v, cmp_time);
+  if (all.n > 1) qsort(all.v, all.n, sizeof *all.v, cmp_time);
   for (size_t i = 0; i < all.n; i++) print_event(&all.v[i]);
   fflush(stdout);
   free(all.v);

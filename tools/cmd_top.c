@@ -218,7 +218,7 @@ static int read_frame(const char *dir, frame *f) {
           !strcmp(ls->peer, f->rows[i].peer))
         f->rows[i].state = ls->state;
     }
-  qsort(f->rows, (size_t)f->n, sizeof *f->rows, cmp_row);
+  if (f->n > 1) qsort(f->rows, (size_t)f->n, sizeof *f->rows, cmp_row);
   return nf;
 }
 

@@ -21,7 +21,7 @@ static int usage(FILE *out) {
           "usage: rerail <command>\n"
           "  devices [--json]   list the network interfaces rerail would use here\n"
           "  status [--json]    NIC and rail health of every rerail process on this host\n"
-          "  top                live per-rail throughput and latency (needs RERAIL_TELEMETRY_DIR)\n"
+          "  top                live per-rail throughput and latency from the telemetry files\n"
           "  events [--follow]  failovers, fail-backs and errors from the telemetry event log\n"
           "  version            print the version\n"
           "each command takes --help\n");

@@ -22,6 +22,7 @@ struct rr_net_ctx {
   uint64_t comm_id;
   int traffic_class;
   rr_profiler_fn profiler;
+  int tel_held;              /* holds a reference on the telemetry exporter */
 };
 
 /* Process-wide: the devices (NICs) rerail pools. */

@@ -4,6 +4,7 @@
 #include "rr_health_table.h"
 #include "rr_log.h"
 #include "rr_params.h"
+#include "rr_telemetry.h"
 
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -97,6 +98,8 @@ rr_status rr_net_init(const rr_init_args *args, rr_net_ctx **out) {
     if (!default_ctx_live) {
       ctx_refs++;
       rr_health_table_start(devices.nif, devices.count);
+      /* events while no connection is open still get logged */
+      default_ctx.tel_held = rr_tel_retain() == 0;
     }
     default_ctx_live = 1;
   } else {
@@ -106,8 +109,10 @@ rr_status rr_net_init(const rr_init_args *args, rr_net_ctx **out) {
       return RR_ERR_NOMEM;
     }
     ctx_refs++;
-    /* Publish this host's NICs in the shared health table (refcounted). */
+    /* Publish this host's NICs in the shared health table, and keep the
+     * telemetry exporter up between connections (both refcounted). */
     rr_health_table_start(devices.nif, devices.count);
+    ctx->tel_held = rr_tel_retain() == 0;
   }
   ctx->comm_id = args->comm_id;
   ctx->traffic_class = args->traffic_class;
@@ -126,11 +131,14 @@ rr_status rr_net_finalize(rr_net_ctx *ctx) {
     if (default_ctx_live) {
       ctx_refs--;
       rr_health_table_stop();
+      if (ctx->tel_held) rr_tel_release();
+      ctx->tel_held = 0;
     }
     default_ctx_live = 0;
   } else {
     ctx_refs--;
     rr_health_table_stop();
+    if (ctx->tel_held) rr_tel_release();
     free(ctx);
   }
   pthread_mutex_unlock(&core_lock);

@@ -178,6 +178,12 @@ static void check_structure(const char *text) {
 
 /* ---- lifecycle */
 
+static void report_nic_down(const char *nic) {
+  rr_health_event ev = {.kind = RR_HEV_NIC_STATE, .dev = 3, .to_dev = -1, .state = RR_LINK_DOWN};
+  snprintf(ev.ifname, sizeof ev.ifname, "%s", nic);
+  rr_health_report(&ev);
+}
+
 static void lifecycle(void **state) {
   (void)state;
   unsetenv("RERAIL_TELEMETRY_DIR");
@@ -186,6 +192,7 @@ static void lifecycle(void **state) {
   rr_tel_record(off, 1, 2, 3); /* telemetry off: a no-op */
   assert_false(rr_tel_running());
   assert_int_equal(rr_tel_flush(), -1);
+  assert_int_equal(rr_tel_retain(), -1);
 
   setenv("RERAIL_TELEMETRY_DIR", g_dir, 1);
   rr_tel_rail *a = rr_tel_rail_open(0, "eth0", "10.0.0.2", 0, RR_TEL_TX);
@@ -212,11 +219,28 @@ static void lifecycle(void **state) {
   assert_int_equal(rr_tel_rail_figures_get("eth0", "10.0.0.2", 0, RR_TEL_TX, &f), 0);
   assert_int_equal(f.requests, 2); /* counters survive the restart */
 
+  /* A retain (the plugin's init) keeps the exporter past the last close, and
+   * the events in between are logged. */
+  assert_int_equal(rr_tel_retain(), 0);
+  rr_tel_rail_close(a);
+  assert_true(rr_tel_running());
+  report_nic_down("eth3");
+  assert_int_equal(rr_tel_flush(), 0);
+  char *ev = events_text(g_dir, "");
+  assert_non_null(ev);
+  assert_non_null(strstr(ev, "\"nic\":\"eth3\""));
+  free(ev);
+  rr_tel_release();
+  assert_false(rr_tel_running());
+  a = rr_tel_rail_open(0, "eth0", "10.0.0.2", 0, RR_TEL_TX);
+  assert_non_null(a);
+
   rr_tel_shutdown(); /* what the destructor does at dlclose */
   assert_false(rr_tel_running());
   text = prom_text(g_dir);
   assert_null(text); /* out of the scrape */
   assert_null(rr_tel_rail_open(0, "eth0", "10.0.0.2", 1, RR_TEL_TX));
+  assert_int_equal(rr_tel_retain(), -1);
   rr_tel_record(a, 2 * T, 3 * T, MB); /* a late record after shutdown is harmless */
   rr_tel_rail_close(a);
 }
