@@ -157,7 +157,9 @@ static rr_status ev_write_done(void *arg, uint64_t wr_id) {
   return engine_send_on_write_done(arg, wr_id);
 }
 
-static int ev_write_begin(void *arg, uint32_t imm) { return engine_recv_write_begin(arg, imm); }
+static int ev_write_begin(void *arg, uint32_t imm, uint16_t fence) {
+  return engine_recv_write_begin(arg, imm, fence);
+}
 
 static rr_status ev_write_recv(void *arg, uint32_t imm, uint32_t len) {
   return engine_recv_write(arg, imm, len);

@@ -225,7 +225,7 @@ void engine_send_rail_lost(rr_engine *e);
 rr_status engine_send_test(rr_send_req *r, int *done, size_t *sizes);
 
 /* engine_recv.c */
-int engine_recv_write_begin(rr_engine *e, uint32_t imm);
+int engine_recv_write_begin(rr_engine *e, uint32_t imm, uint16_t fence);
 rr_status engine_recv_write(rr_engine *e, uint32_t imm, uint32_t len);
 rr_status engine_recv_on_ctrl(rr_engine *e, const void *msg, uint32_t len);
 rr_status engine_recv_outbox(rr_engine *e);

@@ -10,7 +10,16 @@
  * NCCL reposts the slot before it leaves. */
 static void ack_enqueue(rr_engine *e, uint32_t seq);
 
-int engine_recv_write_begin(rr_engine *e, uint32_t imm) {
+/* A write of another epoch is fenced off. The 4-bit epoch in the immediate
+ * is what every rail carries; the TCP rail also carries the low 16 bits of
+ * the epoch in its fence tag, because a frame can wait in the kernel buffer
+ * of a failed rail for as long as the rail is down, through any number of
+ * failovers. */
+int engine_recv_write_begin(rr_engine *e, uint32_t imm, uint16_t fence) {
+  return imm_epoch(imm) == (e->epoch & 0xf) && fence == (uint16_t)e->epoch;
+}
+
+static int write_current(const rr_engine *e, uint32_t imm) {
   return imm_epoch(imm) == (e->epoch & 0xf);
 }
 
@@ -27,7 +36,9 @@ static void sub_land(rr_recv_sub *s, uint32_t k) {
 rr_status engine_recv_write(rr_engine *e, uint32_t imm, uint32_t len) {
   if (e->cfg.role != RR_ENGINE_RECV)
     return engine_fail(e, RR_ERR_PROTOCOL, "data arrived on a send connection");
-  if (!engine_recv_write_begin(e, imm)) return RR_OK; /* fenced epoch */
+  /* Accepted at its start under this epoch (a fence in between would have
+   * cut it off); a rail without a begin check is filtered here. */
+  if (!write_current(e, imm)) return RR_OK;
   rr_recv_req *r = &e->rreq[imm_slot(imm)];
   uint32_t sub = imm_sub(imm), k = imm_chunk(imm);
   if (!r->in_use || sub >= r->n)

@@ -88,6 +88,7 @@ rr_status engine_send_post(rr_engine *e) {
           .rkey = r->rkey,
           .imm = imm_encode(e->epoch, r->seq % RR_NET_MAX_REQUESTS, r->sub, k + 1 == r->nchunks,
                             r->bounce < 0, k),
+          .fence = (uint16_t)e->epoch,
       };
       rr_rail_ep *ep = e->rails[ri].ep;
       rr_status st = ep->ops->post_write(ep, &wr);

@@ -40,6 +40,12 @@ typedef struct rr_write_wr {
   uint64_t remote_addr;
   uint32_t rkey;
   uint32_t imm;            /* delivered with the data to on_write_recv */
+  /* Delivered to on_write_begin by rails that carry it (TCP): lets the
+   * receiver tell a write from before a fence apart from a current one
+   * across many fences, even if it sat in a kernel buffer of a failed rail
+   * for long. Rails that fence physically (verbs: the old QP is reset)
+   * deliver 0 and the engine relies on that instead. */
+  uint16_t fence;
 } rr_write_wr;
 
 /* Engine callbacks, called from ops->progress(). Returning a failure status
@@ -50,7 +56,7 @@ typedef struct rr_rail_events {
   /* A write from the peer is about to land: return 0 to have the rail discard
    * it (a fenced epoch), non-zero to let it land. Rails that cannot see a
    * write before it lands (verbs) fence by other means and may skip this. */
-  int (*on_write_begin)(void *arg, uint32_t imm);
+  int (*on_write_begin)(void *arg, uint32_t imm, uint16_t fence);
   /* A write from the peer has fully landed in our memory. */
   rr_status (*on_write_recv)(void *arg, uint32_t imm, uint32_t len);
   /* A control message from the peer. */

@@ -126,6 +126,7 @@ static rr_status tcp_post_write(rr_rail_ep *rep, const rr_write_wr *wr) {
   tcp_tx *t = tx_push(s);
   if (!t) return RR_AGAIN;
   t->hdr = (tcp_frame_hdr){.type = TCP_FRAME_WRITE,
+                           .fence = wr->fence,
                            .len = (uint32_t)wr->len,
                            .imm = wr->imm,
                            .rkey = wr->rkey,
@@ -240,7 +241,7 @@ static rr_status parse_staging(tcp_ep *ep, tcp_stream *s) {
     }
     if (h.type != TCP_FRAME_WRITE || h.flags)
       return ep_fail(ep, RR_ERR_PROTOCOL, "unknown frame type", 0);
-    if (!ep->base.events->on_write_begin(ep->base.events_arg, h.imm)) {
+    if (!ep->base.events->on_write_begin(ep->base.events_arg, h.imm, h.fence)) {
       uint32_t now = body_avail < h.len ? body_avail : h.len;
       s->stage_off += (uint32_t)sizeof h + now;
       if (now == h.len) continue;

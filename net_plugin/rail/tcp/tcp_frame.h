@@ -10,7 +10,7 @@ enum tcp_frame_type { TCP_FRAME_WRITE = 1, TCP_FRAME_CTRL = 2 };
 typedef struct tcp_frame_hdr {
   uint8_t type;      /* enum tcp_frame_type */
   uint8_t flags;     /* none yet; must be 0 */
-  uint16_t reserved;
+  uint16_t fence;    /* WRITE: the writer's fence tag (rr_write_wr.fence) */
   uint32_t len;      /* payload bytes following the header */
   uint32_t imm;      /* WRITE: immediate data */
   uint32_t rkey;     /* WRITE: registration the payload lands in */
