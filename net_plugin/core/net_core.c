@@ -228,28 +228,29 @@ rr_status rr_net_test(void *request, int *done, size_t *sizes) {
   return rr_engine_test(request, done, sizes);
 }
 
-rr_status rr_net_close_send(rr_send_comm *comm) {
-  if (!comm) return RR_OK;
-  if (comm->magic != RR_MAGIC_SEND) {
-    RR_WARN("closeSend: not a rerail send comm");
+/* Closing a comm: its engine leaves the monitor first, so the background
+ * thread never touches it again, then the rails go. */
+static rr_status close_comm(uint32_t *magic, uint32_t want, rr_engine *e, const char *what) {
+  if (*magic != want) {
+    RR_WARN("%s: not a rerail %s comm", what, want == RR_MAGIC_SEND ? "send" : "receive");
     return RR_ERR_INVALID;
   }
-  rr_monitor_remove(&comm->engine);
-  rr_engine_fini(&comm->engine);
-  comm->magic = RR_MAGIC_DEAD;
-  free(comm);
+  rr_monitor_remove(e);
+  rr_engine_fini(e);
+  *magic = RR_MAGIC_DEAD;
   return RR_OK;
+}
+
+rr_status rr_net_close_send(rr_send_comm *comm) {
+  if (!comm) return RR_OK;
+  rr_status st = close_comm(&comm->magic, RR_MAGIC_SEND, &comm->engine, "closeSend");
+  if (st == RR_OK) free(comm);
+  return st;
 }
 
 rr_status rr_net_close_recv(rr_recv_comm *comm) {
   if (!comm) return RR_OK;
-  if (comm->magic != RR_MAGIC_RECV) {
-    RR_WARN("closeRecv: not a rerail receive comm");
-    return RR_ERR_INVALID;
-  }
-  rr_monitor_remove(&comm->engine);
-  rr_engine_fini(&comm->engine);
-  comm->magic = RR_MAGIC_DEAD;
-  free(comm);
-  return RR_OK;
+  rr_status st = close_comm(&comm->magic, RR_MAGIC_RECV, &comm->engine, "closeRecv");
+  if (st == RR_OK) free(comm);
+  return st;
 }

@@ -271,38 +271,44 @@ static rr_status parse_staging(tcp_ep *ep, tcp_stream *s) {
   }
 }
 
+/* One non-blocking read (into staging, NCCL's buffer or the sink).
+ * RR_OK with *n > 0: bytes arrived; RR_AGAIN: nothing now; else the failure. */
+static rr_status stream_recv(tcp_ep *ep, tcp_stream *s, void *dst, size_t len, ssize_t *n) {
+  for (;;) {
+    *n = recv(s->fd, dst, len, MSG_DONTWAIT);
+    if (*n > 0) {
+      ep->last_rx_ns = rr_now_ns();
+      return RR_OK;
+    }
+    if (*n == 0)
+      return ep_fail(ep, RR_ERR_PEER, s->rx == RX_HEADER ? "peer closed the connection"
+                                                         : "peer closed the connection mid-message", 0);
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return RR_AGAIN;
+    if (errno != EINTR) return ep_fail(ep, classify_errno(errno), "receive failed", errno);
+  }
+}
+
 static rr_status stream_receive(tcp_ep *ep, tcp_stream *s) {
   size_t moved = 0;
   for (int rounds = 0; rounds < 64 && moved < PROGRESS_BUDGET; rounds++) {
+    ssize_t n;
     if (s->rx == RX_SINK) {
       size_t want = s->direct_left < sizeof ep->sink ? s->direct_left : sizeof ep->sink;
-      ssize_t n = recv(s->fd, ep->sink, want, MSG_DONTWAIT);
-      if (n == 0) return ep_fail(ep, RR_ERR_PEER, "peer closed the connection mid-message", 0);
-      if (n < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return RR_OK;
-        if (errno == EINTR) continue;
-        return ep_fail(ep, classify_errno(errno), "receive failed", errno);
-      }
-      ep->last_rx_ns = rr_now_ns();
+      rr_status st = stream_recv(ep, s, ep->sink, want, &n);
+      if (st != RR_OK) return st == RR_AGAIN ? RR_OK : st;
       s->direct_left -= (uint32_t)n;
       if (s->direct_left == 0) s->rx = RX_HEADER;
       continue;
     }
     if (s->rx == RX_DIRECT) {
-      ssize_t n = recv(s->fd, s->direct_dst, s->direct_left, MSG_DONTWAIT);
-      if (n == 0) return ep_fail(ep, RR_ERR_PEER, "peer closed the connection mid-message", 0);
-      if (n < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return RR_OK;
-        if (errno == EINTR) continue;
-        return ep_fail(ep, classify_errno(errno), "receive failed", errno);
-      }
-      ep->last_rx_ns = rr_now_ns();
+      rr_status st = stream_recv(ep, s, s->direct_dst, s->direct_left, &n);
+      if (st != RR_OK) return st == RR_AGAIN ? RR_OK : st;
       moved += (size_t)n;
       s->direct_dst += n;
       s->direct_left -= (uint32_t)n;
       if (s->direct_left) return RR_OK; /* the socket is drained for now */
       s->rx = RX_HEADER;
-      rr_status st = deliver_write(ep, s->direct_imm, s->direct_len, s->direct_start_ns);
+      st = deliver_write(ep, s->direct_imm, s->direct_len, s->direct_start_ns);
       if (st != RR_OK) return st;
       continue;
     }
@@ -316,18 +322,9 @@ static rr_status stream_receive(tcp_ep *ep, tcp_stream *s) {
       s->stage_len -= s->stage_off;
       s->stage_off = 0;
     }
-    ssize_t n = recv(s->fd, s->staging + s->stage_len, STAGING_SIZE - s->stage_len, MSG_DONTWAIT);
-    if (n == 0) {
-      /* An orderly close between frames is still the peer going away. */
-      return ep_fail(ep, RR_ERR_PEER, "peer closed the connection", 0);
-    }
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return RR_OK;
-      if (errno == EINTR) continue;
-      return ep_fail(ep, classify_errno(errno), "receive failed", errno);
-    }
+    st = stream_recv(ep, s, s->staging + s->stage_len, STAGING_SIZE - s->stage_len, &n);
+    if (st != RR_OK) return st == RR_AGAIN ? RR_OK : st;
     s->stage_len += (uint32_t)n;
-    ep->last_rx_ns = rr_now_ns();
   }
   return RR_OK;
 }
