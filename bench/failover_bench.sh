@@ -27,6 +27,7 @@
 # Environment: FB_TRIALS, FB_FB_TRIALS, FB_MBIT, FB_DELTA (RERAIL_PROGRESS_TIMEOUT, default
 # 1000 = the plugin's default), KEEP_LOGS=1. Ends with a markdown section for bench/RESULTS.md.
 # The machine may be shared: each ratio is measured within one run.
+# shellcheck disable=SC1091,SC2034,SC2119  # PLUGIN_DIR, HARNESS, PAIR_ENV: read by resilience_lib.sh
 set -u
 BUILD=${1:?usage: $0 BUILD_DIR [link|silent|degraded|failback ...]}
 shift
@@ -66,7 +67,7 @@ one_trial() {
   local kind=$1 i=$2 base t0 deadline
   pair_start "$kind.$i" --conns 4 --max-size 4M --quiet --duration 3 --timeout 60 --stall-report \
     --completion-log "$WORK/$kind.$i.clog" --seed "$i"
-  R_RECV="?" R_STALL="?" R_BACKUP="?"
+  R_RECV="?" R_STALL="?" R_BACKUP="?" R_BASE="?"
   if ! pair_wait_traffic; then pair_wait 60; return 1; fi
   nap 0.7
   dev_read 0 1 tx
@@ -85,19 +86,21 @@ one_trial() {
   if [ "$kind" = link ]; then link 0 0 up; else drop 0 0 off; fi
   ok_pair || return 1
   read -r R_STALL R_RECV <<<"$(clog_stall "$WORK/$kind.$i.clog" "$tf")"
+  # the noise floor: the same measure 1 s before the fault, when nothing failed
+  read -r R_BASE _ <<<"$(clog_stall "$WORK/$kind.$i.clog" "$(calc "$tf - 1")")"
   return 0
 }
 
 part_resume() {
-  local kind=$1 i recv=() backup=() stall=() bad=0
+  local kind=$1 i recv=() backup=() stall=() base=() bad=0
   echo "---- $kind: $TRIALS trials, 2 rails, δ = $DELTA ms"
   lab_start "$LABNAME" 2 2
-  PAIR_ENV=(RERAIL_PROGRESS_TIMEOUT=$DELTA)
+  PAIR_ENV=("RERAIL_PROGRESS_TIMEOUT=$DELTA")
   for ((i = 1; i <= TRIALS; i++)); do
     if one_trial "$kind" "$i"; then
-      printf '  trial %2d: receiver resumed %7s ms after the fault (stall %7s ms), backup rail moving data after %5s ms\n' \
-        "$i" "$R_RECV" "$R_STALL" "$R_BACKUP"
-      recv+=("$R_RECV") backup+=("$R_BACKUP") stall+=("$R_STALL")
+      printf '  trial %2d: receiver resumed %7s ms after the fault (stall %7s ms; 1 s before: %6s ms), backup rail moving data after %5s ms\n' \
+        "$i" "$R_RECV" "$R_STALL" "$R_BASE" "$R_BACKUP"
+      recv+=("$R_RECV") backup+=("$R_BACKUP") stall+=("$R_STALL") base+=("$R_BASE")
     else
       bad=$((bad + 1))
       echo "  trial $i: FAILED (server exit $SRC, client exit $CRC; logs $PAIR_DIR)"
@@ -111,18 +114,19 @@ part_resume() {
   read -r _ bp50 bp99 _ bmx _ <<<"$(stats "${backup[@]}")"
   b="backup rail moving data after: p50 $bp50 ms, p99 $bp99 ms (max $bmx)"
   read -r _ gp50 gp99 _ _ _ <<<"$(stats "${stall[@]}")"
-  g="stall (longest receive gap): p50 $gp50 ms, p99 $gp99 ms"
+  read -r _ np50 np99 _ _ _ <<<"$(stats "${base[@]}")"
+  g="stall (longest receive gap): p50 $gp50 ms, p99 $gp99 ms; the same 1 s before the fault (noise): p50 $np50 ms, p99 $np99 ms"
   echo "  $s"
   echo "  $b"
   echo "  $g"
   [ $bad -gt 0 ] && echo "  $bad trial(s) failed" && NOTES+=("$kind: $bad of $TRIALS trials failed (errors or a non-zero exit)")
   if [ "$kind" = link ]; then
-    MD+=("| NIC link down (ip link set rail0 down), 2 rails | $n | $p50 ms | $p99 ms | $bp50 / $bp99 ms | $gp50 / $gp99 ms | — |")
+    MD+=("| NIC link down (ip link set rail0 down), 2 rails | $n | $p50 ms | $p99 ms | $bp50 / $bp99 ms | $gp50 / $gp99 ms | $np50 / $np99 ms | — |")
   else
     local ref=$((DELTA + 100)) verdict
     verdict=$(is_true "$p99 <= $ref" && echo "p99 within δ + 100 ms = $ref ms" || echo "p99 over δ + 100 ms = $ref ms")
     echo "  vs δ + 100 ms = $ref ms: $verdict"
-    MD+=("| silent failure (drop 100 %, link up), 2 rails | $n | $p50 ms | $p99 ms | $bp50 / $bp99 ms | $gp50 / $gp99 ms | $verdict |")
+    MD+=("| silent failure (drop 100 %, link up), 2 rails | $n | $p50 ms | $p99 ms | $bp50 / $bp99 ms | $gp50 / $gp99 ms | $np50 / $np99 ms | $verdict |")
   fi
 }
 
@@ -135,7 +139,7 @@ degraded_run() {
   for ((h = 0; h < 2; h++)); do
     for ((r = 0; r < rails; r++)); do shape $h $r "$MBIT" >/dev/null; done
   done
-  PAIR_ENV=(RERAIL_PROGRESS_TIMEOUT=$DELTA RERAIL_FAILOVER=$mode RERAIL_BACKUPS=$((rails - 1)))
+  PAIR_ENV=("RERAIL_PROGRESS_TIMEOUT=$DELTA" "RERAIL_FAILOVER=$mode" "RERAIL_BACKUPS=$((rails - 1))")
   pair_start "$name" --conns 4 --max-size 1M --quiet --duration 13 --timeout 60 --stall-report \
     --completion-log "$WORK/$name.clog" --timeline "$WORK/$name.timeline"
   HEALTHY="?" DEGRADED="?"
@@ -164,7 +168,7 @@ degraded_run() {
 }
 
 part_degraded() {
-  local one ratio four three ratio4
+  local one="" ratio four three ratio4
   echo "---- degraded: every rail shaped to $MBIT Mbit/s (tbf) on both hosts"
   if degraded_run deg_chain 2 chain; then
     one=$HEALTHY
@@ -185,6 +189,9 @@ part_degraded() {
     echo "    host 0 tx while degraded (MB/s, wire bytes): $PER_RAIL"
     NOTES+=("balance, 4 rails, rail0 down: host 0 sent (MB/s, wire bytes) $PER_RAIL")
     MD+=("| balance, 4 rails, 1 down | three rails' worth (3/4 of $four): $three MB/s | $DEGRADED MB/s | **$ratio4 %** | >= 90 % |")
+    if [ -n "${one:-}" ]; then
+      NOTES+=("balance, 4 rails, 1 down, against 3 x the chain run's one-rail figure ($(calc "3 * $one") MB/s): $(calc "100 * $DEGRADED / (3 * $one)") %; healthy 4 rails against 4 x one rail: $(calc "100 * $four / (4 * $one)") %")
+    fi
   else
     echo "  balance run FAILED (server exit $SRC, client exit $CRC)"
     NOTES+=("degraded balance run failed")
@@ -202,7 +209,7 @@ failback_run() {
   half=$((MBIT / 2))
   lab_start "$LABNAME" 2 2
   for h in 0 1; do shape $h 0 "$MBIT" >/dev/null; shape $h 1 "$half" >/dev/null; done
-  PAIR_ENV=(RERAIL_PROGRESS_TIMEOUT=$DELTA RERAIL_FAILBACK_HOLD=$HOLD)
+  PAIR_ENV=("RERAIL_PROGRESS_TIMEOUT=$DELTA" "RERAIL_FAILBACK_HOLD=$HOLD")
   pair_start "fb.$i" --conns 4 --max-size 1M --quiet --duration 11 --timeout 60 --stall-report \
     --completion-log "$WORK/fb.$i.clog" --seed "$i"
   FB_MS="?" FB_PRIMARY="?" FB_DEGRADED="?"
@@ -294,10 +301,11 @@ done
 if [ ${#rows_resume[@]} -gt 0 ]; then
   echo "Time until traffic resumes after a rail fails under full load (receiver: from the fault until"
   echo "messages complete again; backup: until 512 KB left on the backup rail; stall: the longest gap"
-  echo "between receive completions around the fault):"
+  echo "between receive completions that starts within -50..+300 ms of the fault; no-fault gap: the"
+  echo "same measure 1 s before the fault, the noise floor of this machine):"
   echo
-  echo "| fault | trials | receiver p50 | receiver p99 | backup p50 / p99 | stall p50 / p99 | vs δ + 100 ms |"
-  echo "|---|---|---|---|---|---|---|"
+  echo "| fault | trials | receiver p50 | receiver p99 | backup p50 / p99 | stall p50 / p99 | no-fault gap p50 / p99 | vs δ + 100 ms |"
+  echo "|---|---|---|---|---|---|---|---|"
   printf '%s\n' "${rows_resume[@]}"
   echo
 fi

@@ -50,6 +50,7 @@ static void vprint(const char *tag, const char *fmt, va_list ap) {
 
 void h_error(const char *fmt, ...) {
   atomic_fetch_add(&g_cnt.errors, 1);
+  h_report_error();
   va_list ap;
   va_start(ap, fmt);
   vprint("ERROR: ", fmt, ap);

@@ -13,7 +13,9 @@
  * retire in order once the flush request (if any) is done and every byte,
  * every reported size, the untouched tail of each posted buffer and its guard
  * have been checked. A slot's buffer is reused only after it retires, and is
- * re-poisoned before every post, so stale or misplaced data is caught. */
+ * re-poisoned before every post, so stale or misplaced data is caught.
+ * Each completion (test() reporting an op done) feeds the stall report and
+ * the timeline (h_report.c). */
 #include "harness.h"
 
 #include <limits.h>
@@ -265,8 +267,15 @@ static int receiver_test(h_conn *c) {
     return -1;
   }
   if (!done) return 0;
-  sl->t_done = h_now();
+  uint64_t now_ns = h_now_ns();
+  sl->t_done = (double)now_ns * 1e-9;
   c->received++;
+  if (g_opt.stall_report || g_opt.timeline) {
+    uint64_t bytes = 0;
+    for (int i = 0; i < sl->op.n; i++)
+      if (sl->sizes[i] > 0) bytes += (uint64_t)sl->sizes[i];
+    h_report_completion(c, now_ns, bytes);
+  }
   /* iflush once per received op; host memory needs none, so a NULL request is
    * the expected answer, but a real one is tested before the op retires. */
   void *data[H_MAX_GROUP], *mh[H_MAX_GROUP];

@@ -97,6 +97,18 @@ static void usage(FILE *f) {
 "  --max-call-ms MS       a connect/accept call longer than this fails (default 1000)\n"
 "  --quiet                only errors and the summary\n"
 "  --json                 the summary as one JSON object on stdout\n"
+"  --stall-report         receiver: report the longest gap between consecutive receive\n"
+"                         completions, across all connections and per connection, and when\n"
+"                         it happened (relative to the start of traffic and wall-clock);\n"
+"                         also the time of the first error\n"
+"  --no-peer-abort        during traffic, ignore the peer's abort flag in the rendezvous\n"
+"                         directory: each side must learn of a failure from the plugin, as\n"
+"                         NCCL ranks do (fault-injection tests)\n"
+"  --timeline FILE        receiver: write the bytes received per 50 ms bucket to FILE, one\n"
+"                         line per bucket: 't_ms bytes' (t_ms since the start of traffic;\n"
+"                         a '# t0_wall EPOCH' line gives the start); also in --json\n"
+"  --completion-log FILE  receiver: every receive completion to FILE, one line each:\n"
+"                         'wall_seconds bytes conn' (for failover timing scripts)\n"
 "  --selftest-corrupt SEQ the receiver flips one byte of op SEQ on connection 0 before\n"
 "                         checking it: proves the checker (expect exit 1, DATA MISMATCH)\n"
 "Bad-input modes (each a verdict: exit 0 = the plugin behaved)\n"
@@ -143,7 +155,7 @@ static int parse_int(const char *s, long lo, long hi, long *out) {
 enum {
   O_PLUGIN = 256, O_NETVER, O_DEV, O_ROLE, O_RDV, O_CONNS, O_INFLIGHT, O_GROUP, O_MIN, O_MAX, O_DURATION,
   O_ITERS, O_SEED, O_BIDIR, O_THREADS, O_TIMEOUT, O_QUIET, O_JSON, O_BADHANDLE, O_WRONGTOKEN, O_KEEP,
-  O_DIE, O_DIESIZE, O_DIEAFTER, O_DIEBOUND, O_BADBOUND, O_PROBE, O_NOHINT, O_RDVTIMEOUT, O_MAXCALL, O_SELFTEST, O_CONTEXTS, O_ACCEPTDELAY, O_CLOSEDELAY, O_HELP
+  O_DIE, O_DIESIZE, O_DIEAFTER, O_DIEBOUND, O_BADBOUND, O_PROBE, O_NOHINT, O_RDVTIMEOUT, O_MAXCALL, O_SELFTEST, O_CONTEXTS, O_ACCEPTDELAY, O_CLOSEDELAY, O_STALL, O_TIMELINE, O_NOPEERABORT, O_CLOG, O_HELP
 };
 
 static int parse_args(int argc, char **argv) {
@@ -160,7 +172,9 @@ static int parse_args(int argc, char **argv) {
       {"bad-bound", 1, 0, O_BADBOUND}, {"probe", 0, 0, O_PROBE}, {"no-recv-hint", 0, 0, O_NOHINT},
       {"rdv-timeout", 1, 0, O_RDVTIMEOUT}, {"max-call-ms", 1, 0, O_MAXCALL}, {"selftest-corrupt", 1, 0, O_SELFTEST},
       {"contexts", 1, 0, O_CONTEXTS}, {"accept-delay-ms", 1, 0, O_ACCEPTDELAY},
-      {"close-delay-ms", 1, 0, O_CLOSEDELAY},
+      {"close-delay-ms", 1, 0, O_CLOSEDELAY}, {"stall-report", 0, 0, O_STALL},
+      {"timeline", 1, 0, O_TIMELINE}, {"no-peer-abort", 0, 0, O_NOPEERABORT},
+      {"completion-log", 1, 0, O_CLOG},
       {"help", 0, 0, O_HELP},
       {0, 0, 0, 0}};
   int c, have_iters = 0;
@@ -227,6 +241,10 @@ static int parse_args(int argc, char **argv) {
     case O_CONTEXTS: if (parse_int(a, 1, H_MAX_CONTEXTS, &v)) goto bad; g_opt.contexts = (int)v; break;
     case O_ACCEPTDELAY: if (parse_int(a, 0, 600000, &v)) goto bad; g_opt.accept_delay_ms = (int)v; break;
     case O_CLOSEDELAY: if (parse_int(a, 0, 600000, &v)) goto bad; g_opt.close_delay_ms = (int)v; break;
+    case O_STALL: g_opt.stall_report = 1; break;
+    case O_NOPEERABORT: g_opt.no_peer_abort = 1; break;
+    case O_CLOG: if (!*a) goto bad; g_opt.completion_log = a; break;
+    case O_TIMELINE: if (!*a) goto bad; g_opt.timeline = a; break;
     case O_HELP: usage(stdout); exit(0);
     default: usage(stderr); return -1;
     }
@@ -369,6 +387,8 @@ int h_connect_all(hnet *n, h_conn *send, int nsend, h_conn *recv, int nrecv) {
 /* ---- traffic ------------------------------------------------------------ */
 
 static void dump_all(void) {
+  h_report_write_timeline();   /* what arrived until the hang */
+  h_report_write_completions();
   for (int i = 0; i < g_nsend; i++) h_conn_dump(&g_send[i]);
   for (int i = 0; i < g_nrecv; i++) h_conn_dump(&g_recv[i]);
 }
@@ -378,6 +398,7 @@ static void conn_start(h_conn *c) {
 }
 
 int h_drive(h_conn **cs, int n) {
+  h_report_start();
   for (int i = 0; i < n; i++) {
     conn_start(cs[i]);
     set_attrs(cs[i]->net, cs[i]->is_send, !cs[i]->is_send);
@@ -395,7 +416,7 @@ int h_drive(h_conn **cs, int n) {
     }
     if (!active) return 0;
     if (atomic_load(&g_abort)) return -1;
-    if (h_peer_aborted()) {
+    if (!g_opt.no_peer_abort && h_peer_aborted()) {
       h_error("the %s reported a failure and aborted", h_role_name(1 - g_opt.role));
       return -1;
     }
@@ -421,6 +442,7 @@ static int setup_conns(const h_params *params) {
   int recvs = g_opt.bidir || g_opt.role == H_SERVER;
   g_nsend = sends ? N : 0;
   g_nrecv = recvs ? N : 0;
+  h_report_receives = g_nrecv > 0;
   g_send = calloc((size_t)N, sizeof *g_send);
   g_recv = calloc((size_t)N, sizeof *g_recv);
   if (!g_send || !g_recv) return -1;
@@ -544,7 +566,9 @@ static void print_summary(int pass) {
     printf("},\"calls_over_10ms\":{");
     for (int a = 0; a < A_NAPI; a++)
       printf("%s\"%s\":%llu", a ? "," : "", h_api_names[a], (unsigned long long)atomic_load(&g_cnt.slow[a][1]));
-    printf("},\"plugin_warnings\":%lu,\"teardown_warnings\":%lu,\"errors\":%llu,\"result\":\"%s\"}\n",
+    printf("},");
+    h_report_print_json(g_recv, g_nrecv);
+    printf("\"plugin_warnings\":%lu,\"teardown_warnings\":%lu,\"errors\":%llu,\"result\":\"%s\"}\n",
            hnet_log_count(2), g_teardown_warnings, errors,
            pass ? "pass" : "fail");
     return;
@@ -579,7 +603,9 @@ static void print_summary(int pass) {
              (unsigned long long)atomic_load(&g_cnt.calls[a]));
     }
   printf("%s", any ? "" : " none");
-  printf("\n  plugin warnings: %lu (%lu during the orderly teardown); errors: %llu; result: %s\n",
+  printf("\n");
+  h_report_print_text(g_recv, g_nrecv);
+  printf("  plugin warnings: %lu (%lu during the orderly teardown); errors: %llu; result: %s\n",
          hnet_log_count(2), g_teardown_warnings, errors,
          pass ? "PASS" : "FAIL");
 }
@@ -653,6 +679,8 @@ static int traffic_mode(void) {
   h_watchdog_phase("finalize");
   finish_plugin();
   g_teardown_warnings = rc || g_opt.die_mid ? 0 : hnet_log_count(2) - warn_before_teardown;
+  h_report_write_timeline();   /* also after a failure: it shows when traffic stopped */
+  h_report_write_completions();
   int pass = !rc && !die_verdict && atomic_load(&g_cnt.errors) == 0;
   print_summary(pass);
   return pass ? H_EXIT_OK : H_EXIT_FAIL;
@@ -686,6 +714,7 @@ static int probe_devices(int *ndev, hnet_props *props0) {
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (parse_args(argc, argv)) return H_EXIT_USAGE;
+  h_report_init();
   h_watchdog_start(g_opt.timeout);
   h_watchdog_phase("load and init");
   if (hnet_load(g_opt.plugin, g_opt.net_version, &g_net)) {

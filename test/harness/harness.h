@@ -3,7 +3,8 @@
  *
  * Files: harness.c (CLI, setup, summary), h_sched.c (schedule + payload),
  * h_rdv.c (handle files, barriers), h_traffic.c (the proxy-like progress
- * engine), h_bad.c (bad-input modes), h_stats.c (timing, counters, watchdog). */
+ * engine), h_bad.c (bad-input modes), h_stats.c (timing, counters, watchdog),
+ * h_report.c (stall report and throughput timeline). */
 #ifndef RERAIL_HARNESS_H
 #define RERAIL_HARNESS_H
 #include <stdatomic.h>
@@ -21,6 +22,7 @@
 #define H_TAIL_OPS 8          /* --duration: ops that follow the end marker */
 #define H_MAX_CONNS 64
 #define H_MAX_CONTEXTS 8
+#define H_TIMELINE_BUCKET_MS 50
 
 /* exit codes */
 enum { H_EXIT_OK = 0, H_EXIT_FAIL = 1, H_EXIT_USAGE = 2, H_EXIT_HANG = 3, H_EXIT_TOO_FAST = 4 };
@@ -59,6 +61,10 @@ typedef struct h_opts {
   int contexts;             /* v11+: init() this many contexts; connection i uses i % contexts */
   int accept_delay_ms;      /* server: wait this long after publishing before the first accept */
   int close_delay_ms;       /* wait this long after both ends finished before closing */
+  int stall_report;         /* receiver: longest gap between completions (h_report.c) */
+  const char *timeline;     /* receiver: bytes per 50 ms bucket to this file */
+  const char *completion_log; /* receiver: every completion to this file */
+  int no_peer_abort;        /* traffic: ignore the peer's abort flag (learn failures from the plugin) */
 } h_opts;
 
 extern h_opts g_opt;
@@ -185,6 +191,12 @@ typedef struct h_dir_stats {
   double t_first, t_last;
 } h_dir_stats;
 
+/* A gap between consecutive receive completions (monotonic ns). */
+typedef struct h_gap {
+  uint64_t len_ns, start_ns, end_ns;
+  int conn;                /* the connection whose completion ended it */
+} h_gap;
+
 typedef struct h_conn {
   int idx;
   int is_send;
@@ -205,6 +217,9 @@ typedef struct h_conn {
   uint64_t rng;            /* receiver-side choices (hint) */
   double deadline;         /* --duration: sender's stop time */
   unsigned errors_printed;
+  /* --stall-report (receiver) */
+  uint64_t cmpl_last_ns, completions;
+  h_gap gap;               /* the longest gap between this connection's completions */
 } h_conn;
 
 int h_conn_alloc(h_conn *c);                 /* buffers for K slots */
@@ -216,6 +231,19 @@ void h_conn_dump(const h_conn *c);
 /* Die-mid-message extras on connection 0 after the schedule. */
 int h_die_sender(h_conn *c);                 /* never returns on success (_exit) */
 int h_die_receiver(h_conn *c);               /* 0 = error seen in time (pass) */
+
+/* ---- stall report and timeline (h_report.c) ---------------------------- */
+
+extern int h_report_receives;  /* set when this process has receive connections */
+void h_report_init(void);    /* after parsing the options */
+void h_report_start(void);   /* traffic starts (the first call counts) */
+void h_report_error(void);   /* an error happened (the first call counts) */
+/* A receive op completed at `now` (monotonic ns) with `bytes` bytes. */
+void h_report_completion(h_conn *c, uint64_t now, uint64_t bytes);
+int h_report_write_timeline(void);
+int h_report_write_completions(void);
+void h_report_print_text(h_conn *recv, int nrecv);
+void h_report_print_json(h_conn *recv, int nrecv);   /* "key":value, pairs, each ending in ',' */
 
 /* ---- bad-input modes (h_bad.c) ----------------------------------------- */
 

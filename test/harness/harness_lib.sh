@@ -2,6 +2,7 @@
 # Shared by test/integration/harness_loopback.sh and harness_badinput.sh
 # (sourced, not run).
 # Expects PLUGIN_DIR and HARNESS set; runs everything on loopback.
+# KEEP_LOGS=1 keeps the work directory even when every case passed.
 
 if [ ! -x "$HARNESS" ]; then
   echo "harness not found: $HARNESS" >&2
@@ -27,7 +28,7 @@ finish() {
   echo "==== summary"
   for r in "${RESULTS[@]}"; do echo "  $r"; done
   if [ "$FAILS" -eq 0 ]; then
-    rm -rf "$WORK"
+    if [ "${KEEP_LOGS:-0}" = 1 ]; then echo "logs kept in $WORK"; else rm -rf "$WORK"; fi
     echo "all passed"
     exit 0
   fi

@@ -76,6 +76,17 @@ static int threshold(void) {
   return log_threshold;
 }
 
+/* HNET_LOG_TIME=1: each printed plugin line carries its wall-clock time
+ * ("plugin[PID] @EPOCH.USEC LEVEL ..."), to line log lines up with faults. */
+static int log_time(void) {
+  static int v = -1;
+  if (v < 0) {
+    const char *e = getenv("HNET_LOG_TIME");
+    v = e && *e && strcmp(e, "0") != 0;
+  }
+  return v;
+}
+
 static const char *level_name(int level) {
   switch (level) {
   case 1: return "VERSION";
@@ -98,7 +109,13 @@ static void vlog(int level, unsigned long flags, const char *file, int line, con
   int print = level == 4 || (level > 0 && level <= threshold());
   if (print) {
     const char *base = file ? strrchr(file, '/') : NULL;
-    fprintf(stderr, "plugin[%d] %s %s:%d [0x%lx] %s\n", (int)getpid(), level_name(level),
+    char stamp[40] = "";
+    if (log_time()) {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      snprintf(stamp, sizeof stamp, "@%lld.%06ld ", (long long)ts.tv_sec, ts.tv_nsec / 1000);
+    }
+    fprintf(stderr, "plugin[%d] %s%s %s:%d [0x%lx] %s\n", (int)getpid(), stamp, level_name(level),
             base ? base + 1 : file ? file : "?", line, flags, msg);
   }
   pthread_mutex_unlock(&log_lock);

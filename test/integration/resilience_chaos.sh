@@ -17,9 +17,11 @@
 #   KEEP_LOGS=1           keep the logs (the fault log is $WORK/chaos/faults.log)
 # Settings: RERAIL_PROGRESS_TIMEOUT=300, RERAIL_BACKUPS=3 (every connection holds all
 # 4 rails), RERAIL_LOG_LEVEL=warn.
+# shellcheck disable=SC2034,SC1091,SC2317,SC2119  # PLUGIN_DIR, HARNESS, PAIR_ENV: read by resilience_lib.sh; cases are called by name
 set -u
 PLUGIN_DIR=${1:?usage: $0 PLUGIN_DIR HARNESS}
 HARNESS=${2:?usage: $0 PLUGIN_DIR HARNESS}
+# shellcheck source=resilience_lib.sh
 . "$(dirname "$0")/resilience_lib.sh"
 
 RAILS=4
@@ -30,7 +32,7 @@ DELTA=300
 
 echo "chaos: 2 hosts x $RAILS rails, 4 connections, $SECS s, seed $SEED (RERAIL_CHAOS_SEED=$SEED to replay the fault sequence)"
 lab_start rrc$$ 2 $RAILS
-PAIR_ENV=(RERAIL_PROGRESS_TIMEOUT=$DELTA RERAIL_BACKUPS=3 RERAIL_LOG_LEVEL=warn)
+PAIR_ENV=("RERAIL_PROGRESS_TIMEOUT=$DELTA" RERAIL_BACKUPS=3 RERAIL_LOG_LEVEL=warn)
 pair_start chaos --conns 4 --max-size 4M --duration "$SECS" --stall-report --quiet \
   --timeout "$(calc "$SECS + 90")" --seed "$SEED"
 FAULTS="$PAIR_DIR/faults.log"
@@ -87,7 +89,7 @@ declare -A COUNT=()
 while [ "$(us)" -lt "$end_us" ] && kill -0 "$CPID" 2>/dev/null && kill -0 "$SPID" 2>/dev/null; do
   nap "0.$(printf '%03d' $((100 + RANDOM % 701)))"
   [ $((RANDOM % 10)) -lt 7 ] || [ ${#F[@]} -eq 0 ] && want=inject || want=heal
-  if [ $want = heal ] || [ ${#F[@]} -ge 6 ]; then heal_random && continue; fi
+  if [ "$want" = heal ] || [ ${#F[@]} -ge 6 ]; then heal_random && continue; fi
   k=${KINDS[RANDOM % 3]} h=$((RANDOM % 2)) r=$((RANDOM % RAILS))
   if [ "${F[$k,$h,$r]:-0}" = 1 ]; then
     apply "$k" "$h" "$r" off

@@ -10,7 +10,7 @@
 #   PLUGIN_DIR  directory holding libnccl-net-rerail.so
 #   HARNESS     the rerail-harness executable
 #   CASE        any of: link_down silent failback flapping all_down dead_peer
-#               (default: all of them, in that order)
+#               (default: these six, in that order), blip, hold_bypass
 #
 # Cases:
 #   link_down  host 0's rail0 NIC goes down under load (2 rails, default δ = 1 s):
@@ -27,16 +27,22 @@
 #              must learn it from the plugin: --no-peer-abort; --timeout is the backstop)
 #   dead_peer  SIGKILL the sending process: the receiver reports an error within δ + 0.5 s,
 #              no replay loop
+# Extra cases (run only when named):
+#   blip        every rail of host 0 down for 300 ms (< δ): the connection survives
+#   hold_bypass rail0 heals, and while it sits in its fail-back hold rail1 fails for good:
+#               traffic moves to rail0, the connection survives
 #
 # A case that fails only on a timing bound is run once more (RES_RETRIES, default 1):
 # the machine running CI is shared, and a regression fails twice. Its line says so.
 #
 #   RERAIL_TEST_SCALE   scales the durations (default 1; the sanitizer pass uses 0.25)
 #   KEEP_LOGS=1         keep the logs of a passing run
+# shellcheck disable=SC2034,SC1091,SC2317,SC2119  # PLUGIN_DIR, HARNESS, PAIR_ENV: read by resilience_lib.sh; cases are called by name
 set -u
 PLUGIN_DIR=${1:?usage: $0 PLUGIN_DIR HARNESS [CASE...]}
 HARNESS=${2:?usage: $0 PLUGIN_DIR HARNESS [CASE...]}
 shift 2
+# shellcheck source=resilience_lib.sh
 . "$(dirname "$0")/resilience_lib.sh"
 
 ALL_CASES=(link_down silent failback flapping all_down dead_peer)
@@ -46,6 +52,8 @@ LABNAME=rre$$
 HOLD_MS=500            # RERAIL_FAILBACK_HOLD's default
 RETRIES=${RES_RETRIES:-1}
 TRAFFIC=(--conns 4 --max-size 4M --stall-report --quiet)
+# the receiver's every completion: $WORK/CASE/completions.log (for clog_stall)
+clog() { echo "--completion-log=$WORK/$CASE_DIR/completions.log"; }
 
 # A case ends with one of these; the driver records it.
 VERDICT="" VMSG="" VFIG=""
@@ -70,7 +78,7 @@ case_link_down() {
   dur=$(scaled 6 4)
   lab_start "$LABNAME" 2 2
   PAIR_ENV=()
-  pair_start "$CASE_DIR" "${TRAFFIC[@]}" --duration "$dur" --timeout 60
+  pair_start "$CASE_DIR" "${TRAFFIC[@]}" "$(clog)" --duration "$dur" --timeout 60
   started || return
   nap "$(scaled 1 0.5)"
   pre=$(txbytes 0 1)
@@ -80,9 +88,9 @@ case_link_down() {
   moved=$(($(txbytes 0 1) - pre))
   pair_wait 120
   longest=$(jget "$PAIR_DIR/server.json" 'd["stall"]["longest"]["ms"]')
-  read -r sa_ms sa_resume <<<"$(stall_around "$PAIR_DIR/server.json" "$tf" 1.5)"
+  read -r sa_ms sa_resume <<<"$(clog_stall "$PAIR_DIR/completions.log" "$tf")"
   plug=$(grep -hoE 'failover rail0 -> rail1, stalled [0-9.]+ ms' "$PAIR_DIR/client.log" | awk '{print $6}' | sort -n | tail -1)
-  VFIG="longest stall $longest ms; around the fault $sa_ms ms, traffic back $sa_resume ms after the link went down (the plugin's own figure: ${plug:-?} ms); rail1 carried $((moved / 1000000)) MB in the second after; $(what_moved)"
+  VFIG="longest stall $longest ms; the fault's stall $sa_ms ms, traffic back $sa_resume ms after the link went down (the plugin's own figure: ${plug:-?} ms); rail1 carried $((moved / 1000000)) MB in the second after; $(what_moved)"
   if ! ok_pair; then bad "server exit $SRC, client exit $CRC"
   elif [ "$moved" -lt 1000000 ]; then bad "rail1 carried no traffic after rail0 went down"
   elif [ "$longest" = "?" ] || ! is_true "$longest < 1000"; then slow "a stall over 1 s"
@@ -95,8 +103,8 @@ case_silent() {
   dur=$(scaled 6 4)
   limit=$((delta + 1000))
   lab_start "$LABNAME" 2 2
-  PAIR_ENV=(RERAIL_PROGRESS_TIMEOUT=$delta)
-  pair_start "$CASE_DIR" "${TRAFFIC[@]}" --duration "$dur" --timeout 60
+  PAIR_ENV=("RERAIL_PROGRESS_TIMEOUT=$delta")
+  pair_start "$CASE_DIR" "${TRAFFIC[@]}" "$(clog)" --duration "$dur" --timeout 60
   started || return
   nap "$(scaled 1 0.5)"
   pre=$(txbytes 0 1)
@@ -106,8 +114,8 @@ case_silent() {
   moved=$(($(txbytes 0 1) - pre))
   pair_wait 120
   longest=$(jget "$PAIR_DIR/server.json" 'd["stall"]["longest"]["ms"]')
-  read -r sa_ms sa_resume <<<"$(stall_around "$PAIR_DIR/server.json" "$tf" 2)"
-  VFIG="δ = $delta ms; longest stall $longest ms (limit $limit ms); around the fault $sa_ms ms, traffic back $sa_resume ms after the drop began; rail1 carried $((moved / 1000000)) MB in 1.5 s; $(what_moved)"
+  read -r sa_ms sa_resume <<<"$(clog_stall "$PAIR_DIR/completions.log" "$tf")"
+  VFIG="δ = $delta ms; longest stall $longest ms (limit $limit ms); the fault's stall $sa_ms ms, traffic back $sa_resume ms after the drop began; rail1 carried $((moved / 1000000)) MB in 1.5 s; $(what_moved)"
   if ! ok_pair; then bad "server exit $SRC, client exit $CRC"
   elif [ "$moved" -lt 1000000 ]; then bad "rail1 carried no traffic after rail0 went silent"
   elif [ "$longest" = "?" ] || ! is_true "$longest < $limit"; then slow "a stall over δ + 1 s"
@@ -120,8 +128,8 @@ case_failback() {
   down=$(scaled 2 1)
   dur=$(calc "$down + 6")
   lab_start "$LABNAME" 2 2
-  PAIR_ENV=(RERAIL_FAILBACK_HOLD=$HOLD_MS)
-  pair_start "$CASE_DIR" "${TRAFFIC[@]}" --conns $conns --duration "$dur" --timeout 60
+  PAIR_ENV=("RERAIL_FAILBACK_HOLD=$HOLD_MS")
+  pair_start "$CASE_DIR" "${TRAFFIC[@]}" --conns "$conns" --duration "$dur" --timeout 60
   started || return
   link 0 0 down
   nap "$down"
@@ -136,12 +144,12 @@ case_failback() {
   # reported (<= 50 ms late).
   limit_us=$(((HOLD_MS + 1000 + 2000) * 1000))
   a0=$(txbytes 0 0) a1=$(txbytes 0 1)
-  while t=$(us); [ $((t - tup_us)) -lt $limit_us ]; do
+  while t=$(us); [ $((t - tup_us)) -lt "$limit_us" ]; do
     nap 0.05
     b0=$(txbytes 0 0) b1=$(txbytes 0 1)
     d0=$((b0 - a0)) d1=$((b1 - a1))
-    if [ $d0 -gt 1000000 ]; then
-      [ -z "$first" ] && [ $d0 -gt $d1 ] && first=$((($(us) - tup_us) / 1000))
+    if [ "$d0" -gt 1000000 ]; then
+      [ -z "$first" ] && [ "$d0" -gt "$d1" ] && first=$((($(us) - tup_us) / 1000))
       if [ $((d0 * 100)) -ge $(((d0 + d1) * 95)) ]; then
         all=$((($(us) - tup_us) / 1000))
         [ -z "$first" ] && first=$all
@@ -169,8 +177,8 @@ case_flapping() {
   flap=$(scaled 5 2)
   dur=$(calc "$flap + 4")
   lab_start "$LABNAME" 2 2
-  PAIR_ENV=(RERAIL_LOG_LEVEL=warn RERAIL_FAILBACK_HOLD=$HOLD_MS)
-  pair_start "$CASE_DIR" "${TRAFFIC[@]}" --conns $conns --duration "$dur" --timeout 60
+  PAIR_ENV=(RERAIL_LOG_LEVEL=warn "RERAIL_FAILBACK_HOLD=$HOLD_MS")
+  pair_start "$CASE_DIR" "${TRAFFIC[@]}" --conns "$conns" --duration "$dur" --timeout 60
   started || return
   t0=$(us)
   end=$((t0 + $(calc "$flap * 1000000" | cut -d. -f1)))
@@ -179,9 +187,9 @@ case_flapping() {
   sec_b=$pre1
   while t=$(us); [ "$t" -lt "$end" ]; do
     if [ "$t" -ge "$next" ]; then
-      link 0 0 $st
+      link 0 0 "$st"
       toggles=$((toggles + 1))
-      [ $st = down ] && st=up || st=down
+      [ "$st" = down ] && st=up || st=down
       next=$((next + 200000))
     fi
     if [ $((t - sec_t)) -ge 1000000 ]; then   # rail1's rate over each second
@@ -210,7 +218,7 @@ case_all_down() {
   local delta=1000 backstop=30 tl limit se ce sdt cdt why="" f late=0
   limit=$((delta + 1000))
   lab_start "$LABNAME" 2 2
-  PAIR_ENV=(RERAIL_PROGRESS_TIMEOUT=$delta)
+  PAIR_ENV=("RERAIL_PROGRESS_TIMEOUT=$delta")
   pair_start "$CASE_DIR" "${TRAFFIC[@]}" --duration 60 --timeout "$backstop" --no-peer-abort
   started || return
   nap 0.5
@@ -234,7 +242,7 @@ case_all_down() {
   [ "$cdt" != "?" ] && is_true "$cdt <= $limit" || late=1
   [ "$sdt" != "?" ] && is_true "$sdt <= $limit" || late=1
   if [ -n "$why" ]; then bad "$why"
-  elif [ $late = 1 ]; then slow "an error came later than δ + 1 s"
+  elif [ "$late" = 1 ]; then slow "an error came later than δ + 1 s"
   else ok "both sides failed cleanly"; fi
 }
 
@@ -243,7 +251,7 @@ case_dead_peer() {
   local delta=1000 backstop=30 tk limit se sdt msg loops
   limit=$((delta + 500))
   lab_start "$LABNAME" 2 2
-  PAIR_ENV=(RERAIL_PROGRESS_TIMEOUT=$delta)
+  PAIR_ENV=("RERAIL_PROGRESS_TIMEOUT=$delta")
   pair_start "$CASE_DIR" "${TRAFFIC[@]}" --duration 60 --timeout "$backstop" --no-peer-abort
   started || return
   nap 1
@@ -261,9 +269,54 @@ case_dead_peer() {
   else ok "a prompt, clean error"; fi
 }
 
+# ---- extra (not in the default list) ---------------------------------------------------
+# blip: both of host 0's rails down for 300 ms (< δ = 1 s), then up. The engine gives
+# rails the progress timeout to heal (engine_rails.c, check_rails_left): the connection
+# must survive, zero errors.
+case_blip() {
+  local delta=1000
+  lab_start "$LABNAME" 2 2
+  PAIR_ENV=("RERAIL_PROGRESS_TIMEOUT=$delta")
+  pair_start "$CASE_DIR" "${TRAFFIC[@]}" --duration 5 --timeout 60 --no-peer-abort
+  started || return
+  nap 1
+  link 0 0 down
+  link 0 1 down
+  nap 0.3
+  link 0 1 up
+  link 0 0 up
+  pair_wait 120
+  local msg
+  msg=$(grep -hE 'WARN.*failed' "$PAIR_DIR"/*.log | head -1 | sed 's/.*NET\/rerail: //' | cut -c1-160)
+  VFIG="δ = $delta ms, every rail of host 0 down for 300 ms; exits: sender $CRC, receiver $SRC; longest stall $(jget "$PAIR_DIR/server.json" 'd["stall"]["longest"]["ms"]') ms; plugin: ${msg:-no error}"
+  if ok_pair; then ok "the connection rode out the blip"; else bad "the connection died although its rails came back within δ"; fi
+}
+
+# hold_bypass: rail0 fails and heals; while it is still in its fail-back hold, rail1
+# (carrying the traffic) fails for good. rail0 is healthy: traffic must move to it
+# (within δ), zero errors.
+case_hold_bypass() {
+  local delta=1000
+  lab_start "$LABNAME" 2 2
+  PAIR_ENV=("RERAIL_PROGRESS_TIMEOUT=$delta" "RERAIL_FAILBACK_HOLD=$HOLD_MS")
+  pair_start "$CASE_DIR" "${TRAFFIC[@]}" --duration 5 --timeout 60 --no-peer-abort
+  started || return
+  nap 0.5
+  link 0 0 down
+  nap 1
+  link 0 0 up
+  nap 0.2
+  link 0 1 down
+  pair_wait 120
+  local msg
+  msg=$(grep -hE 'WARN.*failed' "$PAIR_DIR"/*.log | head -1 | sed 's/.*NET\/rerail: //' | cut -c1-200)
+  VFIG="δ = $delta ms, hold $HOLD_MS ms; rail0 down 1 s, up, rail1 down 200 ms later; exits: sender $CRC, receiver $SRC; longest stall $(jget "$PAIR_DIR/server.json" 'd["stall"]["longest"]["ms"]') ms; plugin: ${msg:-no error}"
+  if ok_pair; then ok "traffic moved to the healed rail"; else bad "the connection died although rail0 was healthy"; fi
+}
+
 echo "resilience edge cases (scale $SCALE): ${CASES[*]}"
 for c in "${CASES[@]}"; do
-  declare -f "case_$c" >/dev/null || { echo "unknown case '$c' (cases: ${ALL_CASES[*]})" >&2; exit 2; }
+  declare -f "case_$c" >/dev/null || { echo "unknown case '$c' (cases: ${ALL_CASES[*]} blip hold_bypass)" >&2; exit 2; }
 done
 for c in "${CASES[@]}"; do
   echo "---- $c"

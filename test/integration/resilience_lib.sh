@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2034  # variables set here are read by the scripts that source it
 # Shared by resilience_chaos.sh, resilience_edges.sh and bench/failover_bench.sh
 # (sourced, not run): a network lab (test/lab/netlab.sh) with the NCCL-faithful
 # harness running as two "hosts" in it, faults injected with timestamps, and
@@ -6,32 +7,33 @@
 #
 # Expects PLUGIN_DIR and HARNESS set. Uses test/harness/harness_lib.sh for the
 # PASS/FAIL bookkeeping ($WORK, pass, fail, finish). Needs root (network
-# namespaces): without it, exits 77 (ctest SKIP_RETURN_CODE).
+# namespaces): without it, it fails (exit 1), as every lab test does.
 #
-#   RERAIL_TEST_SCALE   multiplies every duration (default 1; the sanitizer pass
-#                       uses 0.25); RERAIL_TEST_SCALE_DEFAULT is the default's default
+#   RERAIL_TEST_SCALE   multiplies every duration (default 1; CI's sanitizer pass
+#                       sets 0.25)
 #   KEEP_LOGS=1         keep the work directory (logs) even when everything passed
 
 RES_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 RES_TOP="$(cd "$RES_DIR/../.." && pwd)"
 NETLAB_SH="$RES_TOP/test/lab/netlab.sh"
 
+# Lab tests must run (CI is root) and fail loudly where they cannot.
 if [ "$(id -u)" -ne 0 ]; then
-  echo "SKIP: the network lab needs root (network namespaces)"
-  exit 77
+  echo "FAIL: the network lab needs root (network namespaces)" >&2
+  exit 1
 fi
 for tool in ip nft tc python3; do
-  command -v "$tool" >/dev/null || { echo "SKIP: $tool not installed"; exit 77; }
+  command -v "$tool" >/dev/null || { echo "FAIL: $tool is not installed (tools/install-deps.sh)" >&2; exit 1; }
 done
 
-# shellcheck source=../harness/harness_lib.sh
+# shellcheck source=../harness/harness_lib.sh disable=SC1091
 . "$RES_TOP/test/harness/harness_lib.sh"
 # The lab's rails, not loopback.
 export RERAIL_SOCKET_IFNAME=rail RERAIL_LOG_LEVEL=warn
 unset NCCL_DEBUG RERAIL_PROGRESS_TIMEOUT RERAIL_FAILBACK_HOLD RERAIL_BACKUPS RERAIL_FAILOVER \
   RERAIL_TCP_STREAMS RERAIL_CHUNK_SIZE
 
-SCALE=${RERAIL_TEST_SCALE:-${RERAIL_TEST_SCALE_DEFAULT:-1}}
+SCALE=${RERAIL_TEST_SCALE:-1}
 awk -v s="$SCALE" 'BEGIN { exit !(s + 0 > 0) }' || { echo "bad RERAIL_TEST_SCALE '$SCALE'" >&2; exit 2; }
 
 # scaled SECONDS [MIN]: SECONDS x scale, at least MIN
@@ -236,28 +238,6 @@ elif isinstance(v, float):
     print("%.3f" % v)
 else:
     print(v)
-EOF
-}
-
-# stall_around FILE T_FAULT WINDOW_S: the longest receive gap (from the stall
-# report's 16 longest) that ends after T_FAULT and starts before T_FAULT + WINDOW.
-# Prints "STALL_MS RESUME_MS" (RESUME = gap end - T_FAULT), or "<MIN ?" when none of
-# the 16 longest gaps is there (the stall was shorter than all of them: MIN, the 16th).
-stall_around() {
-  python3 - "$1" "$2" "$3" <<'EOF' 2>/dev/null || echo "? ?"
-import json, sys
-d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
-tf, win = float(sys.argv[2]), float(sys.argv[3])
-best = None
-for g in d["stall"]["top"]:
-    if g["end_wall"] > tf and g["start_wall"] < tf + win and (best is None or g["ms"] > best["ms"]):
-        best = g
-if best is None:
-    # shorter than every gap in the list: below the smallest of them
-    m = min((g["ms"] for g in d["stall"]["top"]), default=None)
-    print("? ?" if m is None else "<%.1f ?" % m)
-else:
-    print("%.1f %.1f" % (best["ms"], (best["end_wall"] - tf) * 1e3))
 EOF
 }
 
