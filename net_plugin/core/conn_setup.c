@@ -104,12 +104,7 @@ rr_status rr_net_listen(rr_net_ctx *ctx, int dev, void *handle, rr_listen_comm *
 
 static void group_close(pending_group *g);
 
-rr_status rr_net_close_listen(rr_listen_comm *l) {
-  if (!l) return RR_OK;
-  if (l->magic != RR_MAGIC_LISTEN) {
-    RR_WARN("closeListen: not a rerail listen comm");
-    return RR_ERR_INVALID;
-  }
+static void listen_free(rr_listen_comm *l) {
   close(l->fd);
   for (int i = 0; i < l->nsocks; i++)
     if (l->socks[i].fd >= 0) close(l->socks[i].fd);
@@ -117,34 +112,40 @@ rr_status rr_net_close_listen(rr_listen_comm *l) {
   pthread_mutex_destroy(&l->lock);
   l->magic = RR_MAGIC_DEAD;
   free(l);
+}
+
+rr_status rr_net_close_listen(rr_listen_comm *l) {
+  if (!l) return RR_OK;
+  if (l->magic != RR_MAGIC_LISTEN) {
+    RR_WARN("closeListen: not a rerail listen comm");
+    return RR_ERR_INVALID;
+  }
+  pthread_mutex_lock(&l->lock);
+  l->nccl_closed = 1;
+  int keep = l->ncomms > 0; /* its connections may still reconnect rails through it */
+  pthread_mutex_unlock(&l->lock);
+  if (!keep) listen_free(l);
   return RR_OK;
 }
 
+void rr_listen_release(rr_recv_comm *rc) {
+  rr_listen_comm *l = rc->listen;
+  if (!l) return;
+  rc->listen = NULL;
+  pthread_mutex_lock(&l->lock);
+  for (int i = 0; i < l->ncomms; i++)
+    if (l->comms[i] == rc) {
+      l->comms[i] = l->comms[--l->ncomms];
+      break;
+    }
+  int last = l->ncomms == 0;
+  int gone = last && l->nccl_closed;
+  pthread_mutex_unlock(&l->lock);
+  if (last) rr_monitor_remove_listener(l);
+  if (gone) listen_free(l);
+}
+
 /* ----------------------------------------------------------------- connect */
-
-enum { RAIL_PENDING = 0, RAIL_READY, RAIL_FAILED };
-
-typedef struct connect_rail {
-  int dev;                   /* local device */
-  int peer_addr;             /* index into the handle's addresses */
-  int status;
-  uint64_t retry_at_ns;
-  int fds[RR_TCP_MAX_STREAMS];
-  uint8_t connected[RR_TCP_MAX_STREAMS];
-  uint32_t hello_sent[RR_TCP_MAX_STREAMS];
-  rr_hello hello[RR_TCP_MAX_STREAMS];
-} connect_rail;
-
-typedef struct connect_state {
-  struct connect_state *next;
-  const void *handle;        /* NCCL's handle buffer: our key between calls */
-  uint64_t token;
-  int nstreams;
-  uint64_t start_ns;
-  rr_peer_addrs peer;
-  int nrails;
-  connect_rail rails[RR_MAX_RAILS];
-} connect_state;
 
 static pthread_mutex_t connect_lock = PTHREAD_MUTEX_INITIALIZER;
 static connect_state *connects;
@@ -228,22 +229,24 @@ fail:
 
 static void rail_give_up(connect_state *c, connect_rail *cr, const char *why) {
   char abuf[64];
-  RR_INFO(RR_SUB_NET, "backup rail %s -> %s not connected: %s", rr_core_devices()->nif[cr->dev].name,
+  RR_INFO(RR_SUB_NET, "rail %s -> %s not connected: %s", rr_core_devices()->nif[cr->dev].name,
           rr_sockaddr_str((struct sockaddr *)&c->peer.addrs[cr->peer_addr], abuf, sizeof abuf), why);
   for (int i = 0; i < c->nstreams; i++)
     if (cr->fds[i] >= 0) close(cr->fds[i]), cr->fds[i] = -1;
   cr->status = RAIL_FAILED;
 }
 
-/* Advance one rail's sockets. Rail 0 sends its hellos only when hold is 0. */
-static rr_status rail_advance(connect_state *c, connect_rail *cr, int is_primary, int hold,
+/* Advance one rail's connects. The primary retries what a listener that is
+ * not ready yet would cause, unless a backup already stands (then a primary
+ * that cannot reach the peer is left out); a backup gives up at once. */
+static rr_status rail_connect(connect_state *c, connect_rail *cr, int primary, int have_backup,
                               uint64_t now) {
-  int done = 0;
+  int connected = 0;
   for (int i = 0; i < c->nstreams && cr->status == RAIL_PENDING; i++) {
     if (cr->fds[i] < 0) {
       if (now < cr->retry_at_ns) continue;
       if (stream_open(c, cr, i) != RR_OK) {
-        if (!is_primary) return rail_give_up(c, cr, strerror(errno)), RR_OK;
+        if (!primary || have_backup) return rail_give_up(c, cr, strerror(errno)), RR_OK;
         RR_WARN("connect: cannot open a socket to the peer: %s", strerror(errno));
         return RR_ERR_SYSTEM;
       }
@@ -255,7 +258,7 @@ static rr_status rail_advance(connect_state *c, connect_rail *cr, int is_primary
       socklen_t len = sizeof err;
       getsockopt(cr->fds[i], SOL_SOCKET, SO_ERROR, &err, &len);
       if (err) {
-        if (!is_primary) return rail_give_up(c, cr, strerror(err)), RR_OK;
+        if (!primary || have_backup) return rail_give_up(c, cr, strerror(err)), RR_OK;
         /* The listener may not be up yet or its backlog is full: retry. */
         if (err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH) {
           close(cr->fds[i]);
@@ -268,14 +271,22 @@ static rr_status rail_advance(connect_state *c, connect_rail *cr, int is_primary
       }
       cr->connected[i] = 1;
     }
-    if (hold) continue;
+    connected++;
+  }
+  if (cr->status == RAIL_PENDING && connected == c->nstreams) cr->status = RAIL_CONNECTED;
+  return RR_OK;
+}
+
+/* Send a connected rail's hellos; RAIL_READY once all have left. */
+static rr_status rail_hello(connect_state *c, connect_rail *cr) {
+  int done = 0;
+  for (int i = 0; i < c->nstreams; i++) {
     while (cr->hello_sent[i] < sizeof(rr_hello)) {
       ssize_t n = send(cr->fds[i], (char *)&cr->hello[i] + cr->hello_sent[i],
                        sizeof(rr_hello) - cr->hello_sent[i], MSG_DONTWAIT | MSG_NOSIGNAL);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       if (n < 0) {
-        if (!is_primary) return rail_give_up(c, cr, strerror(errno)), RR_OK;
         RR_WARN("connect: sending hello: %s", strerror(errno));
         return RR_ERR_PEER;
       }
@@ -283,32 +294,49 @@ static rr_status rail_advance(connect_state *c, connect_rail *cr, int is_primary
     }
     if (cr->hello_sent[i] == sizeof(rr_hello)) done++;
   }
-  if (cr->status == RAIL_PENDING && done == c->nstreams) cr->status = RAIL_READY;
+  if (done == c->nstreams) cr->status = RAIL_READY;
   return RR_OK;
 }
 
-/* RR_OK when the connection is ready, RR_AGAIN while it is not. */
+/* RR_OK when the connection is ready, RR_AGAIN while it is not.
+ * First every rail connects or is left out (a backup that is not up within
+ * the progress timeout, or a primary that cannot reach the peer while a
+ * backup can: the connection must not wait on, or die of, a NIC that is
+ * down); then every hello leaves carrying the final set of rails. */
 static rr_status connect_advance(connect_state *c) {
   uint64_t now = rr_now_ns();
-  const rr_params *p = rr_params_get();
-  /* A backup that is not up within the progress timeout is left out: the
-   * connection must not wait on a NIC that is down. */
-  uint64_t backup_limit = p->progress_timeout_ms * 1000000ull;
-  int backups_pending = 0;
-  uint32_t mask = 1;
-  for (int r = 1; r < c->nrails; r++) {
+  uint64_t limit = rr_params_get()->progress_timeout_ms * 1000000ull;
+  int pending = 0, have_backup = 0;
+  for (int r = 1; r < c->nrails; r++) have_backup |= c->rails[r].status == RAIL_CONNECTED;
+  for (int r = 0; r < c->nrails; r++) {
     connect_rail *cr = &c->rails[r];
-    rr_status st = rail_advance(c, cr, 0, 0, now);
+    if (cr->status != RAIL_PENDING) continue;
+    rr_status st = rail_connect(c, cr, r == 0, have_backup, now);
     if (st != RR_OK) return st;
-    if (cr->status == RAIL_PENDING && now - c->start_ns > backup_limit)
+    if (cr->status == RAIL_PENDING && now - c->start_ns > limit && (r > 0 || have_backup))
       rail_give_up(c, cr, "timed out");
-    if (cr->status == RAIL_PENDING) backups_pending = 1;
-    if (cr->status == RAIL_READY) mask |= 1u << r;
+    if (cr->status == RAIL_CONNECTED && r > 0) have_backup = 1;
+    pending |= cr->status == RAIL_PENDING;
   }
-  for (int i = 0; i < c->nstreams; i++) c->rails[0].hello[i].rails_mask = mask;
-  rr_status st = rail_advance(c, &c->rails[0], 1, backups_pending, now);
-  if (st != RR_OK) return st;
-  return c->rails[0].status == RAIL_READY ? RR_OK : RR_AGAIN;
+  if (pending) return RR_AGAIN;
+  uint32_t mask = 0;
+  for (int r = 0; r < c->nrails; r++)
+    if (c->rails[r].status != RAIL_FAILED) mask |= 1u << r;
+  if (!mask) {
+    RR_WARN("connect: no rail reaches the peer");
+    return RR_ERR_PEER;
+  }
+  int ready = 0;
+  for (int r = 0; r < c->nrails; r++) {
+    connect_rail *cr = &c->rails[r];
+    if (cr->status == RAIL_CONNECTED) {
+      for (int i = 0; i < c->nstreams; i++) cr->hello[i].rails_mask = mask;
+      rr_status st = rail_hello(c, cr);
+      if (st != RR_OK) return st;
+    }
+    ready += cr->status == RAIL_READY;
+  }
+  return ready == __builtin_popcount(mask) ? RR_OK : RR_AGAIN;
 }
 
 static connect_state *connect_state_new(const void *handle, int dev, const rr_peer_addrs *peer) {
@@ -334,6 +362,47 @@ static connect_state *connect_state_new(const void *handle, int dev, const rr_pe
   return c;
 }
 
+/* The engine's reconnect callback (under the engine's lock): reopen one
+ * rail's sockets to the same peer address, announcing them with a
+ * RECONNECT hello the peer's listener routes to the live connection. */
+static rr_status send_comm_reconnect(void *arg, int rail, rr_rail_ep **ep) {
+  rr_send_comm *s = arg;
+  connect_state *c = &s->conn;
+  int r = s->plan_of[rail];
+  connect_rail *cr = &c->rails[r];
+  uint64_t now = rr_now_ns();
+  if (!s->reconnecting[rail]) {
+    for (int i = 0; i < c->nstreams; i++) {
+      cr->fds[i] = -1;
+      cr->connected[i] = 0;
+      cr->hello_sent[i] = 0;
+      cr->hello[i].flags = RR_HELLO_RECONNECT;
+      cr->hello[i].rails_mask = 1u << r;
+    }
+    cr->status = RAIL_PENDING;
+    cr->retry_at_ns = 0;
+    c->start_ns = now;
+    s->reconnecting[rail] = 1;
+  }
+  rr_status st = RR_OK;
+  if (cr->status == RAIL_PENDING) st = rail_connect(c, cr, 0, 1, now);
+  if (st == RR_OK && cr->status == RAIL_PENDING &&
+      now - c->start_ns > rr_params_get()->progress_timeout_ms * 1000000ull)
+    rail_give_up(c, cr, "timed out");
+  if (st == RR_OK && cr->status == RAIL_CONNECTED) st = rail_hello(c, cr);
+  if (st == RR_OK && cr->status == RAIL_READY) {
+    st = rr_tcp_ep_create(cr->dev, cr->fds, c->nstreams, &rr_engine_rail_events, &s->engine, ep);
+    for (int i = 0; i < c->nstreams; i++) cr->fds[i] = -1; /* owned by the endpoint (or closed) */
+    s->reconnecting[rail] = 0;
+    return st;
+  }
+  if (st == RR_OK && cr->status != RAIL_FAILED) return RR_AGAIN;
+  for (int i = 0; i < c->nstreams; i++)
+    if (cr->fds[i] >= 0) close(cr->fds[i]), cr->fds[i] = -1;
+  s->reconnecting[rail] = 0;
+  return st == RR_OK ? RR_ERR_RAIL : st;
+}
+
 /* Build the send comm from the rails that came up. */
 static rr_status make_send_comm(connect_state *c, int dev, rr_profiler_fn profiler,
                                 rr_send_comm **out) {
@@ -344,6 +413,8 @@ static rr_status make_send_comm(connect_state *c, int dev, rr_profiler_fn profil
   rr_engine_config cfg;
   rr_core_engine_config(RR_ENGINE_SEND, c->rails[0].hello[0].chunk_size,
                         (const struct sockaddr *)&c->peer.addrs[0], profiler, &cfg);
+  cfg.reconnect = send_comm_reconnect;
+  cfg.reconnect_arg = s;
   rr_status st = rr_engine_init(&s->engine, &cfg);
   if (st != RR_OK) {
     free(s);
@@ -360,11 +431,16 @@ static rr_status make_send_comm(connect_state *c, int dev, rr_profiler_fn profil
     rr_sockaddr_str((struct sockaddr *)&c->peer.addrs[cr->peer_addr], abuf, sizeof abuf);
     if (st == RR_OK) {
       const rr_netif *nif = &d->nif[cr->dev];
+      s->plan_of[s->engine.nrails] = r;
+      s->rails_mask |= 1u << r;
       st = rr_engine_add_rail(&s->engine, ep, nif->speed_mbps > 0 ? nif->speed_mbps : 10000,
                               nif->name, abuf);
       if (st != RR_OK) ep->ops->destroy(ep);
     }
   }
+  s->conn = *c;
+  s->conn.next = NULL;
+  s->conn.handle = NULL;
   if (st != RR_OK) {
     rr_engine_fini(&s->engine);
     free(s);
@@ -446,18 +522,26 @@ static void file_socket(rr_listen_comm *l, pending_sock *ps) {
   if (h.token != l->token) { refuse(ps, "wrong token (not the handle of this listener)"); return; }
   if (h.nstreams < 1 || h.nstreams > RR_TCP_MAX_STREAMS || h.stream >= h.nstreams ||
       h.rail >= RR_MAX_RAILS || h.chunk_size < 4096 || h.chunk_size > (64u << 20) ||
-      (h.rail == 0 && !(h.rails_mask & 1))) {
+      !(h.rails_mask & (1u << h.rail)) || (h.rails_mask >> RR_MAX_RAILS)) {
     refuse(ps, "malformed hello");
     return;
   }
+  int recon = h.flags & RR_HELLO_RECONNECT ? h.rail : -1;
+  if (recon < 0 && l->nccl_closed) { refuse(ps, "a new connection after NCCL closed this listener"); return; }
+  if (recon >= 0) {
+    int known = 0;
+    for (int i = 0; i < l->ncomms; i++) known |= l->comms[i]->conn_id == h.conn_id;
+    if (!known) { refuse(ps, "a reconnect for no live connection"); return; }
+  }
   pending_group *g = NULL;
   for (int i = 0; i < l->ngroups; i++)
-    if (l->groups[i].conn_id == h.conn_id) g = &l->groups[i];
+    if (l->groups[i].conn_id == h.conn_id && l->groups[i].reconnect_rail == recon) g = &l->groups[i];
   if (!g) {
     if (l->ngroups == RR_LISTEN_GROUPS) { refuse(ps, "too many connections in progress"); return; }
     g = &l->groups[l->ngroups++];
     memset(g, 0, sizeof *g);
     g->conn_id = h.conn_id;
+    g->reconnect_rail = recon;
     g->nstreams = h.nstreams;
     g->chunk_size = h.chunk_size;
     g->since_ns = rr_now_ns();
@@ -465,11 +549,11 @@ static void file_socket(rr_listen_comm *l, pending_sock *ps) {
       for (int i = 0; i < RR_TCP_MAX_STREAMS; i++) g->fds[r][i] = -1;
   }
   if (g->nstreams != h.nstreams || g->chunk_size != h.chunk_size || g->fds[h.rail][h.stream] >= 0 ||
-      (h.rail == 0 && g->rails_mask && g->rails_mask != h.rails_mask)) {
+      (g->rails_mask && g->rails_mask != h.rails_mask)) {
     refuse(ps, "hello inconsistent with its connection");
     return;
   }
-  if (h.rail == 0) g->rails_mask = h.rails_mask;
+  g->rails_mask = h.rails_mask;
   g->fds[h.rail][h.stream] = ps->fd;
   ps->fd = -1;
 }
@@ -509,9 +593,11 @@ static rr_status make_recv_comm(rr_listen_comm *l, pending_group *g, rr_recv_com
     group_close(g);
     return RR_ERR_NOMEM;
   }
+  /* The peer as its first rail reaches us. */
+  int first = __builtin_ctz(g->rails_mask);
   struct sockaddr_storage peer;
   socklen_t plen = sizeof peer;
-  getpeername(g->fds[0][0], (struct sockaddr *)&peer, &plen);
+  getpeername(g->fds[first][0], (struct sockaddr *)&peer, &plen);
   rr_engine_config cfg;
   rr_core_engine_config(RR_ENGINE_RECV, g->chunk_size, (struct sockaddr *)&peer, l->profiler, &cfg);
   rr_status st = rr_engine_init(&rc->engine, &cfg);
@@ -544,11 +630,55 @@ static rr_status make_recv_comm(rr_listen_comm *l, pending_group *g, rr_recv_com
   }
   rc->magic = RR_MAGIC_RECV;
   rc->dev = l->dev;
+  rc->conn_id = g->conn_id;
+  rc->rails_mask = g->rails_mask;
+  if (l->ncomms < RR_LISTEN_GROUPS) {
+    rc->listen = l;
+    l->comms[l->ncomms++] = rc;
+    if (l->ncomms == 1) rr_monitor_add_listener(l);
+  }
   RR_INFO(RR_SUB_NET, "accepted a connection from %s over %d rail(s)", rc->engine.cfg.peer,
           rc->engine.nrails);
   rr_monitor_add(&rc->engine);
   *out = rc;
   return RR_OK;
+}
+
+/* A reconnected rail is complete: give its sockets to the live connection. */
+static void route_reconnect(rr_listen_comm *l, pending_group *g) {
+  rr_recv_comm *rc = NULL;
+  for (int i = 0; i < l->ncomms; i++)
+    if (l->comms[i]->conn_id == g->conn_id) rc = l->comms[i];
+  int r = g->reconnect_rail;
+  if (!rc || !(rc->rails_mask & (1u << r))) {
+    RR_WARN("accept: dropping a reconnect for a rail the connection does not have");
+    group_close(g);
+    return;
+  }
+  struct sockaddr_storage local;
+  socklen_t len = sizeof local;
+  getsockname(g->fds[r][0], (struct sockaddr *)&local, &len);
+  int dev = rr_core_dev_by_addr(&local);
+  if (dev < 0) dev = l->dev;
+  rr_rail_ep *ep = NULL;
+  rr_status st = rr_tcp_ep_create(dev, g->fds[r], g->nstreams, &rr_engine_rail_events, &rc->engine, &ep);
+  for (int i = 0; i < RR_TCP_MAX_STREAMS; i++) g->fds[r][i] = -1;
+  group_close(g);
+  if (st != RR_OK) return;
+  /* The engine's rails are the connection's rails in order. */
+  rr_engine_rail_replace(&rc->engine, __builtin_popcount(rc->rails_mask & ((1u << r) - 1)), ep);
+}
+
+static void route_reconnects(rr_listen_comm *l) {
+  for (int i = 0; i < l->ngroups;) {
+    if (l->groups[i].reconnect_rail >= 0 && group_complete(&l->groups[i])) {
+      pending_group g = l->groups[i];
+      l->groups[i] = l->groups[--l->ngroups];
+      route_reconnect(l, &g);
+    } else {
+      i++;
+    }
+  }
 }
 
 static rr_status accept_locked(rr_listen_comm *l, rr_recv_comm **out) {
@@ -585,9 +715,10 @@ static rr_status accept_locked(rr_listen_comm *l, rr_recv_comm **out) {
     if (ps->fd >= 0 && ps->got == sizeof(rr_hello)) file_socket(l, ps);
   }
   drop_stale(l, rr_now_ns(), rr_params_get()->connect_timeout_ms * 1000000ull);
-  /* Hand out one complete connection. */
-  for (int i = 0; i < l->ngroups; i++) {
-    if (!group_complete(&l->groups[i])) continue;
+  route_reconnects(l);
+  /* Hand out one complete connection (only NCCL's accept() asks). */
+  for (int i = 0; i < l->ngroups && out; i++) {
+    if (l->groups[i].reconnect_rail >= 0 || !group_complete(&l->groups[i])) continue;
     pending_group g = l->groups[i];
     l->groups[i] = l->groups[--l->ngroups];
     return make_recv_comm(l, &g, out);
@@ -606,4 +737,12 @@ rr_status rr_net_accept(rr_listen_comm *l, rr_recv_comm **out) {
   rr_status st = accept_locked(l, out);
   pthread_mutex_unlock(&l->lock);
   return st;
+}
+
+void rr_listen_service(rr_listen_comm *l) {
+  /* The monitor calls this holding its registry lock, and NCCL's accept()
+   * takes the registry lock under this one: never wait here. */
+  if (pthread_mutex_trylock(&l->lock) != 0) return;
+  accept_locked(l, NULL);
+  pthread_mutex_unlock(&l->lock);
 }

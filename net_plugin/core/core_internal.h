@@ -33,16 +33,73 @@ typedef struct rr_devices {
 
 const rr_devices *rr_core_devices(void);
 
+/* The hello every data socket sends first (connector -> listener). Hellos
+ * leave once every rail has connected or been left out, and carry the final
+ * set of rails: a rail that could not connect is not part of the connection. */
+#define RR_HELLO_MAGIC 0x32435252u /* "RRC2" */
+#define RR_HELLO_VERSION 2
+#define RR_HELLO_ENDIAN 0x0102
+typedef struct rr_hello {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t endian;
+  uint64_t token;
+  uint64_t conn_id;
+  uint8_t rail;
+  uint8_t stream;
+  uint8_t nstreams;
+  uint8_t flags;             /* RR_HELLO_RECONNECT */
+  uint32_t chunk_size;
+  uint32_t rails_mask;       /* the rails of this connection */
+  uint32_t reserved2;
+} rr_hello;
+_Static_assert(sizeof(rr_hello) == 40, "hello is 40 bytes on the wire");
+#define RR_HELLO_RECONNECT 0x1 /* flags: a rail of a live connection, reopened */
+
+/* Connecting, as the connector side sees it: every planned rail and its
+ * sockets. A send comm keeps this after connect() to reconnect a rail. */
+enum { RAIL_PENDING = 0, RAIL_CONNECTED, RAIL_READY, RAIL_FAILED };
+
+typedef struct connect_rail {
+  int dev;                   /* local device */
+  int peer_addr;             /* index into the handle's addresses */
+  int status;
+  uint64_t retry_at_ns;
+  int fds[RR_TCP_MAX_STREAMS];
+  uint8_t connected[RR_TCP_MAX_STREAMS];
+  uint32_t hello_sent[RR_TCP_MAX_STREAMS];
+  rr_hello hello[RR_TCP_MAX_STREAMS];
+} connect_rail;
+
+typedef struct connect_state {
+  struct connect_state *next;
+  const void *handle;        /* NCCL's handle buffer: our key between calls */
+  uint64_t token;
+  int nstreams;
+  uint64_t start_ns;
+  rr_peer_addrs peer;
+  int nrails;
+  connect_rail rails[RR_MAX_RAILS];
+} connect_state;
+
+
 struct rr_send_comm {
   uint32_t magic;
   int dev;
   rr_engine engine;
+  connect_state conn;        /* the plan, for reconnecting a rail */
+  uint32_t rails_mask;       /* planned rails that are part of the connection */
+  int plan_of[RR_MAX_RAILS]; /* engine rail index -> planned rail index */
+  int reconnecting[RR_MAX_RAILS];
 };
 
 struct rr_recv_comm {
   uint32_t magic;
   int dev;
   rr_engine engine;
+  uint64_t conn_id;
+  uint32_t rails_mask;
+  struct rr_listen_comm *listen; /* keeps the listener for reconnects */
 };
 
 /* An accepted socket whose hello has not fully arrived. */
@@ -60,10 +117,11 @@ typedef struct pending_sock {
 /* Sockets of one connection arriving at a listener, by rail and stream. */
 typedef struct pending_group {
   uint64_t conn_id;
+  int reconnect_rail;        /* >= 0: sockets reopening that rail of a live connection */
   uint64_t since_ns;
   int nstreams;
   uint32_t chunk_size;
-  uint32_t rails_mask;       /* known once rail 0's hellos arrived; 0 before */
+  uint32_t rails_mask;       /* known from the first hello; 0 before */
   int fds[RR_MAX_RAILS][RR_TCP_MAX_STREAMS];
 } pending_group;
 
@@ -78,29 +136,14 @@ struct rr_listen_comm {
   int nsocks;
   pending_group groups[RR_LISTEN_GROUPS];
   int ngroups;
+  /* The listener outlives NCCL's closeListen while connections it accepted
+   * live: their senders reconnect failed rails through it. */
+  int nccl_closed;
+  int ncomms;
+  rr_recv_comm *comms[RR_LISTEN_GROUPS];
 };
 
-/* The hello every data socket sends first (connector -> listener). Rail 0's
- * hellos leave last and carry the final set of rails: a backup that could
- * not connect is simply not part of the connection. */
-#define RR_HELLO_MAGIC 0x32435252u /* "RRC2" */
-#define RR_HELLO_VERSION 2
-#define RR_HELLO_ENDIAN 0x0102
-typedef struct rr_hello {
-  uint32_t magic;
-  uint16_t version;
-  uint16_t endian;
-  uint64_t token;
-  uint64_t conn_id;
-  uint8_t rail;
-  uint8_t stream;
-  uint8_t nstreams;
-  uint8_t reserved;
-  uint32_t chunk_size;
-  uint32_t rails_mask;       /* rail 0 only: the rails of this connection */
-  uint32_t reserved2;
-} rr_hello;
-_Static_assert(sizeof(rr_hello) == 40, "hello is 40 bytes on the wire");
+
 
 /* Socket helpers (conn_setup.c). */
 rr_status rr_sock_tune(int fd);
@@ -116,5 +159,14 @@ void rr_core_engine_config(int role, size_t chunk_size, const struct sockaddr *p
  * connections NCCL is not driving. */
 void rr_monitor_add(rr_engine *e);
 void rr_monitor_remove(rr_engine *e);
+void rr_monitor_add_listener(rr_listen_comm *l);
+void rr_monitor_remove_listener(rr_listen_comm *l);
+
+/* Take new sockets on a listener NCCL no longer calls accept() on: hands
+ * reconnected rails to their connections (conn_setup.c; monitor thread). */
+void rr_listen_service(rr_listen_comm *l);
+/* A receive comm is closing: let go of its listener (frees it when NCCL
+ * closed it too). */
+void rr_listen_release(rr_recv_comm *rc);
 
 #endif

@@ -26,6 +26,9 @@ static pthread_mutex_t lifecycle_lock = PTHREAD_MUTEX_INITIALIZER; /* start and 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;  /* the engine list */
 static rr_engine **engines;
 static int nengines;
+#define MAX_LISTENERS 1024
+static rr_listen_comm *listeners[MAX_LISTENERS];
+static int nlisteners;
 /* The thread runs while connections exist, and is joined when the last one
  * closes and when the library is unloaded: NCCL dlclose()s the plugin after
  * its last communicator, and a thread left running would execute unmapped
@@ -114,6 +117,8 @@ static void *monitor_main(void *arg) {
     pthread_mutex_lock(&registry_lock);
     int stop = stop_requested;
     for (int i = 0; i < nengines && !stop; i++) rr_engine_background(engines[i], now);
+    /* Reconnected rails arrive at listeners NCCL no longer calls accept() on. */
+    for (int i = 0; i < nlisteners && !stop; i++) rr_listen_service(listeners[i]);
     pthread_mutex_unlock(&registry_lock);
     rr_health_table_tick(now); /* heartbeat: at most once a second */
     if (stop) break;
@@ -170,4 +175,20 @@ __attribute__((destructor)) static void monitor_unload(void) {
   engines = NULL;
   nengines = 0;
   pthread_mutex_unlock(&lifecycle_lock);
+}
+
+void rr_monitor_add_listener(rr_listen_comm *l) {
+  pthread_mutex_lock(&registry_lock);
+  if (nlisteners < MAX_LISTENERS) listeners[nlisteners++] = l;
+  pthread_mutex_unlock(&registry_lock);
+}
+
+void rr_monitor_remove_listener(rr_listen_comm *l) {
+  pthread_mutex_lock(&registry_lock);
+  for (int i = 0; i < nlisteners; i++)
+    if (listeners[i] == l) {
+      listeners[i] = listeners[--nlisteners];
+      break;
+    }
+  pthread_mutex_unlock(&registry_lock);
 }

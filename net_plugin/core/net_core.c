@@ -250,6 +250,7 @@ rr_status rr_net_close_send(rr_send_comm *comm) {
 
 rr_status rr_net_close_recv(rr_recv_comm *comm) {
   if (!comm) return RR_OK;
+  if (comm->magic == RR_MAGIC_RECV) rr_listen_release(comm); /* no reconnect reaches it now */
   rr_status st = close_comm(&comm->magic, RR_MAGIC_RECV, &comm->engine, "closeRecv");
   if (st == RR_OK) free(comm);
   return st;

@@ -115,13 +115,6 @@ rr_status engine_progress(rr_engine *e) {
     rr_status st = r->ep->ops->progress(r->ep);
     if (st == RR_ERR_PROTOCOL || st == RR_ERR_INTERNAL)
       return engine_fail(e, st, "%s: %s", r->name, rr_status_str(st));
-    if (st == RR_ERR_PEER && !engine_outstanding(e)) {
-      /* The peer closing an idle connection is how connections end. */
-      e->failed = RR_ERR_PEER;
-      snprintf(e->failed_why, sizeof e->failed_why, "closed by the peer");
-      RR_INFO(RR_SUB_NET, "connection to %s closed by the peer", e->cfg.peer);
-      return e->failed;
-    }
     if (st != RR_OK)
       engine_rail_set_state(e, i, RR_RAIL_DEAD,
                             st == RR_ERR_PEER ? "connection closed by the peer" : "connection broken");

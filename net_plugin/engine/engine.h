@@ -62,6 +62,9 @@ typedef struct engine_rail {
   uint64_t healthy_since_ns;/* RECOVERING: continuous signs of life since */
   uint32_t recent_failures; /* for the fail-back hold's backoff */
   uint64_t last_failure_ns;
+  double vtime;             /* balance: bytes placed on this rail / weight */
+  uint64_t last_reconnect_ns;/* sender: when the last reconnect attempt began */
+  int reconnecting;         /* sender: an attempt is under way */
   char ifname[16];          /* local NIC */
   char name[80];            /* "rail1 (eth1 -> 10.0.1.2)" for messages */
   char why[64];             /* why it went down */
@@ -129,6 +132,14 @@ typedef struct rr_engine_config {
   uint64_t failback_hold_ns;     /* healthy this long before traffic returns */
   char peer[64];            /* the remote host, for messages and health events */
   rr_profiler_fn profiler;  /* NCCL's profiler callback, or NULL */
+  /* Sender only: reopen rail `rail` afresh (new sockets, new QP). Called
+   * again and again while it returns RR_AGAIN; RR_OK hands over the new
+   * endpoint (events already pointing at this engine); a failure ends this
+   * attempt. A rail that failed keeps stale state in its old transport
+   * (TCP's retransmission backoff, bytes of fenced epochs): a fresh one
+   * heals at once. NULL when the owner cannot reconnect. */
+  rr_status (*reconnect)(void *arg, int rail, rr_rail_ep **ep);
+  void *reconnect_arg;
 } rr_engine_config;
 
 struct rr_engine {
@@ -147,7 +158,6 @@ struct rr_engine {
   int nrails;
   engine_rail rails[RR_MAX_RAILS];
   uint32_t peer_down_mask;  /* rails the peer told us it sees down */
-  uint32_t rr_cursor;       /* balance: round-robin start */
 
   /* sender */
   engine_cts_slot cts[RR_NET_MAX_REQUESTS];
@@ -181,6 +191,10 @@ rr_status rr_engine_init(rr_engine *e, const rr_engine_config *cfg);
 rr_status rr_engine_add_rail(rr_engine *e, rr_rail_ep *ep, int weight, const char *ifname,
                              const char *peer_addr);
 void rr_engine_fini(rr_engine *e);
+/* Swap rail `rail`'s endpoint for a freshly connected one (the receiver side
+ * of a reconnect; the sender side swaps through cfg.reconnect). The rail
+ * starts over as DOWN and earns its way back like any healed rail. */
+void rr_engine_rail_replace(rr_engine *e, int rail, rr_rail_ep *ep);
 
 rr_status rr_engine_isend(rr_engine *e, void *data, size_t size, int tag, rr_mr *mr,
                           void *phandle, void **request);
@@ -213,6 +227,7 @@ void engine_prof_stop(rr_engine *e, void **event);
 /* engine_rails.c */
 void engine_rails_tick(rr_engine *e, uint64_t now);
 void engine_rail_set_state(rr_engine *e, int r, rr_rail_state st, const char *why);
+void engine_rail_swap(rr_engine *e, int r, rr_rail_ep *ep); /* caller holds the lock */
 const char *engine_rail_state_str(rr_rail_state st);
 uint32_t engine_down_mask(const rr_engine *e);
 int engine_rail_usable(const rr_engine *e, int r);

@@ -70,18 +70,30 @@ static void check_rails_left(rr_engine *e, uint64_t now) {
     return;
   }
   if (!e->no_rail_since_ns) e->no_rail_since_ns = now;
+  uint64_t gone = now > e->no_rail_since_ns ? now - e->no_rail_since_ns : 0;
   int all_dead = 1, peer_closed = 1;
   for (int i = 0; i < e->nrails; i++) {
     all_dead &= e->rails[i].state == RR_RAIL_DEAD;
     peer_closed &= e->rails[i].state == RR_RAIL_DEAD && strstr(e->rails[i].why, "peer") != NULL;
   }
-  if (!all_dead && now - e->no_rail_since_ns <= e->cfg.progress_timeout_ns) return;
+  /* Every rail closed by the peer: its process is gone, say so now. Rails
+   * that broke otherwise may still be reopened: give them δ. */
+  /* Silence took δ to notice already: give a rail at most half a second
+   * more to come back before the error (all rails down: an error within
+   * δ + 1 s). */
+  uint64_t grace = e->cfg.progress_timeout_ns < 500 * MS ? e->cfg.progress_timeout_ns : 500 * MS;
+  if (!(all_dead && peer_closed) && gone <= grace) return;
   char list[200] = "";
   size_t off = 0;
   for (int i = 0; i < e->nrails && off < sizeof list; i++)
     off += (size_t)snprintf(list + off, sizeof list - off, "%s%s: %s", i ? "; " : "",
                             e->rails[i].name, e->rails[i].why);
-  if (peer_closed)
+  if (peer_closed && !engine_outstanding(e)) {
+    /* The peer closing an idle connection is how connections end. */
+    e->failed = RR_ERR_PEER;
+    snprintf(e->failed_why, sizeof e->failed_why, "closed by the peer");
+    RR_INFO(RR_SUB_NET, "connection to %s closed by the peer", e->cfg.peer);
+  } else if (peer_closed)
     engine_fail(e, RR_ERR_PEER, "the peer closed every rail (did its process die?): %s", list);
   else
     engine_fail(e, RR_ERR_RAIL, "no rail left: %s", list);
@@ -104,6 +116,11 @@ void engine_rail_set_state(rr_engine *e, int r, rr_rail_state st, const char *wh
     if (e->cfg.role == RR_ENGINE_RECV) engine_recv_rollback(e);
     else engine_send_rail_lost(e);
   } else if (st == RR_RAIL_ACTIVE) {
+    /* Balance: join at the others' share, not with a backlog of credit. */
+    double vmin = -1;
+    for (int i = 0; i < e->nrails; i++)
+      if (i != r && engine_rail_usable(e, i) && (vmin < 0 || e->rails[i].vtime < vmin)) vmin = e->rails[i].vtime;
+    if (vmin >= 0) rl->vtime = vmin;
     /* Traffic returns to r when it ranks before the rail in use. */
     if (prev_control > r) report(e, prev_control, RR_HEV_FAILBACK, r);
     else report(e, r, RR_HEV_RAIL_STATE, -1);
@@ -111,6 +128,48 @@ void engine_rail_set_state(rr_engine *e, int r, rr_rail_state st, const char *wh
     report(e, r, RR_HEV_RAIL_STATE, -1);
   }
   check_rails_left(e, now);
+}
+
+/* Install a new endpoint under rail r. A rail still in use first goes DOWN
+ * (a rollback replays whatever the old endpoint had in flight); the new one
+ * starts as DOWN and must show life and hold it like any healed rail. */
+void engine_rail_swap(rr_engine *e, int r, rr_rail_ep *ep) {
+  engine_rail *rl = &e->rails[r];
+  if (rl->state == RR_RAIL_ACTIVE || rl->state == RR_RAIL_RECOVERING)
+    engine_rail_set_state(e, r, RR_RAIL_DOWN, "reconnected by the peer");
+  rr_rail_ep *old = rl->ep;
+  ep->tel_tx = old->tel_tx;
+  ep->tel_rx = old->tel_rx;
+  old->tel_tx = old->tel_rx = NULL;
+  old->ops->destroy(old);
+  rl->ep = ep;
+  uint64_t now = rr_now_ns();
+  rl->state = RR_RAIL_DOWN;
+  rl->state_since_ns = now;
+  rl->last_alive_ns = 0;
+  rl->last_probe_ns = 0;
+  snprintf(rl->why, sizeof rl->why, "reconnected");
+  RR_INFO(RR_SUB_NET, "%s %s: reconnected", e->cfg.role == RR_ENGINE_SEND ? "send" : "recv", rl->name);
+}
+
+void rr_engine_rail_replace(rr_engine *e, int rail, rr_rail_ep *ep) {
+  pthread_mutex_lock(&e->lock);
+  if (rail >= 0 && rail < e->nrails && !e->failed) engine_rail_swap(e, rail, ep);
+  else ep->ops->destroy(ep);
+  pthread_mutex_unlock(&e->lock);
+}
+
+/* Sender: a failed rail whose NIC is up gets a fresh transport, at most
+ * once per RECONNECT_EVERY while it stays down. */
+#define RECONNECT_EVERY_NS (250 * MS)
+static void maybe_reconnect(rr_engine *e, int r, uint64_t now) {
+  engine_rail *rl = &e->rails[r];
+  if (!e->cfg.reconnect || (!rl->reconnecting && now - rl->last_reconnect_ns < RECONNECT_EVERY_NS)) return;
+  if (!rl->reconnecting) rl->last_reconnect_ns = now;
+  rr_rail_ep *ep = NULL;
+  rr_status st = e->cfg.reconnect(e->cfg.reconnect_arg, r, &ep);
+  rl->reconnecting = st == RR_AGAIN;
+  if (st == RR_OK) engine_rail_swap(e, r, ep);
 }
 
 static void probe(rr_engine *e, int r, uint64_t now) {
@@ -127,6 +186,18 @@ static uint64_t hold_ns(const rr_engine *e, const engine_rail *rl) {
   return e->cfg.failback_hold_ns << shift;
 }
 
+/* Time from t to now; 0 when t is later (it was stamped during this pass). */
+static uint64_t since(uint64_t now, uint64_t t) { return now > t ? now - t : 0; }
+
+/* Reconnecting is worth it while the connection carries traffic, or for a
+ * while after the rail failed (so an idle connection heals too), not forever
+ * for a NIC that never comes back to an idle peer. A DEAD rail whose peer
+ * closed it is not reopened: the peer is gone. */
+static int busy_or_recent(const rr_engine *e, const engine_rail *rl, uint64_t now) {
+  if (rl->state == RR_RAIL_DEAD && strstr(rl->why, "peer")) return 0;
+  return e->busy || since(now, rl->state_since_ns) < 60000 * MS;
+}
+
 void engine_rails_tick(rr_engine *e, uint64_t now) {
   int busy = engine_outstanding(e);
   if (busy && !e->busy)
@@ -134,56 +205,76 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
   e->busy = busy;
   uint64_t delta = e->cfg.progress_timeout_ns;
   uint64_t recovery_probe = delta / 4 < RECOVERY_PROBE_NS ? delta / 4 : RECOVERY_PROBE_NS;
+  /* Life counts as fresh within a few probe intervals. */
+  uint64_t fresh = 3 * recovery_probe + 20 * MS;
   for (int i = 0; i < e->nrails && !e->failed; i++) {
     engine_rail *rl = &e->rails[i];
+    /* A rail that failed is reopened from the sending side once its NIC is
+     * up; until the new transport shows life it stays DOWN. */
+    if (e->cfg.role == RR_ENGINE_SEND && (rl->state == RR_RAIL_DEAD || rl->state == RR_RAIL_DOWN) &&
+        rr_health_nic_get(rl->ep->dev) != RR_LINK_DOWN && busy_or_recent(e, rl, now))
+      maybe_reconnect(e, i, now);
     if (rl->state == RR_RAIL_DEAD) continue;
     if (rr_health_nic_get(rl->ep->dev) == RR_LINK_DOWN) {
       if (rl->state != RR_RAIL_DOWN) engine_rail_set_state(e, i, RR_RAIL_DOWN, "local link down");
       continue;
     }
     /* Asking the rail costs a system call per socket: only when in doubt. */
-    if (now - rl->last_alive_ns > delta / 8 || rl->state != RR_RAIL_ACTIVE) {
+    if (since(now, rl->last_alive_ns) > delta / 8 || rl->state != RR_RAIL_ACTIVE) {
       uint64_t a = rl->ep->ops->last_alive_ns(rl->ep, now);
       if (a > rl->last_alive_ns) rl->last_alive_ns = a;
     }
     switch (rl->state) {
     case RR_RAIL_ACTIVE: {
       if (!busy) break; /* an idle connection is not judged */
-      uint64_t since = rl->last_alive_ns > rl->watch_since_ns ? rl->last_alive_ns : rl->watch_since_ns;
-      uint64_t quiet = now > since ? now - since : 0;
+      uint64_t from = rl->last_alive_ns > rl->watch_since_ns ? rl->last_alive_ns : rl->watch_since_ns;
+      uint64_t quiet = since(now, from);
       if (quiet > delta) {
         char why[64];
         snprintf(why, sizeof why, "silent for %llu ms", (unsigned long long)(quiet / MS));
         engine_rail_set_state(e, i, RR_RAIL_DOWN, why);
-      } else if (quiet > delta / 4 && now - rl->last_probe_ns > delta / 4) {
+      } else if (quiet > delta / 4 && since(now, rl->last_probe_ns) > delta / 4) {
         probe(e, i, now);
       }
       break;
     }
     case RR_RAIL_DOWN:
-      if (now - rl->last_probe_ns > recovery_probe) probe(e, i, now);
-      if (rl->last_alive_ns > rl->state_since_ns) {
+      if (since(now, rl->last_probe_ns) > recovery_probe) probe(e, i, now);
+      /* Bytes that were already on their way when the rail failed are read
+       * in the first milliseconds: only later life counts. */
+      if (rl->last_alive_ns > rl->state_since_ns + 20 * MS) {
         rl->healthy_since_ns = rl->last_alive_ns;
         engine_rail_set_state(e, i, RR_RAIL_RECOVERING, "signs of life");
       }
       break;
     case RR_RAIL_RECOVERING:
-      if (now - rl->last_probe_ns > recovery_probe) probe(e, i, now);
-      /* TCP retransmission backoff after an outage leaves gaps: tolerate δ/2. */
-      if (now - rl->last_alive_ns > delta / 2) {
+      if (since(now, rl->last_probe_ns) > recovery_probe) probe(e, i, now);
+      /* TCP retransmission backoff after an outage leaves gaps: tolerate δ/2
+       * before giving up, but return traffic only on fresh signs of life. */
+      if (since(now, rl->last_alive_ns) > delta / 2)
         engine_rail_set_state(e, i, RR_RAIL_DOWN, "silent again while recovering");
-      } else if (now - rl->healthy_since_ns >= hold_ns(e, rl)) {
+      else if (since(now, rl->healthy_since_ns) >= hold_ns(e, rl) && since(now, rl->last_alive_ns) <= fresh)
         engine_rail_set_state(e, i, RR_RAIL_ACTIVE, "healthy for the hold time");
-      }
       break;
     default:
       break;
     }
   }
+  /* With no rail up, a rail on probation that is alive right now beats
+   * failing the connection: the hold protects traffic from thrash, not from
+   * having somewhere to go. */
+  if (!e->failed && engine_control_rail(e) < 0)
+    for (int i = 0; i < e->nrails; i++) {
+      engine_rail *rl = &e->rails[i];
+      if (rl->state == RR_RAIL_RECOVERING && since(now, rl->last_alive_ns) <= fresh) {
+        engine_rail_set_state(e, i, RR_RAIL_ACTIVE, "alive, and no other rail is up");
+        break;
+      }
+    }
   if (!e->failed) check_rails_left(e, now);
   /* A rollback request that got no answer: ask again (it may have gone down
    * with a rail). */
-  if (e->resume_wait && now - e->resume_wait_since_ns > delta / 2) {
+  if (e->resume_wait && since(now, e->resume_wait_since_ns) > delta / 2) {
     e->fail_notice_pending = 1;
     e->resume_wait_since_ns = now;
   }

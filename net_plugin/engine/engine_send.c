@@ -48,19 +48,16 @@ static int pick_rail(rr_engine *e, rr_send_req *r) {
     r->rail = (int8_t)engine_control_rail(e);
     return r->rail;
   }
-  /* Balance: the usable rail with the least queued per unit of bandwidth, so
-   * each rail gets traffic in proportion to what it drains. */
+  /* Balance: weighted fair placement. Each chunk goes to the usable rail
+   * that has been given the least per unit of bandwidth, so traffic splits
+   * in proportion to bandwidth over the rails that are up; a rail whose own
+   * queue is backed up (it drains slower than its share) is skipped. */
   int best = -1;
-  double best_load = 0;
-  for (int k = 0; k < e->nrails; k++) {
-    int i = (int)((e->rr_cursor + (uint32_t)k) % (uint32_t)e->nrails);
+  for (int i = 0; i < e->nrails; i++) {
     if (!engine_rail_usable(e, i)) continue;
-    size_t backlog = e->rails[i].ep->ops->backlog(e->rails[i].ep);
-    if (backlog > 2 * e->cfg.chunk_size) continue;
-    double load = (double)backlog / e->rails[i].weight;
-    if (best < 0 || load < best_load) best = i, best_load = load;
+    if (e->rails[i].ep->ops->backlog(e->rails[i].ep) > 2 * e->cfg.chunk_size) continue;
+    if (best < 0 || e->rails[i].vtime < e->rails[best].vtime) best = i;
   }
-  e->rr_cursor++;
   return best;
 }
 
@@ -99,6 +96,7 @@ rr_status engine_send_post(rr_engine *e) {
         continue;
       }
       r->posted++;
+      e->rails[ri].vtime += (double)(len ? len : 1) / e->rails[ri].weight;
     }
     e->fifo_post++;
   }
@@ -187,15 +185,19 @@ static void on_resume_end(rr_engine *e, const engine_resume_end *m) {
     e->resume_wait = 0;
     uint64_t stall = e->stall_start_ns ? rr_now_ns() - e->stall_start_ns : 0;
     e->stall_start_ns = 0;
-    int to = engine_control_rail(e);
-    int from = 0; /* the preferred rail that is not in use now */
-    while (from < e->nrails - 1 && engine_rail_usable(e, from) && from != to) from++;
+    /* Traffic moved off the rail that failed last, onto the control rail
+     * (chain) or the others (balance). A chain backup failing moves nothing. */
+    int to = engine_control_rail(e), from = -1;
+    for (int i = 0; i < e->nrails; i++)
+      if (!engine_rail_usable(e, i) && (from < 0 || e->rails[i].state_since_ns > e->rails[from].state_since_ns))
+        from = i;
+    if (to < 0 || from < 0 || (e->cfg.failover_mode == RR_FAILOVER_CHAIN && from > to)) return;
     rr_health_event ev = {.kind = RR_HEV_FAILOVER, .dev = e->rails[from].ep->dev,
                           .to_dev = to >= 0 ? e->rails[to].ep->dev : -1, .stall_ns = stall};
     snprintf(ev.ifname, sizeof ev.ifname, "%s", e->rails[from].ifname);
     if (to >= 0) snprintf(ev.to_ifname, sizeof ev.to_ifname, "%s", e->rails[to].ifname);
     snprintf(ev.peer, sizeof ev.peer, "%s", e->cfg.peer);
-    snprintf(ev.reason, sizeof ev.reason, "send side resumed in epoch %u on %s", m->epoch,
+    snprintf(ev.reason, sizeof ev.reason, "send side resumed in epoch %u on %.60s", m->epoch,
              to >= 0 ? e->rails[to].name : "?");
     rr_health_report(&ev);
   }

@@ -105,7 +105,7 @@ static void vlog(int level, unsigned long flags, const char *file, int line, con
   while (n && msg[n - 1] == '\n') msg[--n] = 0;
   pthread_mutex_lock(&log_lock);
   if (level >= 0 && level < 8) log_counts[level]++;
-  if (level == 2) snprintf(last_warning, sizeof last_warning, "%s", msg);
+  if (level == 2) snprintf(last_warning, sizeof last_warning, "%.511s", msg);
   int print = level == 4 || (level > 0 && level <= threshold());
   if (print) {
     const char *base = file ? strrchr(file, '/') : NULL;

@@ -28,7 +28,7 @@ RAILS=4
 SECS=$(scaled "${RERAIL_CHAOS_SECONDS:-120}" 10)
 SEED=${RERAIL_CHAOS_SEED:-$((($$ * 7919 + ${EPOCHREALTIME/./}) % 1000000))}
 RANDOM=$SEED
-DELTA=300
+DELTA=${RERAIL_CHAOS_DELTA:-300}
 
 echo "chaos: 2 hosts x $RAILS rails, 4 connections, $SECS s, seed $SEED (RERAIL_CHAOS_SEED=$SEED to replay the fault sequence)"
 lab_start rrc$$ 2 $RAILS
