@@ -548,6 +548,18 @@ static void file_socket(rr_listen_comm *l, pending_sock *ps) {
     for (int r = 0; r < RR_MAX_RAILS; r++)
       for (int i = 0; i < RR_TCP_MAX_STREAMS; i++) g->fds[r][i] = -1;
   }
+  if (recon >= 0 && (g->fds[h.rail][h.stream] >= 0 || g->nstreams != h.nstreams)) {
+    /* A new attempt to reopen the rail: the sender gave up on the last one. */
+    group_close(g);
+    memset(g, 0, sizeof *g);
+    g->conn_id = h.conn_id;
+    g->reconnect_rail = recon;
+    g->nstreams = h.nstreams;
+    g->chunk_size = h.chunk_size;
+    g->since_ns = rr_now_ns();
+    for (int r = 0; r < RR_MAX_RAILS; r++)
+      for (int i = 0; i < RR_TCP_MAX_STREAMS; i++) g->fds[r][i] = -1;
+  }
   if (g->nstreams != h.nstreams || g->chunk_size != h.chunk_size || g->fds[h.rail][h.stream] >= 0 ||
       (g->rails_mask && g->rails_mask != h.rails_mask)) {
     refuse(ps, "hello inconsistent with its connection");

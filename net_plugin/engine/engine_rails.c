@@ -22,6 +22,9 @@
 #define FLAP_WINDOW_NS (10000 * MS)
 #define RECOVERY_PROBE_NS (50 * MS)
 
+/* Time from t to now; 0 when t is later (it was stamped during this pass). */
+static uint64_t since(uint64_t now, uint64_t t) { return now > t ? now - t : 0; }
+
 static const char *const rail_state_names[RR_RAIL_NSTATES] = {
     [RR_RAIL_ACTIVE] = "active",
     [RR_RAIL_DOWN] = "down",
@@ -78,10 +81,10 @@ static void check_rails_left(rr_engine *e, uint64_t now) {
   }
   /* Every rail closed by the peer: its process is gone, say so now. Rails
    * that broke otherwise may still be reopened: give them δ. */
-  /* Silence took δ to notice already: give a rail at most half a second
-   * more to come back before the error (all rails down: an error within
-   * δ + 1 s). */
-  uint64_t grace = e->cfg.progress_timeout_ns < 500 * MS ? e->cfg.progress_timeout_ns : 500 * MS;
+  /* Silence took up to δ to notice already: a healed rail gets 800 ms more
+   * to come back (reopened, proven alive) before the error, which keeps an
+   * all-rails-down error within δ + 1 s. */
+  uint64_t grace = 800 * MS;
   if (!(all_dead && peer_closed) && gone <= grace) return;
   char list[200] = "";
   size_t off = 0;
@@ -164,12 +167,17 @@ void rr_engine_rail_replace(rr_engine *e, int rail, rr_rail_ep *ep) {
 #define RECONNECT_EVERY_NS (250 * MS)
 static void maybe_reconnect(rr_engine *e, int r, uint64_t now) {
   engine_rail *rl = &e->rails[r];
-  if (!e->cfg.reconnect || (!rl->reconnecting && now - rl->last_reconnect_ns < RECONNECT_EVERY_NS)) return;
+  if (!e->cfg.reconnect || (!rl->reconnecting && since(now, rl->last_reconnect_ns) < RECONNECT_EVERY_NS))
+    return;
   if (!rl->reconnecting) rl->last_reconnect_ns = now;
   rr_rail_ep *ep = NULL;
   rr_status st = e->cfg.reconnect(e->cfg.reconnect_arg, r, &ep);
   rl->reconnecting = st == RR_AGAIN;
-  if (st == RR_OK) engine_rail_swap(e, r, ep);
+  if (st == RR_OK) {
+    engine_rail_swap(e, r, ep);
+    /* Give the fresh rail a progress timeout to show life before another. */
+    rl->last_reconnect_ns = now + e->cfg.progress_timeout_ns;
+  }
 }
 
 static void probe(rr_engine *e, int r, uint64_t now) {
@@ -186,8 +194,6 @@ static uint64_t hold_ns(const rr_engine *e, const engine_rail *rl) {
   return e->cfg.failback_hold_ns << shift;
 }
 
-/* Time from t to now; 0 when t is later (it was stamped during this pass). */
-static uint64_t since(uint64_t now, uint64_t t) { return now > t ? now - t : 0; }
 
 /* Reconnecting is worth it while the connection carries traffic, or for a
  * while after the rail failed (so an idle connection heals too), not forever
