@@ -64,7 +64,7 @@ static void params_parse(void) {
   params.tcp_streams = (int)rr_param_parse_u64("RERAIL_TCP_STREAMS", getenv("RERAIL_TCP_STREAMS"),
                                                1, 1, 8);
   params.chunk_size = rr_param_parse_u64("RERAIL_CHUNK_SIZE", getenv("RERAIL_CHUNK_SIZE"),
-                                         512 << 10, 4 << 10, 64 << 20);
+                                         256 << 10, 4 << 10, 64 << 20);
   params.connect_timeout_ms = rr_param_parse_u64(
       "RERAIL_CONNECT_TIMEOUT", getenv("RERAIL_CONNECT_TIMEOUT"), 30000, 10, 3600000);
   params.backups = (int)rr_param_parse_u64("RERAIL_BACKUPS", getenv("RERAIL_BACKUPS"), 1, 0, 7);
