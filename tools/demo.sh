@@ -20,12 +20,14 @@ harness="$build/test/harness/rerail-harness"
 
 work="$(mktemp -d /tmp/rerail-demo.XXXXXX)"
 export DEMO_WORK="$work" DEMO_HARNESS="$harness" DEMO_LIB="$build/net_plugin" DEMO_SECONDS="$secs"
+export DEMO_TOOL="$build/tools/rerail"
 cat > "$work/run.sh" <<'INNER'
 #!/usr/bin/env bash
 set -u
 cd "$DEMO_WORK" && mkdir -p rdv
 export LD_LIBRARY_PATH="$DEMO_LIB" NCCL_NET_PLUGIN=rerail RERAIL_SOCKET_IFNAME=rail \
-       RERAIL_PROGRESS_TIMEOUT=500 RERAIL_FAILBACK_HOLD=500 RERAIL_LOG_LEVEL=warn
+       RERAIL_PROGRESS_TIMEOUT=500 RERAIL_FAILBACK_HOLD=500 RERAIL_LOG_LEVEL=warn \
+       RERAIL_HEALTH_PATH="$DEMO_WORK/health" RERAIL_TELEMETRY_DIR="$DEMO_WORK/telemetry"
 common=(--rendezvous "$DEMO_WORK/rdv" --conns 4 --duration "$DEMO_SECONDS" --max-size 4M --quiet)
 netlab exec 1 "$DEMO_HARNESS" --role server "${common[@]}" > server.log 2>&1 &
 server=$!
@@ -36,9 +38,17 @@ phase() { echo "[$((SECONDS - t0))s] $*"; }
 sleep $((DEMO_SECONDS / 3))
 phase "rank 0's NIC rail0 fails (ip link set rail0 down)"
 netlab link 0 0 down
-sleep $((DEMO_SECONDS / 3))
+sleep 2
+phase "rerail status (the shared health table; both ranks run on this machine):"
+"$DEMO_TOOL" status --path "$DEMO_WORK/health" | sed 's/^/    /'
+sleep $((DEMO_SECONDS / 3 - 2))
 phase "rail0 comes back (ip link set rail0 up)"
 netlab link 0 0 up
+sleep 2
+phase "rerail status after the fail-back:"
+"$DEMO_TOOL" status --path "$DEMO_WORK/health" | sed 's/^/    /'
+phase "rerail events (the telemetry event log):"
+"$DEMO_TOOL" events --dir "$DEMO_WORK/telemetry" --once 2>/dev/null | tail -6 | sed 's/^/    /' 
 wait "$client"; crc=$?
 wait "$server"; src=$?
 phase "run over"
