@@ -81,10 +81,10 @@ static void check_rails_left(rr_engine *e, uint64_t now) {
   }
   /* Every rail closed by the peer: its process is gone, say so now. Rails
    * that broke otherwise may still be reopened: give them δ. */
-  /* Silence took up to δ to notice already: a healed rail gets 800 ms more
+  /* Silence took up to δ to notice already: a healed rail gets 600 ms more
    * to come back (reopened, proven alive) before the error, which keeps an
    * all-rails-down error within δ + 1 s. */
-  uint64_t grace = 800 * MS;
+  uint64_t grace = 600 * MS;
   if (!(all_dead && peer_closed) && gone <= grace) return;
   char list[200] = "";
   size_t off = 0;
@@ -111,9 +111,13 @@ void engine_rail_set_state(rr_engine *e, int r, rr_rail_state st, const char *wh
   rl->state = st;
   rl->state_since_ns = now;
   snprintf(rl->why, sizeof rl->why, "%s", why);
-  if (old == RR_RAIL_ACTIVE) {
+  /* A rail that fails again while on probation is flapping as much as one
+   * that fails while carrying traffic: both lengthen its next hold. */
+  if ((old == RR_RAIL_ACTIVE || old == RR_RAIL_RECOVERING) && st != RR_RAIL_ACTIVE) {
     rl->recent_failures = now - rl->last_failure_ns < FLAP_WINDOW_NS ? rl->recent_failures + 1 : 1;
     rl->last_failure_ns = now;
+  }
+  if (old == RR_RAIL_ACTIVE) {
     report(e, r, RR_HEV_RAIL_STATE, -1);
     rl->ep->ops->fence(rl->ep);
     if (e->cfg.role == RR_ENGINE_RECV) engine_recv_rollback(e);
