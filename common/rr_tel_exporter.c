@@ -14,6 +14,9 @@
 #include "rr_tel_internal.h"
 
 #include <dirent.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -236,6 +239,9 @@ void *rr_tel_exporter_main(void *arg) {
   rr_tel_evfile_init(&x->evfile);
   if (rr_tel_ensure_dir(g->cfg.dir) == 0) remove_stale(&g->cfg);
 
+  /* Lowest CPU weight: the ranks' progress threads spin on every core NCCL
+   * gives them, and statistics must never slow the data down. */
+  setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
   uint64_t interval = g->cfg.interval_ms * 1000000ull;
   uint64_t drain = (interval < RR_TEL_DRAIN_MS * 1000000ull ? interval : RR_TEL_DRAIN_MS * 1000000ull);
   uint64_t next_export = rr_now_ns() + interval;

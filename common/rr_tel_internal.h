@@ -30,14 +30,16 @@
 #define RR_TEL_RESERVOIR 1024    /* latencies kept per rail per interval */
 #define RR_TEL_ANOMALY_KEEP 16   /* snapshots kept per process */
 #define RR_TEL_ANOMALY_QUIET_NS (10ull * 1000000000ull) /* per rail, between two snapshots */
-#define RR_TEL_DRAIN_MS 10       /* how often rings are emptied (<= the interval) */
+/* How often rings are emptied (<= the interval). Each wake-up takes a core
+ * from a busy-polling rank for a moment: rarely, with rings sized for it. */
+#define RR_TEL_DRAIN_MS 50
 #define RR_TEL_TRACE_MAX (256ull << 20)
 
 typedef struct rr_tel_config {
   char dir[1024];             /* RERAIL_TELEMETRY_DIR */
   uint64_t interval_ms;       /* RERAIL_TELEMETRY_INTERVAL, default 1000 */
   uint32_t window;            /* RERAIL_TELEMETRY_WINDOW (W), default 8 */
-  uint32_t ring_slots;        /* RERAIL_TELEMETRY_RING, default 1024 (power of two) */
+  uint32_t ring_slots;        /* RERAIL_TELEMETRY_RING, default 4096 (power of two) */
   double anomaly_fraction;    /* RERAIL_TELEMETRY_ANOMALY percent / 100, default 0.5; 0 = off */
   uint64_t events_max;        /* RERAIL_TELEMETRY_EVENTS_MAX bytes, default 4 MiB */
   int trace;                  /* RERAIL_TELEMETRY_TRACE=1 */
