@@ -32,7 +32,7 @@ DELTA=${RERAIL_CHAOS_DELTA:-300}
 
 echo "chaos: 2 hosts x $RAILS rails, 4 connections, $SECS s, seed $SEED (RERAIL_CHAOS_SEED=$SEED to replay the fault sequence)"
 lab_start rrc$$ 2 $RAILS
-PAIR_ENV=("RERAIL_PROGRESS_TIMEOUT=$DELTA" RERAIL_BACKUPS=3 "RERAIL_LOG_LEVEL=${RERAIL_CHAOS_LOG:-warn}")
+PAIR_ENV=("RERAIL_PROGRESS_TIMEOUT=$DELTA" RERAIL_BACKUPS=3 "RERAIL_LOG_LEVEL=${RERAIL_CHAOS_LOG:-warn}" "NCCL_DEBUG=${RERAIL_CHAOS_LOG:-warn}")
 pair_start chaos --conns 4 --max-size 4M --duration "$SECS" --stall-report --quiet \
   --timeout "$(calc "$SECS + 90")" --seed "$SEED"
 FAULTS="$PAIR_DIR/faults.log"
