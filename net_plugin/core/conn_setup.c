@@ -386,8 +386,11 @@ static rr_status send_comm_reconnect(void *arg, int rail, rr_rail_ep **ep) {
   }
   rr_status st = RR_OK;
   if (cr->status == RAIL_PENDING) st = rail_connect(c, cr, 0, 1, now);
-  if (st == RR_OK && cr->status == RAIL_PENDING &&
-      now - c->start_ns > rr_params_get()->progress_timeout_ms * 1000000ull)
+  /* A SYN lost to a port that was down is retried by the kernel only after
+   * a second: a fresh attempt soon after is faster than waiting for it. */
+  uint64_t limit = rr_params_get()->progress_timeout_ms * 1000000ull;
+  if (limit > 100000000ull) limit = 100000000ull;
+  if (st == RR_OK && cr->status == RAIL_PENDING && now - c->start_ns > limit)
     rail_give_up(c, cr, "timed out");
   if (st == RR_OK && cr->status == RAIL_CONNECTED) st = rail_hello(c, cr);
   if (st == RR_OK && cr->status == RAIL_READY) {

@@ -65,6 +65,7 @@ typedef struct engine_rail {
   double vtime;             /* balance: bytes placed on this rail / weight */
   uint64_t last_reconnect_ns;/* sender: when the last reconnect attempt began */
   int reconnecting;         /* sender: an attempt is under way */
+  int fresh;                /* reconnected and not yet seen alive */
   char ifname[16];          /* local NIC */
   char name[80];            /* "rail1 (eth1 -> 10.0.1.2)" for messages */
   char why[64];             /* why it went down */

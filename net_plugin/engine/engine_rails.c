@@ -155,6 +155,7 @@ void engine_rail_swap(rr_engine *e, int r, rr_rail_ep *ep) {
   rl->state_since_ns = now;
   rl->last_alive_ns = 0;
   rl->last_probe_ns = 0;
+  rl->fresh = 1; /* new sockets hold no stale bytes: any life is real */
   snprintf(rl->why, sizeof rl->why, "reconnected");
   RR_INFO(RR_SUB_NET, "%s %s: reconnected", e->cfg.role == RR_ENGINE_SEND ? "send" : "recv", rl->name);
 }
@@ -168,7 +169,7 @@ void rr_engine_rail_replace(rr_engine *e, int rail, rr_rail_ep *ep) {
 
 /* Sender: a failed rail whose NIC is up gets a fresh transport, at most
  * once per RECONNECT_EVERY while it stays down. */
-#define RECONNECT_EVERY_NS (250 * MS)
+#define RECONNECT_EVERY_NS (100 * MS)
 static void maybe_reconnect(rr_engine *e, int r, uint64_t now) {
   engine_rail *rl = &e->rails[r];
   if (!e->cfg.reconnect || (!rl->reconnecting && since(now, rl->last_reconnect_ns) < RECONNECT_EVERY_NS))
@@ -249,10 +250,13 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
       break;
     }
     case RR_RAIL_DOWN:
-      if (since(now, rl->last_probe_ns) > recovery_probe) probe(e, i, now);
+      /* A reconnected rail is probed at once and often: it may be the one
+       * the connection is waiting for. */
+      if (since(now, rl->last_probe_ns) > (rl->fresh ? 5 * MS : recovery_probe)) probe(e, i, now);
       /* Bytes that were already on their way when the rail failed are read
        * in the first milliseconds: only later life counts. */
-      if (rl->last_alive_ns > rl->state_since_ns + 20 * MS) {
+      if (rl->last_alive_ns > rl->state_since_ns + (rl->fresh ? 0 : 20 * MS)) {
+        rl->fresh = 0;
         rl->healthy_since_ns = rl->last_alive_ns;
         engine_rail_set_state(e, i, RR_RAIL_RECOVERING, "signs of life");
       }
