@@ -229,7 +229,6 @@ void engine_prof_stop(rr_engine *e, void **event);
 void engine_rails_tick(rr_engine *e, uint64_t now);
 void engine_rail_set_state(rr_engine *e, int r, rr_rail_state st, const char *why);
 void engine_rail_swap(rr_engine *e, int r, rr_rail_ep *ep); /* caller holds the lock */
-const char *engine_rail_state_str(rr_rail_state st);
 uint32_t engine_down_mask(const rr_engine *e);
 int engine_rail_usable(const rr_engine *e, int r);
 

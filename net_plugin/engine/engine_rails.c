@@ -111,6 +111,9 @@ void engine_rail_set_state(rr_engine *e, int r, rr_rail_state st, const char *wh
   rl->state = st;
   rl->state_since_ns = now;
   snprintf(rl->why, sizeof rl->why, "%s", why);
+  /* DEAD and DOWN look alike in the health table: the transition says which. */
+  RR_INFO(RR_SUB_NET, "%s %s: %s -> %s (%s)", e->cfg.role == RR_ENGINE_SEND ? "send" : "recv",
+          rl->name, rail_state_names[old], rail_state_names[st], why);
   /* A rail that fails again while on probation is flapping as much as one
    * that fails while carrying traffic: both lengthen its next hold. */
   if ((old == RR_RAIL_ACTIVE || old == RR_RAIL_RECOVERING) && st != RR_RAIL_ACTIVE) {
@@ -292,8 +295,4 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
     e->fail_notice_pending = 1;
     e->resume_wait_since_ns = now;
   }
-}
-
-const char *engine_rail_state_str(rr_rail_state st) {
-  return st < RR_RAIL_NSTATES ? rail_state_names[st] : "?";
 }
