@@ -362,36 +362,49 @@ static connect_state *connect_state_new(const void *handle, int dev, const rr_pe
   return c;
 }
 
+static void reconnect_abandon(rr_send_comm *s, int rail) {
+  connect_rail *cr = &s->conn.rails[s->plan_of[rail]];
+  for (int i = 0; i < s->conn.nstreams; i++)
+    if (cr->fds[i] >= 0) close(cr->fds[i]), cr->fds[i] = -1;
+  s->reconnecting[rail] = 0;
+}
+
+/* An attempt the engine stopped driving (the old endpoint recovered, or the
+ * connection went idle) is stale: its sockets may have connected long ago
+ * through a path that has failed since. It is never resumed. */
+#define RECONNECT_STALE_NS 50000000ull
+
 /* The engine's reconnect callback (under the engine's lock): reopen one
  * rail's sockets to the same peer address, announcing them with a
- * RECONNECT hello the peer's listener routes to the live connection. */
+ * RECONNECT hello, numbered with the rail's next generation, that the
+ * peer's listener routes to the live connection. */
 static rr_status send_comm_reconnect(void *arg, int rail, rr_rail_ep **ep) {
   rr_send_comm *s = arg;
   connect_state *c = &s->conn;
   int r = s->plan_of[rail];
   connect_rail *cr = &c->rails[r];
   uint64_t now = rr_now_ns();
+  if (s->reconnecting[rail] && now - s->attempt_seen_ns[rail] > RECONNECT_STALE_NS)
+    reconnect_abandon(s, rail);
+  s->attempt_seen_ns[rail] = now;
   if (!s->reconnecting[rail]) {
+    uint32_t gen = ++s->generation[r];
     for (int i = 0; i < c->nstreams; i++) {
       cr->fds[i] = -1;
       cr->connected[i] = 0;
       cr->hello_sent[i] = 0;
       cr->hello[i].flags = RR_HELLO_RECONNECT;
       cr->hello[i].rails_mask = 1u << r;
+      cr->hello[i].generation = gen;
     }
     cr->status = RAIL_PENDING;
     cr->retry_at_ns = 0;
-    c->start_ns = now;
+    s->attempt_start_ns[rail] = now;
     s->reconnecting[rail] = 1;
+    RR_INFO(RR_SUB_NET, "send rail %d: reconnect attempt %u", rail, gen);
   }
   rr_status st = RR_OK;
   if (cr->status == RAIL_PENDING) st = rail_connect(c, cr, 0, 1, now);
-  /* A SYN lost to a port that was down is retried by the kernel only after
-   * a second: a fresh attempt soon after is faster than waiting for it. */
-  uint64_t limit = rr_params_get()->progress_timeout_ms * 1000000ull;
-  if (limit > 100000000ull) limit = 100000000ull;
-  if (st == RR_OK && cr->status == RAIL_PENDING && now - c->start_ns > limit)
-    rail_give_up(c, cr, "timed out");
   if (st == RR_OK && cr->status == RAIL_CONNECTED) st = rail_hello(c, cr);
   if (st == RR_OK && cr->status == RAIL_READY) {
     st = rr_tcp_ep_create(cr->dev, cr->fds, c->nstreams, &rr_engine_rail_events, &s->engine, ep);
@@ -399,10 +412,14 @@ static rr_status send_comm_reconnect(void *arg, int rail, rr_rail_ep **ep) {
     s->reconnecting[rail] = 0;
     return st;
   }
+  /* A SYN lost to a port that was down is retried by the kernel only after
+   * a second: a fresh attempt soon after is faster than waiting for it. */
+  uint64_t limit = rr_params_get()->progress_timeout_ms * 1000000ull;
+  if (limit > 100000000ull) limit = 100000000ull;
+  if (st == RR_OK && cr->status != RAIL_FAILED && now - s->attempt_start_ns[rail] > limit)
+    rail_give_up(c, cr, "timed out");
   if (st == RR_OK && cr->status != RAIL_FAILED) return RR_AGAIN;
-  for (int i = 0; i < c->nstreams; i++)
-    if (cr->fds[i] >= 0) close(cr->fds[i]), cr->fds[i] = -1;
-  s->reconnecting[rail] = 0;
+  reconnect_abandon(s, rail);
   return st == RR_OK ? RR_ERR_RAIL : st;
 }
 
@@ -516,6 +533,12 @@ static void group_close(pending_group *g) {
       if (g->fds[r][i] >= 0) close(g->fds[r][i]), g->fds[r][i] = -1;
 }
 
+static rr_recv_comm *listen_comm_by_id(rr_listen_comm *l, uint64_t conn_id) {
+  for (int i = 0; i < l->ncomms; i++)
+    if (l->comms[i]->conn_id == conn_id) return l->comms[i];
+  return NULL;
+}
+
 /* Validate a complete hello and file the socket into its group. */
 static void file_socket(rr_listen_comm *l, pending_sock *ps) {
   rr_hello h;
@@ -532,31 +555,27 @@ static void file_socket(rr_listen_comm *l, pending_sock *ps) {
   int recon = h.flags & RR_HELLO_RECONNECT ? h.rail : -1;
   if (recon < 0 && l->nccl_closed) { refuse(ps, "a new connection after NCCL closed this listener"); return; }
   if (recon >= 0) {
-    int known = 0;
-    for (int i = 0; i < l->ncomms; i++) known |= l->comms[i]->conn_id == h.conn_id;
-    if (!known) { refuse(ps, "a reconnect for no live connection"); return; }
+    rr_recv_comm *rc = listen_comm_by_id(l, h.conn_id);
+    if (!rc) { refuse(ps, "a reconnect for no live connection"); return; }
+    if (h.generation <= rc->generation[h.rail]) { refuse(ps, "a reconnect older than the rail's sockets"); return; }
   }
   pending_group *g = NULL;
   for (int i = 0; i < l->ngroups; i++)
     if (l->groups[i].conn_id == h.conn_id && l->groups[i].reconnect_rail == recon) g = &l->groups[i];
+  if (g && recon >= 0 && h.generation < g->generation) { refuse(ps, "a reconnect older than one under way"); return; }
+  if (g && recon >= 0 && h.generation > g->generation) {
+    /* A new attempt to reopen the rail: the sender gave up on the last one. */
+    group_close(g);
+    *g = l->groups[--l->ngroups];
+    g = NULL;
+  }
   if (!g) {
     if (l->ngroups == RR_LISTEN_GROUPS) { refuse(ps, "too many connections in progress"); return; }
     g = &l->groups[l->ngroups++];
     memset(g, 0, sizeof *g);
     g->conn_id = h.conn_id;
     g->reconnect_rail = recon;
-    g->nstreams = h.nstreams;
-    g->chunk_size = h.chunk_size;
-    g->since_ns = rr_now_ns();
-    for (int r = 0; r < RR_MAX_RAILS; r++)
-      for (int i = 0; i < RR_TCP_MAX_STREAMS; i++) g->fds[r][i] = -1;
-  }
-  if (recon >= 0 && (g->fds[h.rail][h.stream] >= 0 || g->nstreams != h.nstreams)) {
-    /* A new attempt to reopen the rail: the sender gave up on the last one. */
-    group_close(g);
-    memset(g, 0, sizeof *g);
-    g->conn_id = h.conn_id;
-    g->reconnect_rail = recon;
+    g->generation = h.generation;
     g->nstreams = h.nstreams;
     g->chunk_size = h.chunk_size;
     g->since_ns = rr_now_ns();
@@ -661,15 +680,18 @@ static rr_status make_recv_comm(rr_listen_comm *l, pending_group *g, rr_recv_com
 
 /* A reconnected rail is complete: give its sockets to the live connection. */
 static void route_reconnect(rr_listen_comm *l, pending_group *g) {
-  rr_recv_comm *rc = NULL;
-  for (int i = 0; i < l->ncomms; i++)
-    if (l->comms[i]->conn_id == g->conn_id) rc = l->comms[i];
+  rr_recv_comm *rc = listen_comm_by_id(l, g->conn_id);
   int r = g->reconnect_rail;
   if (!rc || !(rc->rails_mask & (1u << r))) {
     RR_WARN("accept: dropping a reconnect for a rail the connection does not have");
     group_close(g);
     return;
   }
+  if (g->generation <= rc->generation[r]) { /* a newer attempt got here first */
+    group_close(g);
+    return;
+  }
+  rc->generation[r] = g->generation;
   struct sockaddr_storage local;
   socklen_t len = sizeof local;
   getsockname(g->fds[r][0], (struct sockaddr *)&local, &len);
@@ -683,6 +705,7 @@ static void route_reconnect(rr_listen_comm *l, pending_group *g) {
   /* The engine's rails are the connection's rails in order. */
   rr_engine_rail_replace(&rc->engine, __builtin_popcount(rc->rails_mask & ((1u << r) - 1)), ep);
 }
+
 
 static void route_reconnects(rr_listen_comm *l) {
   for (int i = 0; i < l->ngroups;) {

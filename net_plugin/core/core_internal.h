@@ -51,7 +51,12 @@ typedef struct rr_hello {
   uint8_t flags;             /* RR_HELLO_RECONNECT */
   uint32_t chunk_size;
   uint32_t rails_mask;       /* the rails of this connection */
-  uint32_t reserved2;
+  /* Which attempt at this rail: 0 for the connection's first sockets, then
+   * one more for each reconnect. The listener installs only an attempt newer
+   * than the rail's current one, so a late hello of an abandoned attempt
+   * (held up in a failed path's retransmissions) can never replace the
+   * sockets both ends have moved on to. */
+  uint32_t generation;
 } rr_hello;
 _Static_assert(sizeof(rr_hello) == 40, "hello is 40 bytes on the wire");
 #define RR_HELLO_RECONNECT 0x1 /* flags: a rail of a live connection, reopened */
@@ -91,6 +96,9 @@ struct rr_send_comm {
   uint32_t rails_mask;       /* planned rails that are part of the connection */
   int plan_of[RR_MAX_RAILS]; /* engine rail index -> planned rail index */
   int reconnecting[RR_MAX_RAILS];
+  uint64_t attempt_start_ns[RR_MAX_RAILS]; /* when the current reconnect attempt began */
+  uint64_t attempt_seen_ns[RR_MAX_RAILS];  /* when the engine last drove it */
+  uint32_t generation[RR_MAX_RAILS];       /* by planned rail: the last attempt's number */
 };
 
 struct rr_recv_comm {
@@ -99,6 +107,7 @@ struct rr_recv_comm {
   rr_engine engine;
   uint64_t conn_id;
   uint32_t rails_mask;
+  uint32_t generation[RR_MAX_RAILS]; /* by planned rail: the attempt in use (listener's lock) */
   struct rr_listen_comm *listen; /* keeps the listener for reconnects */
 };
 
@@ -118,6 +127,7 @@ typedef struct pending_sock {
 typedef struct pending_group {
   uint64_t conn_id;
   int reconnect_rail;        /* >= 0: sockets reopening that rail of a live connection */
+  uint32_t generation;       /* reconnects: the attempt these sockets belong to */
   uint64_t since_ns;
   int nstreams;
   uint32_t chunk_size;
