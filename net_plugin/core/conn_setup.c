@@ -401,7 +401,7 @@ static rr_status send_comm_reconnect(void *arg, int rail, rr_rail_ep **ep) {
     cr->retry_at_ns = 0;
     s->attempt_start_ns[rail] = now;
     s->reconnecting[rail] = 1;
-    RR_INFO(RR_SUB_NET, "send rail %d: reconnect attempt %u", rail, gen);
+    RR_TRACE("send rail %d: reconnect attempt %u", rail, gen);
   }
   rr_status st = RR_OK;
   if (cr->status == RAIL_PENDING) st = rail_connect(c, cr, 0, 1, now);
@@ -435,6 +435,7 @@ static rr_status make_send_comm(connect_state *c, int dev, rr_profiler_fn profil
                         (const struct sockaddr *)&c->peer.addrs[0], profiler, &cfg);
   cfg.reconnect = send_comm_reconnect;
   cfg.reconnect_arg = s;
+  cfg.reopens = 1;
   rr_status st = rr_engine_init(&s->engine, &cfg);
   if (st != RR_OK) {
     free(s);
@@ -634,6 +635,8 @@ static rr_status make_recv_comm(rr_listen_comm *l, pending_group *g, rr_recv_com
   getpeername(g->fds[first][0], (struct sockaddr *)&peer, &plen);
   rr_engine_config cfg;
   rr_core_engine_config(RR_ENGINE_RECV, g->chunk_size, (struct sockaddr *)&peer, l->profiler, &cfg);
+  /* The sender reopens failed rails through this listener while it holds it. */
+  cfg.reopens = l->ncomms < RR_LISTEN_GROUPS;
   rr_status st = rr_engine_init(&rc->engine, &cfg);
   const rr_devices *d = rr_core_devices();
   for (int r = 0; r < RR_MAX_RAILS && st == RR_OK; r++) {

@@ -141,6 +141,12 @@ typedef struct rr_engine_config {
    * heals at once. NULL when the owner cannot reconnect. */
   rr_status (*reconnect)(void *arg, int rail, rr_rail_ep **ep);
   void *reconnect_arg;
+  /* Failed rails are reopened (by our cfg.reconnect, or by the peer's
+   * through our listener): a rail that failed comes back only as a fresh
+   * endpoint, never on its old transport, whose state (TCP's retransmission
+   * backoff, a QP in error) can leave it mute for seconds after the path
+   * heals. When neither end can reopen it, the old endpoint may recover. */
+  int reopens;
 } rr_engine_config;
 
 struct rr_engine {
@@ -152,6 +158,7 @@ struct rr_engine {
   _Atomic uint64_t last_progress_ns; /* when anybody last drove this engine (read unlocked) */
   uint64_t last_tick_ns;    /* last health check */
   uint64_t no_rail_since_ns;/* no ACTIVE rail since (0 = there is one) */
+  uint64_t no_rail_life_ns; /* then: the last time any rail was seen working */
   int busy;                 /* outstanding requests at the last tick */
   int urgent;               /* a queued control message must leave before we return */
   int ctrl_queued;          /* control messages wait in a rail queue for the next progress */
@@ -182,6 +189,7 @@ struct rr_engine {
   uint32_t resume_recv_seq; /* recv_seq when the current rollback began */
   int resume_cursor;        /* next slot to announce after a rollback; -1 = none, 32 = END */
   int fail_notice_pending;  /* a FAIL message still has to be posted */
+  uint64_t down_notice_ns;  /* when the peer was last reminded of rails waiting to be reopened */
 };
 
 extern const rr_rail_events rr_engine_rail_events;

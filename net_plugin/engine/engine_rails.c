@@ -72,20 +72,28 @@ static void check_rails_left(rr_engine *e, uint64_t now) {
     e->no_rail_since_ns = 0;
     return;
   }
-  if (!e->no_rail_since_ns) e->no_rail_since_ns = now;
-  uint64_t gone = now > e->no_rail_since_ns ? now - e->no_rail_since_ns : 0;
+  if (!e->no_rail_since_ns) {
+    e->no_rail_since_ns = now;
+    /* When the path was last seen working: the error bound (δ + 1 s) runs
+     * from the failure, which silence detection noticed up to δ late. */
+    e->no_rail_life_ns = 0;
+    for (int i = 0; i < e->nrails; i++)
+      if (e->rails[i].last_alive_ns > e->no_rail_life_ns) e->no_rail_life_ns = e->rails[i].last_alive_ns;
+    if (e->no_rail_life_ns > now) e->no_rail_life_ns = now;
+  }
   int all_dead = 1, peer_closed = 1;
   for (int i = 0; i < e->nrails; i++) {
     all_dead &= e->rails[i].state == RR_RAIL_DEAD;
     peer_closed &= e->rails[i].state == RR_RAIL_DEAD && strstr(e->rails[i].why, "peer") != NULL;
   }
   /* Every rail closed by the peer: its process is gone, say so now. Rails
-   * that broke otherwise may still be reopened: give them δ. */
-  /* Silence took up to δ to notice already: a healed rail gets 600 ms more
-   * to come back (reopened, proven alive) before the error, which keeps an
-   * all-rails-down error within δ + 1 s. */
-  uint64_t grace = 600 * MS;
-  if (!(all_dead && peer_closed) && gone <= grace) return;
+   * that broke otherwise may come back (a healed link still has to resolve
+   * its neighbour, reconnect and show life): they get until δ + 700 ms after
+   * the path was last seen working, and at least 600 ms from now on, which
+   * keeps an all-rails-down error within δ + 1 s of the failure. */
+  uint64_t grace_end = e->no_rail_life_ns + e->cfg.progress_timeout_ns + 700 * MS;
+  if (grace_end < e->no_rail_since_ns + 600 * MS) grace_end = e->no_rail_since_ns + 600 * MS;
+  if (!(all_dead && peer_closed) && now <= grace_end) return;
   char list[200] = "";
   size_t off = 0;
   for (int i = 0; i < e->nrails && off < sizeof list; i++)
@@ -257,8 +265,10 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
        * the connection is waiting for. */
       if (since(now, rl->last_probe_ns) > (rl->fresh ? 5 * MS : recovery_probe)) probe(e, i, now);
       /* Bytes that were already on their way when the rail failed are read
-       * in the first milliseconds: only later life counts. */
-      if (rl->last_alive_ns > rl->state_since_ns + (rl->fresh ? 0 : 20 * MS)) {
+       * in the first milliseconds: only later life counts. A rail that is
+       * reopened waits for its fresh endpoint. */
+      if ((rl->fresh || !e->cfg.reopens) &&
+          rl->last_alive_ns > rl->state_since_ns + (rl->fresh ? 0 : 20 * MS)) {
         rl->fresh = 0;
         rl->healthy_since_ns = rl->last_alive_ns;
         engine_rail_set_state(e, i, RR_RAIL_RECOVERING, "signs of life");
@@ -289,6 +299,18 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
       }
     }
   if (!e->failed) check_rails_left(e, now);
+  /* The sender reopens the rails it sees down; one this end saw fail that
+   * the sender still trusts (our notice was lost, or it came back on the
+   * sender's side first) would wait forever: say again which rails are
+   * down while any waits. */
+  if (e->cfg.role == RR_ENGINE_RECV && e->cfg.reopens && since(now, e->down_notice_ns) > delta) {
+    for (int i = 0; i < e->nrails; i++)
+      if (e->rails[i].state == RR_RAIL_DOWN && !e->rails[i].fresh && since(now, e->rails[i].state_since_ns) > delta) {
+        e->fail_notice_pending = 1;
+        e->down_notice_ns = now;
+        break;
+      }
+  }
   /* A rollback request that got no answer: ask again (it may have gone down
    * with a rail). */
   if (e->resume_wait && since(now, e->resume_wait_since_ns) > delta / 2) {

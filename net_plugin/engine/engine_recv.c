@@ -154,8 +154,16 @@ rr_status engine_recv_on_ctrl(rr_engine *e, const void *msg, uint32_t len) {
     for (int i = 0; i < e->nrails; i++)
       if ((f.down_mask & (1u << i)) && engine_rail_usable(e, i))
         engine_rail_set_state(e, i, RR_RAIL_DOWN, "the sender sees it down");
-    /* The sender lost something in our current epoch and waits for a rollback. */
-    if (e->epoch == before && f.epoch == e->epoch) engine_recv_rollback(e);
+    /* The sender lost something in our current epoch and waits for a
+     * rollback. A sender still in an older epoch with our last rollback
+     * announced in full missed the announcement (it left on a rail that was
+     * replaced or failed before delivering it): announce a new one. */
+    int behind = (int32_t)(f.epoch - e->epoch) < 0 && e->resume_cursor < 0 && !e->fail_notice_pending;
+    if (e->epoch == before && (f.epoch == e->epoch || behind)) {
+      RR_INFO(RR_SUB_NET, "recv from %s: the sender asks for a rollback (its epoch %u, ours %u)",
+              e->cfg.peer, f.epoch, e->epoch);
+      engine_recv_rollback(e);
+    }
     return RR_OK;
   }
   return engine_fail(e, RR_ERR_PROTOCOL, "unexpected control message %u (%u bytes)", type, len);

@@ -186,6 +186,10 @@ add_port() {
   ip -n "$sw" link set "$port" up
   ip -n "$hns" link set "$dev" address "$(mac_for "$net" "$h")"
   ip -n "$hns" addr add "$ADDR_PREFIX.$net.$((h + 1))/24" dev "$dev"
+  # ARP retries every 100 ms instead of the kernel's 1 s: a neighbour that failed to resolve
+  # while its link was down resolves within ~100 ms of the heal, as on a fabric tuned for fast
+  # recovery (with the 1 s default, a healed rail can stay unreachable for up to a second).
+  ip netns exec "$hns" sysctl -qw "net.ipv4.neigh.$dev.retrans_time_ms=100" >/dev/null
   ip -n "$hns" link set "$dev" up
 }
 
