@@ -115,8 +115,10 @@ echo "plugin events (WARN lines, both sides):"
 grep -hoE 'health: (failover|failback|nic_state|error)' "$PAIR_DIR"/client.log "$PAIR_DIR"/server.log |
   sort | uniq -c | sed 's/^/  /'
 echo "longest stall: $longest ms, at +$at s of traffic"
+conn_longest=$(jget "$PAIR_DIR/server.json" 'max(c["longest"]["ms"] for c in d["stall"]["per_conn"])')
+echo "longest stall of one connection: $conn_longest ms ($(jget "$PAIR_DIR/server.json" '", ".join("conn %d: %.0f ms at +%.1f s" % (c["conn"], c["longest"]["ms"], c["longest"]["start_s"]) for c in d["stall"]["per_conn"])'))"
 echo "next longest: $(jget "$PAIR_DIR/server.json" '", ".join("%.0f ms" % g["ms"] for g in d["stall"]["top"][1:5])')"
-fig="$NCHANGES fault changes in $ELAPSED s of faults (planned: $SECS s of traffic); longest stall $longest ms; $(what_moved)"
+fig="$NCHANGES fault changes in $ELAPSED s of faults (planned: $SECS s of traffic); longest stall $longest ms (of one connection: $conn_longest ms); $(what_moved)"
 if ok_pair; then
   pass chaos "$fig"
 else
