@@ -88,10 +88,10 @@ static void check_rails_left(rr_engine *e, uint64_t now) {
   }
   /* Every rail closed by the peer: its process is gone, say so now. Rails
    * that broke otherwise may come back (a healed link still has to resolve
-   * its neighbour, reconnect and show life): they get until δ + 700 ms after
+   * its neighbour, reconnect and show life): they get until δ + 600 ms after
    * the path was last seen working, and at least 600 ms from now on, which
    * keeps an all-rails-down error within δ + 1 s of the failure. */
-  uint64_t grace_end = e->no_rail_life_ns + e->cfg.progress_timeout_ns + 700 * MS;
+  uint64_t grace_end = e->no_rail_life_ns + e->cfg.progress_timeout_ns + 600 * MS;
   if (grace_end < e->no_rail_since_ns + 600 * MS) grace_end = e->no_rail_since_ns + 600 * MS;
   if (!(all_dead && peer_closed) && now <= grace_end) return;
   char list[200] = "";

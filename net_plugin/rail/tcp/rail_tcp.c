@@ -391,17 +391,23 @@ static size_t tcp_backlog(rr_rail_ep *rep) {
 
 static uint64_t tcp_last_alive_ns(rr_rail_ep *rep, uint64_t now_ns) {
   tcp_ep *ep = to_tcp(rep);
-  uint64_t best = ep->last_rx_ns;
+  uint64_t best = ep->last_rx_ns, stalled = UINT64_MAX;
   /* The peer's kernel acknowledging our bytes proves the path both ways even
-   * when the peer process has nothing to say. */
+   * when the peer process has nothing to say. But bytes arriving prove only
+   * the way to us: a socket whose own data waits unacknowledged (after an
+   * outage TCP retransmits on an exponential backoff, seconds apart) cannot
+   * deliver what we post on it, however much it receives. Such a stream
+   * counts as alive only as of its last acknowledgement. */
   for (int i = 0; i < ep->nstreams; i++) {
     struct tcp_info ti;
     socklen_t len = sizeof ti;
     if (getsockopt(ep->streams[i]->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) continue;
     uint64_t ago = (uint64_t)ti.tcpi_last_ack_recv * 1000000ull;
-    if (ago <= now_ns && now_ns - ago > best) best = now_ns - ago;
+    uint64_t acked = ago <= now_ns ? now_ns - ago : 0;
+    if (acked > best) best = acked;
+    if (ti.tcpi_unacked > 0 && acked < stalled) stalled = acked;
   }
-  return best;
+  return stalled < best ? stalled : best;
 }
 
 static void tcp_destroy(rr_rail_ep *rep) {
