@@ -276,9 +276,13 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
       break;
     case RR_RAIL_RECOVERING:
       if (since(now, rl->last_probe_ns) > recovery_probe) probe(e, i, now);
-      /* TCP retransmission backoff after an outage leaves gaps: tolerate δ/2
-       * before giving up, but return traffic only on fresh signs of life. */
-      if (since(now, rl->last_alive_ns) > delta / 2)
+      /* A reopened rail is on a fresh transport, probed by both ends: a gap
+       * of a few probe intervals is a new outage (a flapping port), which
+       * must restart the probation and lengthen the next one. An old
+       * endpoint recovering after an outage has TCP's retransmission
+       * backoff to live with: it gets δ/2. Traffic returns only on fresh
+       * signs of life either way. */
+      if (since(now, rl->last_alive_ns) > (e->cfg.reopens ? fresh : delta / 2))
         engine_rail_set_state(e, i, RR_RAIL_DOWN, "silent again while recovering");
       else if (since(now, rl->healthy_since_ns) >= hold_ns(e, rl) && since(now, rl->last_alive_ns) <= fresh)
         engine_rail_set_state(e, i, RR_RAIL_ACTIVE, "healthy for the hold time");
