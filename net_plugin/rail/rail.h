@@ -84,7 +84,9 @@ struct rr_rail_ops {
   size_t (*backlog)(rr_rail_ep *ep);
   /* The latest time (rr_now_ns) at which the path to the peer was seen to
    * work in both directions: bytes received, or the peer acknowledging
-   * bytes we sent (for TCP, the kernel's ACKs). */
+   * bytes we sent (for TCP, the kernel's ACKs). While our own data waits
+   * unacknowledged, only acknowledgements count: what we post must get
+   * through, not just what the peer sends. */
   uint64_t (*last_alive_ns)(rr_rail_ep *ep, uint64_t now_ns);
   /* Release everything; the endpoint is gone afterwards. */
   void (*destroy)(rr_rail_ep *ep);
