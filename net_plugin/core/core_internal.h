@@ -37,7 +37,7 @@ const rr_devices *rr_core_devices(void);
  * leave once every rail has connected or been left out, and carry the final
  * set of rails: a rail that could not connect is not part of the connection. */
 #define RR_HELLO_MAGIC 0x32435252u /* "RRC2" */
-#define RR_HELLO_VERSION 2
+#define RR_HELLO_VERSION 3 /* 3: reconnect hellos carry a generation */
 #define RR_HELLO_ENDIAN 0x0102
 typedef struct rr_hello {
   uint32_t magic;
