@@ -7,6 +7,7 @@
 #include "rr_log.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,6 +108,62 @@ static rr_ht_liveness judge(const rr_ht_reader *r, uint64_t owner, uint64_t pid_
  * gone, fields untrusted, so that its death is visible). */
 static int torn_but_gone(uint64_t owner) { return owner && rr_ht_owner_alive(owner) == 0; }
 
+/* Both row kinds open with the same fields at the same offsets. */
+typedef struct row_head {
+  uint64_t seq, owner;
+  uint32_t pid;
+  int32_t dev;
+  uint64_t start_time, pid_ns, heartbeat_ns;
+} row_head;
+#define SAME_HEAD(T)                                                                               \
+  _Static_assert(offsetof(T, owner) == offsetof(row_head, owner) &&                                \
+                     offsetof(T, dev) == offsetof(row_head, dev) &&                                \
+                     offsetof(T, start_time) == offsetof(row_head, start_time) &&                  \
+                     offsetof(T, heartbeat_ns) == offsetof(row_head, heartbeat_ns),                \
+                 #T " opens with the common row head")
+SAME_HEAD(rr_ht_nic_row);
+SAME_HEAD(rr_ht_peer_row);
+
+/* What the reader makes of one row, NIC or peer. */
+typedef struct row_verdict {
+  rr_ht_liveness *liveness;
+  int *torn;
+  uint64_t *age;
+} row_verdict;
+
+/* Copy one row of nwords words into out (its entry's row, zeroed) and judge
+ * it. Returns 1 when the entry is to be listed, 0 to skip the row (free,
+ * torn by a live writer, foreign or invalid; the snapshot counts why). */
+static int read_row(const rr_ht_reader *r, rr_ht_snapshot *snap, const rr_ht_word *row,
+                    uint32_t nwords, void *out, size_t state_off, uint64_t now, row_verdict v) {
+  if (atomic_load_explicit(&row[1], memory_order_relaxed) == 0) return 0;
+  uint64_t words[RR_HT_NIC_WORDS > RR_HT_PEER_WORDS ? RR_HT_NIC_WORDS : RR_HT_PEER_WORDS];
+  row_head h;
+  if (!rr_ht_row_copy(row, nwords, words)) {
+    uint64_t owner = atomic_load_explicit(&row[1], memory_order_acquire);
+    if (!torn_but_gone(owner)) {
+      snap->torn_skipped++;
+      return 0;
+    }
+    h = (row_head){.owner = owner, .pid = (uint32_t)owner, .dev = -1};
+    memcpy(out, &h, sizeof h);
+    *v.liveness = RR_HT_GONE;
+    *v.torn = 1;
+    return 1;
+  }
+  memcpy(out, words, (size_t)nwords * 8);
+  memcpy(&h, out, sizeof h);
+  uint32_t state;
+  memcpy(&state, (const char *)out + state_off, sizeof state);
+  if (!identity_ok(h.owner, h.pid, h.start_time)) return 0;
+  if (!values_ok(state, h.dev)) {
+    snap->invalid_skipped++;
+    return 0;
+  }
+  *v.liveness = judge(r, h.owner, h.pid_ns, h.heartbeat_ns, now, snap->stale_after_ns, v.age);
+  return 1;
+}
+
 rr_status rr_health_table_reader_read(rr_ht_reader *r, uint64_t stale_after_ns,
                                       rr_ht_snapshot *snap) {
   if (!r || !snap) return RR_ERR_INVALID;
@@ -124,70 +181,28 @@ rr_status rr_health_table_reader_read(rr_ht_reader *r, uint64_t stale_after_ns,
   for (uint32_t i = 0; i < r->hdr.nic_rows; i++) {
     const rr_ht_word *row =
         (const rr_ht_word *)(r->base + r->hdr.nic_offset + (size_t)i * RR_HT_NIC_ROW_SIZE);
-    if (atomic_load_explicit(&row[1], memory_order_relaxed) == 0) continue;
-    uint64_t words[RR_HT_NIC_WORDS];
     rr_ht_nic_entry *e = &snap->nic[snap->nic_count];
     memset(e, 0, sizeof *e);
-    if (!rr_ht_row_copy(row, RR_HT_NIC_WORDS, words)) {
-      uint64_t owner = atomic_load_explicit(&row[1], memory_order_acquire);
-      if (!torn_but_gone(owner)) {
-        snap->torn_skipped++;
-        continue;
-      }
-      e->row.owner = owner;
-      e->row.pid = (uint32_t)owner;
-      e->row.dev = -1;
-      e->liveness = RR_HT_GONE;
-      e->torn = 1;
-      snap->nic_count++;
+    if (!read_row(r, snap, row, RR_HT_NIC_WORDS, &e->row, offsetof(rr_ht_nic_row, state), now,
+                  (row_verdict){&e->liveness, &e->torn, &e->heartbeat_age_ns}))
       continue;
-    }
-    memcpy(&e->row, words, sizeof e->row);
-    if (!identity_ok(e->row.owner, e->row.pid, e->row.start_time)) continue;
-    if (!values_ok(e->row.state, e->row.dev)) {
-      snap->invalid_skipped++;
-      continue;
-    }
     terminate(e->row.ifname, sizeof e->row.ifname);
     terminate(e->row.reason, sizeof e->row.reason);
-    e->liveness = judge(r, e->row.owner, e->row.pid_ns, e->row.heartbeat_ns, now,
-                        snap->stale_after_ns, &e->heartbeat_age_ns);
-    if (e->liveness == RR_HT_LIVE) snap->live_nics++;
+    snap->live_nics += e->liveness == RR_HT_LIVE;
     snap->nic_count++;
   }
   for (uint32_t i = 0; i < r->hdr.peer_rows; i++) {
     const rr_ht_word *row =
         (const rr_ht_word *)(r->base + r->hdr.peer_offset + (size_t)i * RR_HT_PEER_ROW_SIZE);
-    if (atomic_load_explicit(&row[1], memory_order_relaxed) == 0) continue;
-    uint64_t words[RR_HT_PEER_WORDS];
     rr_ht_peer_entry *e = &snap->peer[snap->peer_count];
     memset(e, 0, sizeof *e);
-    if (!rr_ht_row_copy(row, RR_HT_PEER_WORDS, words)) {
-      uint64_t owner = atomic_load_explicit(&row[1], memory_order_acquire);
-      if (!torn_but_gone(owner)) {
-        snap->torn_skipped++;
-        continue;
-      }
-      e->row.owner = owner;
-      e->row.pid = (uint32_t)owner;
-      e->row.dev = -1;
-      e->liveness = RR_HT_GONE;
-      e->torn = 1;
-      snap->peer_count++;
+    if (!read_row(r, snap, row, RR_HT_PEER_WORDS, &e->row, offsetof(rr_ht_peer_row, state), now,
+                  (row_verdict){&e->liveness, &e->torn, &e->heartbeat_age_ns}))
       continue;
-    }
-    memcpy(&e->row, words, sizeof e->row);
-    if (!identity_ok(e->row.owner, e->row.pid, e->row.start_time)) continue;
-    if (!values_ok(e->row.state, e->row.dev)) {
-      snap->invalid_skipped++;
-      continue;
-    }
     terminate(e->row.ifname, sizeof e->row.ifname);
     terminate(e->row.peer, sizeof e->row.peer);
     terminate(e->row.reason, sizeof e->row.reason);
-    e->liveness = judge(r, e->row.owner, e->row.pid_ns, e->row.heartbeat_ns, now,
-                        snap->stale_after_ns, &e->heartbeat_age_ns);
-    if (e->liveness == RR_HT_LIVE) snap->live_peers++;
+    snap->live_peers += e->liveness == RR_HT_LIVE;
     snap->peer_count++;
   }
   return RR_OK;
