@@ -227,12 +227,16 @@ fail:
   return RR_ERR_SYSTEM;
 }
 
+static void rail_close_fds(const connect_state *c, connect_rail *cr) {
+  for (int i = 0; i < c->nstreams; i++)
+    if (cr->fds[i] >= 0) close(cr->fds[i]), cr->fds[i] = -1;
+}
+
 static void rail_give_up(connect_state *c, connect_rail *cr, const char *why) {
   char abuf[64];
   RR_INFO(RR_SUB_NET, "rail %s -> %s not connected: %s", rr_core_devices()->nif[cr->dev].name,
           rr_sockaddr_str((struct sockaddr *)&c->peer.addrs[cr->peer_addr], abuf, sizeof abuf), why);
-  for (int i = 0; i < c->nstreams; i++)
-    if (cr->fds[i] >= 0) close(cr->fds[i]), cr->fds[i] = -1;
+  rail_close_fds(c, cr);
   cr->status = RAIL_FAILED;
 }
 
@@ -363,9 +367,7 @@ static connect_state *connect_state_new(const void *handle, int dev, const rr_pe
 }
 
 static void reconnect_abandon(rr_send_comm *s, int rail) {
-  connect_rail *cr = &s->conn.rails[s->plan_of[rail]];
-  for (int i = 0; i < s->conn.nstreams; i++)
-    if (cr->fds[i] >= 0) close(cr->fds[i]), cr->fds[i] = -1;
+  rail_close_fds(&s->conn, &s->conn.rails[s->plan_of[rail]]);
   s->reconnecting[rail] = 0;
 }
 
