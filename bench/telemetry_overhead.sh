@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
 # What telemetry costs the data path: rerail-net-bench over loopback with
-# telemetry off and on, alternating in one run (off, on, off, on, ...), so
-# both see the same machine. Prints a markdown table: per message size the
-# GB/s of each mode (median, min..max, best) and their ratio (on/off), and
-# the 8-byte round trip p50/p99 of each mode with the delta. A benchmark, not
-# a test: it asserts nothing (only that telemetry really was on in the "on"
-# runs). On a shared or small machine run it with --reps 7 or more and read
-# the "best" columns: other load only ever makes a run slower.
+# telemetry off and on. Every measurement is its own short process pair (one
+# message size, or the round trip), and the two modes alternate size by size
+# (off, on, off, on, ...; round after round), so both see the same machine
+# and a slow stretch of it hits both. Prints a markdown table: per message
+# size the GB/s of each mode (median, min..max), the on/off ratio of the
+# medians with a 90 % bootstrap interval, and the median of the paired
+# ratios (each "on" run over the "off" run just before it); then the 8-byte
+# round trip p50/p99 of each mode with the delta. A benchmark, not a test: it
+# asserts nothing (only that telemetry really was on in the "on" runs).
 #
 # usage: bench/telemetry_overhead.sh BUILD_DIR [--quick] [--reps N]
-#   --quick      fewer sizes and bytes (about a minute)
-#   --reps N     runs per mode (default 3; medians are reported)
+#   --quick      fewer sizes, fewer bytes, 5 rounds (about a minute)
+#   --reps N     rounds: runs per mode and size (default 15)
 # environment:
-#   SIZES=4K,64K,...   message sizes (default 4K,16K,64K,256K,1M,4M,16M)
-#   NET_ARGS           extra rerail-net-bench arguments
+#   SIZES=4K,64K,...   message sizes (default 4K,16K,64K,256K,1M,4M,16M,64M)
+#   BYTES=S            bytes per bandwidth run (default 1G; --quick 256M)
+#   CC=NAME            RERAIL_TCP_CONGESTION of both modes (default cubic; CC=system
+#                      keeps the host's). With BBR on loopback (no pacing qdisc)
+#                      one process runs at 2.5-3 GB/s and the next at 6-7 at
+#                      the same size (bench/RESULTS.md), which drowns a 2 % effect.
 #   TEL_INTERVAL=MS    RERAIL_TELEMETRY_INTERVAL of the "on" runs (default 1000, the
 #                      plugin's default; 100 is a stress setting: ten exports a second)
+#   NET_ARGS           extra rerail-net-bench arguments
 #   OUT_DIR            where the raw CSV files go (default: a fresh temp dir)
 set -euo pipefail
 
@@ -25,10 +32,10 @@ case "$1" in -h|--help) usage; exit 0 ;; esac
 BUILD=$(cd "$1" && pwd)
 shift
 QUICK=0
-REPS=3
+REPS=15
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --quick) QUICK=1 ;;
+    --quick) QUICK=1; REPS=5 ;;
     --reps) REPS=${2:?--reps needs a number}; shift ;;
     *) echo "telemetry_overhead.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -41,78 +48,105 @@ export LD_LIBRARY_PATH="$BUILD/net_plugin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export RERAIL_SOCKET_IFNAME=lo
 unset RERAIL_TELEMETRY_DIR RERAIL_TELEMETRY_TRACE
 TEL_INTERVAL=${TEL_INTERVAL:-1000}
+CC=${CC:-cubic}
+if [[ $CC == system ]]; then unset RERAIL_TCP_CONGESTION; else export RERAIL_TCP_CONGESTION=$CC; fi
 
 if [[ $QUICK == 1 ]]; then
-  SIZES=${SIZES:-4K,64K,1M,8M}
-  ARGS=(--bytes 256M --lat-iters 5000 --lat-warmup 500)
+  SIZES=${SIZES:-64K,1M,8M}
+  BYTES=${BYTES:-256M}
+  LAT_ARGS=(--lat-iters 5000 --lat-warmup 500)
 else
-  SIZES=${SIZES:-4K,16K,64K,256K,1M,4M,16M}
-  ARGS=(--bytes 1G --lat-iters 20000 --lat-warmup 2000)
+  SIZES=${SIZES:-4K,16K,64K,256K,1M,4M,16M,64M}
+  BYTES=${BYTES:-1G}
+  LAT_ARGS=(--lat-iters 20000 --lat-warmup 2000)
 fi
 OUT_DIR=${OUT_DIR:-$(mktemp -d /tmp/rerail-tel-overhead.XXXXXX)}
 mkdir -p "$OUT_DIR"
 # shellcheck disable=SC2206
 EXTRA=(${NET_ARGS:-})
 
-run_one() {  # MODE REP
-  local mode=$1 rep=$2 out="$OUT_DIR/$1-$2.csv" tel="$OUT_DIR/tel-$2"
+# One measurement: MODE (off|on) ROUND WHAT (a size, or "lat"); CSV rows are
+# appended to $OUT_DIR/MODE.csv with the round in front.
+run_one() {
+  local mode=$1 round=$2 what=$3 tel="$OUT_DIR/tel" out="$OUT_DIR/run.csv" log="$OUT_DIR/run.log"
+  local args=(--plugin rerail --no-multi --csv "${EXTRA[@]}")
+  if [[ $what == lat ]]; then args+=(--no-bw "${LAT_ARGS[@]}"); else args+=(--no-lat --sizes "$what" --bytes "$BYTES"); fi
+  # INFO logging in both modes (it logs at setup only): the "on" runs must
+  # show that each rank's exporter started, the "off" runs that none did.
   if [[ $mode == on ]]; then
-    mkdir -p "$tel"
-    # The .prom file exists only while the job runs: watch for it until it
-    # appears, then leave the machine to the benchmark (the watcher's own
-    # processes would otherwise be counted as telemetry's cost).
-    RERAIL_TELEMETRY_DIR="$tel" RERAIL_TELEMETRY_INTERVAL="$TEL_INTERVAL" "$NET" --plugin rerail --sizes "$SIZES" --no-multi --csv "${ARGS[@]}" \
-      "${EXTRA[@]}" >"$out" &
-    local pid=$!
-    while kill -0 "$pid" 2>/dev/null && [[ ! -e "$OUT_DIR/on-seen-$rep" ]]; do
-      compgen -G "$tel/rerail-*.prom" >/dev/null && touch "$OUT_DIR/on-seen-$rep"
-      sleep 0.2
-    done
-    wait "$pid"
-    [[ -e "$OUT_DIR/on-seen-$rep" ]] || { echo "telemetry_overhead.sh: no .prom file appeared in the 'on' run" >&2; exit 1; }
+    rm -rf "$tel" && mkdir -p "$tel"
+    NCCL_DEBUG=INFO RERAIL_TELEMETRY_DIR="$tel" RERAIL_TELEMETRY_INTERVAL="$TEL_INTERVAL" "$NET" "${args[@]}" >"$out" 2>"$log"
   else
-    "$NET" --plugin rerail --sizes "$SIZES" --no-multi --csv "${ARGS[@]}" "${EXTRA[@]}" >"$out"
+    NCCL_DEBUG=INFO "$NET" "${args[@]}" >"$out" 2>"$log"
   fi
+  local started
+  started=$(grep -c 'telemetry: writing to' "$log" || true)
+  if [[ $mode == on && $started -lt 2 ]] || [[ $mode == off && $started -ne 0 ]]; then
+    echo "telemetry_overhead.sh: telemetry started in $started rank(s) of an '$mode' run ($log)" >&2
+    exit 1
+  fi
+  grep -v '^test,' "$out" | sed "s/^/$round,/" >>"$OUT_DIR/$mode.csv"
 }
 
-echo "running rerail-net-bench: sizes $SIZES, $REPS run(s) per mode, alternating; raw CSV in $OUT_DIR" >&2
-for rep in $(seq 1 "$REPS"); do
-  echo "  run $rep: telemetry off" >&2
-  run_one off "$rep"
-  echo "  run $rep: telemetry on" >&2
-  run_one on "$rep"
+IFS=, read -r -a SIZE_LIST <<<"$SIZES"
+echo "rerail-net-bench: sizes $SIZES, $REPS round(s), one process pair per size and mode; raw CSV in $OUT_DIR" >&2
+: >"$OUT_DIR/off.csv"
+: >"$OUT_DIR/on.csv"
+head -1 < <("$NET" --plugin rerail --no-multi --no-lat --csv --sizes 4K --bytes 4K "${EXTRA[@]}") >"$OUT_DIR/header"
+for round in $(seq 1 "$REPS"); do
+  echo "  round $round/$REPS" >&2
+  for what in "${SIZE_LIST[@]}" lat; do
+    run_one off "$round" "$what"
+    run_one on "$round" "$what"
+  done
 done
 
-python3 - "$OUT_DIR" "$REPS" "$(uname -n)" "$(nproc)" <<'EOF'
-import csv, statistics, sys
-out, reps, host, cpus = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-data = {"off": {}, "on": {}}
-for mode in data:
-    for rep in range(1, reps + 1):
-        for r in csv.DictReader(open("%s/%s-%d.csv" % (out, mode, rep))):
-            key = (r["test"], int(r["size"]))
-            data[mode].setdefault(key, []).append(r)
-med = lambda rows, k: statistics.median(float(r[k]) for r in rows)
-best = lambda rows, k: max(float(r[k]) for r in rows)
-low = lambda rows, k: min(float(r[k]) for r in rows)
-print("### Telemetry overhead (rerail-net-bench, loopback, %s, %s CPUs, %d runs per mode, alternating)\n"
-      % (host, cpus, reps))
-print("Median and best of the runs; min..max shows how noisy the machine was.\n")
-print("| size | off GB/s median (min..max) | on GB/s median (min..max) | on/off median | on/off best |")
-print("|---:|---:|---:|---:|---:|")
-for key in sorted(k for k in data["off"] if k[0] == "bw"):
-    o, n = data["off"][key], data["on"].get(key, data["off"][key])
+python3 - "$OUT_DIR" "$REPS" "$(uname -n)" "$(nproc)" "$CC" <<'EOF'
+import csv, random, statistics, sys
+out, reps, host, cpus, cc = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+fields = ["round"] + open(out + "/header").read().strip().split(",")
+data = {}
+for mode in ("off", "on"):
+    for r in csv.DictReader(open("%s/%s.csv" % (out, mode)), fieldnames=fields):
+        data.setdefault((r["test"], int(r["size"])), {}).setdefault(mode, {})[int(r["round"])] = r
+med = statistics.median
+rng = random.Random(1)
+
+def interval(off, on):
+    """90 % bootstrap interval of median(on) / median(off)."""
+    est = []
+    for _ in range(2000):
+        a = [rng.choice(off) for _ in off]
+        b = [rng.choice(on) for _ in on]
+        est.append(med(b) / med(a))
+    est.sort()
+    return est[int(0.05 * len(est))], est[int(0.95 * len(est)) - 1]
+
+print("### Telemetry overhead (rerail-net-bench, loopback, %s, %s CPUs, %d rounds, congestion control %s)\n"
+      % (host, cpus, reps, cc))
+print("Each figure is its own process pair; the modes alternate size by size, round after round.\n")
+print("| size | off GB/s median (min..max) | on GB/s median (min..max) | on/off of medians | 90 % interval | median of paired ratios |")
+print("|---:|---:|---:|---:|---:|---:|")
+for key in sorted(k for k in data if k[0] == "bw"):
+    o, n = data[key].get("off", {}), data[key].get("on", {})
+    rounds = sorted(set(o) & set(n))
+    if not rounds:
+        continue
+    off = [float(o[r]["gbps"]) for r in rounds]
+    on = [float(n[r]["gbps"]) for r in rounds]
+    lo, hi = interval(off, on)
+    pair = med(b / a for a, b in zip(off, on))
     size = key[1]
     name = "%d MiB" % (size >> 20) if size >= 1 << 20 else "%d KiB" % (size >> 10)
-    print("| %s | %.3f (%.3f..%.3f) | %.3f (%.3f..%.3f) | %.3f | %.3f |" % (
-        name, med(o, "gbps"), low(o, "gbps"), best(o, "gbps"), med(n, "gbps"), low(n, "gbps"), best(n, "gbps"),
-        med(n, "gbps") / med(o, "gbps"), best(n, "gbps") / best(o, "gbps")))
-lat = [k for k in data["off"] if k[0] == "lat"]
+    print("| %s | %.3f (%.3f..%.3f) | %.3f (%.3f..%.3f) | %.3f | %.3f..%.3f | %.3f |" % (
+        name, med(off), min(off), max(off), med(on), min(on), max(on), med(on) / med(off), lo, hi, pair))
+lat = [k for k in data if k[0] == "lat"]
 if lat:
-    k = lat[0]
-    o50, o99 = med(data["off"][k], "p50_us"), med(data["off"][k], "p99_us")
-    n50, n99 = med(data["on"][k], "p50_us"), med(data["on"][k], "p99_us")
-    ob, nb = low(data["off"][k], "p50_us"), low(data["on"][k], "p50_us")
+    d = data[lat[0]]
+    col = lambda mode, c: [float(r[c]) for r in d[mode].values()]
+    o50, n50 = med(col("off", "p50_us")), med(col("on", "p50_us"))
+    o99, n99 = med(col("off", "p99_us")), med(col("on", "p99_us"))
+    ob, nb = min(col("off", "p50_us")), min(col("on", "p50_us"))
     print("\n| 8-byte round trip | p50 µs (median of runs) | p50 µs (best run) | p99 µs (median of runs) |")
     print("|---|---:|---:|---:|")
     print("| telemetry off | %.2f | %.2f | %.2f |" % (o50, ob, o99))

@@ -67,6 +67,17 @@ static void params_parse(void) {
    * does not pay for it. */
   params.tcp_streams = (int)rr_param_parse_u64("RERAIL_TCP_STREAMS", getenv("RERAIL_TCP_STREAMS"),
                                                2, 1, 8);
+  params.tcp_congestion[0] = 0;
+  const char *cc = getenv("RERAIL_TCP_CONGESTION");
+  if (cc && *cc) {
+    /* A kernel algorithm name (TCP_CONGESTION takes at most 15 characters). */
+    size_t n = strspn(cc, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-");
+    if (n != strlen(cc) || n >= sizeof params.tcp_congestion)
+      RR_WARN("RERAIL_TCP_CONGESTION=\"%s\" is not a congestion control name; the rails keep the system's",
+              cc);
+    else
+      strcpy(params.tcp_congestion, cc);
+  }
   params.chunk_size = rr_param_parse_u64("RERAIL_CHUNK_SIZE", getenv("RERAIL_CHUNK_SIZE"),
                                          128 << 10, 4 << 10, 64 << 20);
   params.connect_timeout_ms = rr_param_parse_u64(

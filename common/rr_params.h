@@ -13,6 +13,7 @@ typedef struct rr_params {
   char socket_ifname[256];   /* RERAIL_SOCKET_IFNAME, NCCL_SOCKET_IFNAME syntax; "" = default */
   int transport;             /* RERAIL_TRANSPORT=auto|tcp|verbs */
   int tcp_streams;           /* RERAIL_TCP_STREAMS: sockets per rail, 1..8 */
+  char tcp_congestion[16];   /* RERAIL_TCP_CONGESTION: the rails' TCP congestion control; "" = the system's */
   size_t chunk_size;         /* RERAIL_CHUNK_SIZE: bytes per chunk, 4 KiB..64 MiB */
   uint64_t connect_timeout_ms; /* RERAIL_CONNECT_TIMEOUT: give up connecting after this */
   int backups;               /* RERAIL_BACKUPS: warm backup rails per connection, 0..7 */

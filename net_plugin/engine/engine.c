@@ -105,7 +105,7 @@ rr_status engine_progress(rr_engine *e) {
   uint64_t now = rr_now_ns();
   atomic_store_explicit(&e->last_progress_ns, now, memory_order_relaxed);
   if (e->cfg.role == RR_ENGINE_SEND) {
-    rr_status st = engine_send_post(e);
+    rr_status st = engine_send_post(e, now);
     if (st != RR_OK) return engine_fail(e, st, "posting chunks failed");
   }
   e->ctrl_queued = 0;
@@ -129,7 +129,8 @@ rr_status engine_progress(rr_engine *e) {
     rr_status st = engine_recv_outbox(e);
     if (st != RR_OK) return engine_fail(e, st, "control messages failed");
   } else {
-    rr_status st = engine_send_post(e);
+    /* The rails' progress took a while: a fresh clock for what is posted now. */
+    rr_status st = engine_send_post(e, 0);
     if (st != RR_OK) return engine_fail(e, st, "posting chunks failed");
   }
   return e->failed;

@@ -241,7 +241,8 @@ uint32_t engine_down_mask(const rr_engine *e);
 int engine_rail_usable(const rr_engine *e, int r);
 
 /* engine_send.c */
-rr_status engine_send_post(rr_engine *e);
+/* now: the caller's clock reading, or 0 to read it when a chunk is posted. */
+rr_status engine_send_post(rr_engine *e, uint64_t now);
 rr_status engine_send_on_ctrl(rr_engine *e, const void *msg, uint32_t len);
 rr_status engine_send_on_write_done(rr_engine *e, uint64_t wr_id);
 void engine_send_rail_lost(rr_engine *e);

@@ -61,7 +61,7 @@ static int pick_rail(rr_engine *e, rr_send_req *r) {
   return best;
 }
 
-rr_status engine_send_post(rr_engine *e) {
+rr_status engine_send_post(rr_engine *e, uint64_t now) {
   if (e->fail_notice_pending) {
     engine_fail_msg msg = {.type = ENGINE_CTRL_FAIL, .epoch = e->epoch, .down_mask = engine_down_mask(e)};
     if (engine_post_ctrl(e, &msg, sizeof msg) == RR_OK) e->fail_notice_pending = 0;
@@ -76,6 +76,7 @@ rr_status engine_send_post(rr_engine *e) {
       uint32_t k = r->posted;
       size_t off = (size_t)k * e->cfg.chunk_size;
       size_t len = r->size - off < e->cfg.chunk_size ? r->size - off : e->cfg.chunk_size;
+      if (!now) now = rr_now_ns();
       rr_write_wr wr = {
           .wr_id = wr_id_make(idx, e->epoch),
           .local = r->data + off,
@@ -86,6 +87,7 @@ rr_status engine_send_post(rr_engine *e) {
           .imm = imm_encode(e->epoch, r->seq % RR_NET_MAX_REQUESTS, r->sub, k + 1 == r->nchunks,
                             r->bounce < 0, k),
           .fence = (uint16_t)e->epoch,
+          .post_ns = now,
       };
       rr_rail_ep *ep = e->rails[ri].ep;
       rr_status st = ep->ops->post_write(ep, &wr);

@@ -46,6 +46,10 @@ typedef struct rr_write_wr {
    * for long. Rails that fence physically (verbs: the old QP is reset)
    * deliver 0 and the engine relies on that instead. */
   uint16_t fence;
+  /* rr_now_ns() when the engine posted it: rails that record telemetry use
+   * it as the request's start instead of reading the clock once more per
+   * chunk (the engine reads it once per batch of posts). */
+  uint64_t post_ns;
 } rr_write_wr;
 
 /* Engine callbacks, called from ops->progress(). Returning a failure status

@@ -8,9 +8,14 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
+#include "core_internal.h"
 #include "net_core.h"
 #include "rr_params.h"
 
@@ -260,6 +265,45 @@ static void test_profiler_events(void **state) {
   close_pair(&p);
 }
 
+/* The congestion control a fresh rail socket ends up with. */
+static void tuned_congestion(char *name, socklen_t cap) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  assert_int_equal(rr_sock_tune(fd), RR_OK);
+  memset(name, 0, cap);
+  assert_int_equal(getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &cap), 0);
+  close(fd);
+}
+
+/* RERAIL_TCP_CONGESTION picks the rails' algorithm; a name the kernel lacks
+ * or a malformed one leaves the system's, and traffic flows either way. */
+static void test_tcp_congestion(void **state) {
+  (void)state;
+  char sys[16], got[16];
+  unsetenv("RERAIL_TCP_CONGESTION");
+  rr_params_reload();
+  tuned_congestion(sys, sizeof sys);
+  static const struct { const char *value, *want; } cases[] = {
+      {"reno", "reno"},                 /* built into every kernel */
+      {"no_such_algo", NULL},           /* the kernel refuses it: the system's */
+      {"reno; rm -rf", NULL},           /* not a name: ignored at parse time */
+      {"averyveryverylongname", NULL},  /* longer than the kernel allows */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    setenv("RERAIL_TCP_CONGESTION", cases[i].value, 1);
+    rr_params_reload();
+    tuned_congestion(got, sizeof got);
+    assert_string_equal(got, cases[i].want ? cases[i].want : sys);
+    pair p;
+    connect_pair(&p);
+    const size_t size = 1 << 20, posted = 1 << 20;
+    roundtrip(&p, 1, &size, &posted, (int)i);
+    close_pair(&p);
+  }
+  unsetenv("RERAIL_TCP_CONGESTION");
+  rr_params_reload();
+}
+
 int main(void) {
   setenv("RERAIL_SOCKET_IFNAME", "lo", 1);
   setenv("RERAIL_CHUNK_SIZE", "128K", 1); /* many chunks per message */
@@ -272,6 +316,7 @@ int main(void) {
       cmocka_unit_test(test_bad_handle),
       cmocka_unit_test(test_wrong_token_refused),
       cmocka_unit_test(test_profiler_events),
+      cmocka_unit_test(test_tcp_congestion),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -143,7 +143,7 @@ static rr_status tcp_post_write(rr_rail_ep *rep, const rr_write_wr *wr) {
   t->sent = 0;
   t->ctrl_slot = -1;
   t->wr_id = wr->wr_id;
-  t->post_ns = ep->base.tel_tx ? rr_now_ns() : 0;
+  t->post_ns = wr->post_ns;
   s->writes_queued++;
   s->queued_bytes += sizeof t->hdr + wr->len;
   return RR_OK;
@@ -195,6 +195,7 @@ static rr_status stream_transmit(tcp_ep *ep, tcp_stream *s) {
       return ep_fail(ep, classify_errno(errno), "send failed", errno);
     }
     /* Retire what went out completely. */
+    uint64_t done_ns = 0; /* read once per send, and only for telemetry */
     moved += (size_t)n;
     size_t left = (size_t)n;
     s->queued_bytes -= (size_t)n;
@@ -212,7 +213,10 @@ static rr_status stream_transmit(tcp_ep *ep, tcp_stream *s) {
         s->ctrl_free[s->nctrl_free++] = t->ctrl_slot;
       } else {
         s->writes_queued--;
-        if (ep->base.tel_tx) rr_tel_record(ep->base.tel_tx, t->post_ns, rr_now_ns(), t->hdr.len);
+        if (ep->base.tel_tx) {
+          if (!done_ns) done_ns = rr_now_ns();
+          rr_tel_record(ep->base.tel_tx, t->post_ns, done_ns, t->hdr.len);
+        }
         rr_status st = ep->base.events->on_write_done(ep->base.events_arg, t->wr_id);
         if (st != RR_OK) return ep_fail(ep, st, "write completion rejected", 0);
       }
@@ -222,8 +226,11 @@ static rr_status stream_transmit(tcp_ep *ep, tcp_stream *s) {
   return RR_OK;
 }
 
+/* Telemetry's receive times are those of the recv() calls (ep->last_rx_ns,
+ * read anyway for liveness): the write began with the call that brought its
+ * header and completed with the one that brought its last byte. */
 static rr_status deliver_write(tcp_ep *ep, uint32_t imm, uint32_t len, uint64_t start_ns) {
-  if (ep->base.tel_rx) rr_tel_record(ep->base.tel_rx, start_ns, rr_now_ns(), len);
+  if (ep->base.tel_rx) rr_tel_record(ep->base.tel_rx, start_ns, ep->last_rx_ns, len);
   rr_status st = ep->base.events->on_write_recv(ep->base.events_arg, imm, len);
   return st == RR_OK ? RR_OK : ep_fail(ep, st, "write rejected by engine", 0);
 }
@@ -263,7 +270,7 @@ static rr_status parse_staging(tcp_ep *ep, tcp_stream *s) {
     uint32_t now = body_avail < h.len ? body_avail : h.len;
     if (now) memcpy(dst, body, now);
     s->stage_off += (uint32_t)sizeof h + now;
-    uint64_t start = ep->base.tel_rx ? rr_now_ns() : 0;
+    uint64_t start = ep->last_rx_ns;
     if (now == h.len) {
       rr_status st = deliver_write(ep, h.imm, h.len, start);
       if (st != RR_OK) return st;
