@@ -161,7 +161,14 @@ static void set_int_opt(int fd, int level, int opt, int v) {
   if (setsockopt(fd, level, opt, &v, sizeof(v))) bc_warn("setsockopt(%d): %s", opt, strerror(errno));
 }
 
+/* --cc: every socket's congestion control ("" = the system's), as
+ * RERAIL_TCP_CONGESTION sets it on rerail's rails. Accepted sockets inherit
+ * the listener's. */
+static char g_cc[16];
+
 static void set_bufs(int fd, long sockbuf) {
+  if (g_cc[0] && setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, g_cc, (socklen_t)strlen(g_cc)))
+    bc_die("--cc %s: %s", g_cc, strerror(errno));
   if (sockbuf <= 0) return;
   set_int_opt(fd, SOL_SOCKET, SO_SNDBUF, (int)sockbuf);
   set_int_opt(fd, SOL_SOCKET, SO_RCVBUF, (int)sockbuf);
@@ -784,6 +791,7 @@ static void usage(FILE *f) {
           "  --max-msgs N         maximum messages per stream per test (default 100000)\n"
           "  --io threads|poll    >1 stream: a thread per stream (default) or one thread, poll()\n"
           "  --nodelay 0|1        TCP_NODELAY on bandwidth streams (default 1; latency always 1)\n"
+          "  --cc NAME            TCP congestion control of every socket (default: the system's)\n"
           "  --lat-iters N        round trips measured (default 10000)\n"
           "  --lat-warmup N       round trips before measuring (default 1000)\n"
           "  --spin-yield         sched_yield() between empty polls (oversubscribed CPUs)\n"
@@ -845,7 +853,7 @@ static void parse_options(int argc, char **argv, options *o) {
   parse_sockbufs("default,4M", o);
   enum { O_FORK = 256, O_SERVER, O_CLIENT, O_PORT, O_BIND, O_MIN, O_MAX, O_FACTOR, O_SIZES, O_STREAMS,
          O_SOCKBUF, O_WINDOW, O_BYTES, O_MINMSGS, O_MAXMSGS, O_IO, O_NODELAY, O_LATIT, O_LATWU, O_NOBW,
-         O_NOLAT, O_CSV, O_JSON, O_ONCE, O_YIELD, O_REPS, O_HELP };
+         O_NOLAT, O_CSV, O_JSON, O_ONCE, O_YIELD, O_REPS, O_CC, O_HELP };
   static const struct option lo[] = {
       {"fork", no_argument, 0, O_FORK},         {"server", no_argument, 0, O_SERVER},
       {"client", required_argument, 0, O_CLIENT}, {"port", required_argument, 0, O_PORT},
@@ -860,7 +868,8 @@ static void parse_options(int argc, char **argv, options *o) {
       {"no-lat", no_argument, 0, O_NOLAT},      {"csv", no_argument, 0, O_CSV},
       {"json", no_argument, 0, O_JSON},         {"once", no_argument, 0, O_ONCE},
       {"spin-yield", no_argument, 0, O_YIELD},  {"reps", required_argument, 0, O_REPS},
-      {"help", no_argument, 0, O_HELP},         {0, 0, 0, 0}};
+      {"cc", required_argument, 0, O_CC},       {"help", no_argument, 0, O_HELP},
+      {0, 0, 0, 0}};
   int c;
   long v;
   while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -887,6 +896,10 @@ static void parse_options(int argc, char **argv, options *o) {
       else bc_die("--io is threads or poll");
       break;
     case O_NODELAY: if (bc_parse_int(optarg, 0, 1, &v)) bc_die("bad --nodelay"); o->nodelay = (int)v; break;
+    case O_CC:
+      if (strlen(optarg) >= sizeof g_cc) bc_die("bad --cc: %s", optarg);
+      strcpy(g_cc, optarg);
+      break;
     case O_LATIT: if (bc_parse_int(optarg, 1, 100000000, &o->lat_iters)) bc_die("bad --lat-iters"); break;
     case O_LATWU: if (bc_parse_int(optarg, 0, 100000000, &o->lat_warmup)) bc_die("bad --lat-warmup"); break;
     case O_NOBW: o->do_bw = false; break;

@@ -14,6 +14,8 @@
 #                      LD_LIBRARY_PATH=BUILD_DIR/net_plugin as NCCL finds it)
 #   NET_REPS=N         rerail bandwidth: best of N timed runs per size (default
 #                      3; the raw figure is already the best of 24 configurations)
+#   CC=NAME            TCP congestion control of both (raw --cc, rerail's
+#                      RERAIL_TCP_CONGESTION); default: the system's
 #   RAW_ARGS, NET_ARGS extra arguments for each benchmark
 #   OUT_DIR            where the raw CSV files go (default: a fresh temp dir)
 set -euo pipefail
@@ -65,27 +67,31 @@ PLUGIN=${PLUGIN:-rerail}
 NET_REPS=${NET_REPS:-3}
 
 export RERAIL_SOCKET_IFNAME=lo
+CC_ARGS=()
+if [[ -n "${CC:-}" ]]; then export RERAIL_TCP_CONGESTION=$CC; CC_ARGS=(--cc "$CC"); else unset RERAIL_TCP_CONGESTION; fi
 export LD_LIBRARY_PATH="$BUILD/net_plugin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 if [[ $REPORT_ONLY == 0 ]]; then
   echo "run_net_bench.sh: raw TCP baseline ..." >&2
   # shellcheck disable=SC2086
-  "$RAW" --fork --csv "${SZ_ARGS[@]}" "${RAW_Q[@]}" ${RAW_ARGS:-} >"$OUT_DIR/raw.csv"
+  "$RAW" --fork --csv "${SZ_ARGS[@]}" "${RAW_Q[@]}" "${CC_ARGS[@]}" ${RAW_ARGS:-} >"$OUT_DIR/raw.csv"
   echo "run_net_bench.sh: rerail-net-bench --plugin $PLUGIN ..." >&2
   # shellcheck disable=SC2086
   "$NET" --fork --csv --plugin "$PLUGIN" --reps "$NET_REPS" "${SZ_ARGS[@]}" "${NET_Q[@]}" ${NET_ARGS:-} >"$OUT_DIR/net.csv"
   date -u +%Y-%m-%dT%H:%MZ >"$OUT_DIR/date"
   echo "$NET_REPS" >"$OUT_DIR/net_reps"
+  echo "${CC:-the system's ($(sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null || echo unknown))}" >"$OUT_DIR/cc"
   echo "run_net_bench.sh: CSV in $OUT_DIR" >&2
 fi
 WHEN=$(cat "$OUT_DIR/date" 2>/dev/null || date -u +%Y-%m-%dT%H:%MZ)
 REPS_USED=$(cat "$OUT_DIR/net_reps" 2>/dev/null || echo "$NET_REPS")
+CC_USED=$(cat "$OUT_DIR/cc" 2>/dev/null || echo unknown)
 
 CPU=$(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo 2>/dev/null || echo unknown)
 
 awk -F, -v raw="$OUT_DIR/raw.csv" -v net="$OUT_DIR/net.csv" \
     -v plugin="$PLUGIN" -v host="$(hostname)" -v date="$WHEN" -v reps="$REPS_USED" \
-    -v kernel="$(uname -r)" -v ncpu="$(nproc)" -v cpu="$CPU" \
+    -v kernel="$(uname -r)" -v ncpu="$(nproc)" -v cpu="$CPU" -v cc="$CC_USED" \
     -v ref_small="$REF_BW_SMALL" -v ref_8m="$REF_BW_8M" -v ref_rtt="$REF_RTT_US" '
 function human(b) {
   if (b >= 1073741824 && b % 1073741824 == 0) return (b / 1073741824) " GiB"
@@ -115,7 +121,7 @@ BEGIN {
     if (f[1] == "multi") { msize = f[2]; mconns = f[3]; mgbps = f[4] }
   }
   printf "## ncclNet benchmarks on loopback: %s vs kernel TCP\n\n", plugin
-  printf "Measured %s on `%s` (%s, %s cores, Linux %s), RERAIL_SOCKET_IFNAME=lo, two processes. ", date, host, cpu, ncpu, kernel
+  printf "Measured %s on `%s` (%s, %s cores, Linux %s), RERAIL_SOCKET_IFNAME=lo, two processes, TCP congestion control %s. ", date, host, cpu, ncpu, kernel, cc
   printf "GB/s = 1e9 B/s. %s: `rerail-net-bench` (1 connection, 8 requests in flight, receives posted ahead, payloads verified, best of %s runs per size). ", plugin, reps
   printf "Raw: `rerail-raw-socket-bench`, best of 1–4 TCP streams (a thread each), kernel-default vs 4 MiB socket buffers "
   printf "and windows of 2, 4 or 16 messages in flight per stream; its round trip busy-polls.\n\n"

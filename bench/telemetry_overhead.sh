@@ -2,11 +2,12 @@
 # What telemetry costs the data path: rerail-net-bench over loopback with
 # telemetry off and on. Every measurement is its own short process pair (one
 # message size, or the round trip), and the two modes alternate size by size
-# (off, on, off, on, ...; round after round), so both see the same machine
-# and a slow stretch of it hits both. Prints a markdown table: per message
+# (off, on, off, on, ...; round after round, odd rounds "off" first and even
+# rounds "on" first), so both see the same machine and a slow stretch of it
+# hits both. Prints a markdown table: per message
 # size the GB/s of each mode (median, min..max), the on/off ratio of the
 # medians with a 90 % bootstrap interval, and the median of the paired
-# ratios (each "on" run over the "off" run just before it); then the 8-byte
+# ratios (each "on" run over the "off" run next to it); then the 8-byte
 # round trip p50/p99 of each mode with the delta. A benchmark, not a test: it
 # asserts nothing (only that telemetry really was on in the "on" runs).
 #
@@ -73,12 +74,15 @@ run_one() {
   if [[ $what == lat ]]; then args+=(--no-bw "${LAT_ARGS[@]}"); else args+=(--no-lat --sizes "$what" --bytes "$BYTES"); fi
   # INFO logging in both modes (it logs at setup only): the "on" runs must
   # show that each rank's exporter started, the "off" runs that none did.
+  local t0
+  t0=$(date +%s%N)
   if [[ $mode == on ]]; then
     rm -rf "$tel" && mkdir -p "$tel"
     NCCL_DEBUG=INFO RERAIL_TELEMETRY_DIR="$tel" RERAIL_TELEMETRY_INTERVAL="$TEL_INTERVAL" "$NET" "${args[@]}" >"$out" 2>"$log"
   else
     NCCL_DEBUG=INFO "$NET" "${args[@]}" >"$out" 2>"$log"
   fi
+  echo "$mode $round $what $(( ($(date +%s%N) - t0) / 1000000 )) ms" >>"$OUT_DIR/times"
   local started
   started=$(grep -c 'telemetry: writing to' "$log" || true)
   if [[ $mode == on && $started -lt 2 ]] || [[ $mode == off && $started -ne 0 ]]; then
@@ -96,8 +100,16 @@ head -1 < <("$NET" --plugin rerail --no-multi --no-lat --csv --sizes 4K --bytes 
 for round in $(seq 1 "$REPS"); do
   echo "  round $round/$REPS" >&2
   for what in "${SIZE_LIST[@]}" lat; do
-    run_one off "$round" "$what"
-    run_one on "$round" "$what"
+    # Odd rounds run "off" first, even rounds "on" first: a process leaves
+    # the machine changed for the next one (memory to fault back in, sockets
+    # in TIME_WAIT), and a fixed order would hand that to one mode only.
+    if (( round % 2 )); then
+      run_one off "$round" "$what"
+      run_one on "$round" "$what"
+    else
+      run_one on "$round" "$what"
+      run_one off "$round" "$what"
+    fi
   done
 done
 
@@ -124,7 +136,8 @@ def interval(off, on):
 
 print("### Telemetry overhead (rerail-net-bench, loopback, %s, %s CPUs, %d rounds, congestion control %s)\n"
       % (host, cpus, reps, cc))
-print("Each figure is its own process pair; the modes alternate size by size, round after round.\n")
+print("Each figure is its own process pair; the modes alternate size by size, round after round, "
+      "and which mode goes first alternates with the round.\n")
 print("| size | off GB/s median (min..max) | on GB/s median (min..max) | on/off of medians | 90 % interval | median of paired ratios |")
 print("|---:|---:|---:|---:|---:|---:|")
 for key in sorted(k for k in data if k[0] == "bw"):

@@ -1,6 +1,7 @@
 /* The exporter thread: one per process while any recorder is open.
  *
- * Every RR_TEL_DRAIN_MS it empties the recorders' rings into the series
+ * Every RR_TEL_DRAIN_MS (sooner while rings fill fast: next_drain_ns) it
+ * empties the recorders' rings into the series
  * (samples of a rail's connections merged in completion order) and takes the
  * queued health events; every RERAIL_TELEMETRY_INTERVAL ms, on a flush and
  * when asked to stop, it also closes the interval and writes the files.
@@ -39,6 +40,7 @@ typedef struct exporter {
   int trace_full;
   struct { int dev, dir; double thr; uint64_t p50, p99; } figs[2 * RR_TEL_MAX_NICS];
   int nfigs;
+  double max_fill; /* the fullest ring of this drain, as a fraction of its slots */
 } exporter;
 
 static int cmp_done(const void *a, const void *b) {
@@ -69,6 +71,8 @@ static void drain_series(exporter *x, rr_tel_series *s) {
     uint32_t avail = atomic_load_explicit(&r->ring.head, memory_order_acquire) -
                      atomic_load_explicit(&r->ring.tail, memory_order_relaxed);
     if (!avail) continue;
+    double fill = (double)avail / ((double)r->ring.mask + 1);
+    if (fill > x->max_fill) x->max_fill = fill;
     if (scratch_reserve(x, n + avail)) {
       /* No memory for the merge: feed this ring on its own. */
       rr_tel_sample tmp[64];
@@ -105,6 +109,18 @@ static void cycle_reset(exporter *x) {
   rr_tel_buf_reset(&x->prom);
   x->nevs = 0;
   x->nfigs = 0;
+  x->max_fill = 0;
+}
+
+/* The next drain period: RR_TEL_DRAIN_FILL of the fullest ring's slots at
+ * the rate it filled during the `elapsed` ns since the last drain. */
+static uint64_t next_drain_ns(const exporter *x, uint64_t elapsed, uint64_t longest) {
+  uint64_t shortest = RR_TEL_DRAIN_MIN_MS * 1000000ull;
+  if (shortest > longest) shortest = longest;
+  if (x->max_fill <= 0) return longest;
+  double want = (double)elapsed * RR_TEL_DRAIN_FILL / x->max_fill;
+  if (want >= (double)longest) return longest;
+  return want <= (double)shortest ? shortest : (uint64_t)want;
 }
 
 /* Under the lock: everything in memory. */
@@ -243,8 +259,10 @@ void *rr_tel_exporter_main(void *arg) {
    * gives them, and statistics must never slow the data down. */
   setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
   uint64_t interval = g->cfg.interval_ms * 1000000ull;
-  uint64_t drain = (interval < RR_TEL_DRAIN_MS * 1000000ull ? interval : RR_TEL_DRAIN_MS * 1000000ull);
+  uint64_t longest_drain = (interval < RR_TEL_DRAIN_MS * 1000000ull ? interval : RR_TEL_DRAIN_MS * 1000000ull);
+  uint64_t drain = longest_drain;
   uint64_t next_export = rr_now_ns() + interval;
+  uint64_t last_drain = rr_now_ns();
   pthread_mutex_lock(&g->lock);
   for (;;) {
     int stopping = g->stop;
@@ -259,6 +277,8 @@ void *rr_tel_exporter_main(void *arg) {
     cycle_reset(x);
     x->cy.wall_off = wall - now;
     compute(x, do_export, wall);
+    drain = next_drain_ns(x, now - last_drain, longest_drain);
+    last_drain = now;
     pthread_mutex_unlock(&g->lock);
     publish(x, do_export);
     pthread_mutex_lock(&g->lock);

@@ -31,8 +31,14 @@
 #define RR_TEL_ANOMALY_KEEP 16   /* snapshots kept per process */
 #define RR_TEL_ANOMALY_QUIET_NS (10ull * 1000000000ull) /* per rail, between two snapshots */
 /* How often rings are emptied (<= the interval). Each wake-up takes a core
- * from a busy-polling rank for a moment: rarely, with rings sized for it. */
+ * from a busy-polling rank for a moment: rarely, with rings sized for it.
+ * A ring that filled beyond RR_TEL_DRAIN_FILL between two drains shortens
+ * the period in proportion (down to RR_TEL_DRAIN_MIN_MS), so a fast rail
+ * does not drop samples while the exporter, at the lowest priority, waits
+ * for a core; quiet rings let it grow back. */
 #define RR_TEL_DRAIN_MS 50
+#define RR_TEL_DRAIN_MIN_MS 5
+#define RR_TEL_DRAIN_FILL 0.25
 #define RR_TEL_TRACE_MAX (256ull << 20)
 
 typedef struct rr_tel_config {

@@ -42,7 +42,7 @@ int rr_tel_config_read(rr_tel_config *c) {
                                       1000, 10, 3600000);
   c->window = (uint32_t)rr_param_parse_u64("RERAIL_TELEMETRY_WINDOW", getenv("RERAIL_TELEMETRY_WINDOW"),
                                            8, 1, 1024);
-  uint64_t ring = rr_param_parse_u64("RERAIL_TELEMETRY_RING", getenv("RERAIL_TELEMETRY_RING"), 4096, 64,
+  uint64_t ring = rr_param_parse_u64("RERAIL_TELEMETRY_RING", getenv("RERAIL_TELEMETRY_RING"), 8192, 64,
                                      65536);
   c->ring_slots = 64;
   while (c->ring_slots < ring) c->ring_slots *= 2; /* a power of two: the ring masks */
