@@ -11,9 +11,10 @@
 # round trip p50/p99 of each mode with the delta. A benchmark, not a test: it
 # asserts nothing (only that telemetry really was on in the "on" runs).
 #
-# usage: bench/telemetry_overhead.sh BUILD_DIR [--quick] [--reps N]
-#   --quick      fewer sizes, fewer bytes, 5 rounds (about a minute)
-#   --reps N     rounds: runs per mode and size (default 15)
+# usage: bench/telemetry_overhead.sh BUILD_DIR [--quick] [--reps N] [--report-only]
+#   --quick        fewer sizes, fewer bytes, 5 rounds (about a minute)
+#   --reps N       rounds: runs per mode and size (default 15)
+#   --report-only  no runs: print the report from OUT_DIR's CSV files
 # environment:
 #   SIZES=4K,64K,...   message sizes (default 4K,16K,64K,256K,1M,4M,16M,64M)
 #   BYTES=S            bytes per bandwidth run (default 1G; --quick 256M)
@@ -33,10 +34,12 @@ case "$1" in -h|--help) usage; exit 0 ;; esac
 BUILD=$(cd "$1" && pwd)
 shift
 QUICK=0
+REPORT_ONLY=0
 REPS=15
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) QUICK=1; REPS=5 ;;
+    --report-only) REPORT_ONLY=1 ;;
     --reps) REPS=${2:?--reps needs a number}; shift ;;
     *) echo "telemetry_overhead.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -92,26 +95,31 @@ run_one() {
   grep -v '^test,' "$out" | sed "s/^/$round,/" >>"$OUT_DIR/$mode.csv"
 }
 
-IFS=, read -r -a SIZE_LIST <<<"$SIZES"
-echo "rerail-net-bench: sizes $SIZES, $REPS round(s), one process pair per size and mode; raw CSV in $OUT_DIR" >&2
-: >"$OUT_DIR/off.csv"
-: >"$OUT_DIR/on.csv"
-head -1 < <("$NET" --plugin rerail --no-multi --no-lat --csv --sizes 4K --bytes 4K "${EXTRA[@]}") >"$OUT_DIR/header"
-for round in $(seq 1 "$REPS"); do
-  echo "  round $round/$REPS" >&2
-  for what in "${SIZE_LIST[@]}" lat; do
-    # Odd rounds run "off" first, even rounds "on" first: a process leaves
-    # the machine changed for the next one (memory to fault back in, sockets
-    # in TIME_WAIT), and a fixed order would hand that to one mode only.
-    if (( round % 2 )); then
-      run_one off "$round" "$what"
-      run_one on "$round" "$what"
-    else
-      run_one on "$round" "$what"
-      run_one off "$round" "$what"
-    fi
+if [[ $REPORT_ONLY == 1 ]]; then
+  [[ -s "${OUT_DIR}/off.csv" && -s "${OUT_DIR}/header" ]] || { echo "telemetry_overhead.sh: --report-only needs OUT_DIR of a run" >&2; exit 2; }
+  REPS=$(cut -d, -f1 "$OUT_DIR/off.csv" | sort -n | tail -1)
+else
+  IFS=, read -r -a SIZE_LIST <<<"$SIZES"
+  echo "rerail-net-bench: sizes $SIZES, $REPS round(s), one process pair per size and mode; raw CSV in $OUT_DIR" >&2
+  : >"$OUT_DIR/off.csv"
+  : >"$OUT_DIR/on.csv"
+  head -1 < <("$NET" --plugin rerail --no-multi --no-lat --csv --sizes 4K --bytes 4K "${EXTRA[@]}") >"$OUT_DIR/header"
+  for round in $(seq 1 "$REPS"); do
+    echo "  round $round/$REPS" >&2
+    for what in "${SIZE_LIST[@]}" lat; do
+      # Odd rounds run "off" first, even rounds "on" first: a process leaves
+      # the machine changed for the next one (memory to fault back in, sockets
+      # in TIME_WAIT), and a fixed order would hand that to one mode only.
+      if (( round % 2 )); then
+        run_one off "$round" "$what"
+        run_one on "$round" "$what"
+      else
+        run_one on "$round" "$what"
+        run_one off "$round" "$what"
+      fi
+    done
   done
-done
+fi
 
 python3 - "$OUT_DIR" "$REPS" "$(uname -n)" "$(nproc)" "$CC" <<'EOF'
 import csv, random, statistics, sys
@@ -138,8 +146,8 @@ print("### Telemetry overhead (rerail-net-bench, loopback, %s, %s CPUs, %d round
       % (host, cpus, reps, cc))
 print("Each figure is its own process pair; the modes alternate size by size, round after round, "
       "and which mode goes first alternates with the round.\n")
-print("| size | off GB/s median (min..max) | on GB/s median (min..max) | on/off of medians | 90 % interval | median of paired ratios |")
-print("|---:|---:|---:|---:|---:|---:|")
+print("| size | off GB/s median (min..max) | on GB/s median (min..max) | on/off of medians | 90 % interval | median of paired ratios | on/off of means |")
+print("|---:|---:|---:|---:|---:|---:|---:|")
 for key in sorted(k for k in data if k[0] == "bw"):
     o, n = data[key].get("off", {}), data[key].get("on", {})
     rounds = sorted(set(o) & set(n))
@@ -151,8 +159,9 @@ for key in sorted(k for k in data if k[0] == "bw"):
     pair = med(b / a for a, b in zip(off, on))
     size = key[1]
     name = "%d MiB" % (size >> 20) if size >= 1 << 20 else "%d KiB" % (size >> 10)
-    print("| %s | %.3f (%.3f..%.3f) | %.3f (%.3f..%.3f) | %.3f | %.3f..%.3f | %.3f |" % (
-        name, med(off), min(off), max(off), med(on), min(on), max(on), med(on) / med(off), lo, hi, pair))
+    print("| %s | %.3f (%.3f..%.3f) | %.3f (%.3f..%.3f) | %.3f | %.3f..%.3f | %.3f | %.3f |" % (
+        name, med(off), min(off), max(off), med(on), min(on), max(on), med(on) / med(off), lo, hi, pair,
+        statistics.mean(on) / statistics.mean(off)))
 lat = [k for k in data if k[0] == "lat"]
 if lat:
     d = data[lat[0]]
