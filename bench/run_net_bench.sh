@@ -80,7 +80,8 @@ if [[ $REPORT_ONLY == 0 ]]; then
   "$NET" --fork --csv --plugin "$PLUGIN" --reps "$NET_REPS" "${SZ_ARGS[@]}" "${NET_Q[@]}" ${NET_ARGS:-} >"$OUT_DIR/net.csv"
   date -u +%Y-%m-%dT%H:%MZ >"$OUT_DIR/date"
   echo "$NET_REPS" >"$OUT_DIR/net_reps"
-  echo "${CC:-the system's ($(sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null || echo unknown))}" >"$OUT_DIR/cc"
+  SYS_CC=$(sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null || echo unknown)
+  echo "${CC:-$SYS_CC (system default)}" >"$OUT_DIR/cc"
   echo "run_net_bench.sh: CSV in $OUT_DIR" >&2
 fi
 WHEN=$(cat "$OUT_DIR/date" 2>/dev/null || date -u +%Y-%m-%dT%H:%MZ)
