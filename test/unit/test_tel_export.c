@@ -316,13 +316,19 @@ static void prom_file(void **state) {
   assert_int_equal(g_warn_io + g_warn_other, 0);
 }
 
+/* A sending recorder on eth0 towards peer whose ring has `slots` slots. */
+static rr_tel_rail *open_tx_with_ring(const char *slots, const char *peer) {
+  setenv("RERAIL_TELEMETRY_RING", slots, 1);
+  rr_tel_rail *t = rr_tel_rail_open(0, "eth0", peer, 0, RR_TEL_TX);
+  unsetenv("RERAIL_TELEMETRY_RING");
+  assert_non_null(t);
+  return t;
+}
+
 /* A full ring drops and counts, never blocks. */
 static void ring_drops_counted(void **state) {
   (void)state;
-  setenv("RERAIL_TELEMETRY_RING", "64", 1);
-  rr_tel_rail *a = rr_tel_rail_open(0, "eth0", "10.0.0.3", 0, RR_TEL_TX);
-  unsetenv("RERAIL_TELEMETRY_RING");
-  assert_non_null(a);
+  rr_tel_rail *a = open_tx_with_ring("64", "10.0.0.3");
   for (uint64_t k = 0; k < 100000; k++) rr_tel_record(a, k, k + 1, 1);
   assert_int_equal(rr_tel_flush(), 0);
   rr_tel_rail_figures f;
@@ -344,10 +350,7 @@ static void ring_drops_counted(void **state) {
  * faster, so nothing is dropped. */
 static void ring_keeps_up_with_fast_rail(void **state) {
   (void)state;
-  setenv("RERAIL_TELEMETRY_RING", "4096", 1);
-  rr_tel_rail *a = rr_tel_rail_open(0, "eth0", "10.0.0.4", 0, RR_TEL_TX);
-  unsetenv("RERAIL_TELEMETRY_RING");
-  assert_non_null(a);
+  rr_tel_rail *a = open_tx_with_ring("4096", "10.0.0.4");
   uint64_t k = 0;
   for (int ms = 0; ms < 600; ms++) {
     for (int i = 0; i < 100; i++, k++) rr_tel_record(a, k * 10000, k * 10000 + 5000, 65536);
