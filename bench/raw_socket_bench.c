@@ -93,14 +93,16 @@ typedef struct ctl_reply {
 } ctl_reply;
 
 /* ---- socket helpers ---- */
-static int send_all(int fd, const void *buf, size_t len) {
-  const char *p = buf;
+/* Move all len bytes (blocking; a socket left non-blocking waits in poll()).
+ * Returns -1 when the connection fails or the peer closes it. */
+static int xfer_all(int fd, char *p, size_t len, bool sending) {
   while (len) {
-    ssize_t r = send(fd, p, len, MSG_NOSIGNAL);
+    ssize_t r = sending ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, MSG_WAITALL);
+    if (r == 0 && !sending) return -1;
     if (r < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        struct pollfd pf = {.fd = fd, .events = POLLOUT};
+        struct pollfd pf = {.fd = fd, .events = sending ? POLLOUT : POLLIN};
         poll(&pf, 1, 100);
         continue;
       }
@@ -112,25 +114,8 @@ static int send_all(int fd, const void *buf, size_t len) {
   return 0;
 }
 
-static int recv_all(int fd, void *buf, size_t len) {
-  char *p = buf;
-  while (len) {
-    ssize_t r = recv(fd, p, len, MSG_WAITALL);
-    if (r == 0) return -1;
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        struct pollfd pf = {.fd = fd, .events = POLLIN};
-        poll(&pf, 1, 100);
-        continue;
-      }
-      return -1;
-    }
-    p += r;
-    len -= (size_t)r;
-  }
-  return 0;
-}
+static int send_all(int fd, const void *buf, size_t len) { return xfer_all(fd, (char *)buf, len, true); }
+static int recv_all(int fd, void *buf, size_t len) { return xfer_all(fd, buf, len, false); }
 
 /* Busy-poll receive: spin on non-blocking recv; sched_yield() between empty
  * polls only with --spin-yield (for oversubscribed machines). */
