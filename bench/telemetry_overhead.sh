@@ -98,10 +98,12 @@ run_one() {
 if [[ $REPORT_ONLY == 1 ]]; then
   [[ -s "${OUT_DIR}/off.csv" && -s "${OUT_DIR}/header" ]] || { echo "telemetry_overhead.sh: --report-only needs OUT_DIR of a run" >&2; exit 2; }
   REPS=$(cut -d, -f1 "$OUT_DIR/off.csv" | sort -n | tail -1)
+  CC=$(cat "$OUT_DIR/cc" 2>/dev/null || echo "$CC") # the run's, not this shell's
 else
   IFS=, read -r -a SIZE_LIST <<<"$SIZES"
   echo "rerail-net-bench: sizes $SIZES, $REPS round(s), one process pair per size and mode; raw CSV in $OUT_DIR" >&2
   : >"$OUT_DIR/off.csv"
+  echo "$CC" >"$OUT_DIR/cc"
   : >"$OUT_DIR/on.csv"
   head -1 < <("$NET" --plugin rerail --no-multi --no-lat --csv --sizes 4K --bytes 4K "${EXTRA[@]}") >"$OUT_DIR/header"
   for round in $(seq 1 "$REPS"); do

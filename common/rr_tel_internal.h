@@ -45,7 +45,7 @@ typedef struct rr_tel_config {
   char dir[1024];             /* RERAIL_TELEMETRY_DIR */
   uint64_t interval_ms;       /* RERAIL_TELEMETRY_INTERVAL, default 1000 */
   uint32_t window;            /* RERAIL_TELEMETRY_WINDOW (W), default 8 */
-  uint32_t ring_slots;        /* RERAIL_TELEMETRY_RING, default 4096 (power of two) */
+  uint32_t ring_slots;        /* RERAIL_TELEMETRY_RING, default 8192 (power of two) */
   double anomaly_fraction;    /* RERAIL_TELEMETRY_ANOMALY percent / 100, default 0.5; 0 = off */
   uint64_t events_max;        /* RERAIL_TELEMETRY_EVENTS_MAX bytes, default 4 MiB */
   int trace;                  /* RERAIL_TELEMETRY_TRACE=1 */

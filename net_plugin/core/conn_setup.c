@@ -725,7 +725,6 @@ static void route_reconnect(rr_listen_comm *l, pending_group *g) {
   rr_engine_rail_replace(&rc->engine, __builtin_popcount(rc->rails_mask & ((1u << r) - 1)), ep);
 }
 
-
 static void route_reconnects(rr_listen_comm *l) {
   for (int i = 0; i < l->ngroups;) {
     if (l->groups[i].reconnect_rail >= 0 && group_complete(&l->groups[i])) {
