@@ -423,8 +423,7 @@ static rr_status send_comm_reconnect(void *arg, int rail, rr_rail_ep **ep) {
   if (cr->status == RAIL_PENDING) st = rail_connect(c, cr, 0, 1, now);
   if (st == RR_OK && cr->status == RAIL_CONNECTED) st = rail_hello(c, cr);
   if (st == RR_OK && cr->status == RAIL_READY) {
-    st = rr_tcp_ep_create(cr->dev, cr->fds, c->nstreams, &rr_engine_rail_events, &s->engine, ep);
-    for (int i = 0; i < c->nstreams; i++) cr->fds[i] = -1; /* owned by the endpoint (or closed) */
+    st = rr_core_ep_create(cr->dev, cr->fds, c->nstreams, NULL, 0, &s->engine, ep);
     s->reconnecting[rail] = 0;
     return st;
   }
@@ -462,8 +461,7 @@ static rr_status make_send_comm(connect_state *c, int dev, rr_profiler_fn profil
     connect_rail *cr = &c->rails[r];
     if (cr->status != RAIL_READY) continue;
     rr_rail_ep *ep = NULL;
-    st = rr_tcp_ep_create(cr->dev, cr->fds, c->nstreams, &rr_engine_rail_events, &s->engine, &ep);
-    for (int i = 0; i < c->nstreams; i++) cr->fds[i] = -1; /* owned by the endpoint (or closed) */
+    st = rr_core_ep_create(cr->dev, cr->fds, c->nstreams, NULL, 0, &s->engine, &ep);
     char abuf[64];
     rr_sockaddr_str((struct sockaddr *)&c->peer.addrs[cr->peer_addr], abuf, sizeof abuf);
     if (st == RR_OK) {
@@ -665,8 +663,7 @@ static rr_status make_recv_comm(rr_listen_comm *l, pending_group *g, rr_recv_com
     int dev = rr_core_dev_by_addr(&local);
     if (dev < 0) dev = l->dev;
     rr_rail_ep *ep = NULL;
-    st = rr_tcp_ep_create(dev, g->fds[r], g->nstreams, &rr_engine_rail_events, &rc->engine, &ep);
-    for (int i = 0; i < RR_TCP_MAX_STREAMS; i++) g->fds[r][i] = -1;
+    st = rr_core_ep_create(dev, g->fds[r], g->nstreams, NULL, 0, &rc->engine, &ep);
     if (st == RR_OK) {
       char abuf[64];
       rr_sockaddr_str((struct sockaddr *)&remote, abuf, sizeof abuf);
@@ -717,8 +714,7 @@ static void route_reconnect(rr_listen_comm *l, pending_group *g) {
   int dev = rr_core_dev_by_addr(&local);
   if (dev < 0) dev = l->dev;
   rr_rail_ep *ep = NULL;
-  rr_status st = rr_tcp_ep_create(dev, g->fds[r], g->nstreams, &rr_engine_rail_events, &rc->engine, &ep);
-  for (int i = 0; i < RR_TCP_MAX_STREAMS; i++) g->fds[r][i] = -1;
+  rr_status st = rr_core_ep_create(dev, g->fds[r], g->nstreams, NULL, 0, &rc->engine, &ep);
   group_close(g);
   if (st != RR_OK) return;
   /* The engine's rails are the connection's rails in order. */

@@ -1,55 +1,81 @@
-/* Memory registration. The TCP rail advertises host memory only, so NCCL
- * stages GPU data through host buffers and never asks us to register CUDA or
- * DMA-BUF memory; if something does, it gets a clear "unsupported". */
+/* Memory registration: every buffer NCCL registers on a connection is
+ * registered at once on every NIC of that connection's rails (its failover
+ * chain), so a failover registers and exchanges nothing: the receiver's
+ * clear-to-sends already carry the buffer's key on every rail. */
 #include "core_internal.h"
-#include "rail_tcp.h"
 #include "rr_log.h"
 
 #include <stdlib.h>
 
-static int comm_is_ours(const void *comm) {
-  if (!comm) return 0;
+static rr_engine *comm_engine(void *comm) {
+  if (!comm) return NULL;
   uint32_t magic = *(const uint32_t *)comm;
-  return magic == RR_MAGIC_SEND || magic == RR_MAGIC_RECV;
+  if (magic == RR_MAGIC_SEND) return &((rr_send_comm *)comm)->engine;
+  if (magic == RR_MAGIC_RECV) return &((rr_recv_comm *)comm)->engine;
+  return NULL;
 }
 
-rr_status rr_net_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle) {
-  if (!mhandle || !comm_is_ours(comm)) {
+static void mr_release(rr_mr *mr) {
+  for (int d = 0; d < RR_MAX_DEVS; d++)
+    if (mr->reg[d]) mr->reg[d]->dev->ops->dereg_mr(mr->reg[d]);
+  free(mr);
+}
+
+static uint32_t mem_kind(int type) {
+  return type == RR_PTR_CUDA ? RR_MEM_CUDA : type == RR_PTR_DMABUF ? RR_MEM_DMABUF : RR_MEM_HOST;
+}
+
+static rr_status reg_on_rails(void *comm, void *data, size_t size, int type, int fd, uint64_t offset,
+                              void **mhandle) {
+  rr_engine *e = comm_engine(comm);
+  if (!mhandle || !e) {
     RR_WARN("regMr: not a rerail comm");
     return RR_ERR_INVALID;
-  }
-  if (type != RR_PTR_HOST) {
-    RR_WARN("regMr: memory type %d is not supported by the TCP rail (host memory only)", type);
-    return RR_ERR_UNSUPPORTED;
   }
   if (!data && size) return RR_ERR_INVALID;
   rr_mr *mr = calloc(1, sizeof *mr);
   if (!mr) return RR_ERR_NOMEM;
-  rr_status st = rr_tcp_reg_mr(data, size, &mr->rail_mr);
-  if (st != RR_OK) {
-    free(mr);
-    return st;
-  }
   mr->base = data;
   mr->size = size;
   mr->type = type;
+  /* The rails are fixed at connect; a reopened rail keeps its NIC. */
+  pthread_mutex_lock(&e->lock);
+  rr_status st = RR_OK;
+  for (int i = 0; i < e->nrails && st == RR_OK; i++) {
+    rr_rail_dev *dev = e->rails[i].ep->dev;
+    if (mr->reg[dev->index]) continue;
+    st = dev->ops->reg_mr(dev, data, size, mem_kind(type), fd, offset, &mr->reg[dev->index]);
+    if (st != RR_OK)
+      RR_WARN("regMr: %zu bytes of memory type %d on device %d (%s): %s", size, type, dev->index,
+              dev->ops->name, rr_status_str(st));
+  }
+  pthread_mutex_unlock(&e->lock);
+  if (st != RR_OK) {
+    mr_release(mr);
+    return st;
+  }
   *mhandle = mr;
   return RR_OK;
 }
 
+rr_status rr_net_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle) {
+  if (type != RR_PTR_HOST) {
+    RR_WARN("regMr: memory type %d is not supported by the rails of this build (host memory only)", type);
+    return RR_ERR_UNSUPPORTED;
+  }
+  return reg_on_rails(comm, data, size, type, -1, 0, mhandle);
+}
+
 rr_status rr_net_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset,
                                int fd, void **mhandle) {
-  (void)offset;
-  (void)fd;
   /* A DMA-BUF of host memory is still host memory to a socket. */
-  return rr_net_reg_mr(comm, data, size, type, mhandle);
+  if (type != RR_PTR_HOST) return rr_net_reg_mr(comm, data, size, type, mhandle);
+  return reg_on_rails(comm, data, size, type, fd, offset, mhandle);
 }
 
 rr_status rr_net_dereg_mr(void *comm, void *mhandle) {
   (void)comm;
   if (!mhandle) return RR_OK;
-  rr_mr *mr = mhandle;
-  rr_tcp_dereg_mr(mr->rail_mr);
-  free(mr);
+  mr_release(mhandle);
   return RR_OK;
 }
