@@ -43,7 +43,7 @@ def human(n):
     for u, s in ((1 << 20, "MiB"), (1 << 10, "KiB")):
         if n >= u and n % u == 0: return f"{n // u} {s}"
     return f"{n} B"
-print(f"{rounds} alternating rounds, congestion control {cc}; A = {os.path.basename(os.path.dirname(os.path.dirname(a))) or a}, B = {os.path.basename(os.path.dirname(os.path.dirname(b))) or b}\n")
+print(f"{rounds} alternating rounds, congestion control {cc}; A = `{a}`, B = `{b}`\n")
 print("| size | A GB/s (median) | B GB/s (median) | B / A | B / A, paired median |")
 print("|---:|---:|---:|---:|---:|")
 for s in sorted(abw):
