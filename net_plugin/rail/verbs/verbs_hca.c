@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -179,7 +180,7 @@ rr_rail_dev_event_kind verbs_dev_event(rr_rail_dev *dev, rr_rail_dev_event *ev) 
     else if (t == IBV_EVENT_PORT_ACTIVE) ev->kind = RR_RAIL_DEV_EV_PORT_UP;
     else if (t == IBV_EVENT_DEVICE_FATAL) ev->kind = RR_RAIL_DEV_EV_FATAL;
     else continue; /* QP and CQ events show up as completion errors too */
-    snprintf(ev->why, sizeof ev->why, "%s port %d: %s", h->port.dev_name, h->port.port, h->api->event_type_str(t));
+    snprintf(ev->why, sizeof ev->why, "%.24s port %d: %.28s", h->port.dev_name, h->port.port, h->api->event_type_str(t));
     h->port_down = ev->kind != RR_RAIL_DEV_EV_PORT_UP;
     return ev->kind;
   }
