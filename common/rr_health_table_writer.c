@@ -279,6 +279,7 @@ static int claim_row(rr_ht_writer *w, int peer) {
   uint32_t rows = peer ? w->hdr.peer_rows : w->hdr.nic_rows;
   size_t nwords = peer ? RR_HT_PEER_WORDS : RR_HT_NIC_WORDS;
   uint64_t now = rr_ht_realtime_ns();
+  if (!still_whole(w, 1)) return -1; /* rare: worth checking the header too */
   for (int pass = 0; pass < 2; pass++) {
     for (uint32_t i = 0; i < rows; i++) {
       if (atomic_load_explicit(&w->stopped, memory_order_relaxed)) return -1;
@@ -380,7 +381,9 @@ static void publish_row(rr_ht_writer *w, int peer, int *row, const uint64_t *wor
   int rc = rr_ht_row_publish((rr_ht_word *)(w->base + row_off(w, peer, *row)), nwords, words,
                              w->owner, w->safe);
   if (rc == 1) {
-    lost_row(w, row, peer ? "peer" : "NIC");
+    /* Taken by another process - or the whole file was rewritten (zeroed
+     * owner words): then the header shows it, and publishing stops. */
+    if (still_whole(w, 1)) lost_row(w, row, peer ? "peer" : "NIC");
   } else if (rc < 0) {
     char why[160];
     snprintf(why, sizeof why, "storing into row %d failed (%s): another process truncated it",
