@@ -169,6 +169,8 @@ static int read_row(const rr_ht_reader *r, rr_ht_snapshot *snap, const row_copie
   if (c->before[w0] == c->after[w0] && !(c->before[w0] & 1)) {
     memcpy(words, c->data + w0, (size_t)nwords * 8);
     words[0] = c->before[w0];
+  } else if (c->before[w0] == c->after[w0] && torn_but_gone(c->data[w0 + 1])) {
+    ok = 0; /* its writer died inside a write: retrying cannot help */
   } else if ((ok = rr_ht_row_pread(r->fd, off, nwords, words)) < 0) {
     return ok;
   }
