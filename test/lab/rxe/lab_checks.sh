@@ -6,7 +6,7 @@
 # Optional argument: a verbs_probe binary to run against the lab's devices.
 set -uo pipefail
 fails=0
-ok()   { echo "rxe_lab: ok   - $*"; }
+ok()   { echo "rxe_lab: ok   - $* [$(cut -d" " -f1 /proc/uptime) s]"; }
 bad()  { echo "rxe_lab: FAIL - $*"; fails=$((fails + 1)); }
 check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
 
@@ -27,15 +27,26 @@ wait_route() {  # TABLE SECONDS: the lab's link watcher puts the route back afte
   done
   return 1
 }
+# The perftest/pingpong server is ready once its TCP exchange port listens (a fixed sleep is
+# not enough on a loaded 2-core machine under TCG).
+wait_listen() {  # PORT
+  local i
+  for ((i = 0; i < 100; i++)); do
+    [[ -n $(ss -Hltn "sport = :$1" 2>/dev/null) ]] && return 0
+    sleep 0.1
+  done
+  return 1
+}
 rx_bytes() { cat "/sys/class/net/$1/statistics/rx_bytes"; }
 # A short RC exchange from B's device to A's device over one rail: ibv_rc_pingpong both ends.
 pingpong() {  # SERVER_DEV CLIENT_DEV SERVER_ADDR PORT
   timeout 20 ibv_rc_pingpong -d "$1" -g 1 -n 20 -s 4096 -p "$4" >/tmp/pp-srv.$4 2>&1 &
   local srv=$! rc
-  sleep 0.3
+  wait_listen "$4"
   timeout 20 ibv_rc_pingpong -d "$2" -g 1 -n 20 -s 4096 -p "$4" "$3" >/tmp/pp-cli.$4 2>&1
   rc=$?
   wait "$srv" || rc=1
+  if [[ $rc -ne 0 ]]; then sed 's/^/    /' "/tmp/pp-srv.$4" "/tmp/pp-cli.$4"; fi
   return "$rc"
 }
 
@@ -49,7 +60,7 @@ check "rxe0 GID 1 is ::ffff:10.55.0.1, RoCE v2" \
 before=$(rx_bytes vethA0)
 ib_write_bw -d rxe0 -x 1 -s 65536 -n 20 -F -p 18515 >/tmp/bw-srv.log 2>&1 &
 srv=$!
-sleep 0.3
+wait_listen 18515
 if timeout 30 ib_write_bw -d rxe2 -x 1 -s 65536 -n 20 -F -p 18515 10.55.0.1 >/tmp/bw-cli.log 2>&1 &&
    wait "$srv"; then
   ok "ib_write_bw rxe2 -> rxe0 (rail 0): $(awk '$1 == 65536 {print $4 " MB/s"}' /tmp/bw-cli.log)"
@@ -62,9 +73,10 @@ check "rail 0 traffic crossed vethA0 (>= 1.3 MB received)" \
 check "ibv_rc_pingpong rxe3 <-> rxe1 (rail 1)" pingpong rxe1 rxe3 10.55.1.1 18516
 
 # Link down on A's rail-0 NIC: port goes DOWN with IBV_EVENT_PORT_ERR, then back.
-ibv_asyncwatch -d rxe0 >/tmp/async.log 2>&1 &
+stdbuf -oL ibv_asyncwatch -d rxe0 >/tmp/async.log 2>&1 &
 watch=$!
-sleep 0.3
+# It prints "rxe0: async event FD n" once it listens.
+for ((i = 0; i < 100; i++)); do grep -q "async event FD" /tmp/async.log && break; sleep 0.1; done
 ip link set vethA0 down
 check "rxe0 PORT_DOWN after ip link set vethA0 down" wait_state rxe0 PORT_DOWN 5
 check "rxe2 (the other end, behind the switch) still PORT_ACTIVE" test "$(port_state rxe2)" = PORT_ACTIVE
@@ -82,7 +94,7 @@ rxefault drop 1 on
 check "rxe1 still PORT_ACTIVE under the drop" test "$(port_state rxe1)" = PORT_ACTIVE
 timeout 20 ibv_rc_pingpong -d rxe1 -g 1 -n 5 -s 4096 -p 18518 >/dev/null 2>&1 &
 srv=$!
-sleep 0.3
+wait_listen 18518
 if timeout 3 ibv_rc_pingpong -d rxe3 -g 1 -n 5 -s 4096 -p 18518 10.55.1.1 >/dev/null 2>&1; then
   bad "rail 1 pingpong got through the drop"
 else
