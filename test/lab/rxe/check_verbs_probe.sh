@@ -1,8 +1,8 @@
 #!/bin/bash
 # Inside the rxe lab: the verbs device layer (verbs_probe PROBE) finds what the lab built —
 # the four ACTIVE rxe ports with their IPv4-mapped RoCE v2 GID (index 1) and netdev, honours
-# RERAIL_IB_HCA (prefix, ':port', '^', '=') and RERAIL_IB_GID_INDEX, and drops a port whose
-# link is down. Prints ok/FAIL lines; exit status = number of failures.
+# RERAIL_IB_HCA (prefix, ':port', '^', '=') and RERAIL_IB_GID_INDEX. (lab_checks.sh checks that
+# a port whose link is down is left out.) Prints ok/FAIL lines; exit status = number of failures.
 set -uo pipefail
 probe=$1
 fails=0
@@ -35,27 +35,14 @@ for spec in "rxe0:1 gid_index=1 gid=::ffff:10.55.0.1 gid_type=v2 netdev=vethA0" 
   else bad "$dev: missing$miss in: $line"; fi
 done
 
-all="rxe0:1 rxe1:1 rxe2:1 rxe3:1"
-expect "no filter" "$all"
-expect "RERAIL_IB_HCA=rxe0,rxe1" "rxe0:1 rxe1:1" RERAIL_IB_HCA=rxe0,rxe1
-expect "RERAIL_IB_HCA=rxe (prefix)" "$all" RERAIL_IB_HCA=rxe
-expect "RERAIL_IB_HCA==rxe (exact)" "" RERAIL_IB_HCA==rxe
-expect "RERAIL_IB_HCA==rxe2:1" "rxe2:1" RERAIL_IB_HCA==rxe2:1
+# Filters and the GID override: the parsing itself is unit-tested (unit_verbs_dev); here a few
+# cases against real devices, each probe run costing ~0.5 s under TCG.
+expect "no filter" "rxe0:1 rxe1:1 rxe2:1 rxe3:1"
+expect "RERAIL_IB_HCA=rxe0,rxe1 (prefixes)" "rxe0:1 rxe1:1" RERAIL_IB_HCA=rxe0,rxe1
+expect "RERAIL_IB_HCA=^=rxe1:1,rxe3 (exact exclusion, with a port)" "rxe0:1 rxe2:1" \
+  RERAIL_IB_HCA=^=rxe1:1,rxe3
 expect "RERAIL_IB_HCA=rxe3:2 (no such port)" "" RERAIL_IB_HCA=rxe3:2
-expect "RERAIL_IB_HCA=^rxe0" "rxe1:1 rxe2:1 rxe3:1" RERAIL_IB_HCA=^rxe0
-expect "RERAIL_IB_HCA=^=rxe1:1,rxe3" "rxe0:1 rxe2:1" RERAIL_IB_HCA=^=rxe1:1,rxe3
 line=$(RERAIL_IB_GID_INDEX=0 RERAIL_IB_HCA=rxe0 "$probe" | awk '$1 == "port"')
 if [[ $line == *"gid_index=0 gid=fe80:"* ]]; then ok "RERAIL_IB_GID_INDEX=0 gives the link-local GID"
 else bad "RERAIL_IB_GID_INDEX=0: $line"; fi
-line=$(RERAIL_IB_GID_INDEX=999 RERAIL_IB_HCA=rxe0 "$probe" 2>/dev/null | awk '$1 == "port"')
-if [[ $line == *"gid_index=1 gid=::ffff:10.55.0.1"* ]]; then ok "RERAIL_IB_GID_INDEX=999 (empty) falls back to GID 1"
-else bad "RERAIL_IB_GID_INDEX=999: $line"; fi
-
-ip link set vethB1 down
-for _ in $(seq 50); do
-  [[ $(ibv_devinfo -d rxe3 | awk '/state:/ {print $2; exit}') == PORT_DOWN ]] && break
-  sleep 0.1
-done
-expect "vethB1 down: rxe3 is not ACTIVE and not listed" "rxe0:1 rxe1:1 rxe2:1"
-ip link set vethB1 up
 exit "$fails"

@@ -8,4 +8,4 @@ if [[ $(id -u) -ne 0 ]]; then
   echo "rxe_lab: needs root (the Soft-RoCE lab prepares a kernel and boots it)" >&2
   exit 1
 fi
-exec "$here/rxelab.sh" run --timeout 80 -- "$here/lab_checks.sh" "$@"
+exec "$here/rxelab.sh" run --timeout 150 -- "$here/lab_checks.sh" "$@"
