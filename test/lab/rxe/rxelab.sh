@@ -178,7 +178,13 @@ run_lab() {
     -device virtio-9p-pci,fsdev=jobfs,mount_tag=job
     -serial stdio)
   rc=0
-  timeout -k 5 "$timeout" "${qemu[@]}" </dev/null | tr -d '\r' || rc=$?
+  # QEMU runs in the background so that a signal to this script (ctest's timeout, ^C) reaches
+  # it through `timeout` instead of leaving a guest behind.
+  timeout -k 5 "$timeout" "${qemu[@]}" </dev/null > >(tr -d '\r') &
+  local qpid=$!
+  trap 'kill -TERM $qpid 2>/dev/null; wait $qpid; rm -rf "$job"; exit 143' INT TERM
+  wait "$qpid" || rc=$?
+  trap - INT TERM
   if [[ -s "$job/rc" ]]; then
     rc=$(cat "$job/rc")
   elif [[ $rc -eq 124 || $rc -eq 137 ]]; then
