@@ -3,7 +3,7 @@
 # with an IPv4 RoCE v2 GID, real RC traffic crosses each rail between "hosts" A and B (over the
 # veth wire, not loopback), a link that goes down is seen by verbs (port state and
 # IBV_EVENT_PORT_ERR) and comes back, and the silent-drop fault stops RoCE on its rail only.
-# Optional argument: a verbs_probe binary to run against the lab's devices.
+# Optional arguments: the verbs_probe and verbs_smoke binaries built from this tree.
 set -uo pipefail
 fails=0
 ok()   { echo "rxe_lab: ok   - $* [$(cut -d" " -f1 /proc/uptime) s]"; }
@@ -53,7 +53,7 @@ pingpong() {  # SERVER_DEV CLIENT_DEV SERVER_ADDR PORT
   return "$rc"
 }
 
-probe=${1:-}
+probe=${1:-} smoke=${2:-}
 # One `rdma link` for all four (each program start costs ~0.1-0.5 s under TCG).
 check "rxe0..rxe3 ACTIVE" test "$(rdma link | grep -c 'state ACTIVE')" -eq 4
 check "rxe0 GID 1 is ::ffff:10.55.0.1, RoCE v2" \
@@ -114,6 +114,14 @@ check "rail 1 carries traffic after the drop is lifted" pingpong rxe1 rxe3 10.55
 
 if [[ -n $probe ]]; then
   "$(dirname "$0")/check_verbs_probe.sh" "$probe" || fails=$((fails + 1))
+fi
+if [[ -n $smoke ]]; then
+  # RC QPs through rerail's libibverbs table: 1 MiB writes with immediate, data checked, then
+  # a silent rail 0 must end in a retry error (4.096 us x 2^12 x 4 tries: ~70 ms, plus TCG).
+  out=$(RERAIL_IB_TIMEOUT=12 RERAIL_IB_RETRY_CNT=3 "$smoke" rxe2 rxe0 1048576 3 0 2>&1)
+  echo "$out" | sed 's/^/  /'
+  check "verbs_smoke: writes verified, then a retry error on the silent rail" \
+    test "$(grep -c '^verbs_smoke: ok' <<<"$out")" -eq 2
 fi
 
 echo "rxe_lab: $fails failure(s)"

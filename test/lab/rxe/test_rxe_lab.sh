@@ -1,7 +1,7 @@
 #!/bin/bash
 # ctest rxe_lab: boot the Soft-RoCE lab and run lab_checks.sh inside it (needs root: it
-# prepares the cached kernel on first use; CI runs as root). Optional argument: the path of
-# the verbs_probe binary built from this tree.
+# prepares the cached kernel on first use; CI runs as root). Optional arguments: the paths of
+# the verbs_probe and verbs_smoke binaries built from this tree.
 set -euo pipefail
 here="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
 if [[ $(id -u) -ne 0 ]]; then
