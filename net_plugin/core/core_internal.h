@@ -185,6 +185,8 @@ void rr_core_engine_config(int role, size_t chunk_size, const struct sockaddr *p
 void rr_monitor_add(rr_engine *e);
 void rr_monitor_remove(rr_engine *e);
 void rr_monitor_add_listener(rr_listen_comm *l);
+/* Stop the background thread now (it touches the devices). */
+void rr_monitor_shutdown(void);
 void rr_monitor_remove_listener(rr_listen_comm *l);
 
 /* Take new sockets on a listener NCCL no longer calls accept() on: hands

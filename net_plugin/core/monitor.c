@@ -183,6 +183,12 @@ void rr_monitor_remove(rr_engine *e) {
   pthread_mutex_unlock(&lifecycle_lock);
 }
 
+void rr_monitor_shutdown(void) {
+  pthread_mutex_lock(&lifecycle_lock);
+  monitor_stop_locked();
+  pthread_mutex_unlock(&lifecycle_lock);
+}
+
 __attribute__((destructor)) static void monitor_unload(void) {
   pthread_mutex_lock(&lifecycle_lock);
   monitor_stop_locked();

@@ -68,6 +68,15 @@ static void discover_devices(void) {
 
 const rr_devices *rr_core_devices(void) { return &devices; }
 
+/* The devices live as long as the library: NCCL dlclose()s it after its
+ * last communicator, and they go then (verbs: the PD, CQ and context). */
+__attribute__((destructor)) static void devices_close(void) {
+  rr_monitor_shutdown(); /* it polls the devices: stopped first, whichever destructor runs first */
+  for (int i = 0; i < devices.count; i++)
+    if (devices.rail[i]) devices.rail[i]->ops->dev_close(devices.rail[i]), devices.rail[i] = NULL;
+  devices.count = 0;
+}
+
 rr_status rr_core_ep_create(int dev, int *fds, int nfds, const void *peer_blob, uint32_t blob_len,
                             rr_engine *e, rr_rail_ep **out) {
   rr_status st = RR_ERR_INVALID;
