@@ -62,7 +62,8 @@ rr_status verbs_reg_mr(rr_rail_dev *dev, void *base, size_t len, uint32_t kind, 
       return RR_ERR_NOMEM;
     }
     int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-    atomic_fetch_add(&reg_calls, 1);
+    uint64_t nth = atomic_fetch_add(&reg_calls, 1) + 1;
+    RR_INFO(RR_SUB_NET, "verbs %s: ibv_reg_mr #%llu: %zu bytes", h->port.dev_name, (unsigned long long)nth, len);
     e->mr = kind == RR_MEM_DMABUF
                 ? h->api->reg_dmabuf_mr(h->pd, dmabuf_offset, len, (uint64_t)(uintptr_t)base, dmabuf_fd, access)
                 : h->api->reg_mr(h->pd, base, len, access);
