@@ -9,7 +9,7 @@ fi
 pkgs=(build-essential cmake pkg-config libcmocka-dev libnuma-dev libibverbs-dev
       iproute2 nftables iputils-ping procps python3 prometheus-node-exporter prometheus curl
       libsodium-dev
-      podman debootstrap lintian)  # package_image: container image and .deb checks
+      podman runc debootstrap lintian)  # package_image: container image and .deb checks
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
