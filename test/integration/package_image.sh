@@ -104,7 +104,9 @@ if [ ! -s "$base_tar" ]; then
 fi
 BASE=localhost/rerail-test-base:bookworm
 IMAGE=localhost/rerail-test:bookworm
-"${PODMAN[@]}" import -q "$base_tar" "$BASE" >/dev/null || { echo "FAIL package_image: podman import" >&2; exit 1; }
+# The configuration Debian's published image has.
+"${PODMAN[@]}" import -q --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+  --change 'CMD ["bash"]' "$base_tar" "$BASE" >/dev/null || { echo "FAIL package_image: podman import" >&2; exit 1; }
 stamp "base image $BASE imported"
 
 # ---- 2. the image -----------------------------------------------------------------
@@ -263,13 +265,15 @@ lab_case() {
   local where=$1 name="lab_$1" pre moved fbs back probe
   PAIR_DIR="$WORK/$name"
   mkdir -p "$PAIR_DIR/rdv"
+  # The tuner as NCCL opens it: NCCL_TUNER_PLUGIN from the image, or set by hand.
   if [ "$where" = image ]; then
-    probe=$("${PODMAN[@]}" run "${RUN_OPTS[@]}" --rm -v "$PROBE:/opt/rerail-test/tuner_probe:ro" "$IMAGE" /opt/rerail-test/tuner_probe 2>&1)
+    probe=$("${PODMAN[@]}" run "${RUN_OPTS[@]}" --rm -v "$PROBE:/opt/rerail-test/tuner_probe:ro" "$IMAGE" \
+      /opt/rerail-test/tuner_probe 2>"$PAIR_DIR/tuner.log")
   else
     probe=$("${PODMAN[@]}" run "${RUN_OPTS[@]}" --rm -e NCCL_TUNER_PLUGIN=rerail -v "$PROBE:/opt/rerail-test/tuner_probe:ro" \
-      --rootfs "$WORK/debroot" /opt/rerail-test/tuner_probe 2>&1)
+      --rootfs "$WORK/debroot" /opt/rerail-test/tuner_probe 2>"$PAIR_DIR/tuner.log")
   fi
-  if [ $? -ne 0 ]; then fail "${name}_tuner" "$probe"; else pass "${name}_tuner" "$probe"; fi
+  if [ $? -ne 0 ]; then fail "${name}_tuner" "$(tail -3 "$PAIR_DIR/tuner.log" | tr '\n' ' ')"; else pass "${name}_tuner" "$probe"; fi
 
   lab_start "$LABNAME" 2 2
   run_in "$where" 1 server >"$PAIR_DIR/server.json" 2>"$PAIR_DIR/server.log" &
