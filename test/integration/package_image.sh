@@ -56,7 +56,7 @@ LABNAME=rrp$$
 
 # podman with storage of its own under $WORK: nothing of the machine's images
 # is touched, and everything goes with the work directory.
-PODMAN=(podman --root "$WORK/storage" --runroot "$WORK/run")
+PODMAN=(podman --root "$WORK/storage" --runroot "$WORK/run" --tmpdir "$WORK/run/libpod")
 # crun refuses hosts with cgroup v1 controllers beside v2 ("hybrid"); runc does not.
 [ ! -e /sys/fs/cgroup/cgroup.controllers ] && command -v runc >/dev/null && PODMAN+=(--runtime runc)
 # podman's default rlimits (nofile 1048576, nproc 4194304) exceed what a root
@@ -120,7 +120,7 @@ if ! "${PODMAN[@]}" build --network=host -f "$TOP/tools/package/Containerfile" \
 fi
 stamp "image built"
 "${PODMAN[@]}" build --network=host -f "$TOP/tools/package/Containerfile" --target build \
-  --build-arg BUILD_IMAGE="$BASE" -t localhost/rerail-test-build:bookworm "$TOP" >>"$WORK/build.log" 2>&1
+  --build-arg BASE_IMAGE="$BASE" --build-arg BUILD_IMAGE="$BASE" -t localhost/rerail-test-build:bookworm "$TOP" >>"$WORK/build.log" 2>&1
 
 size() { "${PODMAN[@]}" image inspect --format '{{.Size}}' "$1"; }
 added=$(($(size "$IMAGE") - $(size "$BASE")))
