@@ -176,15 +176,13 @@ if [ -z "$paths" ]; then pass no_build_paths "no build directory or source path 
 else fail no_build_paths "$(echo "$paths" | tr '\n' ' ')"; fi
 
 # ---- 3. the .deb ------------------------------------------------------------------
-mkdir -p "$WORK/deb"
+# The build stage's /pkg: the .deb and the tree it was made from.
 cid=$("${PODMAN[@]}" create localhost/rerail-test-build:bookworm /bin/true)
-"${PODMAN[@]}" cp "$cid:/pkg/rerail_0.1.0-1_amd64.deb" "$WORK/deb/" 2>/dev/null ||
-  for f in $("${PODMAN[@]}" run "${RUN_OPTS[@]}" --rm localhost/rerail-test-build:bookworm sh -c 'ls /pkg/*.deb'); do
-    "${PODMAN[@]}" cp "$cid:$f" "$WORK/deb/"
-  done
+"${PODMAN[@]}" cp "$cid:/pkg" "$WORK/deb"
 "${PODMAN[@]}" rm "$cid" >/dev/null
-DEB=$(ls "$WORK"/deb/rerail_*.deb 2>/dev/null | head -1)
-if [ -z "$DEB" ]; then
+debs=("$WORK"/deb/rerail_*.deb)
+DEB=${debs[0]}
+if [ ! -f "$DEB" ]; then
   fail deb "the build stage made no .deb"
   done_all
 fi
@@ -221,6 +219,7 @@ pc() { PKG_CONFIG_LIBDIR="$WORK/debx/usr/lib/x86_64-linux-gnu/pkgconfig" pkg-con
 cflags=$(PKG_CONFIG_SYSROOT_DIR="$WORK/debx" pc --cflags)
 # pkg-config may drop -I/usr/include (the compiler's own): point it into the tree.
 [[ "$cflags" == *-I* ]] || cflags="-I$WORK/debx/usr/include"
+# shellcheck disable=SC2086  # flags: one word each
 if cc $cflags -o "$WORK/reader" "$WORK/reader.c" 2>"$WORK/reader.log" &&
   [ "$("$WORK/reader")" = "$(pc --variable=health_table_version)" ] &&
   [ "$(pc --variable=health_path)" = /dev/shm/rerail-health ]; then
@@ -266,14 +265,14 @@ lab_case() {
   PAIR_DIR="$WORK/$name"
   mkdir -p "$PAIR_DIR/rdv"
   # The tuner as NCCL opens it: NCCL_TUNER_PLUGIN from the image, or set by hand.
-  if [ "$where" = image ]; then
-    probe=$("${PODMAN[@]}" run "${RUN_OPTS[@]}" --rm -v "$PROBE:/opt/rerail-test/tuner_probe:ro" "$IMAGE" \
-      /opt/rerail-test/tuner_probe 2>"$PAIR_DIR/tuner.log")
+  local from=("$IMAGE")
+  [ "$where" = image ] || from=(-e NCCL_TUNER_PLUGIN=rerail --rootfs "$WORK/debroot")
+  if probe=$("${PODMAN[@]}" run "${RUN_OPTS[@]}" --rm -v "$PROBE:/opt/rerail-test/tuner_probe:ro" "${from[@]}" \
+      /opt/rerail-test/tuner_probe 2>"$PAIR_DIR/tuner.log"); then
+    pass "${name}_tuner" "$probe"
   else
-    probe=$("${PODMAN[@]}" run "${RUN_OPTS[@]}" --rm -e NCCL_TUNER_PLUGIN=rerail -v "$PROBE:/opt/rerail-test/tuner_probe:ro" \
-      --rootfs "$WORK/debroot" /opt/rerail-test/tuner_probe 2>"$PAIR_DIR/tuner.log")
+    fail "${name}_tuner" "$(tail -3 "$PAIR_DIR/tuner.log" | tr '\n' ' ')"
   fi
-  if [ $? -ne 0 ]; then fail "${name}_tuner" "$(tail -3 "$PAIR_DIR/tuner.log" | tr '\n' ' ')"; else pass "${name}_tuner" "$probe"; fi
 
   lab_start "$LABNAME" 2 2
   run_in "$where" 1 server >"$PAIR_DIR/server.json" 2>"$PAIR_DIR/server.log" &
