@@ -256,7 +256,7 @@ run_in() {
     -e RERAIL_SOCKET_IFNAME=rail -e RERAIL_LOG_LEVEL=warn -e HNET_LOG_TIME=1 \
     -v "$HARNESS:/opt/rerail-test/rerail-harness:ro" -v "$PAIR_DIR:$PAIR_DIR" \
     "${from[@]}" /opt/rerail-test/rerail-harness --role "$role" --rendezvous "$PAIR_DIR/rdv" \
-    "${TRAFFIC[@]}" --duration 9 --timeout 60
+    "${TRAFFIC[@]}" --duration 11 --timeout 60
 }
 
 # lab_case WHERE: traffic, rail0 of host 0 down, up again; every byte checked.
