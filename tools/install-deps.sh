@@ -7,10 +7,11 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 pkgs=(build-essential cmake pkg-config libcmocka-dev libnuma-dev libibverbs-dev
-      iproute2 nftables iputils-ping procps python3 prometheus-node-exporter prometheus curl
-      libsodium-dev
-      podman runc debootstrap lintian)  # package_image: container image and .deb checks
+      iproute2 nftables iputils-ping procps python3 prometheus-node-exporter prometheus curl)
 missing=()
+# libsodium: peer authentication. package_image (image and .deb checks): podman
+# (runc where cgroup v1 and v2 are mixed), debootstrap, lintian.
+pkgs+=(libsodium-dev podman runc debootstrap lintian)
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
