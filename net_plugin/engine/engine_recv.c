@@ -190,8 +190,28 @@ static int acks_due(const rr_engine *e) {
  * RESUME_SLOT per receive posted before the rollback began and not complete,
  * then RESUME_END naming exactly those slots, so the sender knows when it has
  * heard all of them whatever rails they travelled on. */
+/* With no rail up, the notice that rails are down still has to reach the
+ * sender, which alone reopens rails: a rail this end gave up on may still
+ * carry it (the sender may not have seen it fail at all). */
+static void notice_on_down_rail(rr_engine *e) {
+  for (int i = 0; i < e->nrails; i++) {
+    engine_rail *rl = &e->rails[i];
+    if (rl->state == RR_RAIL_DEAD) continue;
+    engine_msg f = {.type = ENGINE_CTRL_FAIL, .u.fail = {.epoch = e->epoch, .down_mask = engine_down_mask(e)}};
+    uint8_t buf[RR_RAIL_CTRL_MAX];
+    uint32_t len = engine_msg_encode(&f, buf, sizeof buf);
+    if (len && rl->ep->ops->post_ctrl(rl->ep, buf, len) == RR_OK) {
+      e->fail_notice_pending = 0;
+      return;
+    }
+  }
+}
+
 rr_status engine_recv_outbox(rr_engine *e) {
-  if (engine_control_rail(e) < 0) return RR_OK;
+  if (engine_control_rail(e) < 0) {
+    if (e->fail_notice_pending) notice_on_down_rail(e);
+    return RR_OK;
+  }
   /* Acks first: whatever else leaves now carries them along. */
   if (e->ack_pending && (acks_due(e) || e->fail_notice_pending || e->resume_cursor >= 0)) {
     rr_status st = acks_flush(e);
@@ -272,6 +292,8 @@ void engine_recv_rollback(rr_engine *e) {
   }
   e->resume_recv_seq = e->recv_seq;
   announce(e);
+  /* Receives re-derived as landed may owe no drain at all. */
+  complete_landed(e);
 }
 
 rr_status engine_recv_on_msg(rr_engine *e, int rail, const engine_msg *m) {
