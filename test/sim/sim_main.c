@@ -1,0 +1,594 @@
+/* rerail-sim: the real transfer engine, sender and receiver, over the
+ * in-memory rail, driven by a seeded scheduler on virtual time.
+ *
+ * A seed chooses everything: rails (1..4, TCP-like, verbs-like or mixed,
+ * latencies), engine settings (chain or balance, δ, fail-back hold,
+ * reconnects), the traffic, and the faults: paths down (with or without the
+ * NIC saying so, the endpoints breaking at both ends or waiting like TCP),
+ * pairs going silent with everything in flight lost, stalls, flapping during
+ * rollbacks, a rail failing while a write is half landed, control messages
+ * delayed and duplicated across rails, and in some seeds the peer's death or
+ * every path down for good. Normal seeds keep one rail usable at any time
+ * (with a margin for detection and recovery); they must deliver every
+ * message exactly once and intact, with no stretch of time without progress.
+ * Fatal seeds must end in a clean error (peer or rail) at every end that
+ * waits on the network, within the engine's bound.
+ *
+ *   rerail-sim [--seeds N] [--first S] [--max-failures K]
+ *   rerail-sim --seed S --verbose      replay one seed with its event trace */
+#include "sim.h"
+
+#include "rr_health.h"
+#include "rr_log.h"
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+uint64_t sim_now_ns;
+static sim_world W;
+static volatile uint64_t current_seed;
+
+#define START_NS (1000 * SIM_MS)
+
+/* ------------------------------------------------------------- output */
+
+void sim_trace(sim_world *w, const char *fmt, ...) {
+  if (!w->verbose) return;
+  va_list ap;
+  va_start(ap, fmt);
+  printf("[%11.6f ms] ", (double)(sim_now_ns - START_NS) / 1e6);
+  vprintf(fmt, ap);
+  putchar('\n');
+  va_end(ap);
+}
+
+void sim_fail(sim_world *w, const char *fmt, ...) {
+  if (w->failed) return;
+  w->failed = 1;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = snprintf(w->fail_why, sizeof w->fail_why, "at %.3f ms: ", (double)(sim_now_ns - START_NS) / 1e6);
+  vsnprintf(w->fail_why + n, sizeof w->fail_why - (size_t)n, fmt, ap);
+  va_end(ap);
+  sim_trace(w, "FAIL: %s", w->fail_why);
+}
+
+/* The engine's own log, on the same timeline (verbose only). */
+static void sim_logger(int level, unsigned long flags, const char *file, int line, const char *fmt, ...) {
+  (void)flags;
+  (void)file;
+  (void)line;
+  if (!W.verbose) return;
+  va_list ap;
+  va_start(ap, fmt);
+  printf("[%11.6f ms] %s ", (double)(sim_now_ns - START_NS) / 1e6,
+         level == RR_LOG_WARN ? "WARN" : level == RR_LOG_INFO ? "INFO" : "TRACE");
+  vprintf(fmt, ap);
+  putchar('\n');
+  va_end(ap);
+}
+
+static void say_seed(const char *what) {
+  char buf[160];
+  int n = snprintf(buf, sizeof buf, "\nrerail-sim: seed %llu %s; replay: rerail-sim --seed %llu --verbose\n",
+                   (unsigned long long)current_seed, what, (unsigned long long)current_seed);
+  if (n > 0) (void)!write(2, buf, (size_t)n);
+}
+
+static void on_signal(int sig) {
+  say_seed(sig == SIGALRM ? "ran too long (wall clock)" : "crashed");
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+static void on_sanitizer_death(void) { say_seed("failed a sanitizer check"); }
+extern void __asan_set_death_callback(void (*cb)(void)) __attribute__((weak));
+
+/* ------------------------------------------------------------- events */
+
+void sim_event_add(sim_world *w, uint64_t at, int kind, int rail, uint64_t arg, sim_ep *ep) {
+  if (w->nev == SIM_MAX_EVENTS) return;
+  int i = w->nev++;
+  while (i > 0 && w->ev[i - 1].at > at) {
+    w->ev[i] = w->ev[i - 1];
+    i--;
+  }
+  w->ev[i] = (sim_event){.at = at, .kind = kind, .rail = rail, .arg = arg, .ep = ep};
+}
+
+static void nic_set(sim_world *w, int side, int rail, int down) {
+  if (w->path[rail].nic_down[side] == down) return;
+  w->path[rail].nic_down[side] = down;
+  rr_health_nic_state((side == SIM_RECV ? SIM_DEV_BASE_RECV : 0) + rail, side == SIM_SEND ? "simS" : "simR",
+                      down ? RR_LINK_DOWN : RR_LINK_UP, "sim");
+}
+
+static void path_down(sim_world *w, int r, uint64_t flags) {
+  if (w->path[r].up) w->path[r].down_since = sim_now_ns;
+  w->path[r].up = 0;
+  if (flags & SIM_PD_NIC_SEND) nic_set(w, SIM_SEND, r, 1);
+  if (flags & SIM_PD_NIC_RECV) nic_set(w, SIM_RECV, r, 1);
+  sim_trace(w, "FAULT rail%d: path down%s%s%s", r, flags & SIM_PD_NIC_SEND ? ", sender's NIC says so" : "",
+            flags & SIM_PD_NIC_RECV ? ", receiver's NIC says so" : "", flags & SIM_PD_BREAK ? ", endpoints break" : "");
+  if ((flags & SIM_PD_BREAK) && w->cur[r]) sim_pair_break(w, w->cur[r], RR_ERR_RAIL, sim_now_ns, "path down");
+}
+
+static void peer_death(sim_world *w, int side) {
+  w->dead[side] = 1;
+  sim_trace(w, "FAULT: the %s's process dies", side == SIM_SEND ? "sender" : "receiver");
+  for (sim_pair *p = w->pairs; p; p = p->next) sim_pair_close_side(w, p, side);
+}
+
+static void run_event(sim_world *w, const sim_event *ev) {
+  int r = ev->rail;
+  switch (ev->kind) {
+  case SIM_EV_REPLACE:
+    ev->ep->attached = 1;
+    if (w->dead[SIM_RECV]) {
+      ev->ep->base.ops->destroy(&ev->ep->base);
+      break;
+    }
+    sim_trace(w, "rail%d pair%u: the receiver's listener installs the reconnected endpoint", r, ev->ep->pair->id);
+    rr_engine_rail_replace(&w->eng[SIM_RECV], r, &ev->ep->base);
+    break;
+  case SIM_EV_PATH_DOWN:
+    path_down(w, r, ev->arg);
+    break;
+  case SIM_EV_PATH_UP:
+    if (w->all_down) break; /* for good */
+    w->path[r].up = 1;
+    nic_set(w, SIM_SEND, r, 0);
+    nic_set(w, SIM_RECV, r, 0);
+    sim_trace(w, "FAULT rail%d: path up", r);
+    break;
+  case SIM_EV_BREAK_BOTH:
+    if (w->cur[r]) sim_pair_break(w, w->cur[r], RR_ERR_RAIL, sim_now_ns, "fault");
+    break;
+  case SIM_EV_MUTE:
+    if (w->cur[r]) sim_pair_mute(w, w->cur[r], "fault");
+    break;
+  case SIM_EV_STALL:
+    if (w->cur[r]) w->cur[r]->stall_until = sim_now_ns + ev->arg;
+    sim_trace(w, "FAULT rail%d: delivers nothing for %.3f ms", r, (double)ev->arg / 1e6);
+    break;
+  case SIM_EV_PEER_DEATH:
+    peer_death(w, (int)ev->arg);
+    break;
+  case SIM_EV_ALL_DOWN:
+    sim_trace(w, "FAULT: every path down for good");
+    w->all_down = 1;
+    for (int i = 0; i < w->nrails; i++) path_down(w, i, ev->arg);
+    break;
+  }
+}
+
+/* --------------------------------------------------- the fault schedule */
+
+/* Normal seeds keep a rail usable at every moment: a fault on rail r is
+ * allowed when some other rail is clear of faults from its start until
+ * well after its end (detection, reconnect, probation), or when it is a
+ * short one with no other fault near it (the engine waits δ + 600 ms for a
+ * rail to come back). Intervals are kept per rail. */
+#define MAX_SPANS 48
+static struct {
+  uint64_t start, end;
+} spans[SIM_MAX_RAILS][MAX_SPANS];
+static int nspans[SIM_MAX_RAILS];
+static int perm_dead[SIM_MAX_RAILS];
+
+static int rail_clear(int r, uint64_t start, uint64_t end) {
+  if (perm_dead[r]) return 0;
+  for (int i = 0; i < nspans[r]; i++)
+    if (spans[r][i].start < end && start < spans[r][i].end) return 0;
+  return 1;
+}
+
+int sim_fault_ok(sim_world *w, int r, uint64_t start, uint64_t end, int permanent) {
+  uint64_t margin = w->eng[SIM_SEND].cfg.progress_timeout_ns + 400 * SIM_MS;
+  uint64_t until = permanent ? UINT64_MAX : end + margin;
+  int ok = 0;
+  for (int o = 0; o < w->nrails && !ok; o++)
+    if (o != r && rail_clear(o, start, until)) ok = 1;
+  if (!ok && !permanent && end - start <= 100 * SIM_MS) {
+    ok = 1;
+    for (int o = 0; o < w->nrails; o++)
+      if (!rail_clear(o, start > SIM_MS * 1000 ? start - SIM_MS * 1000 : 0, end + 1000 * SIM_MS)) ok = 0;
+  }
+  if (!ok || nspans[r] == MAX_SPANS) return 0;
+  spans[r][nspans[r]].start = start;
+  spans[r][nspans[r]].end = until;
+  nspans[r]++;
+  if (permanent) perm_dead[r] = 1;
+  return 1;
+}
+
+/* How long a break or a silent pair keeps rail r unusable. */
+uint64_t sim_loss_span(sim_world *w) {
+  return w->reconnect ? w->eng[SIM_SEND].cfg.progress_timeout_ns + 300 * SIM_MS : 0;
+}
+
+static void schedule_flaps(sim_world *w, int r, uint64_t t) {
+  int n = (int)sim_range(&w->rng, 1, 3);
+  uint64_t end = t;
+  uint64_t ups[3], downs[3];
+  for (int i = 0; i < n; i++) {
+    downs[i] = end + sim_range(&w->rng, 0, 3 * SIM_MS);
+    ups[i] = downs[i] + sim_range(&w->rng, SIM_MS / 2, 10 * SIM_MS);
+    end = ups[i];
+  }
+  if (!sim_fault_ok(w, r, t, end, 0)) return;
+  for (int i = 0; i < n; i++) {
+    uint64_t flags = sim_chance(&w->rng, 300) ? SIM_PD_NIC_SEND | SIM_PD_NIC_RECV : 0;
+    sim_event_add(w, downs[i], SIM_EV_PATH_DOWN, r, flags, NULL);
+    sim_event_add(w, ups[i], SIM_EV_PATH_UP, r, 0, NULL);
+  }
+  sim_trace(w, "rail%d will flap %d time(s) from %.3f ms", r, n, (double)(t - START_NS) / 1e6);
+}
+
+static void schedule_faults(sim_world *w) {
+  sim_rng *g = &w->rng;
+  uint64_t delta = w->eng[SIM_SEND].cfg.progress_timeout_ns;
+  memset(nspans, 0, sizeof nspans);
+  memset(perm_dead, 0, sizeof perm_dead);
+  int nf = (int)(sim_chance(g, 100) ? 0 : sim_range(g, 1, 8));
+  uint64_t times[8];
+  for (int i = 0; i < nf; i++) times[i] = START_NS + sim_below(g, w->chaos_end_ns - START_NS);
+  for (int i = 1; i < nf; i++)
+    for (int j = i; j > 0 && times[j - 1] > times[j]; j--) {
+      uint64_t t = times[j];
+      times[j] = times[j - 1];
+      times[j - 1] = t;
+    }
+  for (int i = 0; i < nf; i++) {
+    uint64_t t = times[i];
+    int r = (int)sim_below(g, (uint64_t)w->nrails);
+    unsigned kind = (unsigned)sim_below(g, 100);
+    if (kind < 35) {
+      uint64_t dur = sim_range(g, SIM_MS, 3 * delta);
+      uint64_t flags = (sim_chance(g, 400) ? SIM_PD_NIC_SEND : 0) | (sim_chance(g, 400) ? SIM_PD_NIC_RECV : 0);
+      int brk = sim_chance(g, 250);
+      int perm = brk && !w->reconnect;
+      if (brk) flags |= SIM_PD_BREAK;
+      /* A verbs pair breaks itself when the path stays down past its retries. */
+      if (w->kind[r] == SIM_VERBS && dur > w->verbs_retry_ns && !w->reconnect) perm = 1;
+      if (!sim_fault_ok(w, r, t, t + dur + (brk ? sim_loss_span(w) : 0), perm)) continue;
+      sim_event_add(w, t, SIM_EV_PATH_DOWN, r, flags, NULL);
+      sim_event_add(w, t + dur, SIM_EV_PATH_UP, r, 0, NULL);
+    } else if (kind < 55) {
+      if (w->nrails == 1 && !w->reconnect) continue;
+      if (!sim_fault_ok(w, r, t, t + sim_loss_span(w), !w->reconnect)) continue;
+      sim_event_add(w, t, SIM_EV_BREAK_BOTH, r, 0, NULL);
+    } else if (kind < 70) {
+      /* Silence is noticed only by an end with work outstanding; with one
+       * rail an idle sender would never learn of it. */
+      if (w->nrails == 1) continue;
+      if (!sim_fault_ok(w, r, t, t + delta + sim_loss_span(w), !w->reconnect)) continue;
+      sim_event_add(w, t, SIM_EV_MUTE, r, 0, NULL);
+    } else if (kind < 90) {
+      uint64_t dur = sim_range(g, SIM_MS, 2 * delta);
+      if (!sim_fault_ok(w, r, t, t + dur, 0)) continue;
+      sim_event_add(w, t, SIM_EV_STALL, r, dur, NULL);
+    } else {
+      schedule_flaps(w, r, t);
+    }
+  }
+  unsigned fatal = (unsigned)sim_below(g, 100);
+  if (fatal < 4) {
+    w->expect_error = 1;
+    w->error_at_ns = START_NS + sim_below(g, w->chaos_end_ns - START_NS + 50 * SIM_MS);
+    uint64_t side = sim_below(g, 2);
+    sim_event_add(w, w->error_at_ns, SIM_EV_PEER_DEATH, 0, side, NULL);
+    sim_trace(w, "fatal: the %s dies at %.3f ms", side == SIM_SEND ? "sender" : "receiver",
+              (double)(w->error_at_ns - START_NS) / 1e6);
+  } else if (fatal < 8) {
+    w->expect_error = 1;
+    w->error_at_ns = START_NS + sim_below(g, w->chaos_end_ns - START_NS + 50 * SIM_MS);
+    uint64_t flags = (sim_chance(g, 500) ? SIM_PD_NIC_SEND : 0) | (sim_chance(g, 500) ? SIM_PD_NIC_RECV : 0);
+    sim_event_add(w, w->error_at_ns, SIM_EV_ALL_DOWN, 0, flags, NULL);
+    sim_trace(w, "fatal: every path goes down at %.3f ms", (double)(w->error_at_ns - START_NS) / 1e6);
+  }
+}
+
+/* ------------------------------------------------------- reconnecting */
+
+/* The sender's cfg.reconnect: a fresh pair when the path is up (after a
+ * few RR_AGAIN, as a connect takes a while); the receiver's listener
+ * installs its end a little later. */
+static rr_status sim_reconnect(void *arg, int rail, rr_rail_ep **out) {
+  sim_world *w = arg;
+  if (w->dead[SIM_RECV]) return RR_ERR_PEER;
+  if (!w->path[rail].up) return RR_ERR_RAIL;
+  if (w->reconnect_wait[rail] < 0) w->reconnect_wait[rail] = (int)sim_range(&w->rng, 0, 3);
+  if (w->reconnect_wait[rail]-- > 0) return RR_AGAIN;
+  w->reconnect_wait[rail] = -1;
+  sim_pair *p = sim_pair_new(w, rail);
+  p->ep[SIM_SEND]->attached = 1;
+  sim_event_add(w, sim_now_ns + w->lat_ns[rail] + sim_range(&w->rng, 0, 2 * SIM_MS), SIM_EV_REPLACE, rail, 0,
+                p->ep[SIM_RECV]);
+  w->st.reconnects++;
+  sim_trace(w, "rail%d pair%u: the sender reconnected", rail, p->id);
+  *out = &p->ep[SIM_SEND]->base;
+  return RR_OK;
+}
+
+/* ------------------------------------------------------------ one seed */
+
+static const uint64_t DELTAS[] = {20 * SIM_MS, 50 * SIM_MS, 100 * SIM_MS, 200 * SIM_MS};
+static const uint64_t HOLDS[] = {0, 5 * SIM_MS, 20 * SIM_MS, 100 * SIM_MS};
+static const unsigned DUPS[] = {0, 5, 50}, DELAYS[] = {0, 20, 200}, SPLITS[] = {0, 50, 300},
+                      MIDFENCES[] = {0, 100, 500};
+#define PICK(arr) (arr)[sim_below(&w->rng, sizeof(arr) / sizeof *(arr))]
+
+static void setup(sim_world *w, uint64_t seed, int verbose) {
+  memset(w, 0, sizeof *w); /* the engines too: rr_engine_init expects nothing of them */
+  w->seed = seed;
+  w->verbose = verbose;
+  sim_rng_seed(&w->rng, seed);
+  sim_now_ns = START_NS;
+  sim_rng *g = &w->rng;
+  unsigned c = (unsigned)sim_below(g, 100);
+  w->nrails = c < 15 ? 1 : c < 60 ? 2 : c < 85 ? 3 : 4;
+  unsigned mix = (unsigned)sim_below(g, 100);
+  for (int r = 0; r < w->nrails; r++) {
+    w->kind[r] = mix < 45 ? SIM_TCP : mix < 85 ? SIM_VERBS : (int)sim_below(g, 2);
+    w->nstreams[r] = w->kind[r] == SIM_TCP ? (int)sim_range(g, 1, SIM_MAX_STREAMS) : 1;
+    w->lat_ns[r] = sim_range(g, 2, 100) * SIM_US;
+    w->jitter_ns[r] = sim_below(g, w->lat_ns[r]);
+    w->path[r].up = 1;
+    w->reconnect_wait[r] = -1;
+  }
+  w->sq_depth = (uint32_t)sim_range(g, 2, 64);
+  w->dup_pm = PICK(DUPS);
+  w->delay_pm = PICK(DELAYS);
+  w->split_pm = PICK(SPLITS);
+  w->midfence_pm = PICK(MIDFENCES);
+  /* A verbs rail marked down is fenced, i.e. its QP is gone: without
+   * reconnects it could never come back. Seeds without reconnects (the
+   * listener full) are all-TCP. */
+  int verbs = 0;
+  for (int r = 0; r < w->nrails; r++) verbs |= w->kind[r] == SIM_VERBS;
+  w->reconnect = verbs || sim_chance(g, 700);
+  rr_engine_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.chunk_size = SIM_CHUNK;
+  cfg.failover_mode = sim_chance(g, 300) ? RR_FAILOVER_BALANCE : RR_FAILOVER_CHAIN;
+  cfg.progress_timeout_ns = PICK(DELTAS);
+  cfg.failback_hold_ns = PICK(HOLDS);
+  cfg.reopens = w->reconnect;
+  w->verbs_retry_ns = sim_range(g, 5 * SIM_MS, 2 * cfg.progress_timeout_ns);
+  w->delay_max_ns = cfg.progress_timeout_ns / 4 < 20 * SIM_MS ? cfg.progress_timeout_ns / 4 : 20 * SIM_MS;
+  w->chaos_end_ns = START_NS + sim_range(g, 30 * SIM_MS, 1500 * SIM_MS);
+  for (int side = 0; side < 2; side++) {
+    rr_engine_config c2 = cfg;
+    c2.role = side == SIM_SEND ? RR_ENGINE_SEND : RR_ENGINE_RECV;
+    snprintf(c2.peer, sizeof c2.peer, "%s", side == SIM_SEND ? "sim-receiver" : "sim-sender");
+    if (side == SIM_SEND && w->reconnect) {
+      c2.reconnect = sim_reconnect;
+      c2.reconnect_arg = w;
+    }
+    if (rr_engine_init(&w->eng[side], &c2) != RR_OK) abort();
+    w->eng_live[side] = 1;
+    if (atomic_load(&w->eng[side].last_progress_ns) != sim_now_ns) {
+      fprintf(stderr, "rerail-sim: the engine does not run on the simulation's clock (include order)\n");
+      exit(2);
+    }
+    for (int r = 0; r < w->nrails; r++) w->dev[side][r] = sim_dev_open(w, side, r, w->kind[r]);
+  }
+  for (int r = 0; r < w->nrails; r++) {
+    sim_pair *p = sim_pair_new(w, r);
+    int weight = (int)sim_range(g, 1, 4) * 10000;
+    char ifn[16], peer[32];
+    for (int side = 0; side < 2; side++) {
+      snprintf(ifn, sizeof ifn, "sim%c%d", side == SIM_SEND ? 'S' : 'R', r);
+      snprintf(peer, sizeof peer, "10.0.%d.%d", r, side == SIM_SEND ? 2 : 1);
+      p->ep[side]->attached = 1;
+      if (rr_engine_add_rail(&w->eng[side], &p->ep[side]->base, weight, ifn, peer) != RR_OK) abort();
+    }
+  }
+  sim_traffic_init(w);
+  sim_traffic_setup_mrs(w);
+  if (verbose) {
+    printf("seed %llu: %d rail(s):", (unsigned long long)seed, w->nrails);
+    for (int r = 0; r < w->nrails; r++)
+      printf(" %s/%d stream(s)/%llu us", w->kind[r] == SIM_TCP ? "tcp" : "verbs", w->nstreams[r],
+             (unsigned long long)(w->lat_ns[r] / SIM_US));
+    printf("; %s, delta %llu ms, hold %llu ms, reconnect %s, queue %u, dup %u, delay %u, split %u, "
+           "midfence %u per mille; chaos until %llu ms%s\n",
+           cfg.failover_mode == RR_FAILOVER_BALANCE ? "balance" : "chain",
+           (unsigned long long)(cfg.progress_timeout_ns / SIM_MS), (unsigned long long)(cfg.failback_hold_ns / SIM_MS),
+           w->reconnect ? "on" : "off", w->sq_depth, w->dup_pm, w->delay_pm, w->split_pm, w->midfence_pm,
+           (unsigned long long)((w->chaos_end_ns - START_NS) / SIM_MS), "");
+  }
+  schedule_faults(w);
+}
+
+static void teardown(sim_world *w) {
+  for (int side = 0; side < 2; side++) {
+    w->st.violations += w->eng[side].stats.violations;
+    if (w->eng_live[side]) rr_engine_fini(&w->eng[side]);
+    w->eng_live[side] = 0;
+  }
+  w->st.rollbacks += w->eng[SIM_RECV].stats.rollbacks;
+  sim_traffic_free_mrs(w);
+  sim_pairs_free(w);
+  for (int side = 0; side < 2; side++)
+    for (int r = 0; r < w->nrails; r++) {
+      nic_set(w, side, r, 0);
+      sim_dev_close(w->dev[side][r]);
+      w->dev[side][r] = NULL;
+    }
+  w->nev = 0;
+}
+
+/* After a new rollback during the chaos window, maybe flap a rail. */
+static void maybe_flap(sim_world *w) {
+  uint64_t rb = w->eng[SIM_RECV].stats.rollbacks;
+  if (rb == w->last_rollbacks) return;
+  w->last_rollbacks = rb;
+  if (sim_now_ns < w->chaos_end_ns && sim_chance(&w->rng, 300))
+    schedule_flaps(w, (int)sim_below(&w->rng, (uint64_t)w->nrails), sim_now_ns + sim_below(&w->rng, 2 * SIM_MS));
+}
+
+static int any_path_up(const sim_world *w) {
+  for (int r = 0; r < w->nrails; r++)
+    if (w->path[r].up) return 1;
+  return 0;
+}
+
+/* Whether a fatal seed has played out: every live end that waits on the
+ * network either finished or got its error (an end with nothing posted
+ * that only polls for a clear-to-send may wait on: NCCL would abort it
+ * when the other end reports the error). */
+static int fatal_settled(sim_world *w) {
+  for (int side = 0; side < 2; side++) {
+    if (w->dead[side] || sim_traffic_errored(w, side) || !sim_traffic_busy(w, side)) continue;
+    if (sim_traffic_outstanding(w, side) > 0) return 0;
+    int other = 1 - side;
+    if (!w->dead[other] && !sim_traffic_errored(w, other) && sim_traffic_busy(w, other)) return 0;
+  }
+  return 1;
+}
+
+static void run(sim_world *w) {
+  uint64_t delta = w->eng[SIM_SEND].cfg.progress_timeout_ns;
+  uint64_t hang_bound = 2000 * SIM_MS + 10 * delta;
+  uint64_t settle = 2 * delta + 50 * SIM_MS, settled_at = 0;
+  uint64_t last_fault = START_NS;
+  uint64_t limit = w->chaos_end_ns + 60000 * SIM_MS;
+  while (!w->failed) {
+    while (w->nev && w->ev[0].at <= sim_now_ns) {
+      sim_event ev = w->ev[0];
+      memmove(w->ev, w->ev + 1, (size_t)--w->nev * sizeof *w->ev);
+      if (ev.kind != SIM_EV_REPLACE) last_fault = sim_now_ns;
+      run_event(w, &ev);
+    }
+    maybe_flap(w);
+    unsigned a = (unsigned)sim_below(&w->rng, 100);
+    if (a < 42) sim_traffic_step(w, SIM_SEND);
+    else if (a < 84) sim_traffic_step(w, SIM_RECV);
+    else if (a < 92) {
+      if (!w->dead[SIM_SEND]) rr_engine_background(&w->eng[SIM_SEND], sim_now_ns);
+    } else if (!w->dead[SIM_RECV]) {
+      rr_engine_background(&w->eng[SIM_RECV], sim_now_ns);
+    }
+    w->st.steps++;
+    if (w->failed) break;
+    if (sim_traffic_done(w)) {
+      if (!settled_at) settled_at = sim_now_ns;
+      if (sim_now_ns >= settled_at + settle) break; /* late writes had their chance to land */
+    } else if (w->expect_error && sim_now_ns >= w->error_at_ns) {
+      if (fatal_settled(w)) break;
+      if (sim_now_ns > w->error_at_ns + delta + 1100 * SIM_MS) {
+        char s[160];
+        sim_traffic_summary(w, s, sizeof s);
+        sim_fail(w, "no clean error %.0f ms after the fatal fault (%s)", (double)(sim_now_ns - w->error_at_ns) / 1e6,
+                 s);
+      }
+    } else {
+      uint64_t since = sim_traffic_last_progress(w) > last_fault ? sim_traffic_last_progress(w) : last_fault;
+      if (any_path_up(w) && sim_now_ns - since > hang_bound) {
+        char s[160];
+        sim_traffic_summary(w, s, sizeof s);
+        sim_fail(w, "no progress for %.0f ms with a path up (%s)", (double)(sim_now_ns - since) / 1e6, s);
+      }
+    }
+    if (sim_now_ns > limit) sim_fail(w, "the run did not end in virtual time");
+    /* Small steps while anything moves; when nothing does, jump towards the
+     * next arrival or event (the engine's ticks are 1 ms apart anyway). */
+    uint64_t dt;
+    if (w->activity) {
+      dt = sim_range(&w->rng, 1, 30) * SIM_US;
+    } else {
+      uint64_t next = sim_next_arrival(w);
+      if (w->nev && w->ev[0].at < next) next = w->ev[0].at;
+      dt = sim_range(&w->rng, 100, 2000) * SIM_US;
+      if (next > sim_now_ns && next - sim_now_ns < dt) dt = next - sim_now_ns;
+      if (dt == 0) dt = SIM_US;
+    }
+    w->activity = 0;
+    sim_now_ns += dt;
+  }
+  w->st.vtime_ms += (sim_now_ns - START_NS) / SIM_MS;
+  if (!w->failed) {
+    uint64_t v = w->eng[0].stats.violations + w->eng[1].stats.violations;
+    if (v) sim_fail(w, "honest peers broke the protocol %llu time(s): %s / %s", (unsigned long long)v,
+                    w->eng[SIM_SEND].violation_why, w->eng[SIM_RECV].violation_why);
+  }
+}
+
+/* ----------------------------------------------------------------- main */
+
+static void usage(void) {
+  fprintf(stderr, "usage: rerail-sim [--seeds N] [--first S] [--max-failures K] [--seed S --verbose]\n");
+  exit(2);
+}
+
+int main(int argc, char **argv) {
+  uint64_t first = 1, count = 1000;
+  int verbose = 0, max_fail = 10;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--seeds") && i + 1 < argc) count = strtoull(argv[++i], NULL, 0);
+    else if (!strcmp(argv[i], "--first") && i + 1 < argc) first = strtoull(argv[++i], NULL, 0);
+    else if (!strcmp(argv[i], "--seed") && i + 1 < argc) first = strtoull(argv[++i], NULL, 0), count = 1;
+    else if (!strcmp(argv[i], "--verbose")) verbose = 1;
+    else if (!strcmp(argv[i], "--max-failures") && i + 1 < argc) max_fail = atoi(argv[++i]);
+    else usage();
+  }
+  /* Telemetry off; the engine's log goes through the sim's logger. */
+  unsetenv("RERAIL_TELEMETRY_DIR");
+  rr_log_set_logger(sim_logger);
+  signal(SIGSEGV, on_signal);
+  signal(SIGBUS, on_signal);
+  signal(SIGFPE, on_signal);
+  signal(SIGABRT, on_signal);
+  signal(SIGALRM, on_signal);
+  if (__asan_set_death_callback) __asan_set_death_callback(on_sanitizer_death);
+  setvbuf(stdout, NULL, _IOFBF, 1 << 16);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  sim_stats total;
+  memset(&total, 0, sizeof total);
+  int failures = 0;
+  for (uint64_t s = first; s < first + count; s++) {
+    current_seed = s;
+    alarm(300);
+    setup(&W, s, verbose);
+    run(&W);
+    teardown(&W);
+    W.st.seeds++;
+    if (W.failed) {
+      W.st.failed++;
+      failures++;
+      printf("FAIL seed %llu: %s\n  replay: rerail-sim --seed %llu --verbose\n", (unsigned long long)s, W.fail_why,
+             (unsigned long long)s);
+      fflush(stdout);
+    }
+    sim_stats *a = &W.st;
+    total.seeds += a->seeds, total.failed += a->failed, total.rollbacks += a->rollbacks;
+    total.violations += a->violations, total.reconnects += a->reconnects, total.ctrl_dups += a->ctrl_dups;
+    total.splits += a->splits, total.mid_fences += a->mid_fences, total.errors_expected += a->errors_expected;
+    total.writes += a->writes, total.ctrls += a->ctrls, total.steps += a->steps, total.vtime_ms += a->vtime_ms;
+    total.sink_writes += a->sink_writes;
+    if (failures >= max_fail && s + 1 < first + count) {
+      printf("rerail-sim: stopping after %d failing seeds\n", failures);
+      break;
+    }
+  }
+  alarm(0);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  printf("rerail-sim: %llu seed(s) from %llu: %llu failed; %.1f s, %.0f seeds/s; virtual %.1f s; "
+         "%llu writes, %llu control messages (%llu duplicated), %llu rollbacks, %llu reconnects, "
+         "%llu writes split (%llu fenced mid-payload), %llu stale writes sunk, %llu clean errors\n",
+         (unsigned long long)total.seeds, (unsigned long long)first, (unsigned long long)total.failed, secs,
+         secs > 0 ? (double)total.seeds / secs : 0.0, (double)total.vtime_ms / 1e3, (unsigned long long)total.writes,
+         (unsigned long long)total.ctrls, (unsigned long long)total.ctrl_dups, (unsigned long long)total.rollbacks,
+         (unsigned long long)total.reconnects, (unsigned long long)total.splits, (unsigned long long)total.mid_fences,
+         (unsigned long long)total.sink_writes, (unsigned long long)total.errors_expected);
+  return total.failed ? 1 : 0;
+}
