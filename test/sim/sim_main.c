@@ -454,6 +454,8 @@ static int fatal_settled(sim_world *w) {
   return 1;
 }
 
+static void dump_engines(sim_world *w);
+
 static void run(sim_world *w) {
   uint64_t delta = w->eng[SIM_SEND].cfg.progress_timeout_ns;
   uint64_t hang_bound = 2000 * SIM_MS + 10 * delta;
@@ -514,10 +516,44 @@ static void run(sim_world *w) {
     sim_now_ns += dt;
   }
   w->st.vtime_ms += (sim_now_ns - START_NS) / SIM_MS;
+  if (w->failed && w->verbose) dump_engines(w);
   if (!w->failed) {
     uint64_t v = w->eng[0].stats.violations + w->eng[1].stats.violations;
     if (v) sim_fail(w, "honest peers broke the protocol %llu time(s): %s / %s", (unsigned long long)v,
                     w->eng[SIM_SEND].violation_why, w->eng[SIM_RECV].violation_why);
+  }
+}
+
+/* On a failure in verbose mode: what both engines hold, to read with the trace. */
+static void dump_engines(sim_world *w) {
+  for (int side = 0; side < 2; side++) {
+    rr_engine *e = &w->eng[side];
+    printf("%s engine: epoch %u, failed %d (%s), resume_wait %d, fail_notice_pending %d, resume_cursor %d\n",
+           side == SIM_SEND ? "sender" : "receiver", e->epoch, e->failed, e->failed_why, e->resume_wait,
+           e->fail_notice_pending, e->resume_cursor);
+    for (int r = 0; r < e->nrails; r++)
+      printf("  rail%d: state %d need_drain %d drain_posted %u backlog %zu why '%s'\n", r, e->rails[r].state,
+             e->rails[r].need_drain, e->rails[r].drain_posted, e->rails[r].ep->ops->backlog(e->rails[r].ep),
+             e->rails[r].why);
+    if (side == SIM_RECV) {
+      for (int i = 0; i < RR_NET_MAX_REQUESTS; i++) {
+        rr_recv_req *r = &e->rreq[i];
+        if (!r->in_use) continue;
+        printf("  recv slot %d seq %u: complete %d landed %d subs_done %d/%d:", i, r->seq, r->complete, r->landed,
+               r->subs_done, r->n);
+        for (int k = 0; k < r->n; k++)
+          printf(" [prefix %u high %u expected %u max %u]", r->sub[k].prefix, r->sub[k].high, r->sub[k].expected,
+                 r->sub[k].max_chunks);
+        printf("\n");
+      }
+    } else {
+      printf("  fifo %u..%u post %u, send_seq %u\n", e->fifo_head, e->fifo_tail, e->fifo_post, e->send_seq);
+      for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
+        rr_send_req *r = &e->sreq[e->fifo[i % RR_SEND_POOL]];
+        printf("  send seq %u sub %u: nchunks %u posted %u transmitted %u acked %d rail %d resumed %d/e%u\n", r->seq,
+               r->sub, r->nchunks, r->posted, r->transmitted, r->acked, r->rail, r->resumed, r->resumed_epoch);
+      }
+    }
   }
 }
 

@@ -303,6 +303,8 @@ static rr_status sim_post_drain(rr_rail_ep *rep, uint32_t epoch) {
   sim_ep *e = to_ep(rep);
   rr_status st = ep_status(e);
   if (st != RR_OK) return st;
+  sim_trace(ep_world(e), "rail%d pair%u: %s posts a drain barrier of e%u", e->pair->rail, e->pair->id,
+            e->side == SIM_SEND ? "sender" : "receiver", epoch);
   for (int s = 0; s < e->pair->nstreams; s++) {
     sim_item *it = item_new('D', 0);
     it->epoch = epoch;
@@ -482,6 +484,7 @@ static rr_status deliver_write(sim_world *w, sim_ep *e, int s, sim_item *it) {
 
 static rr_status deliver_drain(sim_ep *e, int s, uint32_t epoch) {
   sim_pair *p = e->pair;
+  sim_trace(ep_world(e), "rail%d pair%u: drain barrier of e%u arrives on stream %d", p->rail, p->id, epoch, s);
   if (p->kind == SIM_TCP) {
     e->rx[s].drain_seen = 1;
     e->rx[s].drain_epoch = epoch;

@@ -89,12 +89,14 @@ static size_t check(const char *p, size_t n, uint64_t key) {
   uint64_t x = key;
   for (size_t i = 0; i < n; i += 8) {
     uint64_t v = sim_splitmix64(&x);
-    size_t k = n - i < 8 ? n - i : 8;
-    if (memcmp(p + i, &v, k) != 0) {
-      const char *vb = (const char *)&v;
-      for (size_t j = 0; j < k; j++)
-        if (p[i + j] != vb[j]) return i + j;
+    if (n - i >= 8) {
+      uint64_t got;
+      memcpy(&got, p + i, 8);
+      if (got == v) continue;
     }
+    const char *vb = (const char *)&v;
+    for (size_t j = 0; j < 8 && i + j < n; j++)
+      if (p[i + j] != vb[j]) return i + j;
   }
   return n;
 }
