@@ -121,7 +121,7 @@ typedef struct sim_event {
 
 typedef struct sim_stats {
   uint64_t seeds, failed, rollbacks, violations, reconnects, ctrl_dups, splits, mid_fences, errors_expected,
-      writes, ctrls, steps, vtime_ms, sink_writes;
+      garbled, writes, ctrls, steps, vtime_ms, sink_writes;
 } sim_stats;
 
 typedef struct sim_world {
@@ -138,6 +138,8 @@ typedef struct sim_world {
   uint32_t sq_depth;            /* writes an endpoint queues before RR_AGAIN */
   uint64_t verbs_retry_ns;      /* a verbs pair whose path stays down this long breaks */
   unsigned dup_pm, delay_pm, split_pm, midfence_pm; /* per-mille fault rates */
+  unsigned garble_pm;           /* control messages garbled in flight (reserved header bits set) */
+  uint64_t garbled;             /* garbled messages sent: the violations they may cause */
   uint64_t delay_max_ns;        /* the longest extra delay of a control message */
   int reconnect;                /* the sender reopens failed rails */
   uint64_t chaos_end_ns;

@@ -359,6 +359,14 @@ static rr_status transmit(sim_ep *e) {
       it->arrive = at > *last ? at : *last;
       *last = it->arrive;
       if (it->type == 'C' && sim_chance(&w->rng, w->dup_pm)) duplicate_ctrl(w, e, it);
+      /* A garbled frame: a reserved header byte set, which no decoder may
+       * take for a valid message. It must cost that rail, never the job. */
+      if (it->type == 'C' && it->len > 1 && w->nrails > 1 && !w->expect_error && sim_chance(&w->rng, w->garble_pm) &&
+          sim_fault_ok(w, r, sim_now_ns, sim_now_ns + sim_loss_span(w), !w->reconnect)) {
+        it->data[1] = (char)0xa5;
+        w->garbled++;
+        sim_trace(w, "rail%d pair%u: control message garbled in flight", r, p->id);
+      }
       q_push(&p->wire[e->side][it->stream], it);
     }
     /* TCP: the kernel took the bytes; the buffer is reusable now. */
@@ -645,10 +653,15 @@ static uint64_t sim_last_alive(rr_rail_ep *rep, uint64_t now_ns) {
   sim_pair *p = e->pair;
   uint64_t ack = e->last_ack_ns;
   int unacked = 0;
+  /* A closed peer's host answers with resets, not acknowledgements; a
+   * broken peer endpoint is read no more, so its window soon closes. */
+  uint64_t gone = p->closed_at[1 - e->side] ? p->closed_at[1 - e->side] : UINT64_MAX;
+  const sim_ep *peer = p->ep[1 - e->side];
+  if (peer && peer->broken != RR_OK && peer->broken_at < gone) gone = peer->broken_at;
+  if (peer && peer->fenced && now_ns < gone) gone = now_ns;
   for (int s = 0; s < p->nstreams; s++)
     for (const sim_item *it = p->wire[e->side][s].head; it; it = it->next) {
-      /* A closed peer's host answers with resets, not acknowledgements. */
-      if (it->arrive <= now_ns && pair_flows(w, p) && (!p->closed_at[1 - e->side] || it->arrive < p->closed_at[1 - e->side])) {
+      if (it->arrive <= now_ns && pair_flows(w, p) && it->arrive < gone) {
         if (it->arrive > ack) ack = it->arrive;
       } else {
         unacked = 1;
