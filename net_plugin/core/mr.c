@@ -1,18 +1,19 @@
-/* Memory registration: every buffer NCCL registers on a connection is
- * registered at once on every NIC of that connection's rails (its failover
- * chain), so a failover registers and exchanges nothing: the receiver's
- * clear-to-sends already carry the buffer's key on every rail. */
+/* Memory registration: every buffer NCCL registers is registered at once on
+ * every NIC rerail pools — a superset of any connection's failover chain —
+ * so a failover registers and exchanges nothing (the receiver's
+ * clear-to-sends already carry the buffer's key on every rail), and the
+ * handle is valid on every connection (NCCL may share it: regIsGlobal).
+ * Transports cache registrations, so NCCL registering a buffer again costs
+ * no new registration. */
 #include "core_internal.h"
 #include "rr_log.h"
 
 #include <stdlib.h>
 
-static rr_engine *comm_engine(void *comm) {
-  if (!comm) return NULL;
+static int comm_is_ours(const void *comm) {
+  if (!comm) return 0;
   uint32_t magic = *(const uint32_t *)comm;
-  if (magic == RR_MAGIC_SEND) return &((rr_send_comm *)comm)->engine;
-  if (magic == RR_MAGIC_RECV) return &((rr_recv_comm *)comm)->engine;
-  return NULL;
+  return magic == RR_MAGIC_SEND || magic == RR_MAGIC_RECV;
 }
 
 static void mr_release(rr_mr *mr) {
@@ -27,8 +28,7 @@ static uint32_t mem_kind(int type) {
 
 static rr_status reg_on_rails(void *comm, void *data, size_t size, int type, int fd, uint64_t offset,
                               void **mhandle) {
-  rr_engine *e = comm_engine(comm);
-  if (!mhandle || !e) {
+  if (!mhandle || !comm_is_ours(comm)) {
     RR_WARN("regMr: not a rerail comm");
     return RR_ERR_INVALID;
   }
@@ -38,18 +38,15 @@ static rr_status reg_on_rails(void *comm, void *data, size_t size, int type, int
   mr->base = data;
   mr->size = size;
   mr->type = type;
-  /* The rails are fixed at connect; a reopened rail keeps its NIC. */
-  pthread_mutex_lock(&e->lock);
+  const rr_devices *d = rr_core_devices();
   rr_status st = RR_OK;
-  for (int i = 0; i < e->nrails && st == RR_OK; i++) {
-    rr_rail_dev *dev = e->rails[i].ep->dev;
-    if (mr->reg[dev->index]) continue;
-    st = dev->ops->reg_mr(dev, data, size, mem_kind(type), fd, offset, &mr->reg[dev->index]);
+  for (int i = 0; i < d->count && st == RR_OK; i++) {
+    rr_rail_dev *dev = d->rail[i];
+    st = dev->ops->reg_mr(dev, data, size, mem_kind(type), fd, offset, &mr->reg[i]);
     if (st != RR_OK)
       RR_WARN("regMr: %zu bytes of memory type %d on device %d (%s): %s", size, type, dev->index,
               dev->ops->name, rr_status_str(st));
   }
-  pthread_mutex_unlock(&e->lock);
   if (st != RR_OK) {
     mr_release(mr);
     return st;

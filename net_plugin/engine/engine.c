@@ -83,6 +83,8 @@ rr_status rr_engine_add_rail(rr_engine *e, rr_rail_ep *ep, int weight, const cha
                                     e->cfg.role == RR_ENGINE_SEND ? RR_TEL_TX : RR_TEL_RX);
   if (e->cfg.role == RR_ENGINE_SEND) ep->tel_tx = t;
   else ep->tel_rx = t;
+  /* Dashboards see the rail's state and counters from the first export. */
+  rr_tel_conn_rail_add(r->ifname, e->cfg.peer);
   return RR_OK;
 }
 

@@ -203,8 +203,12 @@ struct rr_engine {
   /* receiver */
   rr_recv_req rreq[RR_NET_MAX_REQUESTS];
   uint32_t recv_seq;        /* sequence number of the next irecv */
-  uint32_t ack_queue[RR_NET_MAX_REQUESTS]; /* acks that could not be posted yet */
+  /* Completed receives not yet acknowledged: at most one per receive slot
+   * (a slot is reposted only after its clear-to-send, which flushes them). */
+  uint32_t ack_queue[RR_NET_MAX_REQUESTS];
   uint32_t ack_head, ack_pending;
+  uint64_t ack_since_ns;    /* when the oldest of them completed */
+  int ack_flush;            /* the sender waits on one of them: acknowledge at once */
   uint32_t resume_recv_seq; /* recv_seq when the current rollback began */
   int resume_cursor;        /* next slot to announce after a rollback; -1 = none, 32 = END */
   int fail_notice_pending;  /* a FAIL message still has to be posted */

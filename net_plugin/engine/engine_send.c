@@ -263,7 +263,10 @@ rr_status engine_send_on_msg(rr_engine *e, int rail, const engine_msg *m) {
   case ENGINE_CTRL_CTS:
     return install_cts(e, rail, &m->u.cts);
   case ENGINE_CTRL_ACK:
-    on_ack(e, m->u.ack_seq); /* an ack for nothing outstanding is a repeat: harmless */
+    /* An ack for nothing outstanding is a repeat: harmless. */
+    on_ack(e, m->u.ack.seq);
+    for (uint32_t i = 0, more = m->u.ack.more; more; i++, more >>= 1)
+      if (more & 1) on_ack(e, m->u.ack.seq + 1 + i);
     return RR_OK;
   case ENGINE_CTRL_FAIL:
     /* The receiver's word: adopt its epoch first, then take its rails down.

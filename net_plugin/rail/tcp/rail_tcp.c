@@ -44,7 +44,8 @@
 #define QUIET_POLLS 16
 
 typedef struct tcp_tx {
-  tcp_frame_hdr hdr;
+  uint8_t wire[TCP_FRAME_BYTES]; /* the encoded header */
+  uint32_t len;               /* payload bytes behind it */
   const char *payload;
   uint32_t sent;              /* bytes of hdr+payload already handed to the kernel */
   int16_t ctrl_slot;          /* -1 for writes */
@@ -142,19 +143,21 @@ static rr_status tcp_post_write(rr_rail_ep *rep, const rr_write_wr *wr) {
   ep->next_stream++;
   tcp_tx *t = tx_push(s);
   if (!t) return RR_AGAIN;
-  t->hdr = (tcp_frame_hdr){.type = TCP_FRAME_WRITE,
-                           .fence = wr->fence,
-                           .len = (uint32_t)wr->len,
-                           .imm = wr->imm,
-                           .rkey = wr->rkey,
-                           .raddr = wr->remote_addr};
+  tcp_frame_hdr h = {.type = TCP_FRAME_WRITE,
+                     .fence = wr->fence,
+                     .len = (uint32_t)wr->len,
+                     .imm = wr->imm,
+                     .rkey = wr->rkey,
+                     .raddr = wr->remote_addr};
+  tcp_frame_encode(&h, t->wire);
+  t->len = h.len;
   t->payload = wr->local;
   t->sent = 0;
   t->ctrl_slot = -1;
   t->wr_id = wr->wr_id;
   t->post_ns = wr->post_ns;
   s->writes_queued++;
-  s->queued_bytes += sizeof t->hdr + wr->len;
+  s->queued_bytes += TCP_FRAME_BYTES + wr->len;
   return RR_OK;
 }
 
@@ -169,12 +172,14 @@ static rr_status tcp_post_ctrl(rr_rail_ep *rep, const void *msg, uint32_t len) {
   if (!t) return RR_AGAIN;
   int16_t slot = s->ctrl_free[--s->nctrl_free];
   memcpy(s->ctrl_buf[slot], msg, len);
-  t->hdr = (tcp_frame_hdr){.type = TCP_FRAME_CTRL, .len = len};
+  tcp_frame_hdr h = {.type = TCP_FRAME_CTRL, .len = len};
+  tcp_frame_encode(&h, t->wire);
+  t->len = len;
   t->payload = s->ctrl_buf[slot];
   t->sent = 0;
   t->ctrl_slot = slot;
   t->wr_id = 0;
-  s->queued_bytes += sizeof t->hdr + len;
+  s->queued_bytes += TCP_FRAME_BYTES + len;
   return RR_OK;
 }
 
@@ -190,12 +195,14 @@ static rr_status tcp_post_drain(rr_rail_ep *rep, uint32_t epoch) {
   for (int i = 0; i < ep->nstreams; i++) {
     tcp_stream *s = ep->streams[i];
     tcp_tx *t = tx_push(s);
-    t->hdr = (tcp_frame_hdr){.type = TCP_FRAME_DRAIN, .imm = epoch};
+    tcp_frame_hdr h = {.type = TCP_FRAME_DRAIN, .imm = epoch};
+    tcp_frame_encode(&h, t->wire);
+    t->len = 0;
     t->payload = NULL;
     t->sent = 0;
     t->ctrl_slot = -2; /* neither a write nor a control slot */
     t->wr_id = 0;
-    s->queued_bytes += sizeof t->hdr;
+    s->queued_bytes += TCP_FRAME_BYTES;
   }
   return RR_OK;
 }
@@ -210,14 +217,13 @@ static rr_status stream_transmit(tcp_ep *ep, tcp_stream *s) {
     for (uint32_t i = s->tx_head; i != s->tx_tail && niov + 2 <= IOV_BATCH; i++) {
       tcp_tx *t = &s->tx[i % TX_DEPTH];
       uint32_t off = t->sent;
-      if (off < sizeof t->hdr) {
-        iov[niov++] = (struct iovec){(char *)&t->hdr + off, sizeof t->hdr - off};
-        off = sizeof t->hdr;
+      if (off < TCP_FRAME_BYTES) {
+        iov[niov++] = (struct iovec){t->wire + off, TCP_FRAME_BYTES - off};
+        off = TCP_FRAME_BYTES;
       }
-      uint32_t poff = off - (uint32_t)sizeof t->hdr;
-      if (t->hdr.len > poff)
-        iov[niov++] = (struct iovec){(char *)t->payload + poff, t->hdr.len - poff};
-      attempted += sizeof t->hdr + t->hdr.len - t->sent;
+      uint32_t poff = off - TCP_FRAME_BYTES;
+      if (t->len > poff) iov[niov++] = (struct iovec){(char *)t->payload + poff, t->len - poff};
+      attempted += TCP_FRAME_BYTES + t->len - t->sent;
     }
     struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
     ssize_t n = sendmsg(s->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -233,7 +239,7 @@ static rr_status stream_transmit(tcp_ep *ep, tcp_stream *s) {
     s->queued_bytes -= (size_t)n;
     while (left > 0) {
       tcp_tx *t = &s->tx[s->tx_head % TX_DEPTH];
-      size_t frame = sizeof t->hdr + t->hdr.len;
+      size_t frame = TCP_FRAME_BYTES + t->len;
       size_t rest = frame - t->sent;
       if (left < rest) {
         t->sent += (uint32_t)left;
@@ -247,7 +253,7 @@ static rr_status stream_transmit(tcp_ep *ep, tcp_stream *s) {
         s->writes_queued--;
         if (ep->base.tel_tx) {
           if (!done_ns) done_ns = rr_now_ns();
-          rr_tel_record(ep->base.tel_tx, t->post_ns, done_ns, t->hdr.len);
+          rr_tel_record(ep->base.tel_tx, t->post_ns, done_ns, t->len);
         }
         rr_status st = ep->base.events->on_write_done(&ep->base, t->wr_id);
         if (st != RR_OK) return ep_fail(ep, st, "write completion rejected", 0);
@@ -282,23 +288,23 @@ static rr_status stream_drain(tcp_ep *ep, tcp_stream *s, uint32_t epoch) {
 static rr_status parse_staging(tcp_ep *ep, tcp_stream *s) {
   for (;;) {
     uint32_t avail = s->stage_len - s->stage_off;
-    if (avail < sizeof(tcp_frame_hdr)) return RR_AGAIN;
+    if (avail < TCP_FRAME_BYTES) return RR_AGAIN;
     tcp_frame_hdr h;
-    memcpy(&h, s->staging + s->stage_off, sizeof h);
-    const char *body = s->staging + s->stage_off + sizeof h;
-    uint32_t body_avail = avail - (uint32_t)sizeof h;
+    tcp_frame_decode((const uint8_t *)s->staging + s->stage_off, &h);
+    const char *body = s->staging + s->stage_off + TCP_FRAME_BYTES;
+    uint32_t body_avail = avail - TCP_FRAME_BYTES;
     if (h.flags) return ep_fail(ep, RR_ERR_PROTOCOL, "a frame with unknown flags", 0);
     if (h.type == TCP_FRAME_CTRL) {
       if (h.len > RR_RAIL_CTRL_MAX) return ep_fail(ep, RR_ERR_PROTOCOL, "an oversized control frame", 0);
       if (body_avail < h.len) return RR_AGAIN;
-      s->stage_off += (uint32_t)sizeof h + h.len;
+      s->stage_off += TCP_FRAME_BYTES + h.len;
       rr_status st = ep->base.events->on_ctrl(&ep->base, body, h.len);
       if (st != RR_OK) return ep_fail(ep, st, "control message rejected by the engine", 0);
       continue;
     }
     if (h.type == TCP_FRAME_DRAIN) {
       if (h.len) return ep_fail(ep, RR_ERR_PROTOCOL, "a drain marker with a payload", 0);
-      s->stage_off += (uint32_t)sizeof h;
+      s->stage_off += TCP_FRAME_BYTES;
       rr_status st = stream_drain(ep, s, h.imm);
       if (st != RR_OK) return st;
       continue;
@@ -313,7 +319,7 @@ static rr_status parse_staging(tcp_ep *ep, tcp_stream *s) {
     if (st != RR_OK) return ep_fail(ep, st, "write refused by the engine", 0);
     uint32_t now = body_avail < h.len ? body_avail : h.len;
     if (!dstp) {
-      s->stage_off += (uint32_t)sizeof h + now;
+      s->stage_off += TCP_FRAME_BYTES + now;
       if (now == h.len) continue;
       s->rx = RX_SINK;
       s->direct_left = h.len - now;
@@ -321,7 +327,7 @@ static rr_status parse_staging(tcp_ep *ep, tcp_stream *s) {
     }
     char *dst = dstp;
     if (now) memcpy(dst, body, now);
-    s->stage_off += (uint32_t)sizeof h + now;
+    s->stage_off += TCP_FRAME_BYTES + now;
     uint64_t start = ep->last_rx_ns;
     if (now == h.len) {
       st = deliver_write(ep, &wh, start);
@@ -433,7 +439,7 @@ static void tcp_fence(rr_rail_ep *rep) {
     if (keep != s->tx_tail && s->tx[keep % TX_DEPTH].sent > 0) keep++;
     for (uint32_t j = keep; j != s->tx_tail; j++) {
       tcp_tx *t = &s->tx[j % TX_DEPTH];
-      s->queued_bytes -= sizeof t->hdr + t->hdr.len - t->sent;
+      s->queued_bytes -= TCP_FRAME_BYTES + t->len - t->sent;
       if (t->ctrl_slot >= 0) s->ctrl_free[s->nctrl_free++] = t->ctrl_slot;
       else if (t->ctrl_slot == -1) s->writes_queued--;
     }
