@@ -206,5 +206,7 @@ uint64_t sim_traffic_last_progress(sim_world *w);
 /* Whether [p, p+len) lies inside a receive posted and not yet reaped. */
 int sim_traffic_landing_ok(sim_world *w, const void *p, size_t len);
 void sim_traffic_summary(sim_world *w, char *buf, size_t len);
+/* For the trace: which receive buffer p falls in, and whose it is now. */
+void sim_traffic_where(sim_world *w, const void *p, char *buf, size_t len);
 
 #endif

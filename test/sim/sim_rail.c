@@ -97,7 +97,7 @@ static const char *ctrl_str(char *buf, size_t n, const void *msg, uint32_t len) 
   }
   const char *name = m.type < ENGINE_CTRL_NTYPES ? names[m.type] : "?";
   switch (m.type) {
-  case ENGINE_CTRL_ACK: snprintf(buf, n, "ACK seq %u", m.u.ack_seq); break;
+  case ENGINE_CTRL_ACK: snprintf(buf, n, "ACK seq %u mask 0x%x", m.u.ack.seq, m.u.ack.more); break;
   case ENGINE_CTRL_FAIL: snprintf(buf, n, "FAIL e%u down 0x%x", m.u.fail.epoch, m.u.fail.down_mask); break;
   case ENGINE_CTRL_RESUME_END:
     snprintf(buf, n, "RESUME_END e%u recv_seq %u slots 0x%x", m.u.end.epoch, m.u.end.recv_seq, m.u.end.slot_mask);
@@ -396,6 +396,11 @@ static void complete_to_writer(sim_pair *p, int writer, uint64_t wr_id) {
 /* Land bytes [from, to) of write `it` at dst. */
 static int land(sim_world *w, sim_ep *e, sim_item *it, char *dst, uint32_t from, uint32_t to) {
   if (to <= from) return 1;
+  if (w->verbose) {
+    char b[128];
+    sim_traffic_where(w, dst + from, b, sizeof b);
+    sim_trace(w, "rail%d pair%u: bytes %u..%u land at %s", e->pair->rail, e->pair->id, from, to, b);
+  }
   if (!sim_traffic_landing_ok(w, dst + from, to - from)) {
     sim_fail(w, "rail%d pair%u: a write (imm 0x%08x, %u bytes, fence %u) landed outside every posted receive",
              e->pair->rail, e->pair->id, it->hdr.imm, it->hdr.len, it->hdr.fence);

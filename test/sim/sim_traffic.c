@@ -388,6 +388,24 @@ int sim_traffic_landing_ok(sim_world *w, const void *p, size_t len) {
   return 0;
 }
 
+void sim_traffic_where(sim_world *w, const void *p, char *buf, size_t len) {
+  (void)w;
+  const char *a = p;
+  if (a < recv_arena || a >= recv_arena + (size_t)RECV_BUFS * MAX_POSTED) {
+    snprintf(buf, len, "outside the receive buffers");
+    return;
+  }
+  int idx = (int)((size_t)(a - recv_arena) / MAX_POSTED);
+  size_t off = (size_t)(a - recv_arena) % MAX_POSTED;
+  for (int i = 0; i < T.nmsgs; i++)
+    if (T.m[i].rbuf == idx) {
+      snprintf(buf, len, "rbuf %d +%zu (message %d, group %d, %zu of %zu bytes posted)", idx, off, i, T.m[i].group,
+               T.m[i].size, T.m[i].posted);
+      return;
+    }
+  snprintf(buf, len, "rbuf %d +%zu (free)", idx, off);
+}
+
 void sim_traffic_summary(sim_world *w, char *buf, size_t len) {
   (void)w;
   snprintf(buf, len, "%d/%d messages sent, %d/%d groups received (%d sends, %d receives outstanding)", T.sent,
