@@ -23,6 +23,7 @@
 #define SIM_RECV 1
 #define SIM_MS 1000000ull
 #define SIM_US 1000ull
+#define SIM_START_NS (1000 * SIM_MS) /* virtual time at the start of a seed */
 #define SIM_CHUNK 4096 /* small chunks: messages have many of them */
 #define SIM_DEV_BASE_RECV 8 /* receiver devices are 8.., so the two ends' NIC states stay apart */
 
@@ -175,6 +176,15 @@ void sim_event_add(sim_world *w, uint64_t at, int kind, int rail, uint64_t arg, 
 int sim_fault_ok(sim_world *w, int r, uint64_t start, uint64_t end, int permanent);
 /* How long a break keeps a rail unusable (detection and reconnect). */
 uint64_t sim_loss_span(sim_world *w);
+
+/* sim_faults.c */
+void sim_schedule_faults(sim_world *w);
+void sim_run_event(sim_world *w, const sim_event *ev);
+/* After a new rollback during the chaos window, maybe flap a rail. */
+void sim_maybe_flap(sim_world *w);
+void sim_nic_set(sim_world *w, int side, int rail, int down);
+/* The sender's cfg.reconnect. */
+rr_status sim_reconnect(void *arg, int rail, rr_rail_ep **out);
 
 /* sim_rail.c */
 extern const rr_rail_ops sim_rail_ops;
