@@ -7,8 +7,10 @@
  *                  endpoint pairs whose items travel per-stream FIFOs
  *   sim_traffic.c  NCCL's proxy pattern on both ends, and every check on the
  *                  bytes (checksummed payloads, canaries, scribbled buffers)
- *   sim_main.c     the seed's choices, the fault schedule, the scheduler loop
- *                  and the command line */
+ *   sim_faults.c   the seed's fault schedule, the events that carry it out,
+ *                  and the sender's reconnects
+ *   sim_main.c     the seed's choices, the scheduler loop, the end-of-seed
+ *                  checks and the command line */
 #ifndef RERAIL_SIM_H
 #define RERAIL_SIM_H
 #include <stddef.h>
