@@ -143,7 +143,8 @@ typedef struct sim_world {
   unsigned dup_pm, delay_pm, split_pm, midfence_pm; /* per-mille fault rates */
   unsigned garble_pm;           /* control messages garbled in flight (reserved header bits set) */
   uint64_t garbled;             /* garbled messages sent: the violations they may cause */
-  uint64_t delay_max_ns;        /* the longest extra delay of a control message */
+  unsigned wdelay_pm;           /* writes delayed in flight (whatever follows on their stream waits) */
+  uint64_t delay_max_ns;        /* the longest extra delay of a control message or write */
   int reconnect;                /* the sender reopens failed rails */
   uint64_t chaos_end_ns;
   int expect_error;             /* peer death or all paths down */

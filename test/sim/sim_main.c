@@ -91,7 +91,7 @@ extern void __asan_set_death_callback(void (*cb)(void)) __attribute__((weak));
 
 static const uint64_t DELTAS[] = {20 * SIM_MS, 50 * SIM_MS, 100 * SIM_MS, 200 * SIM_MS};
 static const uint64_t HOLDS[] = {0, 5 * SIM_MS, 20 * SIM_MS, 100 * SIM_MS};
-static const unsigned DUPS[] = {0, 5, 50}, DELAYS[] = {0, 20, 200}, SPLITS[] = {0, 50, 300},
+static const unsigned DUPS[] = {0, 5, 50}, DELAYS[] = {0, 20, 200}, WDELAYS[] = {0, 0, 5, 50}, SPLITS[] = {0, 50, 300},
                       MIDFENCES[] = {0, 100, 500}, GARBLES[] = {0, 0, 0, 2, 20};
 #define PICK(arr) (arr)[sim_below(&w->rng, sizeof(arr) / sizeof *(arr))]
 
@@ -117,6 +117,7 @@ static void setup(sim_world *w, uint64_t seed, int verbose) {
   w->dup_pm = PICK(DUPS);
   w->garble_pm = PICK(GARBLES);
   w->delay_pm = PICK(DELAYS);
+  w->wdelay_pm = PICK(WDELAYS);
   w->split_pm = PICK(SPLITS);
   w->midfence_pm = PICK(MIDFENCES);
   /* A verbs rail marked down is fenced, i.e. its QP is gone: without
@@ -169,12 +170,12 @@ static void setup(sim_world *w, uint64_t seed, int verbose) {
     for (int r = 0; r < w->nrails; r++)
       printf(" %s/%d stream(s)/%llu us", w->kind[r] == SIM_TCP ? "tcp" : "verbs", w->nstreams[r],
              (unsigned long long)(w->lat_ns[r] / SIM_US));
-    printf("; %s, delta %llu ms, hold %llu ms, reconnect %s, queue %u, dup %u, delay %u, split %u, "
-           "midfence %u, garble %u per mille; chaos until %llu ms%s\n",
+    printf("; %s, delta %llu ms, hold %llu ms, reconnect %s, queue %u; per mille: dup %u, delay %u (writes %u), "
+           "split %u, midfence %u, garble %u; chaos until %llu ms\n",
            cfg.failover_mode == RR_FAILOVER_BALANCE ? "balance" : "chain",
            (unsigned long long)(cfg.progress_timeout_ns / SIM_MS), (unsigned long long)(cfg.failback_hold_ns / SIM_MS),
-           w->reconnect ? "on" : "off", w->sq_depth, w->dup_pm, w->delay_pm, w->split_pm, w->midfence_pm, w->garble_pm,
-           (unsigned long long)((w->chaos_end_ns - SIM_START_NS) / SIM_MS), "");
+           w->reconnect ? "on" : "off", w->sq_depth, w->dup_pm, w->delay_pm, w->wdelay_pm, w->split_pm,
+           w->midfence_pm, w->garble_pm, (unsigned long long)((w->chaos_end_ns - SIM_START_NS) / SIM_MS));
   }
   sim_schedule_faults(w);
 }

@@ -354,7 +354,8 @@ static rr_status transmit(sim_ep *e) {
     } else {
       uint64_t at = sim_now_ns + w->lat_ns[r] + sim_below(&w->rng, w->jitter_ns[r] + 1);
       /* Delayed, but not so long that the rail looks dead (that is a fault of its own). */
-      if (it->type == 'C' && sim_chance(&w->rng, w->delay_pm)) at += sim_below(&w->rng, w->delay_max_ns + 1);
+      if (it->type != 'D' && sim_chance(&w->rng, it->type == 'C' ? w->delay_pm : w->wdelay_pm))
+        at += sim_below(&w->rng, w->delay_max_ns + 1);
       uint64_t *last = &p->last_arrive[e->side][it->stream];
       it->arrive = at > *last ? at : *last;
       *last = it->arrive;
