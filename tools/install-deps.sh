@@ -7,7 +7,8 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 pkgs=(build-essential cmake pkg-config libcmocka-dev libnuma-dev libibverbs-dev
-      iproute2 nftables iputils-ping procps python3 prometheus-node-exporter prometheus curl)
+      iproute2 nftables iputils-ping procps python3 prometheus-node-exporter prometheus curl
+      clang-14 libclang-rt-14-dev) # clang and libFuzzer: test/fuzz/
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
