@@ -573,6 +573,9 @@ static rr_status sim_progress(rr_rail_ep *rep) {
   sim_world *w = ep_world(e);
   sim_pair *p = e->pair;
   int from = 1 - e->side;
+  /* A fenced QP reports nothing more (its flushed requests are the engine's
+   * to replay); only posting on it fails. */
+  if (e->fenced && (e->broken == RR_OK || sim_now_ns < e->broken_at)) return RR_OK;
   rr_status st = ep_status(e);
   if (st != RR_OK) return st;
   /* A verbs path down past the retry limit with something in flight: the
