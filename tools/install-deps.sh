@@ -8,7 +8,11 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 pkgs=(build-essential cmake pkg-config libcmocka-dev libnuma-dev libibverbs-dev
       iproute2 nftables iputils-ping procps python3 prometheus-node-exporter prometheus curl
-      clang-14 libclang-rt-14-dev) # clang and libFuzzer: test/fuzz/
+      # clang and libFuzzer: test/fuzz/
+      clang-14 libclang-rt-14-dev
+      # Soft-RoCE lab (test/lab/rxe): QEMU, a static busybox, kmod's depmod, rdma-core's tools
+      qemu-system-x86 busybox-static kmod cpio xz-utils rdma-core ibverbs-utils ibverbs-providers
+      perftest)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -136,6 +136,8 @@ rr_status engine_recv_write(rr_engine *e, int rail, const rr_write_hdr *h) {
   return RR_OK;
 }
 
+void engine_recv_check_landed(rr_engine *e) { complete_landed(e); }
+
 rr_status engine_recv_on_drain(rr_engine *e, int rail, uint32_t epoch) {
   if (epoch == e->epoch && e->rails[rail].need_drain) {
     e->rails[rail].need_drain = 0;
