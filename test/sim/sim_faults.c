@@ -133,10 +133,13 @@ uint64_t sim_loss_span(sim_world *w) {
 }
 
 /* One rail, and the engine cannot yet survive an outage that only one end
- * notices (SIM_FINDINGS A: the receiver waits for a reopen that only the
- * sender starts, and has no rail to ask for it): single-rail seeds keep to
- * outages both ends see (breaks) or neither does (shorter than δ/2, no NIC
- * report), unless --one-sided-single-rail asks for them. */
+ * notices: a TCP receiver whose only rail blipped (its NIC reported the link
+ * down for a millisecond, or the path went quiet for δ while only it was
+ * busy) waits for a fresh endpoint that only the sender opens, and has no
+ * rail left to ask for it on; the connection fails after δ + 600 ms with the
+ * path working. Single-rail seeds keep to outages both ends see (breaks) or
+ * neither does (shorter than δ/2, no NIC report), unless
+ * --one-sided-single-rail asks for them. */
 static int one_sided_barred(const sim_world *w) { return w->nrails == 1 && !w->one_sided_single_rail; }
 
 static void schedule_flaps(sim_world *w, int r, uint64_t t) {
