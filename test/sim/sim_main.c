@@ -1,0 +1,407 @@
+/* rerail-sim: the real transfer engine, sender and receiver, over the
+ * in-memory rail, driven by a seeded scheduler on virtual time.
+ *
+ * A seed chooses everything: rails (1..4, TCP-like, verbs-like or mixed,
+ * latencies), engine settings (chain or balance, δ, fail-back hold,
+ * reconnects), the traffic, and the faults: paths down (with or without the
+ * NIC saying so, the endpoints breaking at both ends or waiting like TCP),
+ * pairs going silent with everything in flight lost, stalls, flapping during
+ * rollbacks, a rail failing while a write is half landed, control messages
+ * delayed and duplicated across rails, and in some seeds the peer's death or
+ * every path down for good. Normal seeds keep one rail usable at any time
+ * (with a margin for detection and recovery); they must deliver every
+ * message exactly once and intact, with no stretch of time without progress.
+ * Fatal seeds must end in a clean error (peer or rail) at every end that
+ * waits on the network, within the engine's bound.
+ *
+ *   rerail-sim [--seeds N] [--first S] [--max-failures K]
+ *   rerail-sim --seed S --verbose      replay one seed with its event trace
+ *   --one-sided-single-rail            also give single-rail seeds outages only one
+ *                                      end notices (off: the engine cannot survive
+ *                                      them yet, see sim_faults.c) */
+#include "sim.h"
+
+#include "rr_log.h"
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+uint64_t sim_now_ns;
+static sim_world W;
+static volatile uint64_t current_seed;
+
+
+/* ------------------------------------------------------------- output */
+
+void sim_trace(sim_world *w, const char *fmt, ...) {
+  if (!w->verbose) return;
+  va_list ap;
+  va_start(ap, fmt);
+  printf("[%11.6f ms] ", (double)(sim_now_ns - SIM_START_NS) / 1e6);
+  vprintf(fmt, ap);
+  putchar('\n');
+  va_end(ap);
+}
+
+void sim_fail(sim_world *w, const char *fmt, ...) {
+  if (w->failed) return;
+  w->failed = 1;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = snprintf(w->fail_why, sizeof w->fail_why, "at %.3f ms: ", (double)(sim_now_ns - SIM_START_NS) / 1e6);
+  vsnprintf(w->fail_why + n, sizeof w->fail_why - (size_t)n, fmt, ap);
+  va_end(ap);
+  sim_trace(w, "FAIL: %s", w->fail_why);
+}
+
+/* The engine's own log, on the same timeline (verbose only). */
+static void sim_logger(int level, unsigned long flags, const char *file, int line, const char *fmt, ...) {
+  (void)flags;
+  (void)file;
+  (void)line;
+  if (!W.verbose) return;
+  va_list ap;
+  va_start(ap, fmt);
+  printf("[%11.6f ms] %s ", (double)(sim_now_ns - SIM_START_NS) / 1e6,
+         level == RR_LOG_WARN ? "WARN" : level == RR_LOG_INFO ? "INFO" : "TRACE");
+  vprintf(fmt, ap);
+  putchar('\n');
+  va_end(ap);
+}
+
+static void say_seed(const char *what) {
+  char buf[160];
+  int n = snprintf(buf, sizeof buf, "\nrerail-sim: seed %llu %s; replay: rerail-sim --seed %llu --verbose\n",
+                   (unsigned long long)current_seed, what, (unsigned long long)current_seed);
+  if (n > 0) (void)!write(2, buf, (size_t)n);
+}
+
+static void on_signal(int sig) {
+  say_seed(sig == SIGALRM ? "ran too long (wall clock)" : "crashed");
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+static void on_sanitizer_death(void) { say_seed("failed a sanitizer check"); }
+extern void __asan_set_death_callback(void (*cb)(void)) __attribute__((weak));
+
+/* ------------------------------------------------------------ one seed */
+
+static const uint64_t DELTAS[] = {20 * SIM_MS, 50 * SIM_MS, 100 * SIM_MS, 200 * SIM_MS};
+static const uint64_t HOLDS[] = {0, 5 * SIM_MS, 20 * SIM_MS, 100 * SIM_MS};
+static const unsigned DUPS[] = {0, 5, 50}, DELAYS[] = {0, 20, 200}, WDELAYS[] = {0, 0, 5, 50}, SPLITS[] = {0, 50, 300},
+                      MIDFENCES[] = {0, 100, 500}, GARBLES[] = {0, 0, 0, 2, 20};
+#define PICK(arr) (arr)[sim_below(&w->rng, sizeof(arr) / sizeof *(arr))]
+
+static int one_sided_single_rail;
+
+static void setup(sim_world *w, uint64_t seed, int verbose) {
+  memset(w, 0, sizeof *w); /* the engines too: rr_engine_init expects nothing of them */
+  w->one_sided_single_rail = one_sided_single_rail;
+  w->seed = seed;
+  w->verbose = verbose;
+  sim_rng_seed(&w->rng, seed);
+  sim_now_ns = SIM_START_NS;
+  sim_rng *g = &w->rng;
+  unsigned c = (unsigned)sim_below(g, 100);
+  w->nrails = c < 15 ? 1 : c < 60 ? 2 : c < 85 ? 3 : 4;
+  unsigned mix = (unsigned)sim_below(g, 100);
+  for (int r = 0; r < w->nrails; r++) {
+    w->kind[r] = mix < 45 ? SIM_TCP : mix < 85 ? SIM_VERBS : (int)sim_below(g, 2);
+    w->nstreams[r] = w->kind[r] == SIM_TCP ? (int)sim_range(g, 1, SIM_MAX_STREAMS) : 1;
+    w->lat_ns[r] = sim_range(g, 2, 100) * SIM_US;
+    w->jitter_ns[r] = sim_below(g, w->lat_ns[r]);
+    w->path[r].up = 1;
+    w->reconnect_wait[r] = -1;
+  }
+  w->sq_depth = (uint32_t)sim_range(g, 2, 64);
+  w->dup_pm = PICK(DUPS);
+  w->garble_pm = PICK(GARBLES);
+  w->delay_pm = PICK(DELAYS);
+  w->wdelay_pm = PICK(WDELAYS);
+  w->split_pm = PICK(SPLITS);
+  w->midfence_pm = PICK(MIDFENCES);
+  /* A verbs rail marked down is fenced, i.e. its QP is gone: without
+   * reconnects it could never come back. Seeds without reconnects (the
+   * listener full) are all-TCP. */
+  int verbs = 0;
+  for (int r = 0; r < w->nrails; r++) verbs |= w->kind[r] == SIM_VERBS;
+  w->reconnect = verbs || sim_chance(g, 700);
+  rr_engine_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.chunk_size = SIM_CHUNK;
+  cfg.failover_mode = sim_chance(g, 300) ? RR_FAILOVER_BALANCE : RR_FAILOVER_CHAIN;
+  cfg.progress_timeout_ns = PICK(DELTAS);
+  cfg.failback_hold_ns = PICK(HOLDS);
+  cfg.reopens = w->reconnect;
+  w->verbs_retry_ns = sim_range(g, 5 * SIM_MS, 2 * cfg.progress_timeout_ns);
+  w->delay_max_ns = cfg.progress_timeout_ns / 4 < 20 * SIM_MS ? cfg.progress_timeout_ns / 4 : 20 * SIM_MS;
+  w->chaos_end_ns = SIM_START_NS + sim_range(g, 30 * SIM_MS, 1500 * SIM_MS);
+  for (int side = 0; side < 2; side++) {
+    rr_engine_config c2 = cfg;
+    c2.role = side == SIM_SEND ? RR_ENGINE_SEND : RR_ENGINE_RECV;
+    snprintf(c2.peer, sizeof c2.peer, "%s", side == SIM_SEND ? "sim-receiver" : "sim-sender");
+    if (side == SIM_SEND && w->reconnect) {
+      c2.reconnect = sim_reconnect;
+      c2.reconnect_arg = w;
+    }
+    if (rr_engine_init(&w->eng[side], &c2) != RR_OK) abort();
+    w->eng_live[side] = 1;
+    if (atomic_load(&w->eng[side].last_progress_ns) != sim_now_ns) {
+      fprintf(stderr, "rerail-sim: the engine does not run on the simulation's clock (include order)\n");
+      exit(2);
+    }
+    for (int r = 0; r < w->nrails; r++) w->dev[side][r] = sim_dev_open(w, side, r, w->kind[r]);
+  }
+  for (int r = 0; r < w->nrails; r++) {
+    sim_pair *p = sim_pair_new(w, r);
+    int weight = (int)sim_range(g, 1, 4) * 10000;
+    char ifn[16], peer[32];
+    for (int side = 0; side < 2; side++) {
+      snprintf(ifn, sizeof ifn, "sim%c%d", side == SIM_SEND ? 'S' : 'R', r);
+      snprintf(peer, sizeof peer, "10.0.%d.%d", r, side == SIM_SEND ? 2 : 1);
+      p->ep[side]->attached = 1;
+      if (rr_engine_add_rail(&w->eng[side], &p->ep[side]->base, weight, ifn, peer) != RR_OK) abort();
+    }
+  }
+  sim_traffic_init(w);
+  sim_traffic_setup_mrs(w);
+  if (verbose) {
+    printf("seed %llu: %d rail(s):", (unsigned long long)seed, w->nrails);
+    for (int r = 0; r < w->nrails; r++)
+      printf(" %s/%d stream(s)/%llu us", w->kind[r] == SIM_TCP ? "tcp" : "verbs", w->nstreams[r],
+             (unsigned long long)(w->lat_ns[r] / SIM_US));
+    printf("; %s, delta %llu ms, hold %llu ms, reconnect %s, queue %u; per mille: dup %u, delay %u (writes %u), "
+           "split %u, midfence %u, garble %u; chaos until %llu ms\n",
+           cfg.failover_mode == RR_FAILOVER_BALANCE ? "balance" : "chain",
+           (unsigned long long)(cfg.progress_timeout_ns / SIM_MS), (unsigned long long)(cfg.failback_hold_ns / SIM_MS),
+           w->reconnect ? "on" : "off", w->sq_depth, w->dup_pm, w->delay_pm, w->wdelay_pm, w->split_pm,
+           w->midfence_pm, w->garble_pm, (unsigned long long)((w->chaos_end_ns - SIM_START_NS) / SIM_MS));
+  }
+  sim_schedule_faults(w);
+}
+
+static void teardown(sim_world *w) {
+  for (int side = 0; side < 2; side++) {
+    w->st.violations += w->eng[side].stats.violations;
+    if (w->eng_live[side]) rr_engine_fini(&w->eng[side]);
+    w->eng_live[side] = 0;
+  }
+  w->st.rollbacks += w->eng[SIM_RECV].stats.rollbacks;
+  sim_traffic_free_mrs(w);
+  sim_pairs_free(w);
+  for (int side = 0; side < 2; side++)
+    for (int r = 0; r < w->nrails; r++) {
+      sim_nic_set(w, side, r, 0);
+      sim_dev_close(w->dev[side][r]);
+      w->dev[side][r] = NULL;
+    }
+  w->nev = 0;
+}
+
+static int any_path_up(const sim_world *w) {
+  for (int r = 0; r < w->nrails; r++)
+    if (w->path[r].up) return 1;
+  return 0;
+}
+
+/* Whether a fatal seed has played out: every live end that waits on the
+ * network either finished or got its error (an end with nothing posted
+ * that only polls for a clear-to-send may wait on: NCCL would abort it
+ * when the other end reports the error). */
+static int fatal_settled(sim_world *w) {
+  for (int side = 0; side < 2; side++) {
+    if (w->dead[side] || sim_traffic_errored(w, side) || !sim_traffic_busy(w, side)) continue;
+    if (sim_traffic_outstanding(w, side) > 0) return 0;
+    int other = 1 - side;
+    if (!w->dead[other] && !sim_traffic_errored(w, other) && sim_traffic_busy(w, other)) return 0;
+  }
+  return 1;
+}
+
+static void dump_engines(sim_world *w);
+
+static void run(sim_world *w) {
+  uint64_t delta = w->eng[SIM_SEND].cfg.progress_timeout_ns;
+  uint64_t hang_bound = 2000 * SIM_MS + 10 * delta;
+  uint64_t settle = 2 * delta + 50 * SIM_MS, settled_at = 0;
+  uint64_t last_fault = SIM_START_NS;
+  uint64_t limit = w->chaos_end_ns + 60000 * SIM_MS;
+  while (!w->failed) {
+    while (w->nev && w->ev[0].at <= sim_now_ns) {
+      sim_event ev = w->ev[0];
+      memmove(w->ev, w->ev + 1, (size_t)--w->nev * sizeof *w->ev);
+      if (ev.kind != SIM_EV_REPLACE) last_fault = sim_now_ns;
+      sim_run_event(w, &ev);
+    }
+    sim_maybe_flap(w);
+    unsigned a = (unsigned)sim_below(&w->rng, 100);
+    if (a < 42) sim_traffic_step(w, SIM_SEND);
+    else if (a < 84) sim_traffic_step(w, SIM_RECV);
+    else if (a < 92) {
+      if (!w->dead[SIM_SEND]) rr_engine_background(&w->eng[SIM_SEND], sim_now_ns);
+    } else if (!w->dead[SIM_RECV]) {
+      rr_engine_background(&w->eng[SIM_RECV], sim_now_ns);
+    }
+    w->st.steps++;
+    if (w->failed) break;
+    if (sim_traffic_done(w)) {
+      if (!settled_at) settled_at = sim_now_ns;
+      if (sim_now_ns >= settled_at + settle) break; /* late writes had their chance to land */
+    } else if (w->expect_error && sim_now_ns >= w->error_at_ns) {
+      if (fatal_settled(w)) break;
+      if (sim_now_ns > w->error_at_ns + delta + 1100 * SIM_MS) {
+        char s[160];
+        sim_traffic_summary(w, s, sizeof s);
+        sim_fail(w, "no clean error %.0f ms after the fatal fault (%s)", (double)(sim_now_ns - w->error_at_ns) / 1e6,
+                 s);
+      }
+    } else {
+      uint64_t since = sim_traffic_last_progress(w) > last_fault ? sim_traffic_last_progress(w) : last_fault;
+      if (any_path_up(w) && sim_now_ns - since > hang_bound) {
+        char s[160];
+        sim_traffic_summary(w, s, sizeof s);
+        sim_fail(w, "no progress for %.0f ms with a path up (%s)", (double)(sim_now_ns - since) / 1e6, s);
+      }
+    }
+    if (sim_now_ns > limit) sim_fail(w, "the run did not end in virtual time");
+    /* Small steps while anything moves; when nothing does, jump towards the
+     * next arrival or event (the engine's ticks are 1 ms apart anyway). */
+    uint64_t dt;
+    if (w->activity) {
+      dt = sim_range(&w->rng, 1, 30) * SIM_US;
+    } else {
+      uint64_t next = sim_next_arrival(w);
+      if (w->nev && w->ev[0].at < next) next = w->ev[0].at;
+      dt = sim_range(&w->rng, 100, 2000) * SIM_US;
+      if (next > sim_now_ns && next - sim_now_ns < dt) dt = next - sim_now_ns;
+      if (dt == 0) dt = SIM_US;
+    }
+    w->activity = 0;
+    sim_now_ns += dt;
+  }
+  w->st.vtime_ms += (sim_now_ns - SIM_START_NS) / SIM_MS;
+  if (w->failed && w->verbose) dump_engines(w);
+  if (!w->failed) {
+    /* Honest peers never break the protocol: every violation must be one
+     * of the frames the sim garbled. */
+    uint64_t v = w->eng[0].stats.violations + w->eng[1].stats.violations;
+    if (v > w->garbled)
+      sim_fail(w, "honest peers broke the protocol %llu time(s) (%llu frames garbled): %s / %s", (unsigned long long)v,
+               (unsigned long long)w->garbled, w->eng[SIM_SEND].violation_why, w->eng[SIM_RECV].violation_why);
+  }
+}
+
+/* On a failure in verbose mode: what both engines hold, to read with the trace. */
+static void dump_engines(sim_world *w) {
+  for (int side = 0; side < 2; side++) {
+    rr_engine *e = &w->eng[side];
+    printf("%s engine: epoch %u, failed %d (%s), resume_wait %d, fail_notice_pending %d, resume_cursor %d\n",
+           side == SIM_SEND ? "sender" : "receiver", e->epoch, e->failed, e->failed_why, e->resume_wait,
+           e->fail_notice_pending, e->resume_cursor);
+    for (int r = 0; r < e->nrails; r++)
+      printf("  rail%d: state %d need_drain %d drain_posted %u backlog %zu why '%s'\n", r, e->rails[r].state,
+             e->rails[r].need_drain, e->rails[r].drain_posted, e->rails[r].ep->ops->backlog(e->rails[r].ep),
+             e->rails[r].why);
+    if (side == SIM_RECV) {
+      for (int i = 0; i < RR_NET_MAX_REQUESTS; i++) {
+        rr_recv_req *r = &e->rreq[i];
+        if (!r->in_use) continue;
+        printf("  recv slot %d seq %u: complete %d landed %d subs_done %d/%d:", i, r->seq, r->complete, r->landed,
+               r->subs_done, r->n);
+        for (int k = 0; k < r->n; k++)
+          printf(" [prefix %u high %u expected %u max %u]", r->sub[k].prefix, r->sub[k].high, r->sub[k].expected,
+                 r->sub[k].max_chunks);
+        printf("\n");
+      }
+    } else {
+      printf("  fifo %u..%u post %u, send_seq %u\n", e->fifo_head, e->fifo_tail, e->fifo_post, e->send_seq);
+      for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
+        rr_send_req *r = &e->sreq[e->fifo[i % RR_SEND_POOL]];
+        printf("  send seq %u sub %u: nchunks %u posted %u transmitted %u acked %d rail %d resumed %d/e%u\n", r->seq,
+               r->sub, r->nchunks, r->posted, r->transmitted, r->acked, r->rail, r->resumed, r->resumed_epoch);
+      }
+    }
+  }
+}
+
+/* ----------------------------------------------------------------- main */
+
+static void usage(void) {
+  fprintf(stderr, "usage: rerail-sim [--seeds N] [--first S] [--max-failures K] [--seed S --verbose]\n"
+                  "                  [--one-sided-single-rail]\n");
+  exit(2);
+}
+
+int main(int argc, char **argv) {
+  uint64_t first = 1, count = 1000;
+  int verbose = 0, max_fail = 10;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--seeds") && i + 1 < argc) count = strtoull(argv[++i], NULL, 0);
+    else if (!strcmp(argv[i], "--first") && i + 1 < argc) first = strtoull(argv[++i], NULL, 0);
+    else if (!strcmp(argv[i], "--seed") && i + 1 < argc) first = strtoull(argv[++i], NULL, 0), count = 1;
+    else if (!strcmp(argv[i], "--verbose")) verbose = 1;
+    else if (!strcmp(argv[i], "--one-sided-single-rail")) one_sided_single_rail = 1;
+    else if (!strcmp(argv[i], "--max-failures") && i + 1 < argc) max_fail = atoi(argv[++i]);
+    else usage();
+  }
+  /* Telemetry off; the engine's log goes through the sim's logger. */
+  unsetenv("RERAIL_TELEMETRY_DIR");
+  rr_log_set_logger(sim_logger);
+  signal(SIGSEGV, on_signal);
+  signal(SIGBUS, on_signal);
+  signal(SIGFPE, on_signal);
+  signal(SIGABRT, on_signal);
+  signal(SIGALRM, on_signal);
+  if (__asan_set_death_callback) __asan_set_death_callback(on_sanitizer_death);
+  setvbuf(stdout, NULL, _IOFBF, 1 << 16);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  sim_stats total;
+  memset(&total, 0, sizeof total);
+  int failures = 0;
+  for (uint64_t s = first; s < first + count; s++) {
+    current_seed = s;
+    alarm(300);
+    setup(&W, s, verbose);
+    run(&W);
+    teardown(&W);
+    W.st.seeds++;
+    if (W.failed) {
+      W.st.failed++;
+      failures++;
+      printf("FAIL seed %llu: %s\n  replay: rerail-sim --seed %llu --verbose\n", (unsigned long long)s, W.fail_why,
+             (unsigned long long)s);
+      fflush(stdout);
+    }
+    sim_stats *a = &W.st;
+    total.seeds += a->seeds, total.failed += a->failed, total.rollbacks += a->rollbacks;
+    total.violations += a->violations, total.reconnects += a->reconnects, total.ctrl_dups += a->ctrl_dups;
+    total.splits += a->splits, total.mid_fences += a->mid_fences, total.errors_expected += a->errors_expected;
+    total.writes += a->writes, total.ctrls += a->ctrls, total.steps += a->steps, total.vtime_ms += a->vtime_ms;
+    total.sink_writes += a->sink_writes;
+    total.garbled += W.garbled;
+    if (failures >= max_fail && s + 1 < first + count) {
+      printf("rerail-sim: stopping after %d failing seeds\n", failures);
+      break;
+    }
+  }
+  alarm(0);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  printf("rerail-sim: %llu seed(s) from %llu: %llu failed; %.1f s, %.0f seeds/s; virtual %.1f s; "
+         "%llu writes, %llu control messages (%llu duplicated), %llu rollbacks, %llu reconnects, "
+         "%llu writes split (%llu fenced mid-payload), %llu stale writes sunk, %llu frames garbled, %llu clean errors\n",
+         (unsigned long long)total.seeds, (unsigned long long)first, (unsigned long long)total.failed, secs,
+         secs > 0 ? (double)total.seeds / secs : 0.0, (double)total.vtime_ms / 1e3, (unsigned long long)total.writes,
+         (unsigned long long)total.ctrls, (unsigned long long)total.ctrl_dups, (unsigned long long)total.rollbacks,
+         (unsigned long long)total.reconnects, (unsigned long long)total.splits, (unsigned long long)total.mid_fences,
+         (unsigned long long)total.sink_writes, (unsigned long long)total.garbled,
+         (unsigned long long)total.errors_expected);
+  return total.failed ? 1 : 0;
+}
