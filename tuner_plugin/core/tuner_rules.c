@@ -245,8 +245,8 @@ static rr_status parse_rule(parse_ctx *pc, char **f, int nf, rr_rule *r) {
     i++;
   }
   if (i < nf && strchr(f[i], '=') == NULL) {
-    if (parse_range(f[i], &r->reg_buff) != 0 || r->reg_buff.hi > 1 ||
-        (r->reg_buff.lo != INT64_MIN && r->reg_buff.lo < 0))
+    if (parse_range(f[i], &r->reg_buff) != 0 ||
+        (r->reg_buff.lo != INT64_MIN && (r->reg_buff.lo < 0 || r->reg_buff.hi > 1)))
       return fail(pc, "regBuff '%s': expected 0, 1 or -1", f[i]);
     i++;
   }
