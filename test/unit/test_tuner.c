@@ -6,7 +6,8 @@
  * the collective) without touching NCCL's choice, and cost well under a
  * microsecond per collective.
  *
- * Usage: test_tuner PATH/libnccl-tuner-rerail.so  (or RERAIL_TUNER_LIB=PATH). */
+ * Usage: test_tuner PATH/libnccl-tuner-rerail.so  (or RERAIL_TUNER_LIB=PATH)
+ *        test_tuner PATH/libnccl-net-rerail.so --net-lib */
 #include <dlfcn.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -28,6 +29,7 @@
 
 static const char *lib_path;
 static void *lib;
+static int in_net_lib; /* --net-lib: the tuner inside libnccl-net-rerail.so */
 
 /* ---- A logger that remembers what the plugin said ----------------------- */
 
@@ -132,8 +134,13 @@ static void test_exports(void **state) {
                          v6->init != NULL, v6->get_coll_info != NULL, v6->finalize != NULL};
   for (size_t i = 0; i < sizeof(present) / sizeof(present[0]); i++) assert_true(present[i]);
   assert_true(v6->get_chunk_size != NULL);
-  /* A tuner library must not look like a net plugin to NCCL. */
-  assert_null(dlsym(lib, "ncclNetPlugin_v12"));
+  if (in_net_lib) {
+    /* One library serves both: NCCL_NET_PLUGIN=rerail finds the tuner here. */
+    assert_non_null(dlsym(lib, "ncclNetPlugin_v12"));
+  } else {
+    /* A tuner library must not look like a net plugin to NCCL. */
+    assert_null(dlsym(lib, "ncclNetPlugin_v12"));
+  }
 }
 
 static void test_v2_leaves_choice_to_nccl(void **state) {
@@ -381,6 +388,7 @@ static int close_lib(void **state) {
 
 int main(int argc, char **argv) {
   lib_path = argc > 1 ? argv[1] : getenv("RERAIL_TUNER_LIB");
+  in_net_lib = argc > 2 && strcmp(argv[2], "--net-lib") == 0;
   if (lib_path == NULL || lib_path[0] == '\0') {
     fprintf(stderr, "usage: %s PATH/libnccl-tuner-rerail.so (or set RERAIL_TUNER_LIB)\n", argv[0]);
     return 77;  /* skipped: nothing to test */
