@@ -8,6 +8,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 pkgs=(build-essential cmake pkg-config libcmocka-dev libnuma-dev libibverbs-dev
       iproute2 nftables iputils-ping procps python3 prometheus-node-exporter prometheus curl)
+pkgs+=(spin)  # the tuner's agreement model check (test/tuner/spin_check.sh)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
