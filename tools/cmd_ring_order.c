@@ -146,6 +146,9 @@ int cmd_ring_order(int argc, char **argv) {
   int *order = malloc((size_t)h.n * sizeof(int)), *input = malloc((size_t)h.n * sizeof(int));
   if (order == NULL || input == NULL) {
     fprintf(stderr, "rerail ring-order: out of memory\n");
+    free(order);
+    free(input);
+    rr_ring_hosts_free(&h);
     return 1;
   }
   for (int i = 0; i < h.n; i++) input[i] = i;
@@ -174,6 +177,9 @@ int cmd_ring_order(int argc, char **argv) {
   FILE *f = out != NULL ? fopen(out, "w") : stdout;
   if (f == NULL) {
     fprintf(stderr, "rerail ring-order: %s: %s\n", out, strerror(errno));
+    free(order);
+    free(input);
+    rr_ring_hosts_free(&h);
     return 1;
   }
   if (!strcmp(fmt, "hostfile")) {
