@@ -136,7 +136,7 @@ static void *rank_main(void *p) {
     wait_for_window(s);
     if (rnd(&rng) % 8 == 0) view = rnd(&rng) % 4; /* health changes under us */
     if (me == 0 && rnd(&rng) % 4 == 0) rr_agree_propose(&a, (uint64_t)s, 1 + rnd(&rng) % 32);
-    used[(size_t)me * n_colls + s] = rr_agree_before(&a, (uint64_t)s, view);
+    used[(size_t)me * n_colls + s] = rr_agree_before(&a, (uint64_t)s, view, rnd(&rng) % 4 != 0);
     if (rnd(&rng) % 16 == 0) adversary(); /* ranks run at different speeds */
     atomic_store(&progress[me], s + 1);
   }

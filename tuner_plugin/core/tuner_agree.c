@@ -64,9 +64,9 @@ static void settle(rr_agree *a) {
   a->epoch++;
 }
 
-uint64_t rr_agree_before(rr_agree *a, uint64_t seq, uint64_t my_view) {
+uint64_t rr_agree_before(rr_agree *a, uint64_t seq, uint64_t my_view, int look) {
   if (a->pending && seq >= a->activate_at) settle(a);
-  if (!a->pending) {
+  if (!a->pending && look) {
     uint64_t at = a->m.proposal(a->m.arg, a->epoch);
     if (at != 0) {
       if (seq < at) {

@@ -12,8 +12,8 @@
  * its vote the epoch can never commit, so it may skip the epoch unread.
  *
  * The medium (where the registers live) is abstract: a job-wide store with
- * write-once registers. The simulation uses shared memory; the plugin has no
- * medium yet (see docs/tuner.md), so the protocol stays off there. */
+ * write-once registers. The simulation uses shared memory; the plugin uses
+ * a shared directory (tuner_agree_dir.h) when RERAIL_TUNER_AGREE_DIR is set. */
 #ifndef RERAIL_TUNER_AGREE_H
 #define RERAIL_TUNER_AGREE_H
 #include <stdint.h>
@@ -69,7 +69,10 @@ int rr_agree_propose(rr_agree *a, uint64_t seq, uint64_t margin);
 
 /* Before collective seq (0, 1, 2, ... with no gap): run the protocol and
  * return the plan to use for it. my_view: this rank's view, voted when it
- * votes. May wait up to wait_ns at an activation point. */
-uint64_t rr_agree_before(rr_agree *a, uint64_t seq, uint64_t my_view);
+ * votes. look: 0 skips looking for a new proposal this time (seeing one
+ * late is safe: agree.pml lets any rank miss a proposal for any while), so
+ * a costly medium need not be read on every collective. May wait up to
+ * wait_ns at an activation point. */
+uint64_t rr_agree_before(rr_agree *a, uint64_t seq, uint64_t my_view, int look);
 
 #endif
