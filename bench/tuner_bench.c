@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tuner_core.h"
@@ -180,15 +181,26 @@ int main(int argc, char **argv) {
     const char *name;
     int down;
     int rules;
-  } modes[] = {{"static view, no rules", 0, 0},
-               {"agreed view, 1 of 8 rails down (model)", 1, 0},
-               {"64 rules, match on the last", 0, 1}};
+    int agree;
+  } modes[] = {{"static view, no rules", 0, 0, 0},
+               {"agreed view, 1 of 8 rails down (model)", 1, 0, 0},
+               {"64 rules, match on the last", 0, 1, 0},
+               {"agreement on, nothing to re-plan (a look every 256)", 0, 0, 1}};
+  char agree_dir[64];
+  snprintf(agree_dir, sizeof(agree_dir), "/tmp/rr-tuner-bench-agree-%d", (int)getpid());
   int too_slow = 0;
   rr_status (*volatile fn)(rr_tuner_ctx *, const rr_coll_query *, int *) = rr_tuner_coll_info;
   for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
     if (modes[m].rules) setenv("RERAIL_TUNER_CONFIG", cfg, 1);
     else unsetenv("RERAIL_TUNER_CONFIG");
-    rr_tuner_init_args args = {.abi_version = 6, .n_ranks = 128, .n_nodes = 16,
+    if (modes[m].agree) {
+      mkdir(agree_dir, 0700);
+      setenv("RERAIL_TUNER_AGREE_DIR", agree_dir, 1);
+      setenv("RERAIL_HEALTH_PATH", "/nonexistent/rerail-health", 1); /* a healthy view */
+    } else {
+      unsetenv("RERAIL_TUNER_AGREE_DIR");
+    }
+    rr_tuner_init_args args = {.abi_version = 6, .comm_id = 0xbe7c4, .n_ranks = 1, .n_nodes = 16,
                                .nvl_domains = -1};
     rr_tuner_ctx *ctx = NULL;
     rr_tuner_init(&args, &ctx);
@@ -217,6 +229,10 @@ int main(int argc, char **argv) {
   }
   unlink(cfg);
   unsetenv("RERAIL_TUNER_CONFIG");
+  unsetenv("RERAIL_TUNER_AGREE_DIR");
+  char cmd[128];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", agree_dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", agree_dir);
   if (slower || too_slow) {
     printf("FAIL: %s\n", slower ? "a choice is slower than NCCL's in the model"
                                 : "getCollInfo over 1 us");
