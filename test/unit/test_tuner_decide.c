@@ -267,6 +267,48 @@ static void test_net_latency_constants(void **state) {
   rr_tuner_finalize(c);
 }
 
+/* RERAIL_TUNER_AGREE_DIR that cannot be used: a warning, the protocol
+ * off, the static view (NCCL's choices), never a failure. */
+static void test_agreement_dir_problems(void **state) {
+  (void)state;
+  setenv("RERAIL_TUNER_AGREE_DIR", "/nonexistent/rerail-agree", 1);
+  warnings = 0;
+  rr_tuner_ctx *c = make_ctx(4, 2, NULL);
+  assert_true(warnings > 0);
+  assert_non_null(strstr(last_warning, "cannot use RERAIL_TUNER_AGREE_DIR"));
+  float t[RR_NUM_ALGOS][RR_NUM_PROTOS], expect[RR_NUM_ALGOS][RR_NUM_PROTOS];
+  fill(t, 4096);
+  memcpy(expect, t, sizeof(t));
+  for (int i = 0; i < 600; i++) assert_int_equal(coll_info(c, RR_COLL_ALL_REDUCE, 4096, t, 0), 0);
+  assert_memory_equal(t, expect, sizeof(t));
+  rr_tuner_finalize(c);
+
+  /* No communicator id (tuner v2-v4): nothing to key the registers on. */
+  setenv("RERAIL_TUNER_AGREE_DIR", "/tmp", 1);
+  warnings = 0;
+  rr_tuner_init_args a = {.abi_version = 4, .comm_id = 0, .n_ranks = 4, .n_nodes = 2,
+                          .nvl_domains = -1, .logger = logger};
+  assert_int_equal(rr_tuner_init(&a, &c), RR_OK);
+  assert_non_null(c);
+  assert_non_null(strstr(last_warning, "needs tuner v5+"));
+  rr_tuner_finalize(c);
+
+  /* Bad tuning values fall back to their defaults with a warning. */
+  char dir[] = "/tmp/rr-agree-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  setenv("RERAIL_TUNER_AGREE_DIR", dir, 1);
+  setenv("RERAIL_TUNER_AGREE_LOOK", "0", 1);
+  warnings = 0;
+  c = make_ctx(4, 2, NULL);
+  assert_non_null(strstr(last_warning, "RERAIL_TUNER_AGREE_LOOK='0'"));
+  rr_tuner_finalize(c);
+  unsetenv("RERAIL_TUNER_AGREE_LOOK");
+  unsetenv("RERAIL_TUNER_AGREE_DIR");
+  char cmd[64];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 static void test_null_and_foreign_contexts(void **state) {
   (void)state;
   rr_tuner_init_args a = {.abi_version = 6, .n_ranks = 2, .n_nodes = 1, .logger = logger};
@@ -287,6 +329,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_bad_file_keeps_nccl, teardown),
       cmocka_unit_test_teardown(test_model_under_agreed_view, teardown),
       cmocka_unit_test_teardown(test_net_latency_constants, teardown),
+      cmocka_unit_test_teardown(test_agreement_dir_problems, teardown),
       cmocka_unit_test_teardown(test_null_and_foreign_contexts, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

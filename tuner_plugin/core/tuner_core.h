@@ -10,7 +10,8 @@
  *      of the network has rails down. The agreed view is the same on every
  *      rank: by default it is the static one (the rules file's @net line, no
  *      rail down), so by default local health changes nothing; only the
- *      agreement protocol (off by default) can move it.
+ *      agreement protocol (off by default; RERAIL_TUNER_AGREE_DIR) can move
+ *      it, and then every rank moves at the same collective.
  *   3. The first matching rule of RERAIL_TUNER_CONFIG overrides both.
  * Every input is checked; anything odd leaves NCCL's choice as it is and
  * still returns success: an error from getCollInfo would fail the
