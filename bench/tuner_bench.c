@@ -12,9 +12,11 @@
  * decisions are never worse than NCCL's within the model, and where they
  * gain.
  *
- * Usage: rerail-tuner-bench [--quick] [--calls N]
+ * Usage: rerail-tuner-bench [--quick] [--calls N] [--no-speed-check]
  * Exit status 1 if any choice is slower than NCCL's in the model, or a
- * getCollInfo call costs more than 1 us. */
+ * getCollInfo call costs more than 1 us (not checked with --no-speed-check:
+ * the ctest smoke run, which may run under sanitizers, checks the choices
+ * only; speed figures belong in bench/RESULTS.md, not in a timed test). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,13 +70,14 @@ typedef struct best_case {
 } best_case;
 
 int main(int argc, char **argv) {
-  int quick = 0;
+  int quick = 0, speed_check = 1;
   long calls = 2000000;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) quick = 1;
     else if (!strcmp(argv[i], "--calls") && i + 1 < argc) calls = atol(argv[++i]);
+    else if (!strcmp(argv[i], "--no-speed-check")) speed_check = 0;
     else {
-      fprintf(stderr, "usage: %s [--quick] [--calls N]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--quick] [--calls N] [--no-speed-check]\n", argv[0]);
       return 2;
     }
   }
@@ -224,7 +227,7 @@ int main(int argc, char **argv) {
     double copy = (now_ns() - start) / (double)calls;
     printf("getCollInfo (%s): %.1f ns per call (%.1f ns of it NCCL's table copy in this loop)\n",
            modes[m].name, per, copy);
-    if (per > 1000.0) too_slow = 1;
+    if (per > 1000.0 && speed_check) too_slow = 1;
     rr_tuner_finalize(ctx);
   }
   unlink(cfg);
@@ -238,6 +241,7 @@ int main(int argc, char **argv) {
                                 : "getCollInfo over 1 us");
     return 1;
   }
-  printf("PASS: never slower than NCCL's default in the model; getCollInfo under 1 us\n");
+  printf("PASS: never slower than NCCL's default in the model%s\n",
+         speed_check ? "; getCollInfo under 1 us" : "");
   return 0;
 }

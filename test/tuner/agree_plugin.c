@@ -180,6 +180,7 @@ int main(int argc, char **argv) {
     if (s >= 2 && rec[0][s] != rec[0][s - 2]) switches++;
   }
   int end_ch = rec[0][COLLS - 1] & 0x7f, end_ll = rec[0][COLLS - 2] >> 7;
+  for (int r = 0; r < RANKS; r++) free(rec[r]);
   printf("agree_plugin: %d ranks x %d collectives: %d plan switch%s, %d disagreement%s; at the end "
          "all-gather runs on %d channels (NCCL's: 0 = its own) and the rails_down rule %s\n",
          RANKS, COLLS, switches, switches == 1 ? "" : "es", differ, differ == 1 ? "" : "s",
