@@ -10,69 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "rr_health_table.h"
-#include "tuner_agree.h"
-#include "tuner_agree_dir.h"
-#include "tuner_rules.h"
-
-/* rr_log.h's RR_WARN files under NET; the tuner's warnings belong to TUNING. */
-#define TUNER_WARN(...) rr_log_emit(RR_LOG_WARN, RR_SUB_TUNING, __FILE__, __LINE__, __VA_ARGS__)
+#include "tuner_core_internal.h"
 
 /* Marks a live context, so that a stale or foreign pointer (NCCL's net
  * context, a freed tuner context) is refused instead of trusted. */
 #define RR_TUNER_CTX_MAGIC 0x72727475u  /* "rrtu" */
-
-#define NCCL_IGNORE_COST (-1.0f)
-
-/* What the model says for one view, precomputed when the view changes so
- * that the per-collective path is a few multiplications. For each cell:
- * time = lat + bytes * inv_bw. "healthy" is the same network with every
- * rail up and NCCL's default channels, which is what NCCL's own table
- * assumes; the ratio of the two rescales NCCL's cell. */
-typedef struct model_plan {
-  int active;                                   /* a rail is down and the model applies */
-  int channels[RR_NUM_ALGOS][RR_NUM_PROTOS];    /* best count under the view */
-  double lat[RR_NUM_COLLS][RR_NUM_ALGOS][RR_NUM_PROTOS];
-  double inv_bw[RR_NUM_COLLS][RR_NUM_ALGOS][RR_NUM_PROTOS];
-  double inv_bw_healthy[RR_NUM_COLLS][RR_NUM_ALGOS][RR_NUM_PROTOS];
-} model_plan;
-
-struct rr_tuner_ctx {
-  uint32_t magic;
-  int abi_version;
-  uint64_t comm_id;
-  size_t n_ranks;
-  size_t n_nodes;
-  const rr_rules *rules;  /* process-wide, immutable while any context lives */
-  int have_net;           /* the rules file described the network */
-  rr_net_view view;       /* agreed view (static by default) */
-  int rails_down;         /* of the agreed view, as rules see it */
-  model_plan plan;
-  /* Collectives planned: the sequence number the agreement protocol keys
-   * on. Relaxed atomic: NCCL enqueues a communicator's collectives from one
-   * thread at a time, but nothing forbids threads taking turns. */
-  atomic_uint_least64_t colls;
-  struct agreement *agree; /* NULL: off (the default) */
-};
-
-/* The agreement protocol's per-context state (tuner_agree.h), present only
- * when RERAIL_TUNER_AGREE_DIR names a job-wide directory. */
-struct agreement {
-  rr_agree_dir dir;
-  rr_agree proto;
-  int leader;
-  uint64_t look_every;     /* collectives between looks at the directory */
-  uint64_t margin;         /* collectives between a proposal and its activation */
-  uint64_t my_view;        /* this host's view: (rails down << 32) | down mask */
-  uint64_t voted_view;     /* the view of this rank's last vote */
-  uint64_t seen_aborts;
-  uint64_t hint_seen_ns;   /* leader: the last hint acted on */
-  uint64_t seen_commits;
-  unsigned abort_streak;   /* leader: epochs aborted in a row (widens the margin) */
-  uint64_t applied;        /* the agreed plan the context's view holds */
-};
 
 /* Process-wide state shared by every context: the rules file, loaded when
  * the first context is made and dropped with the last. Init and finalize
@@ -119,7 +62,7 @@ static void load_rules_locked(void) {
 
 static int popcount64(uint64_t v) { return __builtin_popcountll(v); }
 
-static void build_plan(rr_tuner_ctx *c) {
+void rr_tuner_rebuild_plan(rr_tuner_ctx *c) {
   model_plan *p = &c->plan;
   memset(p, 0, sizeof(*p));
   c->rails_down = popcount64(c->view.down_mask);
@@ -165,131 +108,7 @@ void rr_tuner_set_view(rr_tuner_ctx *ctx, const rr_net_view *view) {
       ctx->view.lat_us = r->net.lat_us;
     }
   }
-  build_plan(ctx);
-}
-
-/* An agreed plan (the worst host's down mask in the low 32 bits) becomes
- * the context's view: the static network with those rails down. Rules see
- * the rails-down count even without @net. */
-static void apply_agreed(rr_tuner_ctx *c, uint64_t plan) {
-  rr_tuner_set_view(c, NULL);
-  c->view.down_mask = plan & 0xffffffffu;
-  if (c->have_net && c->view.nics < 64) c->view.down_mask &= (1ull << c->view.nics) - 1;
-  build_plan(c);
-}
-
-/* This host's view from the shared health table: the NICs some live
- * process on this host reports down. */
-static uint64_t local_view(void) {
-  rr_ht_snapshot snap;
-  memset(&snap, 0, sizeof(snap));
-  uint64_t mask = 0;
-  if (rr_health_table_read(NULL, &snap) == RR_OK) {
-    for (int i = 0; i < snap.nic_count; i++) {
-      const rr_ht_nic_entry *e = &snap.nic[i];
-      if (e->liveness == RR_HT_LIVE && e->row.state == RR_HT_DOWN && e->row.dev >= 0 &&
-          e->row.dev < 32)
-        mask |= 1ull << e->row.dev;
-    }
-  }
-  rr_health_table_snapshot_free(&snap);
-  return ((uint64_t)popcount64(mask) << 32) | mask;
-}
-
-static uint64_t env_u64(const char *name, uint64_t def, uint64_t lo, uint64_t hi) {
-  const char *v = getenv(name);
-  if (v == NULL || v[0] == '\0') return def;
-  char *end = NULL;
-  unsigned long long x = strtoull(v, &end, 10);
-  if (*end != '\0' || x < lo || x > hi) {
-    TUNER_WARN("tuner: %s='%s' is not in %" PRIu64 "..%" PRIu64 "; using %" PRIu64, name, v, lo,
-               hi, def);
-    return def;
-  }
-  return (uint64_t)x;
-}
-
-/* RERAIL_TUNER_AGREE_DIR set: join the communicator's registers. Any
- * problem leaves the protocol off (the static view: always consistent). */
-static void agreement_start(rr_tuner_ctx *c) {
-  const char *base = getenv("RERAIL_TUNER_AGREE_DIR");
-  if (base == NULL || base[0] == '\0') return;
-  if (c->comm_id == 0 || c->n_ranks < 1 || c->n_ranks > (1u << 20)) {
-    TUNER_WARN("tuner: RERAIL_TUNER_AGREE_DIR needs tuner v5+ (a communicator id); agreement off");
-    return;
-  }
-  struct agreement *a = calloc(1, sizeof(*a));
-  if (a == NULL) return;
-  char host[64] = "host", token[96];
-  gethostname(host, sizeof(host) - 1);
-  for (char *h = host; *h; h++)
-    if (!((*h >= 'a' && *h <= 'z') || (*h >= 'A' && *h <= 'Z') || (*h >= '0' && *h <= '9') ||
-          *h == '-'))
-      *h = '_';
-  static atomic_uint token_seq;
-  snprintf(token, sizeof(token), "%s-%d-%u", host, (int)getpid(), atomic_fetch_add(&token_seq, 1));
-  rr_status st = rr_agree_dir_open(&a->dir, base, c->comm_id, token);
-  if (st != RR_OK) {
-    TUNER_WARN("tuner: cannot use RERAIL_TUNER_AGREE_DIR=%s (%s); agreement off", base,
-               rr_status_str(st));
-    free(a);
-    return;
-  }
-  rr_agree_medium m = rr_agree_dir_medium(&a->dir);
-  uint64_t wait_ms = env_u64("RERAIL_TUNER_AGREE_WAIT_MS", 5, 1, 10000);
-  rr_agree_init(&a->proto, &m, (uint32_t)c->n_ranks, 0, wait_ms * 1000000ull);
-  a->look_every = env_u64("RERAIL_TUNER_AGREE_LOOK", 256, 1, 1u << 20);
-  a->margin = env_u64("RERAIL_TUNER_AGREE_MARGIN", 4096, 2, 1u << 30);
-  a->leader = rr_agree_dir_claim_leader(&a->dir);
-  a->my_view = local_view();
-  c->agree = a;
-  RR_INFO(RR_SUB_TUNING,
-          "tuner: comm 0x%" PRIx64 " plan agreement on in %s as %s (%s); look every %" PRIu64
-          " collectives, activate %" PRIu64 " ahead, wait %" PRIu64 " ms",
-          c->comm_id, a->dir.path, token, a->leader ? "leader" : "voter", a->look_every,
-          a->margin, wait_ms);
-}
-
-/* Before collective seq: run the protocol and install a newly agreed plan.
- * The directory is touched only every look_every collectives, and at an
- * activation point this rank voted for. */
-static void agreement_step(rr_tuner_ctx *c, uint64_t seq) {
-  struct agreement *a = c->agree;
-  const int look = seq % a->look_every == 0;
-  if (look) {
-    if (seq % (a->look_every * 16) == 0) a->my_view = local_view();
-    /* Something to re-plan: this host's view moved since its last vote, or
-     * its last epoch aborted (so its vote never counted). */
-    int want = a->my_view != a->voted_view || a->proto.aborts != a->seen_aborts;
-    if (a->leader) {
-      uint64_t hint = rr_agree_dir_hint_ns(&a->dir);
-      /* Epochs abort when some rank is already past A_e on seeing the
-       * proposal: after each abort in a row, plan twice as far ahead. */
-      if (a->proto.commits != a->seen_commits) a->abort_streak = 0;
-      else if (a->proto.aborts != a->seen_aborts && a->abort_streak < 10) a->abort_streak++;
-      a->seen_commits = a->proto.commits;
-      if ((want || hint > a->hint_seen_ns) &&
-          rr_agree_propose(&a->proto, seq, a->margin << a->abort_streak))
-        a->hint_seen_ns = hint;
-    } else if (want) {
-      rr_agree_dir_hint(&a->dir);
-    }
-  }
-  int was_pending = a->proto.pending;
-  uint64_t plan = rr_agree_before(&a->proto, seq, a->my_view, look);
-  if (!was_pending && a->proto.pending) {
-    a->voted_view = a->my_view;
-    a->seen_aborts = a->proto.aborts;
-  }
-  if (plan != a->applied) {
-    a->applied = plan;
-    apply_agreed(c, plan);
-    RR_INFO(RR_SUB_TUNING,
-            "tuner: comm 0x%" PRIx64 " agreed plan from collective %" PRIu64
-            ": %d rail%s down on the worst host (mask 0x%" PRIx64 ")",
-            c->comm_id, seq, c->rails_down, c->rails_down == 1 ? "" : "s",
-            (uint64_t)(plan & 0xffffffffu));
-  }
+  rr_tuner_rebuild_plan(ctx);
 }
 
 /* v5+: NCCL's network latencies follow the operator's figure: shift every
@@ -336,7 +155,7 @@ rr_status rr_tuner_init(const rr_tuner_init_args *args, rr_tuner_ctx **ctx) {
 
   set_net_latencies(c->rules, args->net_latencies);
   rr_tuner_set_view(c, NULL);
-  agreement_start(c);
+  rr_tuner_agree_start(c);
 
   char nvl[32] = "";
   if (args->nvl_domains >= 0) snprintf(nvl, sizeof(nvl), " nvlDomains %d", args->nvl_domains);
@@ -367,7 +186,7 @@ rr_status rr_tuner_finalize(rr_tuner_ctx *ctx) {
   RR_INFO(RR_SUB_TUNING, "tuner: comm 0x%" PRIx64 " finalized after %" PRIu64 " collectives",
           ctx->comm_id, (uint64_t)atomic_load_explicit(&ctx->colls, memory_order_relaxed));
   ctx->magic = 0;
-  free(ctx->agree);
+  rr_tuner_agree_stop(ctx);
   free(ctx);
   return RR_OK;
 }
@@ -439,7 +258,7 @@ rr_status rr_tuner_coll_info(rr_tuner_ctx *ctx, const rr_coll_query *q, int *n_c
     return RR_OK;
   }
   uint64_t seq = atomic_fetch_add_explicit(&ctx->colls, 1, memory_order_relaxed);
-  if (ctx->agree != NULL) agreement_step(ctx, seq);
+  if (ctx->agree != NULL) rr_tuner_agree_step(ctx, seq);
   int channels = *n_channels;
   if (q->cost != NULL) apply_model(ctx, q, &channels);
 
