@@ -19,15 +19,25 @@
 
 static int warnings;
 static char last_warning[512];
+static char infos[4096];
 
 static void logger(int level, unsigned long flags, const char *file, int line, const char *fmt,
                    ...) {
   (void)flags;
   (void)file;
   (void)line;
+  va_list ap;
+  if (level == RR_LOG_INFO) {
+    size_t len = strlen(infos);
+    va_start(ap, fmt);
+    if (len + 2 < sizeof(infos)) vsnprintf(infos + len, sizeof(infos) - len - 1, fmt, ap);
+    va_end(ap);
+    len = strlen(infos);
+    if (len + 1 < sizeof(infos)) strcat(infos, "\n");
+    return;
+  }
   if (level != RR_LOG_WARN) return;
   warnings++;
-  va_list ap;
   va_start(ap, fmt);
   vsnprintf(last_warning, sizeof(last_warning), fmt, ap);
   va_end(ap);
@@ -112,8 +122,15 @@ static void test_rules_override_table_and_channels(void **state) {
   assert_int_equal(a, RR_ALGO_TREE);
   assert_int_equal(p, RR_PROTO_LL);
 
+  infos[0] = '\0';
   fill(t, 1 << 20);
   assert_int_equal(coll_info(c, RR_COLL_ALL_REDUCE, 1 << 20, t, 0), 6);
+  /* NCCL_DEBUG_SUBSYS=TUNING shows a rule's first decision, once. */
+  assert_non_null(strstr(infos, "rule at line 2 first applied (allreduce, 1048576 bytes): "
+                                "algorithm ring, protocol simple, channels 6"));
+  fill(t, 1 << 21);
+  coll_info(c, RR_COLL_ALL_REDUCE, 1 << 21, t, 0);
+  assert_null(strstr(strstr(infos, "line 2 first") + 1, "line 2 first"));
   pick(t, &a, &p);
   assert_int_equal(a, RR_ALGO_RING);
   assert_int_equal(p, RR_PROTO_SIMPLE);

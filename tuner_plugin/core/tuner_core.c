@@ -26,6 +26,28 @@ static struct {
   rr_rules *rules;
 } process = {PTHREAD_MUTEX_INITIALIZER, 0, NULL};
 
+/* Each rule says once, at INFO under TUNING, the first time it decides a
+ * collective (NCCL_DEBUG_SUBSYS=TUNING shows what rerail chose and why),
+ * then stays quiet: no logging per collective. Indexed like the rules;
+ * cleared when a new file is loaded. */
+static atomic_uchar rule_announced[RR_RULES_MAX];
+
+static void announce_rule(const rr_rule *r, int coll, size_t nbytes, int channels) {
+  int idx = (int)(r - process.rules->rule);
+  /* A plain load first: the locked exchange only on the first time. */
+  if (idx < 0 || idx >= RR_RULES_MAX ||
+      atomic_load_explicit(&rule_announced[idx], memory_order_relaxed) != 0 ||
+      atomic_exchange_explicit(&rule_announced[idx], 1, memory_order_relaxed) != 0)
+    return;
+  const char *cn = rr_rules_coll_name(coll), *an = rr_rules_algo_name(r->algo),
+             *pn = rr_rules_proto_name(r->proto);
+  RR_INFO(RR_SUB_TUNING,
+          "tuner: rule at line %d first applied (%s, %zu bytes): algorithm %s, protocol %s, "
+          "channels %d%s (reported once per rule)",
+          r->line, cn != NULL ? cn : "?", nbytes, an != NULL ? an : "NCCL's",
+          pn != NULL ? pn : "NCCL's", channels, channels == 0 ? " (NCCL's)" : "");
+}
+
 /* Bad input on the per-collective path is reported once per process, not
  * once per collective. */
 static atomic_int warned_bad_query;
@@ -57,6 +79,7 @@ static void load_rules_locked(void) {
   }
   RR_INFO(RR_SUB_TUNING, "tuner: %d rule%s from %s%s", r->count, r->count == 1 ? "" : "s", path,
           r->net.present ? " (with @net)" : "");
+  for (int i = 0; i < RR_RULES_MAX; i++) atomic_store(&rule_announced[i], 0);
   process.rules = r;
 }
 
@@ -279,6 +302,7 @@ rr_status rr_tuner_coll_info(rr_tuner_ctx *ctx, const rr_coll_query *q, int *n_c
         *q->proto_out = r->proto;
       }
       if (r->channels != RR_RULE_KEEP) channels = r->channels;
+      announce_rule(r, q->coll, q->nbytes, channels);
     }
   }
   *n_channels = channels;
