@@ -4,6 +4,7 @@
  *   rerail status [--json]    the shared health table (tools/cmd_status.c)
  *   rerail top                live per-rail throughput and latency (tools/cmd_top.c)
  *   rerail events [--follow]  the event log (tools/cmd_events.c)
+ *   rerail ring-order ...     host order for NCCL's ring (tools/cmd_ring_order.c)
  *   rerail version */
 #include "rr_log.h"
 #include "rr_netif.h"
@@ -23,6 +24,7 @@ static int usage(FILE *out) {
           "  status [--json]    NIC and rail health of every rerail process on this host\n"
           "  top                live per-rail throughput and latency from the telemetry files\n"
           "  events [--follow]  failovers, fail-backs and errors from the telemetry event log\n"
+          "  ring-order ...     host order for NCCL's inter-host ring, for mpirun/torchrun/Slurm\n"
           "  version            print the version\n"
           "each command takes --help\n");
   return out == stderr ? 2 : 0;
@@ -61,6 +63,7 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "status")) { int cmd_status(int, char **); return cmd_status(argc, argv); } /* tools/cmd_status.c */
   if (!strcmp(argv[1], "top")) { int cmd_top(int, char **); return cmd_top(argc - 1, argv + 1); } /* tools/cmd_top.c */
   if (!strcmp(argv[1], "events")) { int cmd_events(int, char **); return cmd_events(argc - 1, argv + 1); } /* tools/cmd_events.c */
+  if (!strcmp(argv[1], "ring-order")) { int cmd_ring_order(int, char **); return cmd_ring_order(argc - 1, argv + 1); } /* tools/cmd_ring_order.c */
   if (!strcmp(argv[1], "version")) {
     printf("rerail %s\n", RERAIL_VERSION);
     return 0;

@@ -4,33 +4,38 @@
 #define RERAIL_TUNER_ABI_H
 #include "nccl/abi_layout_checks.h"
 #include "nccl/nccl_common.h"
+#include "nccl/tuner_v5.h"
 #include "tuner_core.h"
 
 /* The name NCCL logs for the tuner. */
 #define RR_ABI_TUNER_NAME "rerail"
 
-/* rr_status -> NCCL's result. A failing getCollInfo fails the collective's
- * enqueue in NCCL, so the core only fails on input NCCL never produces. */
+/* The core's ids are NCCL's (tuner_ids.h keeps it free of NCCL headers). */
+_Static_assert((int)RR_COLL_ALL_REDUCE == (int)NCCL_FUNC_ALL_REDUCE && RR_NUM_COLLS == NCCL_NUM_COLL_FUNCS,
+               "collective ids");
+_Static_assert(RR_ALGO_TREE == NCCL_ALGO_TREE && RR_ALGO_RING == NCCL_ALGO_RING &&
+                   RR_ALGO_PAT == NCCL_ALGO_PAT && RR_NUM_ALGOS == NCCL_NUM_ALGORITHMS,
+               "algorithm ids");
+_Static_assert(RR_PROTO_LL == NCCL_PROTO_LL && RR_PROTO_SIMPLE == NCCL_PROTO_SIMPLE &&
+                   RR_NUM_PROTOS == NCCL_NUM_PROTOCOLS,
+               "protocol ids");
+
+/* rr_status -> NCCL's result. Every tuner entry answers success: NCCL
+ * checks getCollInfo's result (despite its header's comment) and fails the
+ * collective on anything else, and a failing init or finalize would fail
+ * the communicator. The core keeps NCCL's choices on any problem and says
+ * so in the log; the return value stays success. */
 static inline nccl_result_t rr_tuner_abi_result(rr_status s) {
-  switch (s) {
-  case RR_OK:
-  case RR_AGAIN:
-    return NCCL_RESULT_SUCCESS;
-  case RR_ERR_INVALID:
-    return NCCL_RESULT_INVALID_ARGUMENT;
-  case RR_ERR_NOMEM:
-  case RR_ERR_SYSTEM:
-    return NCCL_RESULT_SYSTEM_ERROR;
-  default:
-    return NCCL_RESULT_INTERNAL_ERROR;
-  }
+  (void)s;
+  return NCCL_RESULT_SUCCESS;
 }
 
 /* Create a context for the version that NCCL bound. nvl may be NULL. */
 static inline nccl_result_t rr_tuner_abi_init(int version, void **ctx, uint64_t comm_id,
                                               size_t n_ranks, size_t n_nodes,
                                               nccl_logger_t logger,
-                                              const nccl_nvl_domain_info_v5_t *nvl) {
+                                              const nccl_nvl_domain_info_v5_t *nvl,
+                                              nccl_tuner_constants_v5_t *constants) {
   rr_tuner_init_args args = {
       .abi_version = version,
       .comm_id = comm_id,
@@ -39,12 +44,12 @@ static inline nccl_result_t rr_tuner_abi_init(int version, void **ctx, uint64_t 
       .nvl_domains = nvl != NULL ? nvl->n_domains : -1,
       /* Same function; NCCL's enum level is passed as the int rr_log uses. */
       .logger = (rr_logger_fn)logger,
+      .net_latencies = constants != NULL ? constants->hw_latencies[NCCL_HW_NET] : NULL,
   };
   rr_tuner_ctx *c = NULL;
   rr_status s = rr_tuner_init(&args, ctx != NULL ? &c : NULL);
-  if (rr_failed(s)) return rr_tuner_abi_result(s);
-  *ctx = c;
-  return NCCL_RESULT_SUCCESS;
+  if (ctx != NULL) *ctx = c; /* NULL on any problem: every later call keeps NCCL's choice */
+  return rr_tuner_abi_result(s);
 }
 
 /* getCollInfo of v3+: NCCL's float** is really a contiguous

@@ -4,10 +4,10 @@
 #include "nccl/tuner_v2.h"
 
 static nccl_result_t v2_init(size_t n_ranks, size_t n_nodes, nccl_logger_t logger, void **ctx) {
-  return rr_tuner_abi_init(2, ctx, 0, n_ranks, n_nodes, logger, NULL);
+  return rr_tuner_abi_init(2, ctx, 0, n_ranks, n_nodes, logger, NULL, NULL);
 }
 
-/* The core may answer in algorithm/protocol; today it leaves them as NCCL
+/* A matching rule that names both answers in algorithm/protocol; else they stay as NCCL
  * entered them (undefined: NCCL picks), and *n_channels too. */
 static nccl_result_t v2_get_coll_info(void *ctx, nccl_func_t coll, size_t nbytes,
                                       int collnet_support, int nvls_support, int num_pipe_ops,

@@ -3,7 +3,7 @@
 #include "nccl/tuner_v3.h"
 
 static nccl_result_t v3_init(size_t n_ranks, size_t n_nodes, nccl_logger_t logger, void **ctx) {
-  return rr_tuner_abi_init(3, ctx, 0, n_ranks, n_nodes, logger, NULL);
+  return rr_tuner_abi_init(3, ctx, 0, n_ranks, n_nodes, logger, NULL, NULL);
 }
 
 static nccl_result_t v3_get_coll_info(void *ctx, nccl_func_t coll, size_t nbytes,

@@ -3,7 +3,7 @@
 #include "nccl/tuner_v4.h"
 
 static nccl_result_t v4_init(size_t n_ranks, size_t n_nodes, nccl_logger_t logger, void **ctx) {
-  return rr_tuner_abi_init(4, ctx, 0, n_ranks, n_nodes, logger, NULL);
+  return rr_tuner_abi_init(4, ctx, 0, n_ranks, n_nodes, logger, NULL, NULL);
 }
 
 NCCL_ABI_EXPORT const nccl_tuner_v4_t ncclTunerPlugin_v4 = {

@@ -1,13 +1,12 @@
 /* ncclTunerPlugin_v6 (NCCL 2.30, used by NCCL as its own table): v5 plus
- * getChunkSize, which rerail provides and which keeps NCCL's chunk size. */
+ * getChunkSize: a matching rule with chunk= sets it, else NCCL's stays. */
 #include "tuner_abi.h"
 #include "nccl/tuner_v6.h"
 
 static nccl_result_t v6_init(void **ctx, uint64_t comm_id, size_t n_ranks, size_t n_nodes,
                              nccl_logger_t logger, nccl_nvl_domain_info_v6_t *nvl_domains,
                              nccl_tuner_constants_v6_t *constants) {
-  (void)constants;
-  return rr_tuner_abi_init(6, ctx, comm_id, n_ranks, n_nodes, logger, nvl_domains);
+  return rr_tuner_abi_init(6, ctx, comm_id, n_ranks, n_nodes, logger, nvl_domains, constants);
 }
 
 static nccl_result_t v6_get_chunk_size(void *ctx, nccl_func_t coll, size_t nbytes, int algo,

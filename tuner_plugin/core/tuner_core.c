@@ -1,6 +1,7 @@
 /* Tuner core: per-communicator contexts over a reference-counted process
- * state, and a getCollInfo that observes without steering (see
- * tuner_core.h for why). */
+ * state (the rules file), and a getCollInfo that starts from NCCL's table,
+ * applies the cost model under the agreed view, then the rules (see
+ * tuner_core.h for the order and why). */
 #include "tuner_core.h"
 
 #include <inttypes.h>
@@ -8,33 +9,44 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-/* rr_log.h's RR_WARN files under NET; the tuner's warnings belong to TUNING. */
-#define TUNER_WARN(...) rr_log_emit(RR_LOG_WARN, RR_SUB_TUNING, __FILE__, __LINE__, __VA_ARGS__)
+#include "tuner_core_internal.h"
 
 /* Marks a live context, so that a stale or foreign pointer (NCCL's net
  * context, a freed tuner context) is refused instead of trusted. */
 #define RR_TUNER_CTX_MAGIC 0x72727475u  /* "rrtu" */
 
-struct rr_tuner_ctx {
-  uint32_t magic;
-  int abi_version;
-  uint64_t comm_id;
-  size_t n_ranks;
-  size_t n_nodes;
-  /* Collectives planned. Relaxed atomic: NCCL enqueues a communicator's
-   * collectives from one thread at a time, but nothing forbids threads
-   * taking turns. */
-  atomic_uint_least64_t colls;
-};
-
-/* Process-wide state shared by every context: today only the count of live
- * contexts (where the health-table reader will hang). Init and finalize are
- * rare; the lock never touches the per-collective path. */
+/* Process-wide state shared by every context: the rules file, loaded when
+ * the first context is made and dropped with the last. Init and finalize
+ * are rare; the lock never touches the per-collective path. */
 static struct {
   pthread_mutex_t lock;
   int live;
-} process = {PTHREAD_MUTEX_INITIALIZER, 0};
+  rr_rules *rules;
+} process = {PTHREAD_MUTEX_INITIALIZER, 0, NULL};
+
+/* Each rule says once, at INFO under TUNING, the first time it decides a
+ * collective (NCCL_DEBUG_SUBSYS=TUNING shows what rerail chose and why),
+ * then stays quiet: no logging per collective. Indexed like the rules;
+ * cleared when a new file is loaded. */
+static atomic_uchar rule_announced[RR_RULES_MAX];
+
+static void announce_rule(const rr_rule *r, int coll, size_t nbytes, int channels) {
+  int idx = (int)(r - process.rules->rule);
+  /* A plain load first: the locked exchange only on the first time. */
+  if (idx < 0 || idx >= RR_RULES_MAX ||
+      atomic_load_explicit(&rule_announced[idx], memory_order_relaxed) != 0 ||
+      atomic_exchange_explicit(&rule_announced[idx], 1, memory_order_relaxed) != 0)
+    return;
+  const char *cn = rr_rules_coll_name(coll), *an = rr_rules_algo_name(r->algo),
+             *pn = rr_rules_proto_name(r->proto);
+  RR_INFO(RR_SUB_TUNING,
+          "tuner: rule at line %d first applied (%s, %zu bytes): algorithm %s, protocol %s, "
+          "channels %d%s (reported once per rule)",
+          r->line, cn != NULL ? cn : "?", nbytes, an != NULL ? an : "NCCL's",
+          pn != NULL ? pn : "NCCL's", channels, channels == 0 ? " (NCCL's)" : "");
+}
 
 /* Bad input on the per-collective path is reported once per process, not
  * once per collective. */
@@ -42,24 +54,114 @@ static atomic_int warned_bad_query;
 
 static void warn_bad_query_once(const char *what) {
   if (atomic_exchange_explicit(&warned_bad_query, 1, memory_order_relaxed) == 0)
-    TUNER_WARN("tuner: %s (reported once)", what);
+    TUNER_WARN("tuner: %s; NCCL's choice is kept (reported once)", what);
 }
 
 static int ctx_valid(const rr_tuner_ctx *ctx) {
   return ctx != NULL && ctx->magic == RR_TUNER_CTX_MAGIC;
 }
 
+/* Called with process.lock held, by the first live context. A bad file is
+ * reported with its line and leaves no rules: NCCL's choices stand. */
+static void load_rules_locked(void) {
+  const char *path = getenv("RERAIL_TUNER_CONFIG");
+  if (path == NULL || path[0] == '\0') return;
+  rr_rules *r = malloc(sizeof(*r));
+  if (r == NULL) {
+    TUNER_WARN("tuner: out of memory loading RERAIL_TUNER_CONFIG=%s; no rules in force", path);
+    return;
+  }
+  char err[512];
+  if (rr_failed(rr_rules_load(path, r, err, sizeof(err)))) {
+    TUNER_WARN("tuner: RERAIL_TUNER_CONFIG rejected, no rules in force: %s", err);
+    free(r);
+    return;
+  }
+  RR_INFO(RR_SUB_TUNING, "tuner: %d rule%s from %s%s", r->count, r->count == 1 ? "" : "s", path,
+          r->net.present ? " (with @net)" : "");
+  for (int i = 0; i < RR_RULES_MAX; i++) atomic_store(&rule_announced[i], 0);
+  process.rules = r;
+}
+
+static int popcount64(uint64_t v) { return __builtin_popcountll(v); }
+
+void rr_tuner_rebuild_plan(rr_tuner_ctx *c) {
+  model_plan *p = &c->plan;
+  memset(p, 0, sizeof(*p));
+  c->rails_down = popcount64(c->view.down_mask);
+  if (!c->have_net || c->view.nodes < 2 || c->rails_down == 0) return;
+  rr_net_view healthy = c->view;
+  healthy.down_mask = 0;
+  const int c0 = rr_model_default_channels(&c->view);
+  for (int a = 0; a < RR_NUM_ALGOS; a++)
+    for (int pr = 0; pr < RR_NUM_PROTOS; pr++) {
+      /* The best count does not depend on size or collective: only the
+       * bandwidth term depends on channels. */
+      int coll = a == RR_ALGO_TREE ? RR_COLL_ALL_REDUCE : RR_COLL_ALL_GATHER;
+      p->channels[a][pr] = rr_model_knows(coll, a, pr)
+                               ? rr_model_best_channels(&c->view, coll, a, pr, c0, 1u << 30, NULL)
+                               : 0;
+      for (int k = 0; k < RR_NUM_COLLS; k++) {
+        if (!rr_model_knows(k, a, pr)) continue;
+        double lat = rr_model_time_us(&c->view, k, a, pr, p->channels[a][pr], 0);
+        double big = rr_model_time_us(&c->view, k, a, pr, p->channels[a][pr], 1u << 30);
+        double big_h = rr_model_time_us(&healthy, k, a, pr, c0, 1u << 30);
+        p->lat[k][a][pr] = lat;
+        p->inv_bw[k][a][pr] = (big - lat) / (double)(1u << 30);
+        p->inv_bw_healthy[k][a][pr] = (big_h - lat) / (double)(1u << 30);
+      }
+    }
+  p->active = 1;
+}
+
+void rr_tuner_set_view(rr_tuner_ctx *ctx, const rr_net_view *view) {
+  if (!ctx_valid(ctx)) return;
+  if (view != NULL && view->nics >= 1 && view->nics <= RR_MODEL_MAX_NICS && view->nic_gbs > 0.0) {
+    ctx->view = *view;
+    ctx->view.nodes = (int)ctx->n_nodes;
+    ctx->have_net = 1;
+  } else {
+    const rr_rules *r = ctx->rules;
+    ctx->have_net = r != NULL && r->net.present;
+    memset(&ctx->view, 0, sizeof(ctx->view));
+    if (ctx->have_net) {
+      ctx->view.nodes = (int)ctx->n_nodes;
+      ctx->view.nics = r->net.nics;
+      ctx->view.nic_gbs = r->net.gbps / 8.0;
+      ctx->view.lat_us = r->net.lat_us;
+    }
+  }
+  rr_tuner_rebuild_plan(ctx);
+}
+
+/* v5+: NCCL's network latencies follow the operator's figure: shift every
+ * ring and tree entry by the difference between the measured latency and
+ * NCCL's ring/LL assumption, keeping NCCL's protocol structure. */
+static void set_net_latencies(const rr_rules *r, double (*lat)[RR_NUM_PROTOS]) {
+  if (r == NULL || !r->net.present || lat == NULL) return;
+  double delta = r->net.lat_us - lat[RR_ALGO_RING][RR_PROTO_LL];
+  const int algos[] = {RR_ALGO_TREE, RR_ALGO_RING};
+  for (int i = 0; i < 2; i++)
+    for (int p = 0; p < RR_NUM_PROTOS; p++) {
+      double v = lat[algos[i]][p] + delta;
+      lat[algos[i]][p] = v > 0.0 ? v : 0.0;
+    }
+  RR_INFO(RR_SUB_TUNING, "tuner: network latencies shifted by %+.2f us to the @net figure %.2f us",
+          delta, r->net.lat_us);
+}
+
 rr_status rr_tuner_init(const rr_tuner_init_args *args, rr_tuner_ctx **ctx) {
   if (args != NULL && args->logger != NULL) rr_log_set_logger(args->logger);
+  if (ctx != NULL) *ctx = NULL;
   if (args == NULL || ctx == NULL) {
-    TUNER_WARN("tuner: init called with a NULL %s",
+    TUNER_WARN("tuner: init called with a NULL %s; NCCL's choices are kept",
                args == NULL ? "argument" : "context pointer");
-    return RR_ERR_INVALID;
+    return RR_OK;
   }
   rr_tuner_ctx *c = calloc(1, sizeof(*c));
   if (c == NULL) {
-    TUNER_WARN("tuner: out of memory allocating a communicator context");
-    return RR_ERR_NOMEM;
+    TUNER_WARN("tuner: out of memory allocating a communicator context; NCCL's choices are kept");
+    return RR_OK;
   }
   c->magic = RR_TUNER_CTX_MAGIC;
   c->abi_version = args->abi_version;
@@ -69,68 +171,163 @@ rr_status rr_tuner_init(const rr_tuner_init_args *args, rr_tuner_ctx **ctx) {
   atomic_init(&c->colls, 0);
 
   pthread_mutex_lock(&process.lock);
-  process.live++;
+  if (process.live++ == 0) load_rules_locked();
   int live = process.live;
+  c->rules = process.rules;
   pthread_mutex_unlock(&process.lock);
+
+  set_net_latencies(c->rules, args->net_latencies);
+  rr_tuner_set_view(c, NULL);
+  rr_tuner_agree_start(c);
 
   char nvl[32] = "";
   if (args->nvl_domains >= 0) snprintf(nvl, sizeof(nvl), " nvlDomains %d", args->nvl_domains);
   RR_INFO(RR_SUB_TUNING,
           "tuner: bound as ncclTunerPlugin_v%d; comm 0x%" PRIx64
-          " nRanks %zu nNodes %zu%s; NCCL's choices are kept (%d live comm%s)",
-          c->abi_version, c->comm_id, c->n_ranks, c->n_nodes, nvl, live, live == 1 ? "" : "s");
+          " nRanks %zu nNodes %zu%s; %d rule%s, cost model %s (%d live comm%s)",
+          c->abi_version, c->comm_id, c->n_ranks, c->n_nodes, nvl,
+          c->rules != NULL ? c->rules->count : 0,
+          c->rules != NULL && c->rules->count == 1 ? "" : "s",
+          c->have_net ? "on (static view)" : "off (no @net)", live, live == 1 ? "" : "s");
   *ctx = c;
   return RR_OK;
 }
 
 rr_status rr_tuner_finalize(rr_tuner_ctx *ctx) {
+  if (ctx == NULL) return RR_OK; /* init gave NCCL no context */
   if (!ctx_valid(ctx)) {
-    TUNER_WARN("tuner: finalize called with %s context",
-               ctx == NULL ? "a NULL" : "an unknown or already finalized");
-    return RR_ERR_INVALID;
+    TUNER_WARN("tuner: finalize called with an unknown or already finalized context");
+    return RR_OK;
   }
   pthread_mutex_lock(&process.lock);
-  process.live--;
+  if (--process.live == 0) {
+    free(process.rules);
+    process.rules = NULL;
+  }
   pthread_mutex_unlock(&process.lock);
 
   RR_INFO(RR_SUB_TUNING, "tuner: comm 0x%" PRIx64 " finalized after %" PRIu64 " collectives",
           ctx->comm_id, (uint64_t)atomic_load_explicit(&ctx->colls, memory_order_relaxed));
   ctx->magic = 0;
+  rr_tuner_agree_stop(ctx);
   free(ctx);
   return RR_OK;
 }
 
+/* The model's rescaling of NCCL's ring and tree cells, then the channel
+ * count of the cell NCCL will pick. */
+static void apply_model(const rr_tuner_ctx *c, const rr_coll_query *q, int *n_channels) {
+  const model_plan *p = &c->plan;
+  if (!p->active || q->coll < 0 || q->coll >= RR_NUM_COLLS) return;
+  const double bytes = (double)q->nbytes;
+  int best_a = -1, best_p = -1;
+  float best = 0.0f;
+  for (int a = 0; a < q->num_algo && a < RR_NUM_ALGOS; a++)
+    for (int pr = 0; pr < q->num_proto && pr < RR_NUM_PROTOS; pr++) {
+      float *cell = &q->cost[a * q->num_proto + pr];
+      if (*cell < 0.0f) continue; /* NCCL ruled it out */
+      if (rr_model_knows(q->coll, a, pr)) {
+        double healthy = p->lat[q->coll][a][pr] + bytes * p->inv_bw_healthy[q->coll][a][pr];
+        double now = p->lat[q->coll][a][pr] + bytes * p->inv_bw[q->coll][a][pr];
+        if (healthy > 0.0 && now > 0.0) *cell = (float)((double)*cell * (now / healthy));
+      }
+      if (best_a < 0 || *cell < best) {
+        best = *cell;
+        best_a = a;
+        best_p = pr;
+      }
+    }
+  if (best_a >= 0 && rr_model_knows(q->coll, best_a, best_p) && p->channels[best_a][best_p] > 0)
+    *n_channels = p->channels[best_a][best_p];
+}
+
+/* Make (algo, proto) NCCL's pick: its cell becomes 0 (the cheapest possible)
+ * if NCCL allows the pair. With one part kept, the cheapest allowed cell
+ * with the other part fixed is chosen. Returns 0 when NCCL rules it out. */
+static int force_cell(const rr_coll_query *q, int algo, int proto) {
+  int best_a = -1, best_p = -1;
+  float best = 0.0f;
+  for (int a = 0; a < q->num_algo; a++) {
+    if (algo != RR_RULE_KEEP && a != algo) continue;
+    for (int p = 0; p < q->num_proto; p++) {
+      if (proto != RR_RULE_KEEP && p != proto) continue;
+      float v = q->cost[a * q->num_proto + p];
+      if (v < 0.0f) continue;
+      if (best_a < 0 || v < best) {
+        best = v;
+        best_a = a;
+        best_p = p;
+      }
+    }
+  }
+  if (best_a < 0) return 0;
+  q->cost[best_a * q->num_proto + best_p] = 0.0f;
+  return 1;
+}
+
 rr_status rr_tuner_coll_info(rr_tuner_ctx *ctx, const rr_coll_query *q, int *n_channels) {
   if (!ctx_valid(ctx) || q == NULL || n_channels == NULL) {
-    warn_bad_query_once(!ctx_valid(ctx) ? "getCollInfo with a NULL or unknown context"
-                                        : "getCollInfo with a NULL channel-count pointer");
-    return RR_ERR_INVALID;
+    if (ctx != NULL || q == NULL || n_channels == NULL)
+      warn_bad_query_once(!ctx_valid(ctx) ? "getCollInfo with an unknown context"
+                                          : "getCollInfo with a NULL argument");
+    return RR_OK;
   }
-  if (q->cost != NULL ? (q->num_algo <= 0 || q->num_proto <= 0)
+  if (q->cost != NULL ? (q->num_algo <= 0 || q->num_proto <= 0 ||
+                         q->num_algo > 64 || q->num_proto > 64)
                       : (q->algo_out == NULL || q->proto_out == NULL)) {
     warn_bad_query_once(q->cost != NULL
-                            ? "getCollInfo with an empty cost table"
+                            ? "getCollInfo with a cost table of impossible shape"
                             : "getCollInfo with neither a cost table nor algorithm/protocol ids");
-    return RR_ERR_INVALID;
+    return RR_OK;
   }
-  atomic_fetch_add_explicit(&ctx->colls, 1, memory_order_relaxed);
-  /* Deliberately nothing else: the cost table, the algorithm/protocol ids
-   * and *n_channels stay as NCCL proposed them (see tuner_core.h). */
+  uint64_t seq = atomic_fetch_add_explicit(&ctx->colls, 1, memory_order_relaxed);
+  if (ctx->agree != NULL) rr_tuner_agree_step(ctx, seq);
+  int channels = *n_channels;
+  if (q->cost != NULL) apply_model(ctx, q, &channels);
+
+  const rr_rules *rules = ctx->rules;
+  if (rules != NULL && rules->count > 0) {
+    rr_rule_query rq = {.coll = q->coll, .nbytes = q->nbytes, .nodes = (int64_t)ctx->n_nodes,
+                        .ranks = (int64_t)ctx->n_ranks, .pipe_ops = q->num_pipe_ops,
+                        .reg_buff = q->reg_buff, .rails_down = ctx->rails_down};
+    const rr_rule *r = rr_rules_match(rules, &rq);
+    if (r != NULL) {
+      if (q->cost != NULL) {
+        if ((r->algo != RR_RULE_KEEP || r->proto != RR_RULE_KEEP) &&
+            !force_cell(q, r->algo, r->proto))
+          warn_bad_query_once("a rule names an algorithm/protocol NCCL cannot run for this call");
+      } else if (r->algo != RR_RULE_KEEP && r->proto != RR_RULE_KEEP) {
+        /* v2: no table; NCCL takes the pair as given. */
+        *q->algo_out = r->algo;
+        *q->proto_out = r->proto;
+      }
+      if (r->channels != RR_RULE_KEEP) channels = r->channels;
+      announce_rule(r, q->coll, q->nbytes, channels);
+    }
+  }
+  *n_channels = channels;
   return RR_OK;
 }
 
 rr_status rr_tuner_chunk_size(rr_tuner_ctx *ctx, int coll, size_t nbytes, int algo, int proto,
                               int n_channels, size_t *chunk_size) {
-  (void)coll;
-  (void)nbytes;
-  (void)algo;
-  (void)proto;
   (void)n_channels;
   if (!ctx_valid(ctx) || chunk_size == NULL) {
-    warn_bad_query_once(!ctx_valid(ctx) ? "getChunkSize with a NULL or unknown context"
-                                        : "getChunkSize with a NULL chunk-size pointer");
-    return RR_ERR_INVALID;
+    if (ctx != NULL || chunk_size == NULL)
+      warn_bad_query_once(!ctx_valid(ctx) ? "getChunkSize with an unknown context"
+                                          : "getChunkSize with a NULL chunk-size pointer");
+    return RR_OK;
   }
-  /* *chunk_size already holds NCCL's choice; leaving it keeps it. */
+  const rr_rules *rules = ctx->rules;
+  if (rules == NULL || rules->count == 0) return RR_OK;
+  rr_rule_query rq = {.coll = coll, .nbytes = nbytes, .nodes = (int64_t)ctx->n_nodes,
+                      .ranks = (int64_t)ctx->n_ranks, .rails_down = ctx->rails_down,
+                      .shape_unknown = 1};
+  const rr_rule *r = rr_rules_match(rules, &rq);
+  /* Only the rule that chose this call's plan may size its chunks. */
+  if (r == NULL || r->chunk == RR_RULE_KEEP) return RR_OK;
+  if ((r->algo != RR_RULE_KEEP && r->algo != algo) || (r->proto != RR_RULE_KEEP && r->proto != proto))
+    return RR_OK;
+  *chunk_size = (size_t)r->chunk;
   return RR_OK;
 }

@@ -1,10 +1,21 @@
 /* The one tuner core behind every exported ncclTuner version.
  *
  * The shims in tuner_plugin/abi/ translate each version's arguments into
- * these calls; nothing here knows NCCL's types. Today the core observes and
- * leaves every NCCL choice as it is: until ranks share a consistent view of
- * health (design notes, section 7), local information must not change a
- * plan, or ranks of one communicator could pick different ones and hang. */
+ * these calls; nothing here knows NCCL's types (ids: tuner_ids.h).
+ *
+ * What decides, in order (docs/tuner.md):
+ *   1. NCCL's own cost table and channel count are the starting point.
+ *   2. The cost model (tuner_model.h) rescales the ring and tree cells and
+ *      matches channels to usable rails when the communicator's agreed view
+ *      of the network has rails down. The agreed view is the same on every
+ *      rank: by default it is the static one (the rules file's @net line, no
+ *      rail down), so by default local health changes nothing; only the
+ *      agreement protocol (off by default; RERAIL_TUNER_AGREE_DIR) can move
+ *      it, and then every rank moves at the same collective.
+ *   3. The first matching rule of RERAIL_TUNER_CONFIG overrides both.
+ * Every input is checked; anything odd leaves NCCL's choice as it is and
+ * still returns success: an error from getCollInfo would fail the
+ * collective. */
 #ifndef RERAIL_TUNER_CORE_H
 #define RERAIL_TUNER_CORE_H
 #include <stddef.h>
@@ -12,6 +23,8 @@
 
 #include "rr_log.h"
 #include "rr_status.h"
+#include "tuner_ids.h"
+#include "tuner_model.h"
 
 typedef struct rr_tuner_ctx rr_tuner_ctx;  /* one per communicator */
 
@@ -22,6 +35,9 @@ typedef struct rr_tuner_init_args {
   size_t n_nodes;
   int nvl_domains;       /* NVLink domains (v5+), -1 when NCCL does not say */
   rr_logger_fn logger;   /* NCCL's logger; NULL keeps the current one */
+  /* v5+: NCCL's network latencies per algorithm and protocol (its
+   * hwLatencies[NET]), which the core may edit in place; NULL otherwise. */
+  double (*net_latencies)[RR_NUM_PROTOS];
 } rr_tuner_init_args;
 
 /* One collective NCCL is about to plan. A plan is expressed one of two ways:
@@ -41,20 +57,27 @@ typedef struct rr_coll_query {
   int *proto_out;        /* v2 only, else NULL */
 } rr_coll_query;
 
-/* Allocates the communicator's context and takes a reference on the
- * process-wide state. Logs which version NCCL bound and the comm's shape. */
+/* Allocates the communicator's context (loading the rules file on the first
+ * one). Never fails towards NCCL: on bad arguments or no memory *ctx is set
+ * to NULL (when it can be) and RR_OK returned; a NULL context later means
+ * "leave NCCL's choices alone". */
 rr_status rr_tuner_init(const rr_tuner_init_args *args, rr_tuner_ctx **ctx);
-/* Frees the context; the last one releases the process-wide state. */
+/* Frees the context (NULL is accepted and ignored). */
 rr_status rr_tuner_finalize(rr_tuner_ctx *ctx);
 
 /* Per collective, on NCCL's enqueue path: allocation-free, lock-free, no
- * logging on success; tens of nanoseconds. n_channels is in/out (0 enters
- * as "NCCL decides"). Today it leaves the table, the ids and *n_channels as
- * NCCL proposed them. */
+ * logging on success; well under a microsecond. n_channels is in/out (0
+ * enters as "NCCL decides"). Always RR_OK: bad input is reported once and
+ * leaves everything as NCCL proposed it. */
 rr_status rr_tuner_coll_info(rr_tuner_ctx *ctx, const rr_coll_query *q, int *n_channels);
-/* Per collective (tuner v6): *chunk_size holds NCCL's proposal and is left
- * as it is. */
+/* Per collective (tuner v6): *chunk_size holds NCCL's proposal; a matching
+ * rule with chunk= replaces it. Always RR_OK. */
 rr_status rr_tuner_chunk_size(rr_tuner_ctx *ctx, int coll, size_t nbytes, int algo, int proto,
                               int n_channels, size_t *chunk_size);
+
+/* For tests and the agreement protocol: install an agreed view of the
+ * network on a context (the same on every rank, by construction of the
+ * caller). NULL restores the static view. */
+void rr_tuner_set_view(rr_tuner_ctx *ctx, const rr_net_view *view);
 
 #endif

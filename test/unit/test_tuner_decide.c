@@ -1,0 +1,353 @@
+/* What the tuner core decides (tuner_plugin/core/tuner_core.h): rules from
+ * RERAIL_TUNER_CONFIG override NCCL's table, channels and chunk size; the
+ * cost model acts only under an agreed view with rails down; local health
+ * never enters by default; a bad rules file leaves NCCL alone. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "tuner_core.h"
+#include "tuner_ids.h"
+#include "tuner_model.h"
+
+static int warnings;
+static char last_warning[512];
+static char infos[4096];
+
+static void logger(int level, unsigned long flags, const char *file, int line, const char *fmt,
+                   ...) {
+  (void)flags;
+  (void)file;
+  (void)line;
+  va_list ap;
+  if (level == RR_LOG_INFO) {
+    size_t len = strlen(infos);
+    va_start(ap, fmt);
+    if (len + 2 < sizeof(infos)) vsnprintf(infos + len, sizeof(infos) - len - 1, fmt, ap);
+    va_end(ap);
+    len = strlen(infos);
+    if (len + 1 < sizeof(infos)) strcat(infos, "\n");
+    return;
+  }
+  if (level != RR_LOG_WARN) return;
+  warnings++;
+  va_start(ap, fmt);
+  vsnprintf(last_warning, sizeof(last_warning), fmt, ap);
+  va_end(ap);
+}
+
+static char cfg_path[64];
+
+static void write_rules(const char *text) {
+  snprintf(cfg_path, sizeof(cfg_path), "/tmp/rr-tuner-cfg-%d", (int)getpid());
+  FILE *f = fopen(cfg_path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+  setenv("RERAIL_TUNER_CONFIG", cfg_path, 1);
+}
+
+static rr_tuner_ctx *make_ctx(size_t ranks, size_t nodes, double (*lat)[RR_NUM_PROTOS]) {
+  rr_tuner_init_args a = {.abi_version = 6, .comm_id = 1, .n_ranks = ranks, .n_nodes = nodes,
+                          .nvl_domains = -1, .logger = logger, .net_latencies = lat};
+  rr_tuner_ctx *c = NULL;
+  assert_int_equal(rr_tuner_init(&a, &c), RR_OK);
+  assert_non_null(c);
+  return c;
+}
+
+/* NCCL-like costs: ring and tree usable, the rest ruled out. */
+static void fill_for(int coll, float t[RR_NUM_ALGOS][RR_NUM_PROTOS], size_t nbytes) {
+  for (int a = 0; a < RR_NUM_ALGOS; a++)
+    for (int p = 0; p < RR_NUM_PROTOS; p++)
+      t[a][p] = (a == RR_ALGO_RING || (a == RR_ALGO_TREE && coll == RR_COLL_ALL_REDUCE))
+                    ? (float)(10.0 + a + p * 3 + (double)nbytes / (1000.0 * (1 + p)))
+                    : -1.0f;
+}
+
+static void fill(float t[RR_NUM_ALGOS][RR_NUM_PROTOS], size_t nbytes) {
+  fill_for(RR_COLL_ALL_REDUCE, t, nbytes);
+}
+
+static int pick(float t[RR_NUM_ALGOS][RR_NUM_PROTOS], int *algo, int *proto) {
+  float best = 0;
+  *algo = -1;
+  for (int a = 0; a < RR_NUM_ALGOS; a++)
+    for (int p = 0; p < RR_NUM_PROTOS; p++)
+      if (t[a][p] >= 0 && (*algo < 0 || t[a][p] < best)) {
+        best = t[a][p];
+        *algo = a;
+        *proto = p;
+      }
+  return *algo >= 0;
+}
+
+static int coll_info(rr_tuner_ctx *c, int coll, size_t nbytes, float t[RR_NUM_ALGOS][RR_NUM_PROTOS],
+                     int channels_in) {
+  rr_coll_query q = {.coll = coll, .nbytes = nbytes, .num_pipe_ops = 1, .reg_buff = 0,
+                     .cost = &t[0][0], .num_algo = RR_NUM_ALGOS, .num_proto = RR_NUM_PROTOS};
+  int ch = channels_in;
+  assert_int_equal(rr_tuner_coll_info(c, &q, &ch), RR_OK);
+  return ch;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  unsetenv("RERAIL_TUNER_CONFIG");
+  if (cfg_path[0]) unlink(cfg_path);
+  warnings = 0;
+  return 0;
+}
+
+static void test_rules_override_table_and_channels(void **state) {
+  (void)state;
+  write_rules("allreduce,0,64K,tree,ll,-1,-1,-1\n"
+              "allreduce,64K,-1,ring,simple,6,-1,-1\n"
+              "allgather,0,-1,keep,ll128,-1,-1,-1\n"
+              "broadcast,0,-1,nvls,simple,-1,-1,-1\n");
+  rr_tuner_ctx *c = make_ctx(16, 2, NULL);
+  float t[RR_NUM_ALGOS][RR_NUM_PROTOS];
+  int a, p;
+
+  fill(t, 1000);
+  assert_int_equal(coll_info(c, RR_COLL_ALL_REDUCE, 1000, t, 0), 0);
+  assert_true(pick(t, &a, &p));
+  assert_int_equal(a, RR_ALGO_TREE);
+  assert_int_equal(p, RR_PROTO_LL);
+
+  infos[0] = '\0';
+  fill(t, 1 << 20);
+  assert_int_equal(coll_info(c, RR_COLL_ALL_REDUCE, 1 << 20, t, 0), 6);
+  /* NCCL_DEBUG_SUBSYS=TUNING shows a rule's first decision, once. */
+  assert_non_null(strstr(infos, "rule at line 2 first applied (allreduce, 1048576 bytes): "
+                                "algorithm ring, protocol simple, channels 6"));
+  fill(t, 1 << 21);
+  coll_info(c, RR_COLL_ALL_REDUCE, 1 << 21, t, 0);
+  assert_null(strstr(strstr(infos, "line 2 first") + 1, "line 2 first"));
+  pick(t, &a, &p);
+  assert_int_equal(a, RR_ALGO_RING);
+  assert_int_equal(p, RR_PROTO_SIMPLE);
+
+  /* 'keep' algorithm: NCCL's cheaper algorithm with LL128. */
+  fill(t, 4096);
+  coll_info(c, RR_COLL_ALL_GATHER, 4096, t, 0);
+  pick(t, &a, &p);
+  assert_int_equal(p, RR_PROTO_LL128);
+  assert_int_equal(a, RR_ALGO_TREE); /* fill() makes tree cheaper */
+
+  /* NCCL ruled NVLS out: the table stays as NCCL made it, with success. */
+  float expect[RR_NUM_ALGOS][RR_NUM_PROTOS];
+  fill(t, 4096);
+  memcpy(expect, t, sizeof(t));
+  assert_int_equal(coll_info(c, RR_COLL_BROADCAST, 4096, t, 3), 3);
+  assert_memory_equal(t, expect, sizeof(t));
+  assert_true(warnings > 0);
+
+  /* No rule for reduce: nothing changes. */
+  fill(t, 4096);
+  assert_int_equal(coll_info(c, RR_COLL_REDUCE, 4096, t, 0), 0);
+  assert_memory_equal(t, expect, sizeof(t));
+  assert_int_equal(rr_tuner_finalize(c), RR_OK);
+}
+
+static void test_v2_answers_in_ids(void **state) {
+  (void)state;
+  write_rules("reduce,0,-1,ring,ll128,4,-1,-1\nallreduce,0,-1,keep,ll,-1,-1,-1\n");
+  rr_tuner_ctx *c = make_ctx(8, 2, NULL);
+  int algo = -1, proto = -1, ch = 0;
+  rr_coll_query q = {.coll = RR_COLL_REDUCE, .nbytes = 10, .num_pipe_ops = 1, .reg_buff = -1,
+                     .algo_out = &algo, .proto_out = &proto};
+  assert_int_equal(rr_tuner_coll_info(c, &q, &ch), RR_OK);
+  assert_int_equal(algo, RR_ALGO_RING);
+  assert_int_equal(proto, RR_PROTO_LL128);
+  assert_int_equal(ch, 4);
+  /* v2 cannot take half a pair: a 'keep' rule leaves NCCL's undefined. */
+  algo = proto = -1;
+  q.coll = RR_COLL_ALL_REDUCE;
+  assert_int_equal(rr_tuner_coll_info(c, &q, &ch), RR_OK);
+  assert_int_equal(algo, -1);
+  assert_int_equal(proto, -1);
+  assert_int_equal(rr_tuner_finalize(c), RR_OK);
+}
+
+static void test_chunk_rules(void **state) {
+  (void)state;
+  write_rules("allreduce,1M,-1,ring,simple,-1,-1,-1,chunk=1M\n"
+              "allgather,0,-1,keep,keep,-1,-1,-1,-1,-1,chunk=-1\n");
+  /* chunk=-1 with everything kept changes nothing: rejected. */
+  rr_tuner_ctx *c = make_ctx(8, 2, NULL);
+  size_t chunk = 131072;
+  assert_int_equal(rr_tuner_chunk_size(c, RR_COLL_ALL_REDUCE, 4 << 20, RR_ALGO_RING,
+                                       RR_PROTO_SIMPLE, 8, &chunk),
+                   RR_OK);
+  assert_int_equal(chunk, 131072); /* the file was rejected: no rules */
+  assert_non_null(strstr(last_warning, ":2: the rule changes nothing"));
+  rr_tuner_finalize(c);
+
+  write_rules("allreduce,1M,-1,ring,simple,-1,-1,-1,chunk=1M\n");
+  c = make_ctx(8, 2, NULL);
+  assert_int_equal(rr_tuner_chunk_size(c, RR_COLL_ALL_REDUCE, 4 << 20, RR_ALGO_RING,
+                                       RR_PROTO_SIMPLE, 8, &chunk),
+                   RR_OK);
+  assert_int_equal(chunk, 1 << 20);
+  chunk = 131072; /* NCCL picked another protocol: not this rule's plan */
+  rr_tuner_chunk_size(c, RR_COLL_ALL_REDUCE, 4 << 20, RR_ALGO_RING, RR_PROTO_LL128, 8, &chunk);
+  assert_int_equal(chunk, 131072);
+  rr_tuner_chunk_size(c, RR_COLL_ALL_REDUCE, 1000, RR_ALGO_RING, RR_PROTO_SIMPLE, 8, &chunk);
+  assert_int_equal(chunk, 131072);
+  assert_int_equal(rr_tuner_chunk_size(c, RR_COLL_ALL_REDUCE, 1000, 0, 0, 8, NULL), RR_OK);
+  assert_int_equal(rr_tuner_finalize(c), RR_OK);
+}
+
+static void test_bad_file_keeps_nccl(void **state) {
+  (void)state;
+  write_rules("allreduce,0,-1,ring,simple,4,-1,-1\nallreduce,0,-1,rong,simple,4,-1,-1\n");
+  rr_tuner_ctx *c = make_ctx(8, 2, NULL);
+  assert_non_null(strstr(last_warning, "rejected"));
+  assert_non_null(strstr(last_warning, ":2: unknown algorithm 'rong'"));
+  float t[RR_NUM_ALGOS][RR_NUM_PROTOS], expect[RR_NUM_ALGOS][RR_NUM_PROTOS];
+  fill(t, 1 << 20);
+  memcpy(expect, t, sizeof(t));
+  assert_int_equal(coll_info(c, RR_COLL_ALL_REDUCE, 1 << 20, t, 0), 0);
+  assert_memory_equal(t, expect, sizeof(t));
+  rr_tuner_finalize(c);
+  /* A missing file too. */
+  setenv("RERAIL_TUNER_CONFIG", "/nonexistent/rules.conf", 1);
+  c = make_ctx(8, 2, NULL);
+  assert_non_null(strstr(last_warning, "cannot open"));
+  rr_tuner_finalize(c);
+}
+
+/* The model moves nothing under the static view (no rail down), and under
+ * an agreed view with a rail down rescales ring/tree and matches channels
+ * to the rails left. rails_down rules follow the agreed view only. */
+static void test_model_under_agreed_view(void **state) {
+  (void)state;
+  write_rules("@net,nics=4,gbps=200,lat_us=3\n"
+              "allreduce,0,1K,ring,ll,-1,-1,-1,-1,-1,rails_down=1-3\n");
+  rr_tuner_ctx *c = make_ctx(32, 8, NULL);
+  float t[RR_NUM_ALGOS][RR_NUM_PROTOS], expect[RR_NUM_ALGOS][RR_NUM_PROTOS];
+  fill(t, 256);
+  memcpy(expect, t, sizeof(t));
+  assert_int_equal(coll_info(c, RR_COLL_ALL_REDUCE, 256, t, 0), 0);
+  assert_memory_equal(t, expect, sizeof(t)); /* the rails_down rule needs an agreed rail down */
+
+  rr_net_view v = {.nodes = 8, .nics = 4, .nic_gbs = 25.0, .lat_us = 3.0, .down_mask = 1u << 3};
+  rr_tuner_set_view(c, &v);
+  fill(t, 256);
+  coll_info(c, RR_COLL_ALL_REDUCE, 256, t, 0);
+  int a, p;
+  pick(t, &a, &p);
+  assert_int_equal(a, RR_ALGO_RING); /* now the rule applies */
+  assert_int_equal(p, RR_PROTO_LL);
+
+  /* 1 GiB all-gather: 8 channels over 3 rails would put 4 on NIC 0 (its own
+   * two plus NIC 3's); the model finds a count with 1 per rail or balanced. */
+  fill_for(RR_COLL_ALL_GATHER, t, (size_t)1 << 30);
+  memcpy(expect, t, sizeof(t));
+  int ch = coll_info(c, RR_COLL_ALL_GATHER, (size_t)1 << 30, t, 0);
+  double t8 = rr_model_time_us(&v, RR_COLL_ALL_GATHER, RR_ALGO_RING, RR_PROTO_SIMPLE, 8, 1u << 30);
+  double tch = rr_model_time_us(&v, RR_COLL_ALL_GATHER, RR_ALGO_RING, RR_PROTO_SIMPLE, ch, 1u << 30);
+  assert_true(ch >= 1 && ch < 8);
+  assert_true(tch < t8);
+  assert_true(t[RR_ALGO_RING][RR_PROTO_SIMPLE] > expect[RR_ALGO_RING][RR_PROTO_SIMPLE]);
+  assert_true(t[RR_ALGO_NVLS][0] == -1.0f); /* ruled-out cells stay ruled out */
+
+  /* Back to the static view: NCCL's table again. */
+  rr_tuner_set_view(c, NULL);
+  fill_for(RR_COLL_ALL_GATHER, t, (size_t)1 << 30);
+  assert_int_equal(coll_info(c, RR_COLL_ALL_GATHER, (size_t)1 << 30, t, 0), 0);
+  assert_memory_equal(t, expect, sizeof(t));
+  assert_int_equal(rr_tuner_finalize(c), RR_OK);
+}
+
+static void test_net_latency_constants(void **state) {
+  (void)state;
+  double lat[RR_NUM_ALGOS][RR_NUM_PROTOS] = {{5.0, 8.5, 14.0}, {2.7, 4.0, 14.0}};
+  lat[RR_ALGO_NVLS][0] = 1.0;
+  rr_tuner_ctx *c = make_ctx(8, 2, lat); /* no rules file: untouched */
+  assert_true(lat[RR_ALGO_RING][RR_PROTO_LL] == 2.7);
+  rr_tuner_finalize(c);
+  write_rules("@net,nics=2,gbps=100,lat_us=1.7\n");
+  c = make_ctx(8, 2, lat);
+  assert_true(lat[RR_ALGO_RING][RR_PROTO_LL] > 1.69 && lat[RR_ALGO_RING][RR_PROTO_LL] < 1.71);
+  assert_true(lat[RR_ALGO_RING][RR_PROTO_SIMPLE] > 12.99 && lat[RR_ALGO_RING][RR_PROTO_SIMPLE] < 13.01);
+  assert_true(lat[RR_ALGO_TREE][RR_PROTO_LL] > 3.99 && lat[RR_ALGO_TREE][RR_PROTO_LL] < 4.01);
+  assert_true(lat[RR_ALGO_NVLS][0] == 1.0); /* only the network's ring and tree rows */
+  rr_tuner_finalize(c);
+}
+
+/* RERAIL_TUNER_AGREE_DIR that cannot be used: a warning, the protocol
+ * off, the static view (NCCL's choices), never a failure. */
+static void test_agreement_dir_problems(void **state) {
+  (void)state;
+  setenv("RERAIL_TUNER_AGREE_DIR", "/nonexistent/rerail-agree", 1);
+  warnings = 0;
+  rr_tuner_ctx *c = make_ctx(4, 2, NULL);
+  assert_true(warnings > 0);
+  assert_non_null(strstr(last_warning, "cannot use RERAIL_TUNER_AGREE_DIR"));
+  float t[RR_NUM_ALGOS][RR_NUM_PROTOS], expect[RR_NUM_ALGOS][RR_NUM_PROTOS];
+  fill(t, 4096);
+  memcpy(expect, t, sizeof(t));
+  for (int i = 0; i < 600; i++) assert_int_equal(coll_info(c, RR_COLL_ALL_REDUCE, 4096, t, 0), 0);
+  assert_memory_equal(t, expect, sizeof(t));
+  rr_tuner_finalize(c);
+
+  /* No communicator id (tuner v2-v4): nothing to key the registers on. */
+  setenv("RERAIL_TUNER_AGREE_DIR", "/tmp", 1);
+  warnings = 0;
+  rr_tuner_init_args a = {.abi_version = 4, .comm_id = 0, .n_ranks = 4, .n_nodes = 2,
+                          .nvl_domains = -1, .logger = logger};
+  assert_int_equal(rr_tuner_init(&a, &c), RR_OK);
+  assert_non_null(c);
+  assert_non_null(strstr(last_warning, "needs tuner v5+"));
+  rr_tuner_finalize(c);
+
+  /* Bad tuning values fall back to their defaults with a warning. */
+  char dir[] = "/tmp/rr-agree-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  setenv("RERAIL_TUNER_AGREE_DIR", dir, 1);
+  setenv("RERAIL_TUNER_AGREE_LOOK", "0", 1);
+  warnings = 0;
+  c = make_ctx(4, 2, NULL);
+  assert_non_null(strstr(last_warning, "RERAIL_TUNER_AGREE_LOOK='0'"));
+  rr_tuner_finalize(c);
+  unsetenv("RERAIL_TUNER_AGREE_LOOK");
+  unsetenv("RERAIL_TUNER_AGREE_DIR");
+  char cmd[64];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+static void test_null_and_foreign_contexts(void **state) {
+  (void)state;
+  rr_tuner_init_args a = {.abi_version = 6, .n_ranks = 2, .n_nodes = 1, .logger = logger};
+  assert_int_equal(rr_tuner_init(&a, NULL), RR_OK);
+  assert_int_equal(rr_tuner_init(NULL, NULL), RR_OK);
+  float t[RR_NUM_ALGOS][RR_NUM_PROTOS];
+  fill(t, 10);
+  assert_int_equal(coll_info(NULL, RR_COLL_ALL_REDUCE, 10, t, 5), 5);
+  assert_int_equal(rr_tuner_finalize(NULL), RR_OK);
+  rr_tuner_set_view(NULL, NULL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_teardown(test_rules_override_table_and_channels, teardown),
+      cmocka_unit_test_teardown(test_v2_answers_in_ids, teardown),
+      cmocka_unit_test_teardown(test_chunk_rules, teardown),
+      cmocka_unit_test_teardown(test_bad_file_keeps_nccl, teardown),
+      cmocka_unit_test_teardown(test_model_under_agreed_view, teardown),
+      cmocka_unit_test_teardown(test_net_latency_constants, teardown),
+      cmocka_unit_test_teardown(test_agreement_dir_problems, teardown),
+      cmocka_unit_test_teardown(test_null_and_foreign_contexts, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
