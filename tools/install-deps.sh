@@ -14,10 +14,10 @@ pkgs=(build-essential cmake pkg-config libcmocka-dev libnuma-dev libibverbs-dev
       qemu-system-x86 busybox-static kmod cpio xz-utils rdma-core ibverbs-utils ibverbs-providers
       perftest)
 pkgs+=(spin)  # the tuner's agreement model check (test/tuner/spin_check.sh)
-missing=()
 # libsodium: peer authentication. package_image (image and .deb checks): podman
 # (runc where cgroup v1 and v2 are mixed), debootstrap, lintian.
 pkgs+=(libsodium-dev podman runc debootstrap lintian)
+missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
