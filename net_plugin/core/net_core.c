@@ -1,6 +1,7 @@
 /* Core lifecycle: contexts, devices, properties, and the data-path entry
  * points, which check NCCL's pointers and hand over to the engine. */
 #include "core_internal.h"
+#include "rr_health.h"
 #include "rr_health_table.h"
 #include "rr_log.h"
 #include "rr_params.h"
@@ -234,6 +235,19 @@ rr_status rr_net_get_properties(int dev, rr_dev_props *props) {
     if (vp->speed_mbps > 0) props->speed_mbps = vp->speed_mbps;
     const rr_rail_dev_attr *a = &devices.rail[dev]->attr;
     if (a->max_eps > 0) props->max_comms = (int)a->max_eps;
+  }
+  /* NCCL reads the properties again for every new communicator and builds
+   * its rings and channel-to-NIC map from them: a NIC known to be down (or
+   * degraded, or on probation) when a communicator is created is made
+   * unattractive, so the new communicator puts healthy NICs first. Running
+   * communicators are not touched (their rails fail over instead). */
+  rr_link_state ls = rr_health_nic_get(dev);
+  if (ls != RR_LINK_UP) {
+    int full = props->speed_mbps;
+    props->speed_mbps = ls == RR_LINK_DOWN ? (full / 100 > 0 ? full / 100 : 1) : full / 2;
+    props->latency_us += ls == RR_LINK_DOWN ? 1000.0f : 10.0f;
+    RR_INFO(RR_SUB_INIT | RR_SUB_NET, "getProperties: device %d (%s) is %s: advertised at %d Mb/s", dev,
+            nif->name, rr_link_state_str(ls), props->speed_mbps);
   }
   props->max_recvs = RR_NET_MAX_RECVS;
   size_t max_bytes = p->chunk_size * (size_t)IMM_MAX_CHUNKS;

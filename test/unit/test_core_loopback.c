@@ -17,6 +17,7 @@
 
 #include "core_internal.h"
 #include "net_core.h"
+#include "rr_health.h"
 #include "rr_params.h"
 
 typedef struct pair {
@@ -304,6 +305,25 @@ static void test_tcp_congestion(void **state) {
   rr_params_reload();
 }
 
+/* A NIC known to be down when NCCL creates a communicator is advertised as
+ * slow, so the new communicator's search avoids it; healed, it is whole again. */
+static void test_properties_follow_health(void **state) {
+  (void)state;
+  rr_init_args args = {0};
+  rr_net_ctx *ctx = NULL;
+  assert_int_equal(rr_net_init(&args, &ctx), RR_OK);
+  rr_dev_props up, down, healed;
+  assert_int_equal(rr_net_get_properties(0, &up), RR_OK);
+  rr_health_nic_state(0, up.name, RR_LINK_DOWN, "test: link down");
+  assert_int_equal(rr_net_get_properties(0, &down), RR_OK);
+  rr_health_nic_state(0, up.name, RR_LINK_UP, "test: link up");
+  assert_int_equal(rr_net_get_properties(0, &healed), RR_OK);
+  assert_true(down.speed_mbps * 50 <= up.speed_mbps);
+  assert_true(down.latency_us > up.latency_us);
+  assert_int_equal(healed.speed_mbps, up.speed_mbps);
+  rr_net_finalize(ctx);
+}
+
 int main(void) {
   setenv("RERAIL_SOCKET_IFNAME", "lo", 1);
   setenv("RERAIL_CHUNK_SIZE", "128K", 1); /* many chunks per message */
@@ -317,6 +337,7 @@ int main(void) {
       cmocka_unit_test(test_wrong_token_refused),
       cmocka_unit_test(test_profiler_events),
       cmocka_unit_test(test_tcp_congestion),
+      cmocka_unit_test(test_properties_follow_health),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
