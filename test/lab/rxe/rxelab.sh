@@ -39,9 +39,16 @@ note() { echo "rxelab: $*" >&2; }
 GUEST_MODULES=(virtio_pci 9pnet_virtio 9p overlay crc32_generic udp_tunnel ip6_udp_tunnel
                ib_core ib_uverbs rdma_rxe veth bridge nf_tables)
 
+KERNEL_PACKAGE=""
 kernel_package() {
   if [[ -n "${RERAIL_RXE_KERNEL:-}" ]]; then echo "$RERAIL_RXE_KERNEL"; return; fi
-  local p
+  if [[ -n $KERNEL_PACKAGE ]]; then echo "$KERNEL_PACKAGE"; return; fi
+  # A ready cache for this recipe is reused as is (asking apt costs ~1 s): `clean` picks up a
+  # newer kernel.
+  local p h
+  h=$(recipe_hash)
+  p=$(cat "$CACHE_ROOT"/*-"$h"/package 2>/dev/null | sort -V | tail -n1)
+  if [[ -n $p && -f "$CACHE_ROOT/$(kernel_version "$p")-$h/ready" ]]; then echo "$p"; return; fi
   p=$(apt-cache depends linux-image-amd64 2>/dev/null |
       awk '/Depends: linux-image-6\.1\.[0-9.-]*-amd64$/ {print $2; exit}')
   [[ -n "$p" ]] || p=$(apt-cache search --names-only '^linux-image-6\.1\.[0-9.-]*-amd64$' |
@@ -82,6 +89,7 @@ prepare() {
   [[ $(id -u) -eq 0 ]] || die "prepare needs root (apt-get download, depmod, device nodes)"
   local pkg kver dir
   pkg=$(kernel_package); kver=$(kernel_version "$pkg"); dir="$CACHE_ROOT/$kver-$(recipe_hash)"
+  KERNEL_PACKAGE=$pkg
   [[ -f "$dir/ready" ]] && return 0
   mkdir -p "$CACHE_ROOT"
   exec 9>"$CACHE_ROOT/.lock"
