@@ -230,3 +230,17 @@ rr_status rr_verbs_discover(const rr_ibv_api *api, const rr_verbs_opts *opts, rr
     RR_INFO(RR_SUB_INIT | RR_SUB_NET, "rerail: no usable verbs ports (%d device(s) seen)", ndev);
   return RR_OK;
 }
+
+struct ibv_context *rr_verbs_open_device(const rr_ibv_api *api, const char *name) {
+  if (!api || !name) return NULL;
+  int ndev = 0;
+  struct ibv_device **devs = api->get_device_list(&ndev);
+  if (!devs) return NULL;
+  struct ibv_context *ctx = NULL;
+  for (int d = 0; d < ndev && devs[d] && !ctx; d++) {
+    const char *n = api->get_device_name(devs[d]);
+    if (n && !strcmp(n, name)) ctx = api->open_device(devs[d]);
+  }
+  api->free_device_list(devs);
+  return ctx;
+}

@@ -46,6 +46,10 @@ typedef struct rr_verbs_opts {
 rr_status rr_verbs_discover(const rr_ibv_api *api, const rr_verbs_opts *opts, rr_verbs_port *out,
                             int max, int *count);
 
+/* Open the device named `name` (NULL when libibverbs does not list it or it cannot be opened);
+ * close it with api->close_device. */
+struct ibv_context *rr_verbs_open_device(const rr_ibv_api *api, const char *name);
+
 /* Read port `port` of `dev`'s GID table from sysfs (ports/P/gids/N, gid_attrs/types/N), up to
  * max entries; empty entries are kept (all zero) so indices match. Returns the number read
  * (0 when sysfs has no table), and fills ndevs (when not NULL, IF_NAMESIZE each) from
