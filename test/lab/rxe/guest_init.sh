@@ -16,8 +16,8 @@ done </mods/order
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,cache=loose,ro host /lower ||
   fail "cannot mount the host root over 9p"
 mount -t tmpfs -o size=70% tmpfs /rw
-mkdir -p /rw/upper /rw/work
-mount -t overlay -o lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work,index=off,xino=off,redirect_dir=off,metacopy=off \
+mkdir -p /rw/upper /rw/wd
+mount -t overlay -o lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/wd,index=off,xino=off,redirect_dir=off,metacopy=off \
   overlay /newroot || fail "cannot mount the overlay root"
 mount -t proc proc /newroot/proc
 mount -t sysfs sysfs /newroot/sys

@@ -8,8 +8,8 @@
 # perftest and the build tree run unchanged inside the guest. In the guest's single network
 # namespace two "hosts" A and B are joined by two veth rails, each NIC carrying an rxe device:
 #
-#   rail 0:  vethA0 10.55.0.1 (rxe0)  <--veth-->  vethB0 10.55.0.2 (rxe2)
-#   rail 1:  vethA1 10.55.1.1 (rxe1)  <--veth-->  vethB1 10.55.1.2 (rxe3)
+#   rail 0:  vethA0 10.55.0.1 (rxe0)  <-- bridge br0 -->  vethB0 10.55.0.2 (rxe2)
+#   rail 1:  vethA1 10.55.1.1 (rxe1)  <-- bridge br1 -->  vethB1 10.55.1.2 (rxe3)
 #
 # Usage:
 #   rxelab.sh prepare            build the cached kernel + initramfs if absent (needs root)
@@ -22,10 +22,12 @@
 #
 # Faults, from inside CMD (README.md): `ip link set vethA0 down`, or `rxefault` (on CMD's PATH):
 #   rxefault link RAIL down|up [A|B]     ip link set vethXR down|up (default side A)
+#   rxefault cable RAIL down|up [A|B]    the switch port swXR: vethXR loses its carrier
 #   rxefault drop RAIL on|off            nftables: silently drop RoCE (UDP 4791) on rail RAIL
 #
 # Environment: RERAIL_RXE_CACHE (default /var/cache/rerail-rxe), RERAIL_RXE_KERNEL (a Debian
-# package name such as linux-image-6.1.0-56-amd64; default: what linux-image-amd64 depends on).
+# package name such as linux-image-6.1.0-56-amd64; default: a ready cache's, else what
+# linux-image-amd64 depends on).
 set -Eeuo pipefail
 
 SELF_DIR="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)"
@@ -92,9 +94,11 @@ prepare() {
   KERNEL_PACKAGE=$pkg
   [[ -f "$dir/ready" ]] && return 0
   mkdir -p "$CACHE_ROOT"
+  # One builder at a time; the lock's descriptor is closed again before QEMU starts, so a long
+  # run does not hold it.
   exec 9>"$CACHE_ROOT/.lock"
   flock 9
-  [[ -f "$dir/ready" ]] && return 0
+  if [[ -f "$dir/ready" ]]; then exec 9>&-; return 0; fi
   for t in busybox modprobe depmod cpio qemu-system-x86_64; do
     command -v "$t" >/dev/null || die "$t is missing: run tools/install-deps.sh"
   done
@@ -141,6 +145,7 @@ prepare() {
   touch "$dir/ready"
   rm -rf "$tmp"
   trap - EXIT
+  exec 9>&-
   note "prepared in $((SECONDS - t0)) s: $(du -sh "$dir" | cut -f1)"
 }
 
@@ -153,7 +158,7 @@ run_lab() {
       --mem) mem=$2; shift 2 ;;
       --smp) smp=$2; shift 2 ;;
       --) shift; break ;;
-      *) die "run: unknown option $1 (usage: run [--mtu N] [--timeout S] [--mem MiB] -- CMD...)" ;;
+      *) die "run: unknown option $1 (usage: run [--mtu N] [--timeout S] [--mem MiB] [--smp N] -- CMD...)" ;;
     esac
   done
   [[ $# -gt 0 ]] || die "run: no command given"
@@ -194,7 +199,8 @@ run_lab() {
   wait "$qpid" || rc=$?
   trap - INT TERM
   if [[ -s "$job/rc" ]]; then
-    rc=$(cat "$job/rc")
+    rc=$(head -c 8 "$job/rc")
+    [[ $rc =~ ^[0-9]+$ && $rc -le 255 ]] || { note "the guest reported a bad status"; rc=125; }
   elif [[ $rc -eq 124 || $rc -eq 137 ]]; then
     note "the lab ran past --timeout $timeout s"; rc=124
   else
