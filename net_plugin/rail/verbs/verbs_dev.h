@@ -63,6 +63,12 @@ rr_status rr_gid_parse_text(const char *text, uint8_t raw[16]);
 /* "::ffff:10.55.0.1" / "fe80::55:ff:fe00:a"; buf of at least 46 bytes. */
 const char *rr_gid_str(const uint8_t raw[16], char *buf, size_t len);
 
+/* Can this device register DMA-BUF memory? Asked as NCCL asks it: a registration with an
+ * invalid file descriptor fails with EOPNOTSUPP/EPROTONOSUPPORT when the provider or kernel
+ * cannot do it at all, with another error (EBADF) when it could. 0 when libibverbs predates
+ * ibv_reg_dmabuf_mr or a PD cannot be made. */
+int rr_verbs_dmabuf_supported(const rr_ibv_api *api, struct ibv_context *ctx);
+
 /* Is GPUDirect RDMA available (nvidia_peermem or the older nv_peer_mem loaded)? */
 int rr_verbs_gdr_present(const char *sysfs_root);
 

@@ -31,7 +31,9 @@ for spec in "rxe0:1 gid_index=1 gid=::ffff:10.55.0.1 gid_type=v2 netdev=vethA0" 
   [[ $line =~ speed_mbps=[1-9] ]] || miss+=" speed_mbps>0"
   [[ $line =~ guid=0x0*[1-9a-f] ]] || miss+=" guid!=0"
   [[ $line =~ max_qp=[1-9] ]] || miss+=" max_qp>0"
-  if [[ -z $miss ]]; then ok "$dev: RoCE v2, IPv4 GID 1, netdev, speed, guid, max_qp"
+  # rxe cannot import DMA-BUF memory: the probe registration must say so (EOPNOTSUPP).
+  [[ " $line " == *" dmabuf=0 "* ]] || miss+=" dmabuf=0"
+  if [[ -z $miss ]]; then ok "$dev: RoCE v2, IPv4 GID 1, netdev, speed, guid, max_qp, no DMA-BUF"
   else bad "$dev: missing$miss in: $line"; fi
 done
 
