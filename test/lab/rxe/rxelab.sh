@@ -181,10 +181,11 @@ run_lab() {
   echo "$mtu" >"$job/mtu"
   # PVH boot of the ELF vmlinux; a read-only 9p view of / as the overlay's lower layer and a
   # writable one of the job directory (the command's status comes back through it).
+  # mitigations=off: a throwaway test guest; retpolines and RSB filling only slow TCG down.
   local qemu=(qemu-system-x86_64 -nodefaults -no-user-config -nographic -no-reboot
     -machine pc,accel=tcg -bios qboot.rom -cpu max -smp "$smp" -m "$mem"
     -kernel "$dir/vmlinux" -initrd "$dir/initramfs.gz"
-    -append "console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init"
+    -append "console=ttyS0 quiet loglevel=3 panic=-1 mitigations=off rdinit=/init"
     -fsdev local,id=hostfs,path=/,security_model=none,readonly=on,multidevs=remap
     -device virtio-9p-pci,fsdev=hostfs,mount_tag=host
     -fsdev local,id=jobfs,path="$job",security_model=none
