@@ -1,4 +1,5 @@
 #!/bin/busybox sh
+# shellcheck shell=dash
 # /init of the rxe lab's initramfs (built by rxelab.sh prepare): load the modules, mount the
 # host's root (9p, read-only) under a RAM overlay, and hand over to the job's guest_lab.sh,
 # which runs with the host's own bash, iproute2 and rdma-core.

@@ -43,10 +43,10 @@ wait_listen() {  # PORT
 rx_bytes() { cat "/sys/class/net/$1/statistics/rx_bytes"; }
 # A short RC exchange from B's device to A's device over one rail: ibv_rc_pingpong both ends.
 pingpong() {  # SERVER_DEV CLIENT_DEV SERVER_ADDR PORT
-  timeout 20 ibv_rc_pingpong -d "$1" -g 1 -n 20 -s 4096 -p "$4" >/tmp/pp-srv.$4 2>&1 &
+  timeout 20 ibv_rc_pingpong -d "$1" -g 1 -n 20 -s 4096 -p "$4" >"/tmp/pp-srv.$4" 2>&1 &
   local srv=$! rc
   wait_listen "$4"
-  timeout 20 ibv_rc_pingpong -d "$2" -g 1 -n 20 -s 4096 -p "$4" "$3" >/tmp/pp-cli.$4 2>&1
+  timeout 20 ibv_rc_pingpong -d "$2" -g 1 -n 20 -s 4096 -p "$4" "$3" >"/tmp/pp-cli.$4" 2>&1
   rc=$?
   wait "$srv" || rc=1
   if [[ $rc -ne 0 ]]; then sed 's/^/    /' "/tmp/pp-srv.$4" "/tmp/pp-cli.$4"; fi

@@ -182,6 +182,7 @@ run_lab() {
   # PVH boot of the ELF vmlinux; a read-only 9p view of / as the overlay's lower layer and a
   # writable one of the job directory (the command's status comes back through it).
   # mitigations=off: a throwaway test guest; retpolines and RSB filling only slow TCG down.
+  # shellcheck disable=SC2054  # QEMU's option values are comma lists
   local qemu=(qemu-system-x86_64 -nodefaults -no-user-config -nographic -no-reboot
     -machine pc,accel=tcg -bios qboot.rom -cpu max -smp "$smp" -m "$mem"
     -kernel "$dir/vmlinux" -initrd "$dir/initramfs.gz"
