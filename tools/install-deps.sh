@@ -9,6 +9,7 @@ fi
 pkgs=(build-essential cmake pkg-config libcmocka-dev libnuma-dev libibverbs-dev
       iproute2 nftables iputils-ping procps python3 prometheus-node-exporter prometheus curl)
 missing=()
+pkgs+=(libsodium-dev) # connection-setup HMAC (linked statically into the plugin)
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
