@@ -244,6 +244,7 @@ static rr_status close_comm(uint32_t *magic, uint32_t want, rr_engine *e, const 
 rr_status rr_net_close_send(rr_send_comm *comm) {
   if (!comm) return RR_OK;
   rr_status st = close_comm(&comm->magic, RR_MAGIC_SEND, &comm->engine, "closeSend");
+  if (st == RR_OK) rr_connect_release(comm); /* a reconnect under way: its sockets and endpoint */
   if (st == RR_OK) free(comm);
   return st;
 }
