@@ -14,6 +14,10 @@ static pthread_mutex_t sinks_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct { rr_health_sink_fn fn; void *arg; } sinks[MAX_SINKS];
 static int nsinks;
 static _Atomic int nic_state[MAX_NICS];
+/* The pooled NICs' names (rr_health_nics_set); read by the telemetry exporter. */
+static pthread_mutex_t names_lock = PTHREAD_MUTEX_INITIALIZER;
+static char nic_names[MAX_NICS][16];
+static int nnic_names;
 
 const char *rr_link_state_str(rr_link_state st) {
   switch (st) {
@@ -105,4 +109,27 @@ void rr_health_nic_state(int dev, const char *ifname, rr_link_state st, const ch
 rr_link_state rr_health_nic_get(int dev) {
   if (dev < 0 || dev >= MAX_NICS) return RR_LINK_UP;
   return (rr_link_state)atomic_load(&nic_state[dev]);
+}
+
+void rr_health_nics_set(const char *const *names, int count) {
+  if (count < 0 || !names) count = 0;
+  if (count > MAX_NICS) count = MAX_NICS;
+  pthread_mutex_lock(&names_lock);
+  for (int i = 0; i < count; i++) snprintf(nic_names[i], sizeof nic_names[i], "%s", names[i] ? names[i] : "");
+  nnic_names = count;
+  pthread_mutex_unlock(&names_lock);
+}
+
+int rr_health_nic_count(void) {
+  pthread_mutex_lock(&names_lock);
+  int n = nnic_names;
+  pthread_mutex_unlock(&names_lock);
+  return n;
+}
+
+void rr_health_nic_name(int dev, char *buf, int len) {
+  if (len <= 0) return;
+  pthread_mutex_lock(&names_lock);
+  snprintf(buf, (size_t)len, "%s", dev >= 0 && dev < nnic_names ? nic_names[dev] : "");
+  pthread_mutex_unlock(&names_lock);
 }

@@ -59,6 +59,15 @@ void rr_health_nic_state(int dev, const char *ifname, rr_link_state st, const ch
 /* This process's last known state of local NIC dev (RR_LINK_UP when never reported). */
 rr_link_state rr_health_nic_get(int dev);
 
+/* The local NICs this process pools, by device index: dashboards must show a
+ * healthy NIC's state too, not only the ones that reported a change. Set once
+ * the plugin knows its devices (rr_health_table_start does it); a later call
+ * replaces the list. Names longer than 15 characters are cut. */
+void rr_health_nics_set(const char *const *names, int count);
+/* How many NICs were set (0 before), and the name of device dev ("" when none). */
+int rr_health_nic_count(void);
+void rr_health_nic_name(int dev, char *buf, int len);
+
 const char *rr_link_state_str(rr_link_state st);
 const char *rr_health_event_str(rr_health_event_kind kind);
 

@@ -23,6 +23,12 @@ static void sink(void *arg, const rr_health_event *ev) { rr_health_table_event(a
 void rr_health_table_start(const rr_netif *nifs, int count) {
   pthread_mutex_lock(&proc_lock);
   if (refs++ == 0) {
+    /* The NICs this process pools, for every publisher (telemetry exports a
+     * state for each from the start); even when the table cannot be opened. */
+    const char *names[RR_MAX_NETIFS];
+    int n = 0;
+    for (; nifs && n < count && n < RR_MAX_NETIFS; n++) names[n] = nifs[n].name;
+    rr_health_nics_set(names, n);
     rr_ht_writer *w = NULL;
     if (rr_health_table_open_writer(NULL, NULL, &w, NULL) == RR_OK) {
       for (int i = 0; nifs && i < count; i++) rr_health_table_claim(w, i, nifs[i].name);

@@ -65,23 +65,66 @@ static rr_tel_link *link_get(rr_tel_tables *t, const char *nic, const char *peer
   return l;
 }
 
+/* The NIC's entry, created (state up) when new; NULL when the table is full. */
+static rr_tel_nic *nic_get(rr_tel_tables *t, const char *nic) {
+  for (int i = 0; i < t->nnics; i++)
+    if (!strcmp(t->nics[i].nic, nic)) return &t->nics[i];
+  if (t->nnics == RR_TEL_MAX_NICS) {
+    t->table_full++;
+    return NULL;
+  }
+  rr_tel_nic *n = &t->nics[t->nnics++];
+  snprintf(n->nic, sizeof n->nic, "%s", nic);
+  n->state = RR_LINK_UP;
+  return n;
+}
+
+/* The peer's error counter, created at 0 when new. */
+static rr_tel_peer *peer_get(rr_tel_tables *t, const char *peer) {
+  for (int i = 0; i < t->npeers; i++)
+    if (!strcmp(t->peers[i].peer, peer)) return &t->peers[i];
+  if (t->npeers == RR_TEL_MAX_PEERS) {
+    t->table_full++;
+    return NULL;
+  }
+  rr_tel_peer *p = &t->peers[t->npeers++];
+  snprintf(p->peer, sizeof p->peer, "%s", peer);
+  p->errors = 0;
+  return p;
+}
+
+void rr_tel_tables_conn_rail(rr_tel_tables *t, const char *nic, const char *peer) {
+  rr_tel_link *l = link_get(t, nic, peer);
+  /* A rail just added is up; a state already reported for this NIC and
+   * peer (another connection's rail that went down) is not overwritten. */
+  if (l && l->state < 0) l->state = RR_LINK_UP;
+  peer_get(t, peer[0] ? peer : "unknown");
+}
+
+void rr_tel_tables_pooled_nics(rr_tel_tables *t) {
+  int n = rr_health_nic_count();
+  for (int dev = 0; dev < n; dev++) {
+    char name[16];
+    rr_health_nic_name(dev, name, sizeof name);
+    if (!name[0]) continue;
+    int known = 0;
+    for (int i = 0; i < t->nnics && !known; i++) known = !strcmp(t->nics[i].nic, name);
+    if (known) continue;
+    /* A change reported before this entry existed is in rr_health's view. */
+    rr_tel_nic *e = nic_get(t, name);
+    if (e) e->state = (int)rr_health_nic_get(dev);
+  }
+}
+
 void rr_tel_events_apply(rr_tel_tables *t, const rr_health_event *ev) {
   if (ev->kind >= RR_HEV_NIC_STATE && ev->kind <= RR_HEV_ANOMALY) t->events_by_kind[ev->kind]++;
   rr_tel_link *l;
+  rr_tel_nic *n;
+  rr_tel_peer *p;
   switch (ev->kind) {
-  case RR_HEV_NIC_STATE: {
-    int i = 0;
-    while (i < t->nnics && strcmp(t->nics[i].nic, ev->ifname)) i++;
-    if (i == t->nnics) {
-      if (t->nnics == RR_TEL_MAX_NICS) {
-        t->table_full++;
-        break;
-      }
-      snprintf(t->nics[t->nnics++].nic, sizeof t->nics[0].nic, "%s", ev->ifname);
-    }
-    t->nics[i].state = (int)ev->state;
+  case RR_HEV_NIC_STATE:
+    if ((n = nic_get(t, ev->ifname))) n->state = (int)ev->state;
     break;
-  }
   case RR_HEV_RAIL_STATE:
     if ((l = link_get(t, ev->ifname, ev->peer))) l->state = (int)ev->state;
     break;
@@ -95,21 +138,9 @@ void rr_tel_events_apply(rr_tel_tables *t, const rr_health_event *ev) {
       l->state = (int)ev->state;
     }
     break;
-  case RR_HEV_ERROR: {
-    const char *peer = ev->peer[0] ? ev->peer : "unknown";
-    int i = 0;
-    while (i < t->npeers && strcmp(t->peers[i].peer, peer)) i++;
-    if (i == t->npeers) {
-      if (t->npeers == RR_TEL_MAX_PEERS) {
-        t->table_full++;
-        break;
-      }
-      snprintf(t->peers[t->npeers].peer, sizeof t->peers[0].peer, "%s", peer);
-      t->peers[t->npeers++].errors = 0;
-    }
-    t->peers[i].errors++;
+  case RR_HEV_ERROR:
+    if ((p = peer_get(t, ev->peer[0] ? ev->peer : "unknown"))) p->errors++;
     break;
-  }
   case RR_HEV_ANOMALY: /* counted per rail by the series */
     break;
   }

@@ -163,6 +163,8 @@ static void compute(exporter *x, int do_export, uint64_t wall) {
     }
     rr_tel_res_reset(&a->res);
   }
+  /* Every pooled NIC has a state from the first export: a healthy one too. */
+  rr_tel_tables_pooled_nics(&g->t);
   rr_tel_prom_render(&x->prom, &g->cfg, g->series, g->nseries, &g->t, wall);
 }
 

@@ -23,9 +23,12 @@
 #include <sys/types.h>
 
 #define RR_TEL_MAX_SERIES 4096
-#define RR_TEL_MAX_LINKS 1024
+/* Every rail a connection adds takes a link (NIC, peer) and a peer entry,
+ * events find theirs there: as many as rails can be recorded, so that a big
+ * job's failovers still find room. */
+#define RR_TEL_MAX_LINKS RR_TEL_MAX_SERIES
 #define RR_TEL_MAX_NICS 64
-#define RR_TEL_MAX_PEERS 1024
+#define RR_TEL_MAX_PEERS RR_TEL_MAX_SERIES
 #define RR_TEL_EVQ 1024          /* health events waiting for the exporter */
 #define RR_TEL_RESERVOIR 1024    /* latencies kept per rail per interval */
 #define RR_TEL_ANOMALY_KEEP 16   /* snapshots kept per process */
@@ -202,6 +205,11 @@ void rr_tel_health_sink(void *arg, const rr_health_event *ev);
 /* Move queued events out (exporter): returns how many, at most max. */
 int rr_tel_events_take(rr_health_event *out, int max, uint64_t *dropped);
 void rr_tel_events_apply(rr_tel_tables *t, const rr_health_event *ev);  /* under lock */
+/* Entries that exist before anything happens (under lock): a rail of a
+ * connection (state up unless reported, counters at 0), and every NIC the
+ * process pools (rr_health_nics_set) with its current state. */
+void rr_tel_tables_conn_rail(rr_tel_tables *t, const char *nic, const char *peer);
+void rr_tel_tables_pooled_nics(rr_tel_tables *t);
 void rr_tel_event_json(rr_tel_buf *b, const rr_tel_config *cfg, const rr_health_event *ev);
 /* The events file with rotation at cfg->events_max (one old file kept). */
 typedef struct rr_tel_evfile {

@@ -138,6 +138,17 @@ out:
   return t;
 }
 
+void rr_tel_conn_rail_add(const char *ifname, const char *peer) {
+  rr_tel_global *g = &rr_tel_g;
+  pthread_mutex_lock(&g->life);
+  if (g->running) { /* else telemetry is off: nothing to export */
+    pthread_mutex_lock(&g->lock);
+    rr_tel_tables_conn_rail(&g->t, ifname && ifname[0] ? ifname : "?", peer ? peer : "");
+    pthread_mutex_unlock(&g->lock);
+  }
+  pthread_mutex_unlock(&g->life);
+}
+
 void rr_tel_rail_close(rr_tel_rail *t) {
   if (!t) return;
   rr_tel_global *g = &rr_tel_g;

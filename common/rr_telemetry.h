@@ -27,6 +27,16 @@ enum rr_tel_dir { RR_TEL_TX = 0, RR_TEL_RX = 1 };
 rr_tel_rail *rr_tel_rail_open(int dev, const char *ifname, const char *peer, int rail, int dir);
 void rr_tel_rail_close(rr_tel_rail *t);
 
+/* A connection to peer has a rail over the local NIC ifname: from the next
+ * export on, the rail's state gauge reads up (unless a state was already
+ * reported for it) and its failover, fail-back and connection-error counters
+ * read 0, so that dashboards see healthy rails and rate() sees the first
+ * increment. peer is the connection's peer as its health events name it
+ * (rr_health_event.peer), not the rail's remote address. The engine calls it
+ * once per rail it adds, after rr_tel_rail_open(); a no-op when telemetry is
+ * off. The entries stay for the process's life (counters never go back). */
+void rr_tel_conn_rail_add(const char *ifname, const char *peer);
+
 /* Data path. post_ns <= done_ns. */
 void rr_tel_record_slow(rr_tel_rail *t, uint64_t post_ns, uint64_t done_ns, uint32_t bytes);
 static inline void rr_tel_record(rr_tel_rail *t, uint64_t post_ns, uint64_t done_ns, uint32_t bytes) {

@@ -36,6 +36,8 @@ client=$!
 t0=$SECONDS
 phase() { echo "[$((SECONDS - t0))s] $*"; }
 sleep $((DEMO_SECONDS / 3))
+phase "healthy: the NIC and rail state series dashboards read (0 = up):"
+grep -h '^rerail_\(nic\|rail\)_state' "$DEMO_WORK"/telemetry/*.prom 2>/dev/null | head -8 | sed 's/^/    /' || true
 phase "rank 0's NIC rail0 fails (ip link set rail0 down)"
 netlab link 0 0 down
 sleep 2

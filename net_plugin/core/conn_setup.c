@@ -27,9 +27,6 @@
 
 _Static_assert(RR_TCP_MAX_STREAMS <= RR_HS_MAX_STREAMS, "setup sockets per rail");
 _Static_assert(RR_MAX_RAILS <= RR_HS_MAX_RAILS, "rails per connection");
-#ifdef RR_RAIL_ADDR_MAX
-_Static_assert(RR_RAIL_ADDR_MAX == RR_HS_BLOB_MAX, "endpoint blobs fit the handshake");
-#endif
 
 #define RETRY_DELAY_NS (20ull * 1000 * 1000)
 

@@ -26,13 +26,21 @@ struct rr_net_ctx {
   int tel_held;              /* holds a reference on the telemetry exporter */
 };
 
-/* Process-wide: the devices (NICs) rerail pools. */
+/* Process-wide: the devices (NICs) rerail pools, each opened by the
+ * transport that serves it. */
 typedef struct rr_devices {
   int count;
   rr_netif nif[RR_MAX_NETIFS];
+  rr_rail_dev *rail[RR_MAX_NETIFS];
 } rr_devices;
 
 const rr_devices *rr_core_devices(void);
+
+/* An endpoint on device dev for engine e, connected with the peer's blob
+ * and the setup sockets (taken over or closed, in every case: the fds are
+ * set to -1). Goes through the device's transport, whichever it is. */
+rr_status rr_core_ep_create(int dev, int *fds, int nfds, const void *peer_blob, uint32_t blob_len,
+                            rr_engine *e, rr_rail_ep **ep);
 
 /* Connecting, as the connector side sees it: every planned rail, its
  * endpoint and its setup sockets, each running the setup handshake

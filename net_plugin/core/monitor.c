@@ -99,6 +99,20 @@ static void netlink_drain(int fd) {
   }
 }
 
+/* Each device's own event source (verbs: async events such as a port going
+ * down or a fatal device error; TCP has none beyond netlink) and its shared
+ * completion progress, which files completions into their endpoints. */
+static void poll_devices(void) {
+  const rr_devices *d = rr_core_devices();
+  for (int i = 0; i < d->count; i++) {
+    rr_rail_dev *dev = d->rail[i];
+    rr_rail_dev_event ev;
+    while (dev->ops->dev_event(dev, &ev) != RR_RAIL_DEV_EV_NONE)
+      set_link(i, ev.kind == RR_RAIL_DEV_EV_PORT_UP, ev.why);
+    dev->ops->dev_progress(dev);
+  }
+}
+
 static void *monitor_main(void *arg) {
   (void)arg;
   int nl = netlink_open();
@@ -113,6 +127,7 @@ static void *monitor_main(void *arg) {
     if (nl >= 0) poll(&p, 1, timeout_ms);
     else usleep((useconds_t)timeout_ms * 1000);
     if (nl >= 0 && (p.revents & POLLIN)) netlink_drain(nl);
+    poll_devices();
     uint64_t now = rr_now_ns();
     pthread_mutex_lock(&registry_lock);
     int stop = stop_requested;

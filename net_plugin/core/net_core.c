@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static pthread_mutex_t core_lock = PTHREAD_MUTEX_INITIALIZER;
 static int ctx_refs;
@@ -42,6 +43,19 @@ static void discover_devices(void) {
     else
       RR_WARN("no network interface is up: rerail offers no devices");
   }
+  /* Devices the transport cannot open are left out, not fatal. */
+  int kept = 0;
+  for (int i = 0; i < n; i++) {
+    rr_rail_dev *rd = NULL;
+    if (rr_tcp_transport.dev_open(kept, &rd) != RR_OK) {
+      RR_WARN("device %s: the %s transport cannot open it; left out", devices.nif[i].name, rr_tcp_transport.name);
+      continue;
+    }
+    rd->attr.speed_mbps = devices.nif[i].speed_mbps;
+    devices.nif[kept] = devices.nif[i];
+    devices.rail[kept++] = rd;
+  }
+  devices.count = n = kept;
   for (int i = 0; i < n; i++) {
     char abuf[64];
     RR_INFO(RR_SUB_INIT | RR_SUB_NET, "device %d: %s %s speed %d Mb/s pci %s numa %d", i,
@@ -53,6 +67,28 @@ static void discover_devices(void) {
 }
 
 const rr_devices *rr_core_devices(void) { return &devices; }
+
+rr_status rr_core_ep_create(int dev, int *fds, int nfds, const void *peer_blob, uint32_t blob_len,
+                            rr_engine *e, rr_rail_ep **out) {
+  rr_status st = RR_ERR_INVALID;
+  rr_rail_ep *ep = NULL;
+  if (dev >= 0 && dev < devices.count) {
+    rr_rail_dev *rd = devices.rail[dev];
+    st = rd->ops->ep_open(rd, &rr_engine_rail_events, e, &ep);
+    if (st == RR_OK) {
+      rr_rail_connect_args args = {.peer_addr = peer_blob, .peer_addr_len = blob_len, .fds = fds, .nfds = nfds};
+      st = rd->ops->ep_connect(ep, &args);
+    }
+  }
+  for (int i = 0; i < nfds; i++)
+    if (fds[i] >= 0) close(fds[i]), fds[i] = -1;
+  if (st != RR_OK) {
+    if (ep) ep->ops->destroy(ep);
+    return st;
+  }
+  *out = ep;
+  return RR_OK;
+}
 
 int rr_core_dev_by_addr(const struct sockaddr_storage *addr) {
   for (int i = 0; i < devices.count; i++) {

@@ -20,13 +20,37 @@ rr_status engine_fail(rr_engine *e, rr_status st, const char *fmt, ...) {
     va_end(ap);
     RR_WARN("%s connection to %s failed: %s (%s)", e->cfg.role == RR_ENGINE_SEND ? "send" : "receive",
             e->cfg.peer, e->failed_why, rr_status_str(st));
-    rr_health_event ev = {.kind = RR_HEV_ERROR, .dev = e->nrails ? e->rails[0].ep->dev : -1,
+    rr_health_event ev = {.kind = RR_HEV_ERROR, .dev = e->nrails ? e->rails[0].ep->dev->index : -1,
                           .to_dev = -1, .state = RR_LINK_DOWN};
     snprintf(ev.peer, sizeof ev.peer, "%s", e->cfg.peer);
     snprintf(ev.reason, sizeof ev.reason, "%.95s", e->failed_why);
     rr_health_report(&ev);
   }
   return e->failed;
+}
+
+rr_status engine_violation(rr_engine *e, int rail, const char *fmt, ...) {
+  char why[96];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  e->stats.violations++;
+  /* Logged once per connection: a hostile peer must not flood the log. */
+  if (e->stats.violations == 1) {
+    snprintf(e->violation_why, sizeof e->violation_why, "%s", why);
+    RR_WARN("%s connection to %s: rail %d broke the protocol (%s): failing that rail over; "
+            "further violations on this connection are counted, not logged",
+            e->cfg.role == RR_ENGINE_SEND ? "send" : "receive", e->cfg.peer, rail, why);
+  } else {
+    RR_TRACE("%s: rail %d: protocol violation %llu: %s", e->cfg.peer, rail,
+             (unsigned long long)e->stats.violations, why);
+  }
+  return RR_ERR_PROTOCOL;
+}
+
+int engine_rail_fence_cheap(const rr_engine *e, int r) {
+  return (e->rails[r].ep->dev->attr.caps & RR_RAIL_CAP_WRITE_BEGIN) != 0;
 }
 
 rr_status rr_engine_init(rr_engine *e, const rr_engine_config *cfg) {
@@ -42,11 +66,12 @@ rr_status rr_engine_init(rr_engine *e, const rr_engine_config *cfg) {
 
 rr_status rr_engine_add_rail(rr_engine *e, rr_rail_ep *ep, int weight, const char *ifname,
                              const char *peer_addr) {
-  if (e->nrails == RR_MAX_RAILS) return RR_ERR_INVALID;
+  if (e->nrails == RR_MAX_RAILS || e->recv_seq != 0) return RR_ERR_INVALID;
   int idx = e->nrails++;
   engine_rail *r = &e->rails[idx];
   memset(r, 0, sizeof *r);
   r->ep = ep;
+  ep->rail = idx;
   r->state = RR_RAIL_ACTIVE;
   r->weight = weight > 0 ? weight : 1;
   r->state_since_ns = r->watch_since_ns = r->last_alive_ns = rr_now_ns();
@@ -54,10 +79,12 @@ rr_status rr_engine_add_rail(rr_engine *e, rr_rail_ep *ep, int weight, const cha
   snprintf(r->name, sizeof r->name, "rail%d (%.15s -> %.40s)", idx, ifname ? ifname : "?", peer_addr ? peer_addr : "?");
   snprintf(r->why, sizeof r->why, "up");
   /* A sender's rails record what they send, a receiver's what lands. */
-  rr_tel_rail *t = rr_tel_rail_open(ep->dev, ifname, peer_addr, idx,
+  rr_tel_rail *t = rr_tel_rail_open(ep->dev->index, ifname, peer_addr, idx,
                                     e->cfg.role == RR_ENGINE_SEND ? RR_TEL_TX : RR_TEL_RX);
   if (e->cfg.role == RR_ENGINE_SEND) ep->tel_tx = t;
   else ep->tel_rx = t;
+  /* Dashboards see the rail's state and counters from the first export. */
+  rr_tel_conn_rail_add(r->ifname, e->cfg.peer);
   return RR_OK;
 }
 
@@ -65,12 +92,14 @@ void rr_engine_fini(rr_engine *e) {
   for (int i = 0; i < e->nrails; i++) {
     rr_rail_ep *ep = e->rails[i].ep;
     if (!ep) continue;
+    if (e->bounce_reg[i]) ep->ops->dereg_mr(e->bounce_reg[i]);
     rr_tel_rail *tx = ep->tel_tx, *rx = ep->tel_rx;
     ep->ops->destroy(ep);
     rr_tel_rail_close(tx);
     rr_tel_rail_close(rx);
   }
   e->nrails = 0;
+  engine_recv_free(e);
   free(e->bounce);
   e->bounce = NULL;
   pthread_mutex_destroy(&e->lock);
@@ -94,10 +123,18 @@ rr_status engine_post_ctrl(rr_engine *e, const void *msg, uint32_t len) {
   if (r < 0) return RR_AGAIN;
   rr_status st = e->rails[r].ep->ops->post_ctrl(e->rails[r].ep, msg, len);
   if (st != RR_OK && st != RR_AGAIN) {
+    e->rails[r].cause = st;
     engine_rail_set_state(e, r, RR_RAIL_DEAD, rr_status_str(st));
     return RR_AGAIN;
   }
   return st;
+}
+
+rr_status engine_post_msg(rr_engine *e, const engine_msg *m) {
+  uint8_t buf[RR_RAIL_CTRL_MAX];
+  uint32_t len = engine_msg_encode(m, buf, sizeof buf);
+  if (!len) return RR_ERR_INTERNAL;
+  return engine_post_ctrl(e, buf, len);
 }
 
 rr_status engine_progress(rr_engine *e) {
@@ -113,11 +150,17 @@ rr_status engine_progress(rr_engine *e) {
     engine_rail *r = &e->rails[i];
     if (r->state == RR_RAIL_DEAD) continue;
     rr_status st = r->ep->ops->progress(r->ep);
-    if (st == RR_ERR_PROTOCOL || st == RR_ERR_INTERNAL)
-      return engine_fail(e, st, "%s: %s", r->name, rr_status_str(st));
-    if (st != RR_OK)
+    if (st == RR_ERR_INTERNAL) return engine_fail(e, st, "%s: %s", r->name, rr_status_str(st));
+    if (st != RR_OK) {
+      /* The endpoint is broken for good; only this rail fails. The cause,
+       * not the text, decides what follows (a peer that closed every rail
+       * is gone; a garbled rail is reopened). */
+      r->cause = st;
       engine_rail_set_state(e, i, RR_RAIL_DEAD,
-                            st == RR_ERR_PEER ? "connection closed by the peer" : "connection broken");
+                            st == RR_ERR_PEER       ? "connection closed by the peer"
+                            : st == RR_ERR_PROTOCOL ? "protocol violation"
+                                                    : "connection broken");
+    }
   }
   if (e->failed) return e->failed;
   if (now - e->last_tick_ns >= 1000000) {
@@ -147,24 +190,39 @@ void rr_engine_background(rr_engine *e, uint64_t now_ns) {
 
 /* ---------------------------------------------------------- rail events */
 
-static rr_status ev_write_done(void *arg, uint64_t wr_id) {
-  return engine_send_on_write_done(arg, wr_id);
+static rr_engine *ep_engine(rr_rail_ep *ep) { return ep->events_arg; }
+
+static rr_status ev_write_done(rr_rail_ep *ep, uint64_t wr_id) {
+  return engine_send_on_write_done(ep_engine(ep), wr_id);
 }
 
-static int ev_write_begin(void *arg, uint32_t imm, uint16_t fence) {
-  return engine_recv_write_begin(arg, imm, fence);
+static rr_status ev_write_begin(rr_rail_ep *ep, const rr_write_hdr *h, void **dst) {
+  rr_engine *e = ep_engine(ep);
+  *dst = NULL;
+  if (e->cfg.role != RR_ENGINE_RECV) return engine_violation(e, ep->rail, "data arrived on a send connection");
+  return engine_recv_write_begin(e, ep->rail, h, dst);
 }
 
-static rr_status ev_write_recv(void *arg, uint32_t imm, uint32_t len) {
-  return engine_recv_write(arg, imm, len);
+static rr_status ev_write_recv(rr_rail_ep *ep, const rr_write_hdr *h) {
+  rr_engine *e = ep_engine(ep);
+  if (e->cfg.role != RR_ENGINE_RECV) return engine_violation(e, ep->rail, "data arrived on a send connection");
+  return engine_recv_write(e, ep->rail, h);
 }
 
-static rr_status ev_ctrl(void *arg, const void *msg, uint32_t len) {
-  rr_engine *e = arg;
-  if (len < 1) return engine_fail(e, RR_ERR_PROTOCOL, "empty control message");
-  if (*(const uint8_t *)msg == ENGINE_CTRL_PROBE) return RR_OK; /* its arrival was the point */
-  return e->cfg.role == RR_ENGINE_SEND ? engine_send_on_ctrl(e, msg, len)
-                                       : engine_recv_on_ctrl(e, msg, len);
+static rr_status ev_drain(rr_rail_ep *ep, uint32_t epoch) {
+  rr_engine *e = ep_engine(ep);
+  return e->cfg.role == RR_ENGINE_RECV ? engine_recv_on_drain(e, ep->rail, epoch) : RR_OK;
+}
+
+static rr_status ev_ctrl(rr_rail_ep *ep, const void *msg, uint32_t len) {
+  rr_engine *e = ep_engine(ep);
+  engine_msg m;
+  const char *why = NULL;
+  if (engine_msg_decode(msg, len, e->nrails, &m, &why) != RR_OK)
+    return engine_violation(e, ep->rail, "%s (%u bytes)", why, len);
+  if (m.type == ENGINE_CTRL_PROBE) return RR_OK; /* its arrival was the point */
+  return e->cfg.role == RR_ENGINE_SEND ? engine_send_on_msg(e, ep->rail, &m)
+                                       : engine_recv_on_msg(e, ep->rail, &m);
 }
 
 const rr_rail_events rr_engine_rail_events = {
@@ -172,6 +230,7 @@ const rr_rail_events rr_engine_rail_events = {
     .on_write_begin = ev_write_begin,
     .on_write_recv = ev_write_recv,
     .on_ctrl = ev_ctrl,
+    .on_drain = ev_drain,
 };
 
 /* ----------------------------------------------------------------- test */

@@ -11,11 +11,13 @@
  * when acked. Keeping the data until the ack is what lets a failover replay it.
  *
  * Failover (engine_rails.c, engine_recv.c, engine_send.c): a connection holds
- * a primary rail and warm backups. When a rail dies, the receiver fences every
- * rail, moves to a new epoch, and tells the sender, per outstanding receive,
- * the chunks it holds; the sender replays the rest on the rails still up. The
- * receiver drops every write of an older epoch, so nothing from before the
- * switch can land after it. See docs/failover.md. */
+ * a primary rail and warm backups. When a rail dies, the receiver fences it,
+ * moves to a new epoch, and tells the sender, per outstanding receive, the
+ * chunks it holds; the sender replays the rest on the rails still up. The
+ * receiver places every write itself and drops every write of an older epoch;
+ * rails whose fence would be destructive (verbs) are drained instead, and no
+ * receive completes before they are, so nothing from before the switch can
+ * land after it. See docs/protocol.md and docs/failover.md. */
 #ifndef RERAIL_ENGINE_H
 #define RERAIL_ENGINE_H
 #include <pthread.h>
@@ -26,14 +28,15 @@
 #include "engine_wire.h"
 #include "rail.h"
 
-#define RR_MAX_RAILS 8
+#define RR_MAX_DEVS 32      /* RR_MAX_NETIFS: devices a registration can span */
 
-/* What NCCL's mhandle points at. */
+/* What NCCL's mhandle points at: one registration per NIC of the
+ * connection's rails, made at regMr, so a failover registers nothing. */
 typedef struct rr_mr {
   void *base;
   size_t size;
   int type;                 /* RR_PTR_* */
-  rr_rail_mr *rail_mr;      /* registration on the rail(s) */
+  rr_rail_mr *reg[RR_MAX_DEVS]; /* by device index; NULL on devices not registered */
 } rr_mr;
 
 enum rr_engine_role { RR_ENGINE_SEND = 1, RR_ENGINE_RECV = 2 };
@@ -54,6 +57,7 @@ typedef struct rr_engine rr_engine;
 typedef struct engine_rail {
   rr_rail_ep *ep;
   rr_rail_state state;
+  rr_status cause;          /* DEAD: what broke the endpoint (RR_ERR_PEER: the peer closed it) */
   int weight;               /* relative bandwidth (link speed), for balance */
   uint64_t state_since_ns;
   uint64_t watch_since_ns;  /* silence is judged from here (reset when work starts) */
@@ -66,6 +70,8 @@ typedef struct engine_rail {
   uint64_t last_reconnect_ns;/* sender: when the last reconnect attempt began */
   int reconnecting;         /* sender: an attempt is under way */
   int fresh;                /* reconnected and not yet seen alive */
+  int need_drain;           /* receiver: writes of an older epoch may still land on it */
+  uint32_t drain_posted;    /* sender: the epoch of the last drain barrier posted on it */
   char ifname[16];          /* local NIC */
   char name[80];            /* "rail1 (eth1 -> 10.0.1.2)" for messages */
   char why[64];             /* why it went down */
@@ -83,11 +89,12 @@ typedef struct rr_send_req {
   uint32_t seq;
   const char *data;         /* user buffer, or the bounce buffer */
   size_t size;
-  const rr_rail_mr *mr;
+  const rr_mr *mr;          /* NULL for a bounced message */
   uint64_t raddr;
-  uint32_t rkey;
+  uint32_t rkey[RR_MAX_RAILS]; /* the receive buffer's key on each rail */
   uint32_t nchunks, posted, transmitted; /* posted/transmitted count the current epoch from its replay point */
-  uint32_t resumed_epoch;   /* a RESUME_SLOT of this epoch named it */
+  uint8_t resumed;          /* a RESUME_SLOT of resumed_epoch named it (each is obeyed once) */
+  uint32_t resumed_epoch;
   void *prof_event;         /* NCCL profiler event, NULL when none */
 } rr_send_req;
 
@@ -95,10 +102,15 @@ typedef struct rr_recv_sub {
   char *data;
   size_t posted_size;
   size_t size;              /* as sent, known once the last chunk landed */
+  uint32_t max_chunks;      /* chunks the posted size allows */
   uint32_t expected;        /* chunk count, 0 until the last chunk landed */
-  uint32_t received;        /* chunks landed (each counted once per epoch) */
   uint32_t prefix;          /* chunks [0, prefix) have all landed */
-  uint64_t window;          /* bit i: chunk prefix + i landed */
+  uint32_t high;            /* one past the highest chunk landed in this epoch */
+  /* Bit k: chunk k landed in this epoch (or before the prefix). Exact for
+   * every chunk the posted size allows, so a repeat is always recognised.
+   * Kept across receives of the slot and grown when needed. */
+  uint64_t *seen;
+  uint32_t seen_words;
 } rr_recv_sub;
 
 typedef struct rr_recv_req {
@@ -108,6 +120,7 @@ typedef struct rr_recv_req {
   uint8_t complete;         /* every chunk of every sub-receive landed */
   uint8_t subs_done;
   uint8_t ack_now;          /* the sender waits for our ack: send it at once */
+  uint8_t landed;           /* every chunk is here; complete once the rails are drained */
   rr_engine *engine;
   uint32_t seq;
   engine_cts cts;           /* as sent, for a resend after a rollback */
@@ -120,6 +133,13 @@ typedef struct engine_cts_slot {
   uint8_t matched;          /* bitmask of sub-receives an isend has taken */
   engine_cts cts;
 } engine_cts_slot;
+
+/* Engine-wide counters (read under the lock; for tests and telemetry). */
+typedef struct rr_engine_stats {
+  uint64_t violations;      /* protocol violations that failed a rail */
+  uint64_t rollbacks;       /* epochs started (receiver) or adopted (sender) */
+  uint64_t reannounce;      /* rollbacks announced again on request */
+} rr_engine_stats;
 
 #define RR_SEND_POOL (RR_NET_MAX_REQUESTS * RR_NET_MAX_RECVS)
 #define RR_BOUNCE_COUNT RR_NET_MAX_REQUESTS
@@ -178,7 +198,6 @@ struct rr_engine {
   int nbounce_free;
   int resume_wait;          /* a rollback is under way: post nothing until RESUME_END */
   uint64_t resume_wait_since_ns;
-  uint32_t resume_wait_epoch; /* waiting for a RESUME_END of an epoch after this one */
   uint64_t stall_start_ns;  /* when the failure that caused the current rollback was seen */
 
   /* receiver */
@@ -190,13 +209,24 @@ struct rr_engine {
   int resume_cursor;        /* next slot to announce after a rollback; -1 = none, 32 = END */
   int fail_notice_pending;  /* a FAIL message still has to be posted */
   uint64_t down_notice_ns;  /* when the peer was last reminded of rails waiting to be reopened */
+  uint32_t resume_mask;     /* receiver: slots this rollback's RESUME_SLOTs named so far */
+  uint32_t resume_got;      /* sender: slots whose RESUME_SLOT of this epoch arrived */
+  uint32_t fail_epoch;      /* sender: the epoch its FAIL names (lost in, or waits to leave) */
+  int peer_told;            /* rails being marked down on the peer's word: no rollback request */
+  char *bounce_owner;       /* the bounce arena the registrations below cover */
+  rr_rail_mr *bounce_reg[RR_MAX_RAILS]; /* the bounce arena on each rail's device */
+
+  rr_engine_stats stats;
+  char violation_why[96];   /* the first violation, for the log */
 };
 
 extern const rr_rail_events rr_engine_rail_events;
 
 rr_status rr_engine_init(rr_engine *e, const rr_engine_config *cfg);
 /* Add a connected rail; rail 0 is the primary, the rest backups in chain order.
- * The endpoint's events must be rr_engine_rail_events with arg e. */
+ * The endpoint's events must be rr_engine_rail_events with arg e. All rails
+ * are added before the first receive is posted (clear-to-sends carry a key
+ * per rail). */
 rr_status rr_engine_add_rail(rr_engine *e, rr_rail_ep *ep, int weight, const char *ifname,
                              const char *peer_addr);
 void rr_engine_fini(rr_engine *e);
@@ -240,20 +270,32 @@ void engine_rail_swap(rr_engine *e, int r, rr_rail_ep *ep); /* caller holds the 
 uint32_t engine_down_mask(const rr_engine *e);
 int engine_rail_usable(const rr_engine *e, int r);
 
+/* A rail carried something that breaks the protocol: record it (the caller
+ * returns RR_ERR_PROTOCOL, which fails that rail over, never the job). */
+rr_status engine_violation(rr_engine *e, int rail, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Encode and post a control message (engine_post_ctrl's rules). */
+rr_status engine_post_msg(rr_engine *e, const engine_msg *m);
+/* Rails fenced at a rollback: every rail whose fence is cheap and keeps the
+ * endpoint (RR_RAIL_CAP_WRITE_BEGIN), besides the failed one. */
+int engine_rail_fence_cheap(const rr_engine *e, int r);
+
 /* engine_send.c */
 /* now: the caller's clock reading, or 0 to read it when a chunk is posted. */
 rr_status engine_send_post(rr_engine *e, uint64_t now);
-rr_status engine_send_on_ctrl(rr_engine *e, const void *msg, uint32_t len);
+rr_status engine_send_on_msg(rr_engine *e, int rail, const engine_msg *m);
 rr_status engine_send_on_write_done(rr_engine *e, uint64_t wr_id);
 void engine_send_rail_lost(rr_engine *e);
 rr_status engine_send_test(rr_send_req *r, int *done, size_t *sizes);
 
 /* engine_recv.c */
-int engine_recv_write_begin(rr_engine *e, uint32_t imm, uint16_t fence);
-rr_status engine_recv_write(rr_engine *e, uint32_t imm, uint32_t len);
-rr_status engine_recv_on_ctrl(rr_engine *e, const void *msg, uint32_t len);
+rr_status engine_recv_write_begin(rr_engine *e, int rail, const rr_write_hdr *h, void **dst);
+rr_status engine_recv_write(rr_engine *e, int rail, const rr_write_hdr *h);
+rr_status engine_recv_on_msg(rr_engine *e, int rail, const engine_msg *m);
+rr_status engine_recv_on_drain(rr_engine *e, int rail, uint32_t epoch);
 rr_status engine_recv_outbox(rr_engine *e);
 void engine_recv_rollback(rr_engine *e);
+void engine_recv_free(rr_engine *e);
 rr_status engine_recv_test(rr_recv_req *r, int *done, size_t *sizes);
 
 #endif

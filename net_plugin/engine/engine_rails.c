@@ -21,6 +21,7 @@
 #define MS 1000000ull
 #define FLAP_WINDOW_NS (10000 * MS)
 #define RECOVERY_PROBE_NS (50 * MS)
+#define PEER_CLOSE_GRACE_NS (200 * MS)
 
 /* Time from t to now; 0 when t is later (it was stamped during this pass). */
 static uint64_t since(uint64_t now, uint64_t t) { return now > t ? now - t : 0; }
@@ -54,7 +55,7 @@ uint32_t engine_down_mask(const rr_engine *e) {
 /* An event about rail r (moving traffic from r to rail `to` when to >= 0). */
 static void report(rr_engine *e, int r, rr_health_event_kind kind, int to) {
   engine_rail *rl = &e->rails[r];
-  rr_health_event ev = {.kind = kind, .dev = rl->ep->dev, .to_dev = to >= 0 ? e->rails[to].ep->dev : -1,
+  rr_health_event ev = {.kind = kind, .dev = rl->ep->dev->index, .to_dev = to >= 0 ? e->rails[to].ep->dev->index : -1,
                         .state = rail_health_state[e->rails[to >= 0 ? to : r].state]};
   snprintf(ev.ifname, sizeof ev.ifname, "%s", rl->ifname);
   if (to >= 0) snprintf(ev.to_ifname, sizeof ev.to_ifname, "%s", e->rails[to].ifname);
@@ -82,10 +83,19 @@ static void check_rails_left(rr_engine *e, uint64_t now) {
     if (e->no_rail_life_ns > now) e->no_rail_life_ns = now;
   }
   int all_dead = 1, peer_closed = 1;
+  uint64_t last_death = 0;
   for (int i = 0; i < e->nrails; i++) {
     all_dead &= e->rails[i].state == RR_RAIL_DEAD;
-    peer_closed &= e->rails[i].state == RR_RAIL_DEAD && strstr(e->rails[i].why, "peer") != NULL;
+    peer_closed &= e->rails[i].state == RR_RAIL_DEAD && e->rails[i].cause == RR_ERR_PEER;
+    if (e->rails[i].state_since_ns > last_death) last_death = e->rails[i].state_since_ns;
   }
+  /* The peer also closes a rail's sockets when it reopens that rail: the
+   * new ones may reach our listener a moment after the old ones' end. Only
+   * a close that no reopen follows within PEER_CLOSE_GRACE is the peer
+   * going away. */
+  uint64_t grace = e->cfg.progress_timeout_ns / 4 < PEER_CLOSE_GRACE_NS ? e->cfg.progress_timeout_ns / 4
+                                                                         : PEER_CLOSE_GRACE_NS;
+  if (all_dead && peer_closed && since(now, last_death) < grace) return;
   /* Every rail closed by the peer: its process is gone, say so now. Rails
    * that broke otherwise may come back (a healed link still has to resolve
    * its neighbour, reconnect and show life): they get until δ + 600 ms after
@@ -130,7 +140,9 @@ void engine_rail_set_state(rr_engine *e, int r, rr_rail_state st, const char *wh
   }
   if (old == RR_RAIL_ACTIVE) {
     report(e, r, RR_HEV_RAIL_STATE, -1);
+    /* The failed rail is fenced: nothing it carried lands after this. */
     rl->ep->ops->fence(rl->ep);
+    rl->need_drain = 0;
     if (e->cfg.role == RR_ENGINE_RECV) engine_recv_rollback(e);
     else engine_send_rail_lost(e);
   } else if (st == RR_RAIL_ACTIVE) {
@@ -161,6 +173,11 @@ void engine_rail_swap(rr_engine *e, int r, rr_rail_ep *ep) {
   old->tel_tx = old->tel_rx = NULL;
   old->ops->destroy(old);
   rl->ep = ep;
+  ep->rail = r;
+  /* A fresh endpoint carries nothing of an older epoch. */
+  rl->need_drain = 0;
+  rl->drain_posted = e->epoch;
+  rl->cause = RR_OK;
   uint64_t now = rr_now_ns();
   rl->state = RR_RAIL_DOWN;
   rl->state_since_ns = now;
@@ -200,8 +217,10 @@ static void probe(rr_engine *e, int r, uint64_t now) {
   engine_rail *rl = &e->rails[r];
   /* One probe at a time: a dead rail must not pile them up. */
   if (rl->ep->ops->backlog(rl->ep) > 0) return;
-  engine_probe p = {.type = ENGINE_CTRL_PROBE, .rail = (uint8_t)r};
-  if (rl->ep->ops->post_ctrl(rl->ep, &p, sizeof p) == RR_OK) rl->last_probe_ns = now;
+  engine_msg p = {.type = ENGINE_CTRL_PROBE, .u.probe_rail = (uint32_t)r};
+  uint8_t buf[16];
+  uint32_t len = engine_msg_encode(&p, buf, sizeof buf);
+  if (len && rl->ep->ops->post_ctrl(rl->ep, buf, len) == RR_OK) rl->last_probe_ns = now;
 }
 
 static uint64_t hold_ns(const rr_engine *e, const engine_rail *rl) {
@@ -216,7 +235,7 @@ static uint64_t hold_ns(const rr_engine *e, const engine_rail *rl) {
  * for a NIC that never comes back to an idle peer. A DEAD rail whose peer
  * closed it is not reopened: the peer is gone. */
 static int busy_or_recent(const rr_engine *e, const engine_rail *rl, uint64_t now) {
-  if (rl->state == RR_RAIL_DEAD && strstr(rl->why, "peer")) return 0;
+  if (rl->state == RR_RAIL_DEAD && rl->cause == RR_ERR_PEER) return 0;
   return e->busy || since(now, rl->state_since_ns) < 60000 * MS;
 }
 
@@ -234,10 +253,10 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
     /* A rail that failed is reopened from the sending side once its NIC is
      * up; until the new transport shows life it stays DOWN. */
     if (e->cfg.role == RR_ENGINE_SEND && (rl->state == RR_RAIL_DEAD || rl->state == RR_RAIL_DOWN) &&
-        rr_health_nic_get(rl->ep->dev) != RR_LINK_DOWN && busy_or_recent(e, rl, now))
+        rr_health_nic_get(rl->ep->dev->index) != RR_LINK_DOWN && busy_or_recent(e, rl, now))
       maybe_reconnect(e, i, now);
     if (rl->state == RR_RAIL_DEAD) continue;
-    if (rr_health_nic_get(rl->ep->dev) == RR_LINK_DOWN) {
+    if (rr_health_nic_get(rl->ep->dev->index) == RR_LINK_DOWN) {
       if (rl->state != RR_RAIL_DOWN) engine_rail_set_state(e, i, RR_RAIL_DOWN, "local link down");
       continue;
     }

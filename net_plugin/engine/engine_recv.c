@@ -1,8 +1,15 @@
-/* Receiver side of the engine: post clear-to-sends, count chunks as they
- * land, acknowledge complete receives, and drive rollbacks. */
+/* Receiver side of the engine: post clear-to-sends, place and count chunks
+ * as they land, acknowledge complete receives, and drive rollbacks.
+ *
+ * The receiver decides where bytes go: a chunk (slot, sub-receive, index) of
+ * the current epoch has exactly one place inside the receive NCCL posted,
+ * and a write that names anything else (another key, another address, a
+ * length the chunk cannot have, a chunk the posted size does not allow, a
+ * repeat) writes nothing and fails the rail that carried it. */
 #include "engine.h"
 #include "rr_log.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* Acks that could not be posted wait here (a full control queue, or no rail
@@ -10,65 +17,117 @@
  * NCCL reposts the slot before it leaves. */
 static void ack_enqueue(rr_engine *e, uint32_t seq);
 
-/* A write of another epoch is fenced off. The 4-bit epoch in the immediate
- * is what every rail carries; the TCP rail also carries the low 16 bits of
- * the epoch in its fence tag, because a frame can wait in the kernel buffer
- * of a failed rail for as long as the rail is down, through any number of
- * failovers. */
-int engine_recv_write_begin(rr_engine *e, uint32_t imm, uint16_t fence) {
-  return imm_epoch(imm) == (e->epoch & 0xf) && fence == (uint16_t)e->epoch;
+static int seq_before(uint32_t a, uint32_t b) { return (int32_t)(a - b) < 0; }
+
+static int seen_test(const rr_recv_sub *s, uint32_t k) { return (s->seen[k / 64] >> (k % 64)) & 1; }
+static void seen_set(rr_recv_sub *s, uint32_t k) { s->seen[k / 64] |= 1ull << (k % 64); }
+
+/* No receive completes while a rail may still land a write of an older
+ * epoch: the rails whose fence would destroy them are drained instead. */
+static int rails_drained(const rr_engine *e) {
+  for (int i = 0; i < e->nrails; i++)
+    if (e->rails[i].need_drain) return 0;
+  return 1;
 }
 
-static int write_current(const rr_engine *e, uint32_t imm) {
-  return imm_epoch(imm) == (e->epoch & 0xf);
+static void recv_complete(rr_engine *e, rr_recv_req *r) {
+  r->complete = 1;
+  ack_enqueue(e, r->seq);
+  /* The sender holds NCCL's buffer until this ack. While another receive
+   * is still outstanding NCCL keeps testing this connection, so the ack
+   * can wait for that next call and leave with the clear-to-send NCCL
+   * posts meanwhile (one system call instead of two); otherwise it must
+   * leave before test() returns. */
+  if (r->ack_now && !engine_outstanding(e)) e->urgent = 1;
+  else e->ctrl_queued = 1;
 }
 
-static void sub_land(rr_recv_sub *s, uint32_t k) {
-  s->received++;
-  uint32_t d = k - s->prefix;
-  if (d < 64) s->window |= 1ull << d;
-  while (s->window & 1) {
-    s->window >>= 1;
-    s->prefix++;
+/* Receives whose chunks all landed complete once the rails are drained. */
+static void complete_landed(rr_engine *e) {
+  if (!rails_drained(e)) return;
+  for (int i = 0; i < RR_NET_MAX_REQUESTS; i++) {
+    rr_recv_req *r = &e->rreq[i];
+    if (r->in_use && r->landed && !r->complete) recv_complete(e, r);
   }
 }
 
-rr_status engine_recv_write(rr_engine *e, uint32_t imm, uint32_t len) {
-  if (e->cfg.role != RR_ENGINE_RECV)
-    return engine_fail(e, RR_ERR_PROTOCOL, "data arrived on a send connection");
-  /* Accepted at its start under this epoch (a fence in between would have
-   * cut it off); a rail without a begin check is filtered here. */
-  if (!write_current(e, imm)) return RR_OK;
+/* Which chunk h is, and whether it may land: the checks every write passes
+ * before (TCP) or right after (verbs) it lands. RR_OK with *sub_out NULL: a
+ * write of another epoch, dropped without a word. */
+static rr_status check_write(rr_engine *e, int rail, const rr_write_hdr *h, rr_recv_req **req,
+                             rr_recv_sub **sub_out, uint32_t *chunk) {
+  *sub_out = NULL;
+  uint32_t imm = h->imm;
+  /* The 4-bit epoch is what every rail carries; rails with fence tags also
+   * carry the low 16 bits, because a frame can wait in the kernel buffer of
+   * a failed rail through any number of failovers. */
+  if (imm_epoch(imm) != (e->epoch & 0xf)) return RR_OK;
+  if ((e->rails[rail].ep->dev->attr.caps & RR_RAIL_CAP_WRITE_BEGIN) && h->fence != (uint16_t)e->epoch)
+    return RR_OK;
   rr_recv_req *r = &e->rreq[imm_slot(imm)];
   uint32_t sub = imm_sub(imm), k = imm_chunk(imm);
-  if (!r->in_use || sub >= r->n)
-    return engine_fail(e, RR_ERR_PROTOCOL, "data for no posted receive (slot %u)", imm_slot(imm));
+  if (!r->in_use || sub >= r->n) return engine_violation(e, rail, "a write for no posted receive (slot %u)", imm_slot(imm));
   rr_recv_sub *s = &r->sub[sub];
-  /* Below the prefix or already in the window: a replayed chunk that is
-   * already here. Same bytes, same place: count it once. */
-  if (k < s->prefix || (k - s->prefix < 64 && (s->window >> (k - s->prefix)) & 1)) return RR_OK;
-  if (r->complete) return engine_fail(e, RR_ERR_PROTOCOL, "data for a complete receive");
-  sub_land(s, k);
-  if (imm_ack_now(imm)) r->ack_now = 1;
-  if (imm_last(imm)) {
-    s->expected = k + 1;
-    s->size = (size_t)k * e->cfg.chunk_size + len;
-    if (s->size > s->posted_size)
-      return engine_fail(e, RR_ERR_PROTOCOL, "a %zu-byte message for a %zu-byte receive", s->size,
-                         s->posted_size);
+  const engine_cts_entry *ce = &r->cts.e[sub];
+  size_t chunk_size = e->cfg.chunk_size;
+  if (k >= s->max_chunks) return engine_violation(e, rail, "chunk %u outside a %zu-byte receive", k, s->posted_size);
+  /* A rail that sees the write before it lands reports the key and address
+   * the writer named: they must be this buffer's and this chunk's. (A NIC
+   * placing the bytes itself checked the key against its registrations and
+   * reports neither.) */
+  if (e->rails[rail].ep->dev->attr.caps & RR_RAIL_CAP_WRITE_BEGIN) {
+    if (h->rkey != ce->rkey[rail]) return engine_violation(e, rail, "a write with a key the receive does not have");
+    if (h->raddr != ce->addr + (uint64_t)k * chunk_size)
+      return engine_violation(e, rail, "a write to an address chunk %u does not have", k);
   }
-  if (s->expected && s->received > s->expected)
-    return engine_fail(e, RR_ERR_PROTOCOL, "more chunks than the message has");
-  if (s->expected && s->received == s->expected && ++r->subs_done == r->n) {
-    r->complete = 1;
-    ack_enqueue(e, r->seq);
-    /* The sender holds NCCL's buffer until this ack. While another receive
-     * is still outstanding NCCL keeps testing this connection, so the ack
-     * can wait for that next call and leave with the clear-to-send NCCL
-     * posts meanwhile (one system call instead of two); otherwise it must
-     * leave before test() returns. */
-    if (r->ack_now && !engine_outstanding(e)) e->urgent = 1;
-    else e->ctrl_queued = 1;
+  size_t off = (size_t)k * chunk_size;
+  if (imm_last(imm) ? h->len > chunk_size || h->len > s->posted_size - off : h->len != chunk_size)
+    return engine_violation(e, rail, "chunk %u of %u bytes", k, h->len);
+  if (seen_test(s, k) || r->complete || r->landed) return engine_violation(e, rail, "chunk %u again in one epoch", k);
+  if (s->expected && k >= s->expected) return engine_violation(e, rail, "chunk %u past the last one", k);
+  if (imm_last(imm) && k + 1 < s->high) return engine_violation(e, rail, "a last chunk before others");
+  *req = r;
+  *sub_out = s;
+  *chunk = k;
+  return RR_OK;
+}
+
+rr_status engine_recv_write_begin(rr_engine *e, int rail, const rr_write_hdr *h, void **dst) {
+  rr_recv_req *r;
+  rr_recv_sub *s;
+  uint32_t k;
+  *dst = NULL;
+  rr_status st = check_write(e, rail, h, &r, &s, &k);
+  if (st != RR_OK || !s) return st;
+  *dst = s->data + (size_t)k * e->cfg.chunk_size;
+  return RR_OK;
+}
+
+rr_status engine_recv_write(rr_engine *e, int rail, const rr_write_hdr *h) {
+  rr_recv_req *r;
+  rr_recv_sub *s;
+  uint32_t k;
+  rr_status st = check_write(e, rail, h, &r, &s, &k);
+  if (st != RR_OK || !s) return st;
+  seen_set(s, k);
+  if (k + 1 > s->high) s->high = k + 1;
+  while (s->prefix < s->max_chunks && seen_test(s, s->prefix)) s->prefix++;
+  if (imm_ack_now(h->imm)) r->ack_now = 1;
+  if (imm_last(h->imm)) {
+    s->expected = k + 1;
+    s->size = (size_t)k * e->cfg.chunk_size + h->len;
+  }
+  if (s->expected && s->prefix >= s->expected && ++r->subs_done == r->n) {
+    r->landed = 1;
+    complete_landed(e);
+  }
+  return RR_OK;
+}
+
+rr_status engine_recv_on_drain(rr_engine *e, int rail, uint32_t epoch) {
+  if (epoch == e->epoch && e->rails[rail].need_drain) {
+    e->rails[rail].need_drain = 0;
+    complete_landed(e);
   }
   return RR_OK;
 }
@@ -76,100 +135,142 @@ rr_status engine_recv_write(rr_engine *e, uint32_t imm, uint32_t len) {
 /* ------------------------------------------------------------- outbox */
 
 static void ack_enqueue(rr_engine *e, uint32_t seq) {
-  engine_ack a = {.type = ENGINE_CTRL_ACK, .seq = seq};
-  if (e->ack_pending == 0 && engine_post_ctrl(e, &a, sizeof a) == RR_OK) return;
+  engine_msg a = {.type = ENGINE_CTRL_ACK, .u.ack_seq = seq};
+  if (e->ack_pending == 0 && engine_post_msg(e, &a) == RR_OK) return;
   /* Keep order: once one waits, the rest queue behind it. */
   e->ack_queue[(e->ack_head + e->ack_pending) % RR_NET_MAX_REQUESTS] = seq;
   e->ack_pending++;
 }
 
+/* A rollback's announcement: FAIL (the new epoch and the rails down), one
+ * RESUME_SLOT per receive posted before the rollback began and not complete,
+ * then RESUME_END naming exactly those slots, so the sender knows when it has
+ * heard all of them whatever rails they travelled on. */
 rr_status engine_recv_outbox(rr_engine *e) {
   if (engine_control_rail(e) < 0) return RR_OK;
   if (e->fail_notice_pending) {
-    engine_fail_msg f = {.type = ENGINE_CTRL_FAIL, .epoch = e->epoch, .down_mask = engine_down_mask(e)};
-    if (engine_post_ctrl(e, &f, sizeof f) != RR_OK) return RR_OK;
+    engine_msg f = {.type = ENGINE_CTRL_FAIL, .u.fail = {.epoch = e->epoch, .down_mask = engine_down_mask(e)}};
+    if (engine_post_msg(e, &f) != RR_OK) return RR_OK;
     e->fail_notice_pending = 0;
   }
   while (e->resume_cursor >= 0 && e->resume_cursor < RR_NET_MAX_REQUESTS) {
     rr_recv_req *r = &e->rreq[e->resume_cursor];
-    if (r->in_use && !r->complete) {
-      engine_resume_slot m;
+    if (r->in_use && !r->complete && seq_before(r->seq, e->resume_recv_seq)) {
+      engine_msg m;
       memset(&m, 0, sizeof m);
       m.type = ENGINE_CTRL_RESUME_SLOT;
-      m.epoch = e->epoch;
-      for (int i = 0; i < r->n; i++) m.prefix[i] = r->sub[i].prefix;
-      m.cts = r->cts;
-      uint32_t len = (uint32_t)(sizeof m - sizeof m.cts) + engine_cts_len(r->n);
-      if (engine_post_ctrl(e, &m, len) != RR_OK) return RR_OK;
+      m.u.slot.epoch = e->epoch;
+      for (int i = 0; i < r->n; i++) m.u.slot.prefix[i] = r->sub[i].prefix;
+      m.u.slot.cts = r->cts;
+      if (engine_post_msg(e, &m) != RR_OK) return RR_OK;
+      e->resume_mask |= 1u << e->resume_cursor;
     }
     e->resume_cursor++;
   }
   if (e->resume_cursor == RR_NET_MAX_REQUESTS) {
-    engine_resume_end m = {.type = ENGINE_CTRL_RESUME_END, .epoch = e->epoch,
-                           .recv_seq = e->resume_recv_seq};
-    if (engine_post_ctrl(e, &m, sizeof m) != RR_OK) return RR_OK;
+    engine_msg m = {.type = ENGINE_CTRL_RESUME_END,
+                    .u.end = {.epoch = e->epoch, .recv_seq = e->resume_recv_seq, .slot_mask = e->resume_mask}};
+    if (engine_post_msg(e, &m) != RR_OK) return RR_OK;
     e->resume_cursor = -1;
   }
   while (e->ack_pending) {
-    engine_ack a = {.type = ENGINE_CTRL_ACK, .seq = e->ack_queue[e->ack_head]};
-    if (engine_post_ctrl(e, &a, sizeof a) != RR_OK) return RR_OK;
+    engine_msg a = {.type = ENGINE_CTRL_ACK, .u.ack_seq = e->ack_queue[e->ack_head]};
+    if (engine_post_msg(e, &a) != RR_OK) return RR_OK;
     e->ack_head = (e->ack_head + 1) % RR_NET_MAX_REQUESTS;
     e->ack_pending--;
   }
   return RR_OK;
 }
 
+/* Announce the current epoch's rollback (again). */
+static void announce(rr_engine *e) {
+  e->fail_notice_pending = 1;
+  e->resume_cursor = 0;
+  e->resume_mask = 0;
+  e->urgent = 1;
+}
+
 /* --------------------------------------------------------------- rollback */
 
-/* A rail died under us: fence every rail, move to a new epoch, and tell the
- * sender what we hold so it replays the rest on the rails still up. */
+/* A rail died under us: move to a new epoch, cut off what is in flight, and
+ * tell the sender what we hold so it replays the rest on the rails still up.
+ * Rails whose fence is cheap (TCP: an incoming write in progress is sunk)
+ * are fenced; the others (verbs: a fence resets the QP) must deliver the
+ * sender's drain barrier of the new epoch before any receive completes. The
+ * failed rail itself was fenced by the state change. */
 void engine_recv_rollback(rr_engine *e) {
   e->epoch++;
-  for (int i = 0; i < e->nrails; i++)
-    if (e->rails[i].state != RR_RAIL_DEAD) e->rails[i].ep->ops->fence(e->rails[i].ep);
+  e->stats.rollbacks++;
+  for (int i = 0; i < e->nrails; i++) {
+    engine_rail *rl = &e->rails[i];
+    rl->need_drain = 0;
+    if (rl->state == RR_RAIL_DEAD) continue;
+    if (engine_rail_fence_cheap(e, i)) rl->ep->ops->fence(rl->ep);
+    else if (rl->state == RR_RAIL_ACTIVE || rl->state == RR_RAIL_RECOVERING) rl->need_drain = 1;
+  }
   for (int slot = 0; slot < RR_NET_MAX_REQUESTS; slot++) {
     rr_recv_req *r = &e->rreq[slot];
     if (!r->in_use || r->complete) continue;
     r->subs_done = 0;
+    r->landed = 0;
     for (int i = 0; i < r->n; i++) {
       rr_recv_sub *s = &r->sub[i];
-      /* Out-of-order chunks past the prefix are forgotten and come again. */
-      s->received = s->prefix;
-      s->window = 0;
-      if (s->expected && s->received == s->expected) r->subs_done++;
+      /* Chunks past the prefix are forgotten and come again. */
+      uint32_t words = (s->max_chunks + 63) / 64;
+      for (uint32_t w = s->prefix / 64; w < words; w++) {
+        uint32_t lo = w * 64;
+        s->seen[w] &= s->prefix > lo ? (1ull << (s->prefix - lo)) - 1 : 0;
+      }
+      s->high = s->prefix;
+      if (s->expected && s->prefix >= s->expected) r->subs_done++;
+      else if (s->expected) s->expected = 0; /* the last chunk will come again */
     }
+    if (r->subs_done == r->n) r->landed = 1;
   }
-  e->fail_notice_pending = 1;
-  e->resume_cursor = 0;
   e->resume_recv_seq = e->recv_seq;
-  e->urgent = 1;
+  announce(e);
 }
 
-rr_status engine_recv_on_ctrl(rr_engine *e, const void *msg, uint32_t len) {
-  uint8_t type = *(const uint8_t *)msg;
-  if (type == ENGINE_CTRL_FAIL && len == sizeof(engine_fail_msg)) {
-    engine_fail_msg f;
-    memcpy(&f, msg, len);
-    uint32_t before = e->epoch;
-    for (int i = 0; i < e->nrails; i++)
-      if ((f.down_mask & (1u << i)) && engine_rail_usable(e, i))
-        engine_rail_set_state(e, i, RR_RAIL_DOWN, "the sender sees it down");
-    /* The sender lost something in our current epoch and waits for a
-     * rollback. A sender still in an older epoch with our last rollback
-     * announced in full missed the announcement (it left on a rail that was
-     * replaced or failed before delivering it): announce a new one. */
-    int behind = (int32_t)(f.epoch - e->epoch) < 0 && e->resume_cursor < 0 && !e->fail_notice_pending;
-    if (e->epoch == before && (f.epoch == e->epoch || behind)) {
-      RR_INFO(RR_SUB_NET, "recv from %s: the sender asks for a rollback (its epoch %u, ours %u)",
-              e->cfg.peer, f.epoch, e->epoch);
-      engine_recv_rollback(e);
-    }
-    return RR_OK;
+rr_status engine_recv_on_msg(rr_engine *e, int rail, const engine_msg *m) {
+  if (m->type != ENGINE_CTRL_FAIL)
+    return engine_violation(e, rail, "control message %u sent to a receiver", m->type);
+  uint32_t before = e->epoch, x = m->u.fail.epoch;
+  if (seq_before(before, x)) return engine_violation(e, rail, "a failure notice from a future epoch");
+  for (int i = 0; i < e->nrails; i++)
+    if ((m->u.fail.down_mask & (1u << i)) && engine_rail_usable(e, i))
+      engine_rail_set_state(e, i, RR_RAIL_DOWN, "the sender sees it down");
+  if (e->epoch != before) return RR_OK; /* marking a rail down rolled back already */
+  if (x == e->epoch) {
+    /* The sender lost something in our current epoch: a new rollback. */
+    RR_INFO(RR_SUB_NET, "recv from %s: the sender asks for a rollback (epoch %u)", e->cfg.peer, x);
+    engine_recv_rollback(e);
+  } else if (e->resume_cursor < 0 && !e->fail_notice_pending) {
+    /* The sender still waits to leave an older epoch: our announcement went
+     * down with a rail, or crossed its request. Announce the same epoch
+     * again: a new one would only restart the race. */
+    e->stats.reannounce++;
+    announce(e);
   }
-  return engine_fail(e, RR_ERR_PROTOCOL, "unexpected control message %u (%u bytes)", type, len);
+  return RR_OK;
 }
 
 /* ---------------------------------------------------------------- irecv */
+
+/* Room to mark every chunk a posted size allows (kept across receives). */
+static rr_status sub_prepare(rr_recv_sub *s, size_t size, size_t chunk_size) {
+  size_t chunks = size ? (size + chunk_size - 1) / chunk_size : 1;
+  if (chunks > IMM_MAX_CHUNKS) chunks = IMM_MAX_CHUNKS; /* the sender cannot name more */
+  uint32_t words = (uint32_t)((chunks + 63) / 64);
+  if (words > s->seen_words) {
+    uint64_t *n = realloc(s->seen, words * sizeof *n);
+    if (!n) return RR_ERR_NOMEM;
+    s->seen = n;
+    s->seen_words = words;
+  }
+  memset(s->seen, 0, words * sizeof *s->seen);
+  s->max_chunks = (uint32_t)chunks;
+  return RR_OK;
+}
 
 static rr_status irecv_locked(rr_engine *e, int n, void **data, const size_t *sizes,
                               const int *tags, rr_mr **mrs, void **phandles, void **request) {
@@ -180,35 +281,58 @@ static rr_status irecv_locked(rr_engine *e, int n, void **data, const size_t *si
   }
   rr_recv_req *r = &e->rreq[e->recv_seq % RR_NET_MAX_REQUESTS];
   if (r->in_use) return RR_OK; /* every slot busy: NCCL retries */
-  engine_cts c;
+  engine_msg c;
   memset(&c, 0, sizeof c);
   c.type = ENGINE_CTRL_CTS;
-  c.n = (uint8_t)n;
-  c.seq = e->recv_seq;
+  c.u.cts.n = (uint8_t)n;
+  c.u.cts.nrails = (uint8_t)e->nrails;
+  c.u.cts.seq = e->recv_seq;
   for (int i = 0; i < n; i++) {
-    const rr_rail_mr *m = mrs && mrs[i] ? mrs[i]->rail_mr : NULL;
+    const rr_mr *m = mrs ? mrs[i] : NULL;
     if (sizes[i] > 0 && !m) {
       RR_WARN("irecv: buffer %d of %zu bytes has no registration", i, sizes[i]);
       return RR_ERR_INVALID;
     }
-    c.e[i] = (engine_cts_entry){.tag = tags[i], .rkey = m ? m->rkey : 0,
-                                .addr = (uint64_t)(uintptr_t)data[i], .size = sizes[i]};
+    if (m && sizes[i] > 0 && ((uintptr_t)data[i] < (uintptr_t)m->base ||
+                              (uintptr_t)data[i] - (uintptr_t)m->base > m->size ||
+                              sizes[i] > m->size - ((uintptr_t)data[i] - (uintptr_t)m->base))) {
+      RR_WARN("irecv: buffer %d (%zu bytes) lies outside its registration", i, sizes[i]);
+      return RR_ERR_INVALID;
+    }
+    engine_cts_entry *ce = &c.u.cts.e[i];
+    *ce = (engine_cts_entry){.tag = tags[i], .addr = (uint64_t)(uintptr_t)data[i], .size = sizes[i]};
+    /* The buffer's key on every rail's NIC, so any rail can carry any chunk
+     * and a failover exchanges nothing. */
+    for (int k = 0; k < e->nrails && m; k++) {
+      const rr_rail_mr *reg = m->reg[e->rails[k].ep->dev->index];
+      ce->rkey[k] = reg ? reg->rkey : 0;
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    rr_status st = sub_prepare(&r->sub[i], sizes[i], e->cfg.chunk_size);
+    if (st != RR_OK) return st;
   }
   /* The clear-to-send leaves with the next progress (NCCL tests a posted
    * receive right away), so a receive posted just before a send does not
    * put an extra system call in front of it. */
-  rr_status st = engine_post_ctrl(e, &c, engine_cts_len(n));
+  rr_status st = engine_post_msg(e, &c);
   if (st == RR_AGAIN) return engine_progress(e); /* no room now: NCCL retries */
   if (st != RR_OK) return st;
   e->ctrl_queued = 1;
+  rr_recv_sub keep[RR_NET_MAX_RECVS];
+  memcpy(keep, r->sub, sizeof keep);
   memset(r, 0, sizeof *r);
   r->kind = RR_REQ_RECV;
   r->engine = e;
   r->seq = e->recv_seq;
   r->n = (uint8_t)n;
-  r->cts = c;
-  for (int i = 0; i < n; i++) {
-    r->sub[i] = (rr_recv_sub){.data = data[i], .posted_size = sizes[i]};
+  r->cts = c.u.cts;
+  for (int i = 0; i < RR_NET_MAX_RECVS; i++) {
+    r->sub[i] = (rr_recv_sub){.seen = keep[i].seen, .seen_words = keep[i].seen_words,
+                              .max_chunks = keep[i].max_chunks};
+    if (i >= n) continue;
+    r->sub[i].data = data[i];
+    r->sub[i].posted_size = sizes[i];
     engine_prof_start(e, &r->prof_event[i], phandles ? phandles[i] : NULL, 1, sizes[i]);
   }
   r->in_use = 1;
@@ -224,6 +348,15 @@ rr_status rr_engine_irecv(rr_engine *e, int n, void **data, const size_t *sizes,
   rr_status st = irecv_locked(e, n, data, sizes, tags, mrs, phandles, request);
   pthread_mutex_unlock(&e->lock);
   return st;
+}
+
+void engine_recv_free(rr_engine *e) {
+  for (int i = 0; i < RR_NET_MAX_REQUESTS; i++)
+    for (int k = 0; k < RR_NET_MAX_RECVS; k++) {
+      free(e->rreq[i].sub[k].seen);
+      e->rreq[i].sub[k].seen = NULL;
+      e->rreq[i].sub[k].seen_words = 0;
+    }
 }
 
 rr_status engine_recv_test(rr_recv_req *r, int *done, size_t *sizes) {

@@ -61,12 +61,24 @@ static int pick_rail(rr_engine *e, rr_send_req *r) {
   return best;
 }
 
+/* After a rollback every rail carries a drain barrier of the new epoch
+ * behind whatever it still had of the old one: the receiver completes
+ * nothing while a rail whose fence is destructive may land an old write. */
+static void post_drains(rr_engine *e) {
+  for (int i = 0; i < e->nrails; i++) {
+    engine_rail *rl = &e->rails[i];
+    if (rl->state == RR_RAIL_DEAD || rl->drain_posted == e->epoch) continue;
+    if (rl->ep->ops->post_drain(rl->ep, e->epoch) == RR_OK) rl->drain_posted = e->epoch;
+  }
+}
+
 rr_status engine_send_post(rr_engine *e, uint64_t now) {
   if (e->fail_notice_pending) {
-    engine_fail_msg msg = {.type = ENGINE_CTRL_FAIL, .epoch = e->epoch, .down_mask = engine_down_mask(e)};
-    if (engine_post_ctrl(e, &msg, sizeof msg) == RR_OK) e->fail_notice_pending = 0;
+    engine_msg msg = {.type = ENGINE_CTRL_FAIL, .u.fail = {.epoch = e->fail_epoch, .down_mask = engine_down_mask(e)}};
+    if (engine_post_msg(e, &msg) == RR_OK) e->fail_notice_pending = 0;
   }
   if (e->resume_wait) return RR_OK; /* the receiver has yet to say what it holds */
+  post_drains(e);
   while (e->fifo_post != e->fifo_tail) {
     uint16_t idx = e->fifo[e->fifo_post % RR_SEND_POOL];
     rr_send_req *r = &e->sreq[idx];
@@ -77,22 +89,23 @@ rr_status engine_send_post(rr_engine *e, uint64_t now) {
       size_t off = (size_t)k * e->cfg.chunk_size;
       size_t len = r->size - off < e->cfg.chunk_size ? r->size - off : e->cfg.chunk_size;
       if (!now) now = rr_now_ns();
+      rr_rail_ep *ep = e->rails[ri].ep;
       rr_write_wr wr = {
           .wr_id = wr_id_make(idx, e->epoch),
           .local = r->data + off,
           .len = len,
-          .local_mr = r->mr,
+          .local_mr = r->mr ? r->mr->reg[ep->dev->index] : e->bounce_reg[ri],
           .remote_addr = r->raddr + off,
-          .rkey = r->rkey,
+          .rkey = r->rkey[ri],
           .imm = imm_encode(e->epoch, r->seq % RR_NET_MAX_REQUESTS, r->sub, k + 1 == r->nchunks,
                             r->bounce < 0, k),
           .fence = (uint16_t)e->epoch,
           .post_ns = now,
       };
-      rr_rail_ep *ep = e->rails[ri].ep;
       rr_status st = ep->ops->post_write(ep, &wr);
       if (st == RR_AGAIN) return RR_OK;
       if (st != RR_OK) {
+        e->rails[ri].cause = st;
         engine_rail_set_state(e, ri, RR_RAIL_DEAD, "cannot post a write");
         if (e->resume_wait || e->failed) return RR_OK;
         continue;
@@ -118,39 +131,58 @@ rr_status engine_send_on_write_done(rr_engine *e, uint64_t wr_id) {
 /* A rail under us went down: stop, ask the receiver to roll back, and wait
  * for it to say what it holds. */
 void engine_send_rail_lost(rr_engine *e) {
+  /* A rail the receiver itself reported down while we wait for its
+   * announcement: the rollback it is announcing covers it. */
+  if (e->peer_told) return;
+  e->fail_epoch = e->epoch;
   e->fail_notice_pending = 1;
   if (!e->resume_wait) {
     e->resume_wait = 1;
-    e->resume_wait_epoch = e->epoch;
     e->resume_wait_since_ns = rr_now_ns();
     if (!e->stall_start_ns) e->stall_start_ns = e->resume_wait_since_ns;
   }
 }
 
-/* The receiver moved to epoch `epoch`: everything queued is of the old one. */
+/* The receiver moved to epoch `epoch`: everything posted is of the old one
+ * and is replayed as the announcement says (from each named receive's
+ * prefix; a send it does not name completed if its receive was posted
+ * before the rollback began, else it starts over). Rails whose fence is
+ * cheap drop what they still queue of the old epoch; the others carry a
+ * drain barrier behind it. */
 static void adopt_epoch(rr_engine *e, uint32_t epoch) {
   e->epoch = epoch;
+  e->stats.rollbacks++;
   for (int i = 0; i < e->nrails; i++)
-    if (e->rails[i].state != RR_RAIL_DEAD) e->rails[i].ep->ops->fence(e->rails[i].ep);
+    if (e->rails[i].state != RR_RAIL_DEAD && engine_rail_fence_cheap(e, i)) e->rails[i].ep->ops->fence(e->rails[i].ep);
+  for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
+    rr_send_req *r = &e->sreq[e->fifo[i % RR_SEND_POOL]];
+    if (!r->acked) r->posted = r->transmitted = 0, r->rail = -1;
+  }
+  e->fifo_post = e->fifo_head;
   if (!e->resume_wait) {
     e->resume_wait = 1;
     e->resume_wait_since_ns = rr_now_ns();
     if (!e->stall_start_ns) e->stall_start_ns = e->resume_wait_since_ns;
   }
-  e->resume_wait_epoch = epoch - 1;
+  e->resume_got = 0;
+  /* Until the announcement is complete, a re-ask names the epoch we wait to
+   * leave, which makes the receiver announce again, not roll back again. */
+  e->fail_epoch = epoch - 1;
 }
 
-static rr_status install_cts(rr_engine *e, const engine_cts *c, uint32_t len) {
-  if (len < engine_cts_len(1) || c->n < 1 || c->n > RR_NET_MAX_RECVS || len != engine_cts_len(c->n))
-    return engine_fail(e, RR_ERR_PROTOCOL, "malformed clear-to-send");
+/* A clear-to-send may arrive out of order (control messages travel on
+ * whichever rail is the control rail when they leave). It is installed when
+ * its slot is free, or holds an older receive whose messages were all
+ * matched: the receiver reuses a slot only after its receive completed. */
+static rr_status install_cts(rr_engine *e, int rail, const engine_cts *c) {
+  if (seq_before(c->seq, e->send_seq)) return RR_OK; /* a repeat of one already used */
+  if (!seq_before(c->seq, e->send_seq + RR_NET_MAX_REQUESTS))
+    return engine_violation(e, rail, "clear-to-send %u beyond the receive window", c->seq);
   engine_cts_slot *s = &e->cts[c->seq % RR_NET_MAX_REQUESTS];
-  if (s->valid && !seq_before(s->cts.seq, c->seq)) return RR_OK; /* a repeat or a stale one */
-  /* The receiver reuses a slot only after the previous receive in it
-   * completed, which needs every one of its messages sent. */
-  int next = s->valid ? c->seq == s->cts.seq + RR_NET_MAX_REQUESTS && s->matched == (1u << s->cts.n) - 1
-                      : c->seq < RR_NET_MAX_REQUESTS;
-  if (!next) return engine_fail(e, RR_ERR_PROTOCOL, "clear-to-send %u out of sequence", c->seq);
-  memcpy(&s->cts, c, len);
+  if (s->valid && s->cts.seq == c->seq) return RR_OK; /* a repeat */
+  if (s->valid && s->matched != (1u << s->cts.n) - 1)
+    return engine_violation(e, rail, "clear-to-send %u over a receive still in use", c->seq);
+  s->cts = *c;
   s->matched = 0;
   s->valid = 1;
   return RR_OK;
@@ -164,26 +196,38 @@ static void on_ack(rr_engine *e, uint32_t seq) {
   fifo_retire(e); /* an ack for nothing outstanding is a repeat: harmless */
 }
 
-static void on_resume_slot(rr_engine *e, const engine_resume_slot *m) {
+/* Each send obeys one RESUME_SLOT per epoch: an announcement repeated on
+ * request must not send a chunk twice in one epoch (the receiver counts a
+ * repeat as a violation, and a late one could land in the slot's next
+ * receive). */
+static void on_resume_slot(rr_engine *e, uint32_t epoch, const uint32_t *prefix, const engine_cts *c) {
   for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
     rr_send_req *r = &e->sreq[e->fifo[i % RR_SEND_POOL]];
-    if (r->seq != m->cts.seq || r->acked) continue;
-    uint32_t held = m->prefix[r->sub] < r->nchunks ? m->prefix[r->sub] : r->nchunks;
+    if (r->seq != c->seq || r->acked || (r->resumed && r->resumed_epoch == epoch)) continue;
+    uint32_t held = prefix[r->sub] < r->nchunks ? prefix[r->sub] : r->nchunks;
     r->posted = r->transmitted = held;
-    r->resumed_epoch = m->epoch;
+    r->resumed = 1;
+    r->resumed_epoch = epoch;
     r->rail = -1;
   }
+  e->resume_got |= 1u << (c->seq % RR_NET_MAX_REQUESTS);
 }
 
-static void on_resume_end(rr_engine *e, const engine_resume_end *m) {
+static void on_resume_end(rr_engine *e, uint32_t epoch, uint32_t recv_seq, uint32_t mask) {
+  /* Every RESUME_SLOT the announcement names must be here first: one that
+   * travelled on another rail may still be on its way (or lost, and then
+   * the re-ask brings the announcement again). */
+  if (mask & ~e->resume_got) return;
   for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
     rr_send_req *r = &e->sreq[e->fifo[i % RR_SEND_POOL]];
-    /* Not named, and the receiver had posted it: it completed; its ack was lost. */
-    if (r->resumed_epoch != m->epoch && seq_before(r->seq, m->recv_seq)) r->acked = 1;
+    /* Not named, and the receiver had posted it when the rollback began: it
+     * completed; its ack was lost. */
+    if (!(mask & (1u << (r->seq % RR_NET_MAX_REQUESTS))) && seq_before(r->seq, recv_seq)) r->acked = 1;
   }
   e->fifo_post = e->fifo_head;
   fifo_retire(e);
-  if (e->resume_wait && seq_before(e->resume_wait_epoch, m->epoch)) {
+  (void)epoch;
+  if (e->resume_wait) {
     e->resume_wait = 0;
     uint64_t stall = e->stall_start_ns ? rr_now_ns() - e->stall_start_ns : 0;
     e->stall_start_ns = 0;
@@ -194,68 +238,72 @@ static void on_resume_end(rr_engine *e, const engine_resume_end *m) {
       if (!engine_rail_usable(e, i) && (from < 0 || e->rails[i].state_since_ns > e->rails[from].state_since_ns))
         from = i;
     if (to < 0 || from < 0 || (e->cfg.failover_mode == RR_FAILOVER_CHAIN && from > to)) return;
-    rr_health_event ev = {.kind = RR_HEV_FAILOVER, .dev = e->rails[from].ep->dev,
-                          .to_dev = to >= 0 ? e->rails[to].ep->dev : -1, .stall_ns = stall};
+    rr_health_event ev = {.kind = RR_HEV_FAILOVER, .dev = e->rails[from].ep->dev->index,
+                          .to_dev = to >= 0 ? e->rails[to].ep->dev->index : -1, .stall_ns = stall};
     snprintf(ev.ifname, sizeof ev.ifname, "%s", e->rails[from].ifname);
     if (to >= 0) snprintf(ev.to_ifname, sizeof ev.to_ifname, "%s", e->rails[to].ifname);
     snprintf(ev.peer, sizeof ev.peer, "%s", e->cfg.peer);
-    snprintf(ev.reason, sizeof ev.reason, "send side resumed in epoch %u on %.60s", m->epoch,
+    snprintf(ev.reason, sizeof ev.reason, "send side resumed in epoch %u on %.60s", epoch,
              to >= 0 ? e->rails[to].name : "?");
     rr_health_report(&ev);
   }
 }
 
-rr_status engine_send_on_ctrl(rr_engine *e, const void *msg, uint32_t len) {
-  uint8_t type = *(const uint8_t *)msg;
-  switch (type) {
-  case ENGINE_CTRL_CTS: {
-    engine_cts c;
-    if (len > sizeof c) break;
-    memcpy(&c, msg, len); /* the rail's buffer need not be aligned for the struct */
-    return install_cts(e, &c, len);
-  }
-  case ENGINE_CTRL_ACK: {
-    engine_ack a;
-    if (len != sizeof a) break;
-    memcpy(&a, msg, len);
-    on_ack(e, a.seq);
+/* A RESUME_SLOT or RESUME_END of epoch x: the latest epoch's announcement
+ * is obeyed while we wait for it; anything older, or repeated after we
+ * finished, is stale. */
+static int resume_current(rr_engine *e, uint32_t x) {
+  if (seq_before(x, e->epoch)) return 0;
+  if (seq_before(e->epoch, x)) adopt_epoch(e, x);
+  return e->resume_wait;
+}
+
+rr_status engine_send_on_msg(rr_engine *e, int rail, const engine_msg *m) {
+  switch (m->type) {
+  case ENGINE_CTRL_CTS:
+    return install_cts(e, rail, &m->u.cts);
+  case ENGINE_CTRL_ACK:
+    on_ack(e, m->u.ack_seq); /* an ack for nothing outstanding is a repeat: harmless */
     return RR_OK;
-  }
-  case ENGINE_CTRL_FAIL: {
-    engine_fail_msg f;
-    if (len != sizeof f) break;
-    memcpy(&f, msg, len);
+  case ENGINE_CTRL_FAIL:
+    /* The receiver's word: adopt its epoch first, then take its rails down.
+     * While we wait for an announcement nothing of this epoch has been
+     * posted, so the rollback the receiver made covers them; once we post
+     * again, a rail it reports down may have swallowed chunks of this epoch,
+     * and we ask for a new rollback. */
+    if (seq_before(e->epoch, m->u.fail.epoch)) adopt_epoch(e, m->u.fail.epoch);
+    e->peer_told = e->resume_wait;
     for (int i = 0; i < e->nrails; i++)
-      if ((f.down_mask & (1u << i)) && engine_rail_usable(e, i))
+      if ((m->u.fail.down_mask & (1u << i)) && engine_rail_usable(e, i))
         engine_rail_set_state(e, i, RR_RAIL_DOWN, "the receiver sees it down");
-    if (seq_before(e->epoch, f.epoch)) adopt_epoch(e, f.epoch);
+    e->peer_told = 0;
     return RR_OK;
-  }
   case ENGINE_CTRL_RESUME_SLOT: {
-    engine_resume_slot m;
-    if (len < sizeof m - sizeof m.cts + engine_cts_len(1) || len > sizeof m) break;
-    memset(&m, 0, sizeof m);
-    memcpy(&m, msg, len);
-    if (seq_before(m.epoch, e->epoch)) return RR_OK; /* stale */
-    if (seq_before(e->epoch, m.epoch)) adopt_epoch(e, m.epoch);
-    rr_status st = install_cts(e, &m.cts, len - (uint32_t)(sizeof m - sizeof m.cts));
+    if (!resume_current(e, m->u.slot.epoch)) return RR_OK;
+    rr_status st = install_cts(e, rail, &m->u.slot.cts);
     if (st != RR_OK) return st;
-    on_resume_slot(e, &m);
+    on_resume_slot(e, m->u.slot.epoch, m->u.slot.prefix, &m->u.slot.cts);
     return RR_OK;
   }
-  case ENGINE_CTRL_RESUME_END: {
-    engine_resume_end m;
-    if (len != sizeof m) break;
-    memcpy(&m, msg, len);
-    if (seq_before(m.epoch, e->epoch)) return RR_OK;
-    if (seq_before(e->epoch, m.epoch)) adopt_epoch(e, m.epoch);
-    on_resume_end(e, &m);
+  case ENGINE_CTRL_RESUME_END:
+    if (resume_current(e, m->u.end.epoch)) on_resume_end(e, m->u.end.epoch, m->u.end.recv_seq, m->u.end.slot_mask);
     return RR_OK;
-  }
   default:
-    break;
+    return engine_violation(e, rail, "control message %u sent to a sender", m->type);
   }
-  return engine_fail(e, RR_ERR_PROTOCOL, "unexpected control message %u (%u bytes)", type, len);
+}
+
+/* The bounce arena, registered on each rail's device (a rail that cannot
+ * register it keeps a NULL key: TCP needs none). */
+static void bounce_setup(rr_engine *e) {
+  e->bounce = malloc((size_t)RR_BOUNCE_COUNT * RR_BOUNCE_SIZE);
+  if (!e->bounce) return;
+  for (int i = 0; i < e->nrails; i++) {
+    rr_rail_ep *ep = e->rails[i].ep;
+    if (ep->ops->reg_mr(ep->dev, e->bounce, (size_t)RR_BOUNCE_COUNT * RR_BOUNCE_SIZE, RR_MEM_HOST, -1, 0,
+                        &e->bounce_reg[i]) != RR_OK)
+      e->bounce_reg[i] = NULL;
+  }
 }
 
 static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr_mr *mr,
@@ -274,6 +322,8 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
     return RR_ERR_INVALID;
   }
   const engine_cts_entry *ce = &s->cts.e[sub];
+  /* The bounce arena is registered on every rail's device the first time
+   * it is used (verbs writes need a local key on the NIC they leave by). */
   if (size > ce->size) {
     RR_WARN("isend: message of %zu bytes for a receive of %llu bytes (tag %d)", size,
             (unsigned long long)ce->size, tag);
@@ -296,16 +346,16 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
   rr_send_req *r = &e->sreq[idx];
   *r = (rr_send_req){.kind = RR_REQ_SEND, .in_use = 1, .sub = (uint8_t)sub, .rail = -1,
                      .bounce = -1, .engine = e, .seq = e->send_seq, .data = data, .size = size,
-                     .mr = mr ? mr->rail_mr : NULL, .raddr = ce->addr, .rkey = ce->rkey,
-                     .nchunks = (uint32_t)nchunks};
+                     .mr = mr, .raddr = ce->addr, .nchunks = (uint32_t)nchunks};
+  memcpy(r->rkey, ce->rkey, sizeof r->rkey);
   if (size <= RR_BOUNCE_SIZE && size > 0) {
-    if (!e->bounce) e->bounce = malloc((size_t)RR_BOUNCE_COUNT * RR_BOUNCE_SIZE);
+    if (!e->bounce) bounce_setup(e);
     if (e->bounce && e->nbounce_free > 0) {
       r->bounce = e->bounce_free[--e->nbounce_free];
       char *b = e->bounce + (size_t)r->bounce * RR_BOUNCE_SIZE;
       memcpy(b, data, size);
       r->data = b;
-      r->mr = NULL; /* the TCP rail needs no local key; a verbs rail registers the arena */
+      r->mr = NULL; /* local keys come from the arena's registrations */
     }
   }
   s->matched |= (uint8_t)(1u << sub);

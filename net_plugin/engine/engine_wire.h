@@ -1,85 +1,96 @@
-/* The engine's own protocol: control messages and the immediate-data layout
- * of chunk writes. Both ends run the same version (checked at connection).
+/* The engine's own protocol on the wire: control messages and the
+ * immediate-data layout of chunk writes (docs/protocol.md says why each rule
+ * holds).
  *
- * Control messages are truthful whenever they arrive (a late CTS or ACK from
- * a rail that came back still states a fact), except the failover messages,
- * which carry the epoch they belong to and are ignored when stale. */
+ * Control messages are encoded little-endian field by field (never a struct
+ * copied onto the wire) and decoded into the host structs below with every
+ * length, count and reserved field checked: a message that fails decoding is
+ * a protocol violation of the rail that carried it, never of the job.
+ *
+ *   header     type u8 | 0 u8 | 0 u16                                  4 bytes
+ *   CTS        hdr | seq u32 | n u8 | nrails u8 | 0 u16 | n x entry
+ *              entry: tag i32 | 0 u32 | addr u64 | size u64 | nrails x rkey u32
+ *   ACK        hdr | seq u32
+ *   PROBE      hdr | rail u32
+ *   FAIL       hdr | epoch u32 | down_mask u32
+ *   RESUME_SLOT hdr | epoch u32 | n x prefix u32 | CTS body (from seq on)
+ *   RESUME_END hdr | epoch u32 | recv_seq u32 | slot_mask u32 */
 #ifndef RERAIL_ENGINE_WIRE_H
 #define RERAIL_ENGINE_WIRE_H
+#include <stddef.h>
 #include <stdint.h>
 
 #include "net_core.h"
+#include "rr_status.h"
+
+#define RR_MAX_RAILS 8
 
 enum engine_ctrl_type {
   ENGINE_CTRL_CTS = 1,         /* receiver -> sender: a posted receive (clear to send) */
   ENGINE_CTRL_ACK = 2,         /* receiver -> sender: every chunk of a receive has landed */
   ENGINE_CTRL_PROBE = 3,       /* either way: proves a rail works (the peer ignores it) */
-  ENGINE_CTRL_FAIL = 4,        /* either way: rails I consider down; from the sender, "roll back" */
+  /* receiver -> sender: "I moved to epoch E (or am in it); these rails are down".
+   * sender -> receiver: "I lost something while in epoch E (or wait to leave
+   * it); these rails are down": the receiver rolls back when E is its
+   * current epoch and announces its current rollback again when E is older. */
+  ENGINE_CTRL_FAIL = 4,
   ENGINE_CTRL_RESUME_SLOT = 5, /* receiver -> sender: one outstanding receive after a rollback */
-  ENGINE_CTRL_RESUME_END = 6,  /* receiver -> sender: rollback complete, carry on */
+  ENGINE_CTRL_RESUME_END = 6,  /* receiver -> sender: the announcement of a rollback is complete */
+  ENGINE_CTRL_NTYPES
 };
 
 typedef struct engine_cts_entry {
   int32_t tag;
-  uint32_t rkey;
-  uint64_t addr;
-  uint64_t size;       /* posted size: the most the sender may write */
+  uint64_t addr;               /* receiver address of the buffer */
+  uint64_t size;               /* posted size: the most the sender may write */
+  uint32_t rkey[RR_MAX_RAILS]; /* the buffer's key on every rail's NIC, by rail index */
 } engine_cts_entry;
 
 typedef struct engine_cts {
-  uint8_t type;
-  uint8_t n;           /* grouped receives, 1..RR_NET_MAX_RECVS */
-  uint16_t reserved;
-  uint32_t seq;        /* receive sequence number; slot = seq % RR_NET_MAX_REQUESTS */
+  uint32_t seq;                /* receive sequence number; slot = seq % RR_NET_MAX_REQUESTS */
+  uint8_t n;                   /* grouped receives, 1..RR_NET_MAX_RECVS */
+  uint8_t nrails;              /* rkeys per entry: the connection's rail count */
   engine_cts_entry e[RR_NET_MAX_RECVS];
 } engine_cts;
 
-typedef struct engine_ack {
-  uint8_t type;
-  uint8_t reserved[3];
-  uint32_t seq;
-} engine_ack;
+typedef struct engine_msg {
+  uint8_t type;                /* enum engine_ctrl_type */
+  union {
+    engine_cts cts;            /* CTS */
+    uint32_t ack_seq;          /* ACK */
+    uint32_t probe_rail;       /* PROBE */
+    struct {
+      uint32_t epoch;
+      uint32_t down_mask;      /* bit per rail index */
+    } fail;
+    struct {
+      uint32_t epoch;
+      uint32_t prefix[RR_NET_MAX_RECVS]; /* per sub-receive: chunks [0, prefix) have landed */
+      engine_cts cts;          /* the receive's clear-to-send again (it may have been lost) */
+    } slot;
+    struct {
+      uint32_t epoch;
+      uint32_t recv_seq;       /* receives before it that slot_mask does not name are complete */
+      uint32_t slot_mask;      /* the slots this rollback's RESUME_SLOTs named */
+    } end;
+  } u;
+} engine_msg;
 
-typedef struct engine_probe {
-  uint8_t type;
-  uint8_t rail;
-  uint16_t reserved;
-  uint32_t reserved2;
-} engine_probe;
+/* Encode into buf (RR_RAIL_CTRL_MAX bytes); returns the length, 0 when the
+ * message cannot be encoded (a bug: counts out of range). */
+uint32_t engine_msg_encode(const engine_msg *m, uint8_t *buf, uint32_t cap);
+/* Decode and validate; nrails is the connection's rail count (a CTS must
+ * carry exactly that many keys). RR_ERR_PROTOCOL with *why set when the
+ * bytes are not a valid message. */
+rr_status engine_msg_decode(const void *buf, uint32_t len, int nrails, engine_msg *m,
+                            const char **why);
 
-typedef struct engine_fail {
-  uint8_t type;
-  uint8_t reserved[3];
-  uint32_t epoch;      /* the sender of this message's epoch */
-  uint32_t down_mask;  /* rails (bit per rail index) the sender of this message sees down */
-  uint32_t reserved2;
-} engine_fail_msg;
-
-/* After a rollback to epoch `epoch`, one per receive that is posted and not
- * complete: its clear-to-send again (it may have been lost with the rail) and,
- * per sub-receive, the chunks held: every chunk below prefix[i] has landed;
- * the sender replays from there. */
-typedef struct engine_resume_slot {
-  uint8_t type;
-  uint8_t reserved[3];
-  uint32_t epoch;
-  uint32_t prefix[RR_NET_MAX_RECVS];
-  engine_cts cts;
-} engine_resume_slot;
-
-/* Ends a rollback: every receive before recv_seq that no RESUME_SLOT named
- * is complete (its ACK may have been lost). */
-typedef struct engine_resume_end {
-  uint8_t type;
-  uint8_t reserved[3];
-  uint32_t epoch;
-  uint32_t recv_seq;
-  uint32_t reserved2;
-} engine_resume_end;
-
-static inline uint32_t engine_cts_len(int n) {
-  return (uint32_t)(sizeof(engine_cts) - sizeof(engine_cts_entry) * (RR_NET_MAX_RECVS - n));
-}
+/* Largest encoded message. */
+#define ENGINE_CTS_HDR 12u
+#define ENGINE_CTS_ENTRY(nrails) (24u + 4u * (uint32_t)(nrails))
+#define ENGINE_MSG_MAX (8u + 4u * RR_NET_MAX_RECVS + ENGINE_CTS_HDR - 4u + \
+                        RR_NET_MAX_RECVS * ENGINE_CTS_ENTRY(RR_MAX_RAILS))
+_Static_assert(ENGINE_MSG_MAX <= 512, "every control message fits a rail control message");
 
 /* Immediate data of a chunk write:
  *   [31:28] epoch (low 4 bits)  [27:23] slot  [22:20] sub-receive  [19] last chunk
@@ -90,7 +101,8 @@ static inline uint32_t engine_cts_len(int n) {
  * not copy the message into a bounce buffer): the receiver then sends the ack
  * at once instead of letting it ride with its next control message.
  * The epoch fences replays: the receiver drops writes of any other epoch. A
- * write cannot be 16 epochs old: fencing drains every rail at each change. */
+ * write cannot be 16 epochs old: at each rollback the rails are fenced or
+ * drained before a receive completes. */
 #define IMM_CHUNK_BITS 18
 #define IMM_MAX_CHUNKS (1u << IMM_CHUNK_BITS)
 
@@ -106,8 +118,8 @@ static inline int imm_last(uint32_t imm) { return (imm >> 19) & 1; }
 static inline int imm_ack_now(uint32_t imm) { return (imm >> 18) & 1; }
 static inline uint32_t imm_chunk(uint32_t imm) { return imm & (IMM_MAX_CHUNKS - 1); }
 
-_Static_assert(RR_NET_MAX_REQUESTS == 32, "slot field is 5 bits");
+_Static_assert(RR_NET_MAX_REQUESTS == 32, "slot field is 5 bits; RESUME_END's slot mask is 32 bits");
 _Static_assert(RR_NET_MAX_RECVS == 8, "sub-receive field is 3 bits");
-_Static_assert(sizeof(engine_resume_slot) <= 512, "fits a rail control message");
+_Static_assert(RR_MAX_RAILS <= 32, "rail masks are 32 bits");
 
 #endif

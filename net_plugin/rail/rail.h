@@ -1,17 +1,35 @@
-/* The rail interface: what the transfer engine needs from a transport.
+/* The rail interface: what the transfer engine and the core need from a
+ * transport. Shaped after UCX's transport layer and RDMA: two layers.
  *
- * A rail endpoint ("ep") is one connected path to the peer over one local NIC
- * (a QP for verbs, a set of sockets for TCP). The interface is shaped after
- * RDMA: the receiver registers memory and advertises (address, rkey) in a
- * clear-to-send; the sender issues one-sided writes carrying 32-bit immediate
- * data into those buffers; small control messages travel separately. No byte
- * stream semantics leak upwards, so the same engine drives verbs and TCP and
- * replays chunks on another rail after a failure. Every decision (which rail,
- * when to fail over, what to replay) is the engine's; a rail only moves bytes
- * and reports what it sees.
+ * Device layer (rr_rail_dev): one local NIC as a transport sees it. It says
+ * what it can do (rr_rail_dev_attr), registers memory for its own use (a
+ * verbs MR is valid on one protection domain, i.e. one NIC), drives the
+ * completions of all its endpoints from one progress routine (one CQ per
+ * device for verbs) and reports port events.
  *
- * Completions are delivered through callbacks from progress(), on the thread
- * that calls it; pointers handed to a callback are valid only during the call. */
+ * Endpoint layer (rr_rail_ep): one connected path to the peer over one local
+ * device (an RC QP, or a set of TCP sockets). Endpoints are opened on a
+ * device, describe themselves in an address blob the transport defines, and
+ * are connected with the peer's blob, which the core exchanges over its
+ * authenticated setup sockets (and hands over too: the TCP rail keeps them as
+ * its data path, verbs closes them). The engine then posts one-sided writes
+ * with 32-bit immediate data into receiver-posted buffers, small control
+ * messages, and drain barriers.
+ *
+ * Every decision (which rail, when to fail over, what to replay, where an
+ * incoming write may land) is the engine's: a rail moves bytes and reports
+ * what it sees. The receiver decides where bytes go: a rail that sees a write
+ * before it lands (TCP) asks the engine for the destination; a rail whose
+ * NIC places the bytes itself (verbs) can only land them in memory the
+ * receiver registered on that NIC and advertised for this connection, and
+ * reports each landed write so the engine checks it afterwards.
+ *
+ * Completions and arrivals reach the engine through rr_rail_events, called
+ * from ep progress() on the thread that calls it, under the owning engine's
+ * lock; pointers handed to a callback are valid only during the call. A
+ * device progress() never calls into an engine: it files what it polls into
+ * the owning endpoint, whose own progress() delivers it (so one connection's
+ * thread never runs another connection's engine). */
 #ifndef RERAIL_RAIL_H
 #define RERAIL_RAIL_H
 #include <stddef.h>
@@ -20,94 +38,219 @@
 #include "rr_status.h"
 #include "rr_telemetry.h"
 
+typedef struct rr_rail_dev rr_rail_dev;
 typedef struct rr_rail_ep rr_rail_ep;
 typedef struct rr_rail_ops rr_rail_ops;
 
-/* A memory registration on one rail (transport-specific state follows it). */
+/* ------------------------------------------------------------ devices */
+
+/* Capability flags of a device (rr_rail_dev_attr.caps). */
+enum rr_rail_cap {
+  RR_RAIL_CAP_WRITE = 1u << 0,         /* one-sided write into registered peer memory */
+  RR_RAIL_CAP_WRITE_IMM = 1u << 1,     /* a write carries 32-bit immediate data to the receiver */
+  RR_RAIL_CAP_EP_ORDERED = 1u << 2,    /* writes on one endpoint land in posting order (RC QP);
+                                        * without it only control messages are ordered */
+  RR_RAIL_CAP_REG_PER_DEV = 1u << 3,   /* a registration is valid on this device only */
+  RR_RAIL_CAP_WRITE_BEGIN = 1u << 4,   /* the rail sees a write before it lands and asks the
+                                        * engine where it goes (on_write_begin): nothing of a
+                                        * fenced epoch can land, so drains need not be waited for */
+};
+
+/* Memory kinds a device can register (rr_rail_dev_attr.mem_kinds). */
+enum rr_mem_kind {
+  RR_MEM_HOST = 1u << 0,
+  RR_MEM_CUDA = 1u << 1,               /* GPUDirect RDMA */
+  RR_MEM_DMABUF = 1u << 2,             /* registration from a DMA-BUF file descriptor */
+};
+
+typedef struct rr_rail_dev_attr {
+  uint32_t caps;                       /* enum rr_rail_cap */
+  uint32_t mem_kinds;                  /* enum rr_mem_kind */
+  uint32_t inline_max;                 /* bytes a write may carry inline (0: none) */
+  uint32_t max_eps;                    /* endpoints the device supports (0: no limit) */
+  uint32_t addr_len;                   /* bytes of an endpoint's address blob (0: none) */
+  int speed_mbps;                      /* link speed, 0 when unknown */
+  int latency_us;                      /* one-way latency estimate, 0 when unknown */
+} rr_rail_dev_attr;
+
+/* Port events a device reports (dev_event()). */
+typedef enum rr_rail_dev_event_kind {
+  RR_RAIL_DEV_EV_NONE = 0,
+  RR_RAIL_DEV_EV_PORT_UP,              /* the port is ACTIVE again */
+  RR_RAIL_DEV_EV_PORT_DOWN,            /* the port went down */
+  RR_RAIL_DEV_EV_FATAL,                /* the device is unusable (e.g. a catastrophic error) */
+} rr_rail_dev_event_kind;
+
+typedef struct rr_rail_dev_event {
+  rr_rail_dev_event_kind kind;
+  char why[64];
+} rr_rail_dev_event;
+
+/* Base of every transport's device (embedded first; container_of back). */
+struct rr_rail_dev {
+  const rr_rail_ops *ops;
+  int index;                           /* rerail device index (NCCL's dev) */
+  rr_rail_dev_attr attr;
+};
+
+/* A memory registration on one device (transport state follows it). */
 typedef struct rr_rail_mr {
+  rr_rail_dev *dev;
   void *base;
   size_t len;
   uint32_t lkey;
-  uint32_t rkey;
+  uint32_t rkey;                       /* what the peer names this memory by on this device */
 } rr_rail_mr;
+
+/* ---------------------------------------------------------- endpoints */
 
 /* One-sided write of [local, local+len) to (remote_addr, rkey) on the peer. */
 typedef struct rr_write_wr {
-  uint64_t wr_id;          /* returned in on_write_done */
+  uint64_t wr_id;                      /* returned in on_write_done */
   const void *local;
-  size_t len;              /* may be 0: the immediate alone is delivered */
-  const rr_rail_mr *local_mr;
+  size_t len;                          /* may be 0: the immediate alone is delivered */
+  const rr_rail_mr *local_mr;          /* NULL for memory the rail itself owns (inline/bounce) */
   uint64_t remote_addr;
   uint32_t rkey;
-  uint32_t imm;            /* delivered with the data to on_write_recv */
-  /* Delivered to on_write_begin by rails that carry it (TCP): lets the
-   * receiver tell a write from before a fence apart from a current one
-   * across many fences, even if it sat in a kernel buffer of a failed rail
-   * for long. Rails that fence physically (verbs: the old QP is reset)
-   * deliver 0 and the engine relies on that instead. */
+  uint32_t imm;                        /* delivered with the write to the receiver */
+  /* Delivered to on_write_begin by rails that carry it (TCP): the low bits
+   * of the writer's epoch, so a frame that sat in the kernel buffer of a
+   * failed rail through many failovers is still recognised as old. */
   uint16_t fence;
   /* rr_now_ns() when the engine posted it: rails that record telemetry use
-   * it as the request's start instead of reading the clock once more per
-   * chunk (the engine reads it once per batch of posts). */
+   * it as the request's start (the engine reads the clock once per batch). */
   uint64_t post_ns;
 } rr_write_wr;
 
-/* Engine callbacks, called from ops->progress(). Returning a failure status
- * from a callback makes progress() stop and return it. */
+/* A write from the peer as the rail saw it arrive. */
+typedef struct rr_write_hdr {
+  uint32_t imm;
+  uint32_t len;
+  uint32_t rkey;                       /* the key the writer used */
+  uint64_t raddr;                      /* the address the writer named */
+  uint16_t fence;                      /* rails without fence tags: 0 */
+} rr_write_hdr;
+
+/* Engine callbacks, called from ep progress() under the engine's lock.
+ * A failure returned by a callback makes progress() stop and return it;
+ * RR_ERR_PROTOCOL means "this rail carried something that breaks the
+ * protocol": the engine fails that rail over, never the connection. */
 typedef struct rr_rail_events {
-  /* The local write wr_id has left this host's hands (buffer reusable by the rail). */
-  rr_status (*on_write_done)(void *arg, uint64_t wr_id);
-  /* A write from the peer is about to land: return 0 to have the rail discard
-   * it (a fenced epoch), non-zero to let it land. Rails that cannot see a
-   * write before it lands (verbs) fence by other means and may skip this. */
-  int (*on_write_begin)(void *arg, uint32_t imm, uint16_t fence);
-  /* A write from the peer has fully landed in our memory. */
-  rr_status (*on_write_recv)(void *arg, uint32_t imm, uint32_t len);
+  /* The local write wr_id has left this host's hands (its buffer is reusable
+   * by the rail; with RR_RAIL_CAP_EP_ORDERED, every earlier write on this
+   * endpoint has too). */
+  rr_status (*on_write_done)(rr_rail_ep *ep, uint64_t wr_id);
+  /* RR_RAIL_CAP_WRITE_BEGIN rails: a write is about to land. The engine sets
+   * *dst to where its h->len bytes go, or to NULL to have the rail read and
+   * discard them (a write of a fenced epoch). RR_ERR_PROTOCOL: the write is
+   * not one the engine asked for (unknown slot or key, outside the posted
+   * receive, a duplicate): nothing is written and the rail fails. */
+  rr_status (*on_write_begin)(rr_rail_ep *ep, const rr_write_hdr *h, void **dst);
+  /* A write from the peer has fully landed (for TCP: at the *dst the engine
+   * gave; for verbs: where the NIC placed it, described by h). */
+  rr_status (*on_write_recv)(rr_rail_ep *ep, const rr_write_hdr *h);
   /* A control message from the peer. */
-  rr_status (*on_ctrl)(void *arg, const void *msg, uint32_t len);
+  rr_status (*on_ctrl)(rr_rail_ep *ep, const void *msg, uint32_t len);
+  /* A drain barrier posted by the peer with post_drain() has arrived: every
+   * write the peer posted on this endpoint before it has landed or never
+   * will. */
+  rr_status (*on_drain)(rr_rail_ep *ep, uint32_t epoch);
 } rr_rail_events;
 
 /* Largest control message a rail must carry. */
 #define RR_RAIL_CTRL_MAX 512
+/* Largest endpoint address blob. */
+#define RR_RAIL_ADDR_MAX 64
 
+/* What the core hands a transport to connect an endpoint: the peer's blob
+ * and the setup sockets (connected, non-blocking, authenticated). A
+ * transport that moves data over them takes ownership (TCP: one stream per
+ * socket); one that does not leaves them to the core, which closes them. */
+typedef struct rr_rail_connect_args {
+  const void *peer_addr;
+  uint32_t peer_addr_len;
+  int *fds;                            /* set an entry to -1 to take ownership of it */
+  int nfds;
+} rr_rail_connect_args;
+
+/* One const table per transport; every entry is present (a stub where a
+ * transport has nothing to do). */
 struct rr_rail_ops {
   const char *name;
-  /* Queue a write. RR_AGAIN when the send queue is full (retry later). */
+
+  /* ---- device layer ---- */
+  /* Registration of [base, base+len) of memory kind `kind` (enum
+   * rr_mem_kind; dmabuf_fd/offset for RR_MEM_DMABUF) on this device. */
+  rr_status (*reg_mr)(rr_rail_dev *dev, void *base, size_t len, uint32_t kind, int dmabuf_fd,
+                      uint64_t dmabuf_offset, rr_rail_mr **mr);
+  void (*dereg_mr)(rr_rail_mr *mr);
+  /* Poll the device's shared completion sources and file what arrived into
+   * the owning endpoints (never calls the engine). Thread safe. */
+  rr_status (*dev_progress)(rr_rail_dev *dev);
+  /* Next port event, RR_RAIL_DEV_EV_NONE when there is none. Thread safe;
+   * called by the core's monitor thread. */
+  rr_rail_dev_event_kind (*dev_event)(rr_rail_dev *dev, rr_rail_dev_event *ev);
+  void (*dev_close)(rr_rail_dev *dev);
+
+  /* ---- endpoint layer ---- */
+  /* An unconnected endpoint on dev; its address blob (attr.addr_len bytes)
+   * goes to the peer. */
+  rr_status (*ep_open)(rr_rail_dev *dev, const rr_rail_events *events, void *events_arg,
+                       rr_rail_ep **ep);
+  rr_status (*ep_addr)(rr_rail_ep *ep, void *blob, uint32_t *len);
+  /* Connect with the peer's blob and the setup sockets. */
+  rr_status (*ep_connect)(rr_rail_ep *ep, const rr_rail_connect_args *args);
+  /* Queue a write. RR_AGAIN when the send queue has no room (credits are
+   * reserved before anything is posted: retry later). */
   rr_status (*post_write)(rr_rail_ep *ep, const rr_write_wr *wr);
   /* Queue a control message (copied). RR_AGAIN when its queue is full. */
   rr_status (*post_ctrl)(rr_rail_ep *ep, const void *msg, uint32_t len);
-  /* Move bytes: transmit what is queued, deliver what arrived through the
-   * event callbacks. Returns RR_OK, or the failure that broke the rail for
-   * good (the engine never uses a broken endpoint again). */
+  /* Queue a drain barrier behind every write posted so far on this
+   * endpoint; the peer's on_drain(epoch) proves those writes landed or never
+   * will (TCP: a marker frame on every stream; RDMA: a zero-length write
+   * with immediate, behind which RC ordering holds). RR_AGAIN when full. */
+  rr_status (*post_drain)(rr_rail_ep *ep, uint32_t epoch);
+  /* Move bytes and deliver what arrived through the events. Returns RR_OK,
+   * or the failure that broke the endpoint for good (RR_ERR_PEER: the peer
+   * closed it; RR_ERR_PROTOCOL: it carried garbage; RR_ERR_RAIL: the path
+   * failed); the engine never uses a broken endpoint again. */
   rr_status (*progress)(rr_rail_ep *ep);
-  /* Fence: drop every queued frame not yet started, and discard the rest of
-   * any incoming write not yet landed. After fence() returns, nothing issued
-   * before it lands in registered memory on either side. */
+  /* Fence: drop every queued item not yet started and discard the rest of
+   * any incoming write not yet landed. After fence() returns nothing issued
+   * before it lands in registered memory on either side (verbs: the QP goes
+   * to the error state; it is reopened, never reused). */
   void (*fence)(rr_rail_ep *ep);
   /* Bytes queued for transmission and not yet handed to the wire. */
   size_t (*backlog)(rr_rail_ep *ep);
-  /* The latest time (rr_now_ns) at which the path to the peer was seen to
-   * work in both directions: bytes received, or the peer acknowledging
-   * bytes we sent (for TCP, the kernel's ACKs). While our own data waits
-   * unacknowledged, only acknowledgements count: what we post must get
-   * through, not just what the peer sends. */
+  /* The latest time (rr_now_ns) at which the path was seen to work both
+   * ways: bytes received, or the peer acknowledging bytes we sent. While our
+   * own data waits unacknowledged, only acknowledgements count. */
   uint64_t (*last_alive_ns)(rr_rail_ep *ep, uint64_t now_ns);
   /* Release everything; the endpoint is gone afterwards. */
   void (*destroy)(rr_rail_ep *ep);
 };
 
-/* Base of every transport's endpoint (transports embed it first and get back
- * to themselves with container_of). */
+/* Base of every transport's endpoint (embedded first; container_of back). */
 struct rr_rail_ep {
   const rr_rail_ops *ops;
+  rr_rail_dev *dev;
   const rr_rail_events *events;
-  void *events_arg;
-  int dev;                 /* rerail device index of the local NIC */
+  void *events_arg;                    /* the owning engine */
+  int rail;                            /* the engine's index of this rail (set by the engine) */
   /* Telemetry recorders the owner installs (NULL when off): the rail records
    * every write it sends and every write that lands, with rr_tel_record(). */
   rr_tel_rail *tel_tx, *tel_rx;
 };
 
 #define rr_container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+
+/* ---------------------------------------------------------- transports */
+
+/* The transports a build knows, each with a constructor that opens device
+ * `index` (a pooled NIC) or says why not. */
+typedef struct rr_rail_transport {
+  const char *name;
+  rr_status (*dev_open)(int index, rr_rail_dev **dev);
+} rr_rail_transport;
 
 #endif

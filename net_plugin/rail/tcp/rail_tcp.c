@@ -8,7 +8,12 @@
  * the frame names, so bulk data is copied once per side, by the kernel.
  *
  * Control messages use stream 0. Frames of one stream arrive in order; the
- * engine relies on no order across streams. */
+ * engine relies on no order across streams. A drain barrier is a marker
+ * frame on every stream; it is delivered once every stream has carried it.
+ *
+ * Whatever arrives is untrusted: a frame the rail cannot parse, or a write
+ * the engine refuses, fails this endpoint with RR_ERR_PROTOCOL and writes
+ * nothing; the engine fails the rail over, never the job. */
 #include "rail_tcp.h"
 #include "rr_clock.h"
 #include "rr_log.h"
@@ -39,7 +44,8 @@
 #define QUIET_POLLS 16
 
 typedef struct tcp_tx {
-  tcp_frame_hdr hdr;
+  uint8_t wire[TCP_FRAME_BYTES]; /* the encoded header */
+  uint32_t len;               /* payload bytes behind it */
   const char *payload;
   uint32_t sent;              /* bytes of hdr+payload already handed to the kernel */
   int16_t ctrl_slot;          /* -1 for writes */
@@ -67,13 +73,16 @@ typedef struct tcp_stream {
   uint32_t stage_off, stage_len;  /* unread bytes are [stage_off, stage_len) */
   char *direct_dst;               /* RX_DIRECT: where the rest of the payload goes */
   uint32_t direct_left;
-  uint32_t direct_imm, direct_len;
   uint64_t direct_start_ns;       /* when the write being read began to arrive */
+  rr_write_hdr direct_hdr;        /* the write being read, for on_write_recv */
   uint32_t idle_polls;            /* receive polls in a row that found nothing */
+  uint8_t drain_seen;             /* a drain marker arrived on this stream */
+  uint32_t drain_epoch;           /* the epoch of the last one */
 } tcp_stream;
 
 typedef struct tcp_ep {
   rr_rail_ep base;
+  int connected;            /* ep_connect adopted the sockets */
   int nstreams;
   uint32_t next_stream;     /* round-robin cursor for writes */
   uint32_t progress_calls;
@@ -104,10 +113,10 @@ static rr_status ep_fail(tcp_ep *ep, rr_status st, const char *what, int err) {
   if (ep->failed == RR_OK) {
     ep->failed = st;
     if (err)
-      RR_INFO(RR_SUB_NET, "TCP rail dev %d: %s: %s (%s)", ep->base.dev, what, strerror(err),
+      RR_INFO(RR_SUB_NET, "TCP rail dev %d: %s: %s (%s)", ep->base.dev->index, what, strerror(err),
               rr_status_str(st));
     else
-      RR_INFO(RR_SUB_NET, "TCP rail dev %d: %s (%s)", ep->base.dev, what, rr_status_str(st));
+      RR_INFO(RR_SUB_NET, "TCP rail dev %d: %s (%s)", ep->base.dev->index, what, rr_status_str(st));
   }
   return ep->failed;
 }
@@ -120,6 +129,7 @@ static tcp_tx *tx_push(tcp_stream *s) {
 static rr_status tcp_post_write(rr_rail_ep *rep, const rr_write_wr *wr) {
   tcp_ep *ep = to_tcp(rep);
   if (ep->failed) return ep->failed;
+  if (!ep->connected) return RR_ERR_INVALID;
   if (wr->len > UINT32_MAX) return RR_ERR_INVALID;
   /* Pick the least loaded stream, starting after the last one used so equal
    * loads rotate: chunks of one message spread over every stream. */
@@ -133,25 +143,28 @@ static rr_status tcp_post_write(rr_rail_ep *rep, const rr_write_wr *wr) {
   ep->next_stream++;
   tcp_tx *t = tx_push(s);
   if (!t) return RR_AGAIN;
-  t->hdr = (tcp_frame_hdr){.type = TCP_FRAME_WRITE,
-                           .fence = wr->fence,
-                           .len = (uint32_t)wr->len,
-                           .imm = wr->imm,
-                           .rkey = wr->rkey,
-                           .raddr = wr->remote_addr};
+  tcp_frame_hdr h = {.type = TCP_FRAME_WRITE,
+                     .fence = wr->fence,
+                     .len = (uint32_t)wr->len,
+                     .imm = wr->imm,
+                     .rkey = wr->rkey,
+                     .raddr = wr->remote_addr};
+  tcp_frame_encode(&h, t->wire);
+  t->len = h.len;
   t->payload = wr->local;
   t->sent = 0;
   t->ctrl_slot = -1;
   t->wr_id = wr->wr_id;
   t->post_ns = wr->post_ns;
   s->writes_queued++;
-  s->queued_bytes += sizeof t->hdr + wr->len;
+  s->queued_bytes += TCP_FRAME_BYTES + wr->len;
   return RR_OK;
 }
 
 static rr_status tcp_post_ctrl(rr_rail_ep *rep, const void *msg, uint32_t len) {
   tcp_ep *ep = to_tcp(rep);
   if (ep->failed) return ep->failed;
+  if (!ep->connected) return RR_ERR_INVALID;
   if (len > RR_RAIL_CTRL_MAX) return RR_ERR_INVALID;
   tcp_stream *s = ep->streams[0];
   if (s->nctrl_free == 0) return RR_AGAIN;
@@ -159,12 +172,38 @@ static rr_status tcp_post_ctrl(rr_rail_ep *rep, const void *msg, uint32_t len) {
   if (!t) return RR_AGAIN;
   int16_t slot = s->ctrl_free[--s->nctrl_free];
   memcpy(s->ctrl_buf[slot], msg, len);
-  t->hdr = (tcp_frame_hdr){.type = TCP_FRAME_CTRL, .len = len};
+  tcp_frame_hdr h = {.type = TCP_FRAME_CTRL, .len = len};
+  tcp_frame_encode(&h, t->wire);
+  t->len = len;
   t->payload = s->ctrl_buf[slot];
   t->sent = 0;
   t->ctrl_slot = slot;
   t->wr_id = 0;
-  s->queued_bytes += sizeof t->hdr + len;
+  s->queued_bytes += TCP_FRAME_BYTES + len;
+  return RR_OK;
+}
+
+/* A marker behind everything queued on every stream (a stream's frames
+ * arrive in order). Markers use no control slot; they need room on every
+ * stream or none is queued. */
+static rr_status tcp_post_drain(rr_rail_ep *rep, uint32_t epoch) {
+  tcp_ep *ep = to_tcp(rep);
+  if (ep->failed) return ep->failed;
+  if (!ep->connected) return RR_ERR_INVALID;
+  for (int i = 0; i < ep->nstreams; i++)
+    if (ep->streams[i]->tx_tail - ep->streams[i]->tx_head >= TX_DEPTH) return RR_AGAIN;
+  for (int i = 0; i < ep->nstreams; i++) {
+    tcp_stream *s = ep->streams[i];
+    tcp_tx *t = tx_push(s);
+    tcp_frame_hdr h = {.type = TCP_FRAME_DRAIN, .imm = epoch};
+    tcp_frame_encode(&h, t->wire);
+    t->len = 0;
+    t->payload = NULL;
+    t->sent = 0;
+    t->ctrl_slot = -2; /* neither a write nor a control slot */
+    t->wr_id = 0;
+    s->queued_bytes += TCP_FRAME_BYTES;
+  }
   return RR_OK;
 }
 
@@ -178,14 +217,13 @@ static rr_status stream_transmit(tcp_ep *ep, tcp_stream *s) {
     for (uint32_t i = s->tx_head; i != s->tx_tail && niov + 2 <= IOV_BATCH; i++) {
       tcp_tx *t = &s->tx[i % TX_DEPTH];
       uint32_t off = t->sent;
-      if (off < sizeof t->hdr) {
-        iov[niov++] = (struct iovec){(char *)&t->hdr + off, sizeof t->hdr - off};
-        off = sizeof t->hdr;
+      if (off < TCP_FRAME_BYTES) {
+        iov[niov++] = (struct iovec){t->wire + off, TCP_FRAME_BYTES - off};
+        off = TCP_FRAME_BYTES;
       }
-      uint32_t poff = off - (uint32_t)sizeof t->hdr;
-      if (t->hdr.len > poff)
-        iov[niov++] = (struct iovec){(char *)t->payload + poff, t->hdr.len - poff};
-      attempted += sizeof t->hdr + t->hdr.len - t->sent;
+      uint32_t poff = off - TCP_FRAME_BYTES;
+      if (t->len > poff) iov[niov++] = (struct iovec){(char *)t->payload + poff, t->len - poff};
+      attempted += TCP_FRAME_BYTES + t->len - t->sent;
     }
     struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
     ssize_t n = sendmsg(s->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -201,7 +239,7 @@ static rr_status stream_transmit(tcp_ep *ep, tcp_stream *s) {
     s->queued_bytes -= (size_t)n;
     while (left > 0) {
       tcp_tx *t = &s->tx[s->tx_head % TX_DEPTH];
-      size_t frame = sizeof t->hdr + t->hdr.len;
+      size_t frame = TCP_FRAME_BYTES + t->len;
       size_t rest = frame - t->sent;
       if (left < rest) {
         t->sent += (uint32_t)left;
@@ -211,13 +249,13 @@ static rr_status stream_transmit(tcp_ep *ep, tcp_stream *s) {
       s->tx_head++;
       if (t->ctrl_slot >= 0) {
         s->ctrl_free[s->nctrl_free++] = t->ctrl_slot;
-      } else {
+      } else if (t->ctrl_slot == -1) {
         s->writes_queued--;
         if (ep->base.tel_tx) {
           if (!done_ns) done_ns = rr_now_ns();
-          rr_tel_record(ep->base.tel_tx, t->post_ns, done_ns, t->hdr.len);
+          rr_tel_record(ep->base.tel_tx, t->post_ns, done_ns, t->len);
         }
-        rr_status st = ep->base.events->on_write_done(ep->base.events_arg, t->wr_id);
+        rr_status st = ep->base.events->on_write_done(&ep->base, t->wr_id);
         if (st != RR_OK) return ep_fail(ep, st, "write completion rejected", 0);
       }
     }
@@ -229,10 +267,20 @@ static rr_status stream_transmit(tcp_ep *ep, tcp_stream *s) {
 /* Telemetry's receive times are those of the recv() calls (ep->last_rx_ns,
  * read anyway for liveness): the write began with the call that brought its
  * header and completed with the one that brought its last byte. */
-static rr_status deliver_write(tcp_ep *ep, uint32_t imm, uint32_t len, uint64_t start_ns) {
-  if (ep->base.tel_rx) rr_tel_record(ep->base.tel_rx, start_ns, ep->last_rx_ns, len);
-  rr_status st = ep->base.events->on_write_recv(ep->base.events_arg, imm, len);
-  return st == RR_OK ? RR_OK : ep_fail(ep, st, "write rejected by engine", 0);
+static rr_status deliver_write(tcp_ep *ep, const rr_write_hdr *h, uint64_t start_ns) {
+  if (ep->base.tel_rx) rr_tel_record(ep->base.tel_rx, start_ns, ep->last_rx_ns, h->len);
+  rr_status st = ep->base.events->on_write_recv(&ep->base, h);
+  return st == RR_OK ? RR_OK : ep_fail(ep, st, "write rejected by the engine", 0);
+}
+
+/* A drain marker on stream s: delivered once every stream carried it. */
+static rr_status stream_drain(tcp_ep *ep, tcp_stream *s, uint32_t epoch) {
+  s->drain_seen = 1;
+  s->drain_epoch = epoch;
+  for (int i = 0; i < ep->nstreams; i++)
+    if (!ep->streams[i]->drain_seen || ep->streams[i]->drain_epoch != epoch) return RR_OK;
+  rr_status st = ep->base.events->on_drain(&ep->base, epoch);
+  return st == RR_OK ? RR_OK : ep_fail(ep, st, "drain rejected by the engine", 0);
 }
 
 /* Parse complete frames out of the staging buffer. Returns RR_AGAIN when
@@ -240,47 +288,56 @@ static rr_status deliver_write(tcp_ep *ep, uint32_t imm, uint32_t len, uint64_t 
 static rr_status parse_staging(tcp_ep *ep, tcp_stream *s) {
   for (;;) {
     uint32_t avail = s->stage_len - s->stage_off;
-    if (avail < sizeof(tcp_frame_hdr)) return RR_AGAIN;
+    if (avail < TCP_FRAME_BYTES) return RR_AGAIN;
     tcp_frame_hdr h;
-    memcpy(&h, s->staging + s->stage_off, sizeof h);
-    const char *body = s->staging + s->stage_off + sizeof h;
-    uint32_t body_avail = avail - (uint32_t)sizeof h;
+    tcp_frame_decode((const uint8_t *)s->staging + s->stage_off, &h);
+    const char *body = s->staging + s->stage_off + TCP_FRAME_BYTES;
+    uint32_t body_avail = avail - TCP_FRAME_BYTES;
+    if (h.flags) return ep_fail(ep, RR_ERR_PROTOCOL, "a frame with unknown flags", 0);
     if (h.type == TCP_FRAME_CTRL) {
-      if (h.len > RR_RAIL_CTRL_MAX || h.flags)
-        return ep_fail(ep, RR_ERR_PROTOCOL, "malformed control frame", 0);
+      if (h.len > RR_RAIL_CTRL_MAX) return ep_fail(ep, RR_ERR_PROTOCOL, "an oversized control frame", 0);
       if (body_avail < h.len) return RR_AGAIN;
-      s->stage_off += (uint32_t)sizeof h + h.len;
-      rr_status st = ep->base.events->on_ctrl(ep->base.events_arg, body, h.len);
-      if (st != RR_OK) return ep_fail(ep, st, "control message rejected by engine", 0);
+      s->stage_off += TCP_FRAME_BYTES + h.len;
+      rr_status st = ep->base.events->on_ctrl(&ep->base, body, h.len);
+      if (st != RR_OK) return ep_fail(ep, st, "control message rejected by the engine", 0);
       continue;
     }
-    if (h.type != TCP_FRAME_WRITE || h.flags)
-      return ep_fail(ep, RR_ERR_PROTOCOL, "unknown frame type", 0);
-    if (!ep->base.events->on_write_begin(ep->base.events_arg, h.imm, h.fence)) {
-      uint32_t now = body_avail < h.len ? body_avail : h.len;
-      s->stage_off += (uint32_t)sizeof h + now;
+    if (h.type == TCP_FRAME_DRAIN) {
+      if (h.len) return ep_fail(ep, RR_ERR_PROTOCOL, "a drain marker with a payload", 0);
+      s->stage_off += TCP_FRAME_BYTES;
+      rr_status st = stream_drain(ep, s, h.imm);
+      if (st != RR_OK) return st;
+      continue;
+    }
+    if (h.type != TCP_FRAME_WRITE) return ep_fail(ep, RR_ERR_PROTOCOL, "an unknown frame type", 0);
+    /* The engine says where the payload goes: nowhere (a fenced epoch: read
+     * and forget it), or exactly one place inside the posted receive. A
+     * write it refuses fails the rail before a byte is written. */
+    rr_write_hdr wh = {.imm = h.imm, .len = h.len, .rkey = h.rkey, .raddr = h.raddr, .fence = h.fence};
+    void *dstp = NULL;
+    rr_status st = ep->base.events->on_write_begin(&ep->base, &wh, &dstp);
+    if (st != RR_OK) return ep_fail(ep, st, "write refused by the engine", 0);
+    uint32_t now = body_avail < h.len ? body_avail : h.len;
+    if (!dstp) {
+      s->stage_off += TCP_FRAME_BYTES + now;
       if (now == h.len) continue;
       s->rx = RX_SINK;
       s->direct_left = h.len - now;
       return RR_OK;
     }
-    char *dst = h.len ? rr_tcp_mr_resolve(h.rkey, h.raddr, h.len) : NULL;
-    if (h.len && !dst)
-      return ep_fail(ep, RR_ERR_PROTOCOL, "write outside any registered buffer", 0);
-    uint32_t now = body_avail < h.len ? body_avail : h.len;
+    char *dst = dstp;
     if (now) memcpy(dst, body, now);
-    s->stage_off += (uint32_t)sizeof h + now;
+    s->stage_off += TCP_FRAME_BYTES + now;
     uint64_t start = ep->last_rx_ns;
     if (now == h.len) {
-      rr_status st = deliver_write(ep, h.imm, h.len, start);
+      st = deliver_write(ep, &wh, start);
       if (st != RR_OK) return st;
       continue;
     }
     s->rx = RX_DIRECT;
     s->direct_dst = dst + now;
     s->direct_left = h.len - now;
-    s->direct_imm = h.imm;
-    s->direct_len = h.len;
+    s->direct_hdr = wh;
     s->direct_start_ns = start;
     return RR_OK;
   }
@@ -327,7 +384,7 @@ static rr_status stream_receive(tcp_ep *ep, tcp_stream *s) {
       s->direct_left -= (uint32_t)n;
       if (s->direct_left) return RR_OK; /* the socket is drained for now */
       s->rx = RX_HEADER;
-      st = deliver_write(ep, s->direct_imm, s->direct_len, s->direct_start_ns);
+      st = deliver_write(ep, &s->direct_hdr, s->direct_start_ns);
       if (st != RR_OK) return st;
       continue;
     }
@@ -351,6 +408,7 @@ static rr_status stream_receive(tcp_ep *ep, tcp_stream *s) {
 static rr_status tcp_progress(rr_rail_ep *rep) {
   tcp_ep *ep = to_tcp(rep);
   if (ep->failed) return ep->failed;
+  if (!ep->connected) return RR_OK;
   /* Transmit before receiving: control messages that arriving data triggers
    * (acknowledgements) leave with the next call, behind any data the caller
    * posts in between, keeping them off the latency-critical path. */
@@ -381,9 +439,9 @@ static void tcp_fence(rr_rail_ep *rep) {
     if (keep != s->tx_tail && s->tx[keep % TX_DEPTH].sent > 0) keep++;
     for (uint32_t j = keep; j != s->tx_tail; j++) {
       tcp_tx *t = &s->tx[j % TX_DEPTH];
-      s->queued_bytes -= sizeof t->hdr + t->hdr.len - t->sent;
+      s->queued_bytes -= TCP_FRAME_BYTES + t->len - t->sent;
       if (t->ctrl_slot >= 0) s->ctrl_free[s->nctrl_free++] = t->ctrl_slot;
-      else s->writes_queued--;
+      else if (t->ctrl_slot == -1) s->writes_queued--;
     }
     s->tx_tail = keep;
   }
@@ -427,45 +485,65 @@ static void tcp_destroy(rr_rail_ep *rep) {
   free(ep);
 }
 
+static rr_status tcp_ep_open(rr_rail_dev *dev, const rr_rail_events *events, void *events_arg,
+                             rr_rail_ep **out) {
+  tcp_ep *ep = calloc(1, sizeof *ep);
+  if (!ep) return RR_ERR_NOMEM;
+  ep->base = (rr_rail_ep){.ops = &rr_tcp_rail_ops, .dev = dev, .events = events,
+                          .events_arg = events_arg, .rail = -1};
+  ep->last_rx_ns = rr_now_ns();
+  *out = &ep->base;
+  return RR_OK;
+}
+
+/* The sockets are the endpoint: nothing to describe beyond them. */
+static rr_status tcp_ep_addr(rr_rail_ep *rep, void *blob, uint32_t *len) {
+  (void)rep;
+  (void)blob;
+  *len = 0;
+  return RR_OK;
+}
+
+/* Adopt the setup sockets as streams (stream 0 carries control messages). */
+static rr_status tcp_ep_connect(rr_rail_ep *rep, const rr_rail_connect_args *args) {
+  tcp_ep *ep = to_tcp(rep);
+  if (ep->connected || args->nfds < 1 || args->nfds > RR_TCP_MAX_STREAMS || args->peer_addr_len != 0)
+    return RR_ERR_INVALID;
+  for (int i = 0; i < args->nfds; i++)
+    if (args->fds[i] < 0) return RR_ERR_INVALID;
+  for (int i = 0; i < args->nfds; i++) {
+    tcp_stream *s = calloc(1, sizeof *s);
+    if (!s) return RR_ERR_NOMEM; /* streams made so far go with destroy() */
+    s->fd = -1;
+    for (int c = 0; c < CTRL_SLOTS; c++) s->ctrl_free[c] = (int16_t)c;
+    s->nctrl_free = CTRL_SLOTS;
+    ep->streams[ep->nstreams++] = s;
+  }
+  for (int i = 0; i < args->nfds; i++) {
+    ep->streams[i]->fd = args->fds[i];
+    args->fds[i] = -1; /* ours now */
+  }
+  ep->connected = 1;
+  ep->last_rx_ns = rr_now_ns();
+  return RR_OK;
+}
+
 const rr_rail_ops rr_tcp_rail_ops = {
     .name = "tcp",
+    .reg_mr = tcp_reg_mr,
+    .dereg_mr = tcp_dereg_mr,
+    .dev_progress = tcp_dev_progress,
+    .dev_event = tcp_dev_event,
+    .dev_close = tcp_dev_close,
+    .ep_open = tcp_ep_open,
+    .ep_addr = tcp_ep_addr,
+    .ep_connect = tcp_ep_connect,
     .post_write = tcp_post_write,
     .post_ctrl = tcp_post_ctrl,
+    .post_drain = tcp_post_drain,
     .progress = tcp_progress,
     .fence = tcp_fence,
     .backlog = tcp_backlog,
     .last_alive_ns = tcp_last_alive_ns,
     .destroy = tcp_destroy,
 };
-
-rr_status rr_tcp_ep_create(int dev, const int *fds, int nfds, const rr_rail_events *events,
-                           void *events_arg, rr_rail_ep **out) {
-  rr_status st = RR_ERR_NOMEM;
-  tcp_ep *ep = NULL;
-  if (nfds < 1 || nfds > RR_TCP_MAX_STREAMS) {
-    st = RR_ERR_INVALID;
-    goto fail;
-  }
-  ep = calloc(1, sizeof *ep);
-  if (!ep) goto fail;
-  ep->base = (rr_rail_ep){.ops = &rr_tcp_rail_ops, .events = events, .events_arg = events_arg,
-                          .dev = dev};
-  ep->last_rx_ns = rr_now_ns();
-  for (int i = 0; i < nfds; i++) {
-    tcp_stream *s = calloc(1, sizeof *s);
-    if (!s) goto fail;
-    s->fd = fds[i];
-    for (int c = 0; c < CTRL_SLOTS; c++) s->ctrl_free[c] = (int16_t)c;
-    s->nctrl_free = CTRL_SLOTS;
-    ep->streams[ep->nstreams++] = s;
-  }
-  *out = &ep->base;
-  return RR_OK;
-fail:
-  if (ep) {
-    for (int i = 0; i < ep->nstreams; i++) free(ep->streams[i]);
-    free(ep);
-  }
-  for (int i = 0; i < nfds; i++) close(fds[i]);
-  return st;
-}

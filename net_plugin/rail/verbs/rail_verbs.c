@@ -1,0 +1,434 @@
+/* Verbs rail endpoints: one RC QP per endpoint.
+ *
+ * Send queue: every work request takes a credit (a slot of the send ring)
+ * before it is posted, so a full queue is RR_AGAIN, never an error. Writes
+ * are signalled every SIGNAL_EVERY requests; RC completes in order, so a
+ * signalled completion retires everything posted before it. When writes sit
+ * unsignalled and nothing follows them, progress() posts a signalled NOP
+ * behind them so their completions (and the rail's liveness) do not wait.
+ *
+ * Receive queue: a ring of small buffers, always posted. A write with
+ * immediate consumes one (its completion carries the immediate and the
+ * length; the data is already in NCCL's buffer); a SEND brings a control
+ * message, a drain marker or a NOP. The QP retries receiver-not-ready
+ * forever, so a slow receiver throttles the sender instead of failing it.
+ *
+ * Every message received is untrusted: its header and length are checked,
+ * and anything malformed fails the endpoint with RR_ERR_PROTOCOL. */
+#include "rail_verbs.h"
+#include "rr_clock.h"
+#include "rr_log.h"
+#include "rr_params.h"
+
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#define SEND_SLOTS 96             /* control messages and markers in flight */
+#define MSG_HDR 8                 /* type u8, 3 x 0, value u32 (length or epoch) */
+#define SLOT_BYTES (MSG_HDR + RR_RAIL_CTRL_MAX)
+#define SIGNAL_EVERY 16
+#define NOP_AFTER_NS 20000ull     /* unsignalled writes older than this get a NOP behind them */
+#define RECV_TAG (1ull << 63)
+
+enum verbs_msg_type { MSG_CTRL = 1, MSG_DRAIN = 2, MSG_NOP = 3 };
+
+typedef struct sq_entry {
+  uint64_t wr_id;                 /* the engine's, for writes */
+  uint64_t post_ns;
+  uint32_t len;
+  int16_t slot;                   /* send slot of a SEND, -1 for a write */
+  uint8_t signaled;
+} sq_entry;
+
+struct verbs_ep {
+  rr_rail_ep base;
+  verbs_hca *hca;
+  struct ibv_qp *qp;
+  uint32_t psn;
+  int attached;
+  int connected;
+  int fenced;
+  rr_status failed;
+  sq_entry sq[VERBS_SQ_DEPTH];
+  uint64_t sq_head, sq_tail;      /* sequence numbers: posted = tail, retired = head */
+  uint64_t last_signaled;         /* sequence number + 1 of the last signalled request */
+  size_t backlog;                 /* bytes of writes posted and not completed */
+  char *bufs;                     /* SEND_SLOTS send slots, then VERBS_RQ_DEPTH receive slots */
+  struct ibv_mr *bufs_mr;
+  int16_t send_free[SEND_SLOTS];
+  int nsend_free;
+  verbs_inbox inbox;
+  uint64_t last_rx_ns, last_tx_ns;
+};
+
+static verbs_ep *to_ep(rr_rail_ep *ep) { return rr_container_of(ep, verbs_ep, base); }
+verbs_inbox *verbs_ep_inbox(verbs_ep *ep) { return &ep->inbox; }
+uint32_t verbs_ep_qpn(const verbs_ep *ep) { return ep->qp->qp_num; }
+
+static char *send_slot(verbs_ep *ep, int i) { return ep->bufs + (size_t)i * SLOT_BYTES; }
+static char *recv_slot(verbs_ep *ep, int i) { return ep->bufs + (size_t)(SEND_SLOTS + i) * SLOT_BYTES; }
+
+static rr_status ep_fail(verbs_ep *ep, rr_status st, const char *what) {
+  if (ep->failed == RR_OK) {
+    ep->failed = st;
+    RR_INFO(RR_SUB_NET, "verbs rail %s: %s (%s)", ep->hca->port.dev_name, what, rr_status_str(st));
+  }
+  return ep->failed;
+}
+
+/* -------------------------------------------------------------- addresses */
+
+void rr_verbs_addr_encode(const rr_verbs_addr *a, uint8_t out[RR_VERBS_ADDR_LEN]) {
+  uint32_t qpn = htole32(a->qpn), psn = htole32(a->psn);
+  uint16_t lid = htole16(a->lid);
+  memset(out, 0, RR_VERBS_ADDR_LEN);
+  memcpy(out, &qpn, 4);
+  memcpy(out + 4, &psn, 4);
+  memcpy(out + 8, a->gid, 16);
+  memcpy(out + 24, &lid, 2);
+  out[26] = a->mtu;
+  out[27] = a->link_layer;
+}
+
+rr_status rr_verbs_addr_decode(const void *in, uint32_t len, rr_verbs_addr *a) {
+  const uint8_t *p = in;
+  if (!in || len != RR_VERBS_ADDR_LEN) return RR_ERR_PROTOCOL;
+  uint32_t qpn, psn, reserved;
+  uint16_t lid;
+  memcpy(&qpn, p, 4);
+  memcpy(&psn, p + 4, 4);
+  memcpy(&lid, p + 24, 2);
+  memcpy(&reserved, p + 28, 4);
+  *a = (rr_verbs_addr){.qpn = le32toh(qpn), .psn = le32toh(psn), .lid = le16toh(lid), .mtu = p[26],
+                       .link_layer = p[27]};
+  memcpy(a->gid, p + 8, 16);
+  if (reserved || a->qpn >= 1u << 24 || a->psn >= 1u << 24 || a->mtu < IBV_MTU_256 || a->mtu > IBV_MTU_4096 ||
+      (a->link_layer != IBV_LINK_LAYER_INFINIBAND && a->link_layer != IBV_LINK_LAYER_ETHERNET))
+    return RR_ERR_PROTOCOL;
+  return RR_OK;
+}
+
+/* ------------------------------------------------------------------ posting */
+
+static rr_status post_recv(verbs_ep *ep, int i) {
+  struct ibv_sge sge = {.addr = (uintptr_t)recv_slot(ep, i), .length = SLOT_BYTES, .lkey = ep->bufs_mr->lkey};
+  struct ibv_recv_wr wr = {.wr_id = RECV_TAG | (uint64_t)i, .sg_list = &sge, .num_sge = 1}, *bad;
+  return ibv_post_recv(ep->qp, &wr, &bad) == 0 ? RR_OK : RR_ERR_RAIL;
+}
+
+/* Post one send-queue request; the caller reserved its credit. */
+static rr_status post_send(verbs_ep *ep, struct ibv_send_wr *wr, uint64_t wr_id, uint32_t len, int16_t slot,
+                           uint64_t post_ns) {
+  uint64_t seq = ep->sq_tail;
+  int signaled = slot >= 0 || seq % SIGNAL_EVERY == SIGNAL_EVERY - 1;
+  wr->wr_id = seq;
+  wr->send_flags = signaled ? IBV_SEND_SIGNALED : 0;
+  struct ibv_send_wr *bad;
+  if (ibv_post_send(ep->qp, wr, &bad) != 0) return ep_fail(ep, RR_ERR_RAIL, "ibv_post_send failed");
+  ep->sq[seq % VERBS_SQ_DEPTH] = (sq_entry){.wr_id = wr_id, .post_ns = post_ns, .len = len, .slot = slot,
+                                           .signaled = (uint8_t)signaled};
+  ep->sq_tail++;
+  if (signaled) ep->last_signaled = ep->sq_tail;
+  if (slot < 0) ep->backlog += len;
+  return RR_OK;
+}
+
+static int sq_full(const verbs_ep *ep) { return ep->sq_tail - ep->sq_head >= VERBS_SQ_DEPTH - 1; }
+
+static rr_status usable(verbs_ep *ep) {
+  if (ep->failed) return ep->failed;
+  if (ep->fenced) return RR_ERR_RAIL;
+  return ep->connected ? RR_OK : RR_ERR_INVALID;
+}
+
+static rr_status verbs_post_write(rr_rail_ep *rep, const rr_write_wr *w) {
+  verbs_ep *ep = to_ep(rep);
+  rr_status st = usable(ep);
+  if (st != RR_OK) return st;
+  if (w->len > UINT32_MAX || (w->len && !w->local_mr)) return RR_ERR_INVALID;
+  if (sq_full(ep)) return RR_AGAIN; /* one credit stays free for a NOP */
+  struct ibv_sge sge = {.addr = (uintptr_t)w->local, .length = (uint32_t)w->len,
+                        .lkey = w->local_mr ? w->local_mr->lkey : 0};
+  struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = w->len ? 1 : 0, .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+                           .imm_data = htonl(w->imm)};
+  wr.wr.rdma.remote_addr = w->remote_addr;
+  wr.wr.rdma.rkey = w->rkey;
+  return post_send(ep, &wr, w->wr_id, (uint32_t)w->len, -1, w->post_ns);
+}
+
+static rr_status post_msg(verbs_ep *ep, uint8_t type, uint32_t value, const void *body, uint32_t len,
+                          int reserve_nop_credit) {
+  rr_status st = usable(ep);
+  if (st != RR_OK) return st;
+  if (len > RR_RAIL_CTRL_MAX) return RR_ERR_INVALID;
+  if (ep->nsend_free == 0 || (reserve_nop_credit && sq_full(ep)) || ep->sq_tail - ep->sq_head >= VERBS_SQ_DEPTH)
+    return RR_AGAIN;
+  int16_t slot = ep->send_free[--ep->nsend_free];
+  char *b = send_slot(ep, slot);
+  uint32_t v = htole32(value);
+  b[0] = (char)type;
+  b[1] = b[2] = b[3] = 0;
+  memcpy(b + 4, &v, 4);
+  if (len) memcpy(b + MSG_HDR, body, len);
+  struct ibv_sge sge = {.addr = (uintptr_t)b, .length = MSG_HDR + len, .lkey = ep->bufs_mr->lkey};
+  struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND};
+  st = post_send(ep, &wr, 0, MSG_HDR + len, slot, 0);
+  if (st != RR_OK) ep->send_free[ep->nsend_free++] = slot;
+  return st;
+}
+
+static rr_status verbs_post_ctrl(rr_rail_ep *rep, const void *msg, uint32_t len) {
+  return post_msg(to_ep(rep), MSG_CTRL, len, msg, len, 1);
+}
+
+/* A SEND behind every write posted so far: RC delivers it after them. */
+static rr_status verbs_post_drain(rr_rail_ep *rep, uint32_t epoch) {
+  return post_msg(to_ep(rep), MSG_DRAIN, epoch, NULL, 0, 1);
+}
+
+/* ------------------------------------------------------------- completions */
+
+static rr_status retire_to(verbs_ep *ep, uint64_t seq, uint64_t now) {
+  while (ep->sq_head <= seq && ep->sq_head < ep->sq_tail) {
+    sq_entry *s = &ep->sq[ep->sq_head % VERBS_SQ_DEPTH];
+    ep->sq_head++;
+    if (s->slot >= 0) {
+      ep->send_free[ep->nsend_free++] = s->slot;
+      continue;
+    }
+    ep->backlog -= s->len;
+    if (ep->base.tel_tx) rr_tel_record(ep->base.tel_tx, s->post_ns, now, s->len);
+    rr_status st = ep->base.events->on_write_done(&ep->base, s->wr_id);
+    if (st != RR_OK) return ep_fail(ep, st, "write completion rejected by the engine");
+  }
+  return RR_OK;
+}
+
+static rr_status wc_status(verbs_ep *ep, const struct ibv_wc *wc) {
+  const char *why = ep->hca->api->wc_status_str(wc->status);
+  switch (wc->status) {
+  case IBV_WC_REM_ACCESS_ERR:
+  case IBV_WC_REM_INV_REQ_ERR:
+  case IBV_WC_LOC_LEN_ERR:
+    /* Our write named memory the peer did not give us, or its message did
+     * not fit: a protocol matter, not a broken path. */
+    return ep_fail(ep, RR_ERR_PROTOCOL, why);
+  default:
+    return ep_fail(ep, RR_ERR_RAIL, why);
+  }
+}
+
+static rr_status on_recv(verbs_ep *ep, const struct ibv_wc *wc, uint64_t now) {
+  int i = (int)(wc->wr_id & ~RECV_TAG);
+  if (i < 0 || i >= VERBS_RQ_DEPTH) return ep_fail(ep, RR_ERR_INTERNAL, "a receive of no slot");
+  ep->last_rx_ns = now;
+  rr_status st = RR_OK;
+  if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+    rr_write_hdr h = {.imm = ntohl(wc->imm_data), .len = wc->byte_len};
+    if (ep->base.tel_rx) rr_tel_record(ep->base.tel_rx, now, now, wc->byte_len);
+    st = ep->base.events->on_write_recv(&ep->base, &h);
+  } else if (wc->opcode == IBV_WC_RECV) {
+    const char *b = recv_slot(ep, i);
+    uint32_t v;
+    memcpy(&v, b + 4, 4);
+    v = le32toh(v);
+    if (wc->byte_len < MSG_HDR || b[1] || b[2] || b[3])
+      return ep_fail(ep, RR_ERR_PROTOCOL, "a malformed message");
+    if (b[0] == MSG_CTRL && v == wc->byte_len - MSG_HDR) st = ep->base.events->on_ctrl(&ep->base, b + MSG_HDR, v);
+    else if (b[0] == MSG_DRAIN && wc->byte_len == MSG_HDR) st = ep->base.events->on_drain(&ep->base, v);
+    else if (b[0] != MSG_NOP || wc->byte_len != MSG_HDR) return ep_fail(ep, RR_ERR_PROTOCOL, "an unknown message");
+  } else {
+    return ep_fail(ep, RR_ERR_PROTOCOL, "an unexpected completion");
+  }
+  if (st != RR_OK) return ep_fail(ep, st, "rejected by the engine");
+  return post_recv(ep, i) == RR_OK ? RR_OK : ep_fail(ep, RR_ERR_RAIL, "cannot repost a receive");
+}
+
+static rr_status verbs_progress(rr_rail_ep *rep) {
+  verbs_ep *ep = to_ep(rep);
+  if (ep->failed) return ep->failed;
+  if (!ep->connected) return RR_OK;
+  verbs_hca_poll(ep->hca);
+  for (;;) {
+    struct ibv_wc wc[32];
+    int n = 0;
+    pthread_mutex_lock(&ep->hca->lock);
+    while (n < 32 && ep->inbox.head != ep->inbox.tail) wc[n++] = ep->inbox.wc[ep->inbox.head++ % VERBS_INBOX];
+    pthread_mutex_unlock(&ep->hca->lock);
+    if (!n) break;
+    uint64_t now = rr_now_ns();
+    for (int i = 0; i < n; i++) {
+      /* After a fence the QP is in error: its flushed requests are replayed
+       * by the engine, nothing of them is reported. */
+      if (ep->fenced) continue;
+      if (wc[i].status != IBV_WC_SUCCESS) return wc_status(ep, &wc[i]);
+      rr_status st = wc[i].wr_id & RECV_TAG ? on_recv(ep, &wc[i], now) : retire_to(ep, wc[i].wr_id, now);
+      if (!(wc[i].wr_id & RECV_TAG)) ep->last_tx_ns = now;
+      if (st != RR_OK) return st;
+    }
+  }
+  /* Unsignalled writes with nothing behind them: a NOP brings their
+   * completions. */
+  if (!ep->fenced && ep->sq_tail > ep->last_signaled && ep->sq_tail > ep->sq_head) {
+    const sq_entry *last = &ep->sq[(ep->sq_tail - 1) % VERBS_SQ_DEPTH];
+    if (rr_now_ns() - last->post_ns > NOP_AFTER_NS) {
+      rr_status st = post_msg(ep, MSG_NOP, 0, NULL, 0, 0);
+      if (st != RR_OK && st != RR_AGAIN) return st;
+    }
+  }
+  return RR_OK;
+}
+
+/* The QP goes to the error state: nothing posted on it lands after this,
+ * and it is never used again (the engine reopens the rail). */
+static void verbs_fence(rr_rail_ep *rep) {
+  verbs_ep *ep = to_ep(rep);
+  if (ep->fenced || !ep->qp) return;
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+  ep->hca->api->modify_qp(ep->qp, &a, IBV_QP_STATE);
+  ep->fenced = 1;
+}
+
+static size_t verbs_backlog(rr_rail_ep *rep) { return to_ep(rep)->backlog; }
+
+/* Completions prove the path: sends completing prove both ways; while our
+ * requests wait, only their completions count. */
+static uint64_t verbs_last_alive_ns(rr_rail_ep *rep, uint64_t now_ns) {
+  (void)now_ns;
+  verbs_ep *ep = to_ep(rep);
+  if (ep->sq_tail != ep->sq_head) return ep->last_tx_ns;
+  return ep->last_rx_ns > ep->last_tx_ns ? ep->last_rx_ns : ep->last_tx_ns;
+}
+
+static void verbs_destroy(rr_rail_ep *rep) {
+  if (!rep) return;
+  verbs_ep *ep = to_ep(rep);
+  const rr_ibv_api *api = ep->hca->api;
+  if (ep->attached) verbs_hca_detach(ep->hca, ep);
+  if (ep->qp) api->destroy_qp(ep->qp);
+  if (ep->bufs_mr) api->dereg_mr(ep->bufs_mr);
+  free(ep->bufs);
+  free(ep);
+}
+
+/* --------------------------------------------------------- open, connect */
+
+static rr_status verbs_ep_open(rr_rail_dev *dev, const rr_rail_events *events, void *events_arg, rr_rail_ep **out) {
+  verbs_hca *h = rr_container_of(dev, verbs_hca, base);
+  const rr_ibv_api *api = h->api;
+  verbs_ep *ep = calloc(1, sizeof *ep);
+  if (!ep) return RR_ERR_NOMEM;
+  ep->base = (rr_rail_ep){.ops = &rr_verbs_rail_ops, .dev = dev, .events = events, .events_arg = events_arg, .rail = -1};
+  ep->hca = h;
+  for (int i = 0; i < SEND_SLOTS; i++) ep->send_free[i] = (int16_t)i;
+  ep->nsend_free = SEND_SLOTS;
+  rr_status st = RR_ERR_SYSTEM;
+  size_t bytes = (size_t)(SEND_SLOTS + VERBS_RQ_DEPTH) * SLOT_BYTES;
+  ep->bufs = aligned_alloc(4096, (bytes + 4095) & ~(size_t)4095);
+  if (!ep->bufs) goto fail;
+  ep->bufs_mr = api->reg_mr(h->pd, ep->bufs, bytes, IBV_ACCESS_LOCAL_WRITE);
+  struct ibv_qp_init_attr qa = {.send_cq = h->cq, .recv_cq = h->cq, .qp_type = IBV_QPT_RC, .sq_sig_all = 0,
+                                .cap = {.max_send_wr = VERBS_SQ_DEPTH, .max_recv_wr = VERBS_RQ_DEPTH,
+                                        .max_send_sge = 1, .max_recv_sge = 1}};
+  ep->qp = ep->bufs_mr ? api->create_qp(h->pd, &qa) : NULL;
+  if (!ep->qp) {
+    RR_WARN("verbs %s: cannot create a queue pair: %s", h->port.dev_name, strerror(errno));
+    goto fail;
+  }
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = (uint8_t)h->port.port,
+                          .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE};
+  if (api->modify_qp(ep->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0)
+    goto fail;
+  for (int i = 0; i < VERBS_RQ_DEPTH; i++)
+    if (post_recv(ep, i) != RR_OK) goto fail;
+  if (getrandom(&ep->psn, sizeof ep->psn, 0) != (ssize_t)sizeof ep->psn) ep->psn = (uint32_t)rr_now_ns();
+  ep->psn &= 0xffffff;
+  st = verbs_hca_attach(h, ep);
+  if (st != RR_OK) goto fail;
+  ep->attached = 1;
+  *out = &ep->base;
+  return RR_OK;
+fail:
+  verbs_destroy(&ep->base);
+  return st;
+}
+
+static rr_status verbs_ep_addr(rr_rail_ep *rep, void *blob, uint32_t *len) {
+  verbs_ep *ep = to_ep(rep);
+  const rr_verbs_port *p = &ep->hca->port;
+  rr_verbs_addr a = {.qpn = ep->qp->qp_num, .psn = ep->psn, .lid = p->lid, .mtu = (uint8_t)p->active_mtu,
+                     .link_layer = (uint8_t)p->link_layer};
+  memcpy(a.gid, p->gid.raw, 16);
+  rr_verbs_addr_encode(&a, blob);
+  *len = RR_VERBS_ADDR_LEN;
+  return RR_OK;
+}
+
+/* INIT -> RTR -> RTS towards the peer's QP. The ACK timeout and retry count
+ * are NCCL's knobs (RERAIL_IB_TIMEOUT, RERAIL_IB_RETRY_CNT); their defaults
+ * leave the hardware's retry error well behind rerail's own detection. */
+static rr_status verbs_ep_connect(rr_rail_ep *rep, const rr_rail_connect_args *args) {
+  verbs_ep *ep = to_ep(rep);
+  const rr_ibv_api *api = ep->hca->api;
+  const rr_verbs_port *p = &ep->hca->port;
+  rr_verbs_addr peer;
+  if (ep->connected) return RR_ERR_INVALID;
+  if (rr_verbs_addr_decode(args->peer_addr, args->peer_addr_len, &peer) != RR_OK ||
+      peer.link_layer != (uint8_t)p->link_layer) {
+    RR_WARN("verbs %s: the peer's queue pair address is malformed", p->dev_name);
+    return RR_ERR_PROTOCOL;
+  }
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR,
+                          .path_mtu = peer.mtu < p->active_mtu ? peer.mtu : (enum ibv_mtu)p->active_mtu,
+                          .dest_qp_num = peer.qpn, .rq_psn = peer.psn, .max_dest_rd_atomic = 1,
+                          .min_rnr_timer = 12};
+  a.ah_attr.port_num = (uint8_t)p->port;
+  a.ah_attr.dlid = peer.lid;
+  if (p->link_layer == IBV_LINK_LAYER_ETHERNET || p->gid_index > 0) {
+    a.ah_attr.is_global = 1;
+    memcpy(a.ah_attr.grh.dgid.raw, peer.gid, 16);
+    a.ah_attr.grh.sgid_index = (uint8_t)p->gid_index;
+    a.ah_attr.grh.hop_limit = 255;
+  }
+  if (api->modify_qp(ep->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
+    RR_WARN("verbs %s: queue pair to RTR failed: %s", p->dev_name, strerror(errno));
+    return RR_ERR_RAIL;
+  }
+  const rr_params *prm = rr_params_get();
+  struct ibv_qp_attr r = {.qp_state = IBV_QPS_RTS, .timeout = (uint8_t)prm->ib_timeout,
+                          .retry_cnt = (uint8_t)prm->ib_retry_cnt, .rnr_retry = 7, .sq_psn = ep->psn,
+                          .max_rd_atomic = 1};
+  if (api->modify_qp(ep->qp, &r, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                     IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) != 0) {
+    RR_WARN("verbs %s: queue pair to RTS failed: %s", p->dev_name, strerror(errno));
+    return RR_ERR_RAIL;
+  }
+  ep->connected = 1;
+  ep->last_rx_ns = ep->last_tx_ns = rr_now_ns();
+  return RR_OK;
+}
+
+const rr_rail_ops rr_verbs_rail_ops = {
+    .name = "verbs",
+    .reg_mr = verbs_reg_mr,
+    .dereg_mr = verbs_dereg_mr,
+    .dev_progress = verbs_dev_progress,
+    .dev_event = verbs_dev_event,
+    .dev_close = verbs_dev_close,
+    .ep_open = verbs_ep_open,
+    .ep_addr = verbs_ep_addr,
+    .ep_connect = verbs_ep_connect,
+    .post_write = verbs_post_write,
+    .post_ctrl = verbs_post_ctrl,
+    .post_drain = verbs_post_drain,
+    .progress = verbs_progress,
+    .fence = verbs_fence,
+    .backlog = verbs_backlog,
+    .last_alive_ns = verbs_last_alive_ns,
+    .destroy = verbs_destroy,
+};

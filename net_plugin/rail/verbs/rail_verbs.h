@@ -1,0 +1,90 @@
+/* The verbs rail: one endpoint is an RC queue pair on one HCA port
+ * (InfiniBand or RoCE). Chunks are RDMA WRITE WITH IMMEDIATE straight into
+ * the receive buffer NCCL posted (zero copy); control messages and drain
+ * barriers are SENDs on the same QP, so RC ordering puts a drain behind
+ * every write posted before it. One CQ per device serves all its endpoints.
+ *
+ * Same shape as the TCP rail: rail_verbs.c is the endpoint layer,
+ * verbs_hca.c the device layer (protection domain, shared CQ, registration
+ * cache, async events), verbs_lib.c the run-time binding of libibverbs,
+ * verbs_dev.c/verbs_select.c the discovery of usable ports. */
+#ifndef RERAIL_RAIL_VERBS_H
+#define RERAIL_RAIL_VERBS_H
+#include <pthread.h>
+#include <stdint.h>
+
+#include "rail.h"
+#include "verbs_dev.h"
+#include "verbs_lib.h"
+
+extern const rr_rail_ops rr_verbs_rail_ops;
+
+/* Open the port described by `port` (from rr_verbs_discover) as rerail
+ * device `index`. */
+rr_status rr_verbs_dev_open(int index, const rr_verbs_port *port, rr_rail_dev **dev);
+
+/* ibv_reg_mr calls made by this process (a failover must make none). */
+uint64_t rr_verbs_reg_calls(void);
+
+/* An endpoint's address on the wire (little-endian, 32 bytes): what the
+ * peer needs to connect its QP to ours. */
+#define RR_VERBS_ADDR_LEN 32
+typedef struct rr_verbs_addr {
+  uint32_t qpn;
+  uint32_t psn;
+  uint8_t gid[16];
+  uint16_t lid;
+  uint8_t mtu;               /* enum ibv_mtu */
+  uint8_t link_layer;        /* IBV_LINK_LAYER_* */
+  uint32_t reserved;         /* 0 */
+} rr_verbs_addr;
+void rr_verbs_addr_encode(const rr_verbs_addr *a, uint8_t out[RR_VERBS_ADDR_LEN]);
+rr_status rr_verbs_addr_decode(const void *in, uint32_t len, rr_verbs_addr *a);
+
+/* ---- between verbs_hca.c and rail_verbs.c ---- */
+
+typedef struct verbs_ep verbs_ep;
+
+/* Completions polled from the device's CQ wait here for their endpoint's
+ * own progress (under the device lock); sized for everything an endpoint
+ * can have outstanding, so it never overflows. */
+#define VERBS_SQ_DEPTH 256
+#define VERBS_RQ_DEPTH 512
+#define VERBS_INBOX (VERBS_SQ_DEPTH + VERBS_RQ_DEPTH + 8)
+
+typedef struct verbs_hca {
+  rr_rail_dev base;
+  const rr_ibv_api *api;
+  rr_verbs_port port;
+  struct ibv_context *ctx;
+  struct ibv_pd *pd;
+  struct ibv_cq *cq;
+  pthread_mutex_t lock;      /* the CQ, the endpoint list and every inbox */
+  verbs_ep **eps;            /* endpoints with a QP, looked up by QP number */
+  int neps, cap_eps;
+  struct verbs_mr_entry *mrs; /* registration cache */
+  int port_down;             /* the last async event said so */
+} verbs_hca;
+
+typedef struct verbs_inbox {
+  struct ibv_wc wc[VERBS_INBOX];
+  uint32_t head, tail;
+} verbs_inbox;
+
+/* Register / unregister an endpoint's QP for completion dispatch. */
+rr_status verbs_hca_attach(verbs_hca *h, verbs_ep *ep);
+void verbs_hca_detach(verbs_hca *h, verbs_ep *ep);
+/* Poll the CQ and file completions into their endpoints' inboxes. */
+rr_status verbs_hca_poll(verbs_hca *h);
+/* The inbox and QP number of an endpoint (rail_verbs.c owns the struct). */
+verbs_inbox *verbs_ep_inbox(verbs_ep *ep);
+uint32_t verbs_ep_qpn(const verbs_ep *ep);
+
+rr_status verbs_reg_mr(rr_rail_dev *dev, void *base, size_t len, uint32_t kind, int dmabuf_fd,
+                       uint64_t dmabuf_offset, rr_rail_mr **mr);
+void verbs_dereg_mr(rr_rail_mr *mr);
+rr_status verbs_dev_progress(rr_rail_dev *dev);
+rr_rail_dev_event_kind verbs_dev_event(rr_rail_dev *dev, rr_rail_dev_event *ev);
+void verbs_dev_close(rr_rail_dev *dev);
+
+#endif

@@ -1,0 +1,134 @@
+/* The engine's control messages on the wire: every type round-trips, the
+ * byte order is little-endian whatever the host's, and every malformed
+ * message (short, long, reserved bits, bad counts, keys for another rail
+ * count, a buffer that wraps) is refused with a reason. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "engine_wire.h"
+#include "rail.h"
+
+static engine_msg sample_cts(int n, int nrails) {
+  engine_msg m;
+  memset(&m, 0, sizeof m);
+  m.type = ENGINE_CTRL_CTS;
+  m.u.cts.seq = 0x01020304;
+  m.u.cts.n = (uint8_t)n;
+  m.u.cts.nrails = (uint8_t)nrails;
+  for (int i = 0; i < n; i++) {
+    m.u.cts.e[i].tag = -7 + i;
+    m.u.cts.e[i].addr = 0x1000u * (uint64_t)(i + 1);
+    m.u.cts.e[i].size = 4096u * (uint64_t)(i + 3);
+    for (int r = 0; r < nrails; r++) m.u.cts.e[i].rkey[r] = 0xa0000000u + (uint32_t)(i * 16 + r);
+  }
+  return m;
+}
+
+static void roundtrip(const engine_msg *in, int nrails) {
+  uint8_t buf[RR_RAIL_CTRL_MAX];
+  uint32_t len = engine_msg_encode(in, buf, sizeof buf);
+  assert_true(len > 0);
+  engine_msg out;
+  const char *why = NULL;
+  assert_int_equal(engine_msg_decode(buf, len, nrails, &out, &why), RR_OK);
+  assert_memory_equal(in, &out, sizeof out);
+  /* One byte short or long is never accepted. */
+  assert_int_equal(engine_msg_decode(buf, len - 1, nrails, &out, &why), RR_ERR_PROTOCOL);
+  assert_non_null(why);
+  buf[len] = 0;
+  assert_int_equal(engine_msg_decode(buf, len + 1, nrails, &out, &why), RR_ERR_PROTOCOL);
+}
+
+static void every_type_roundtrips(void **state) {
+  (void)state;
+  for (int nrails = 1; nrails <= RR_MAX_RAILS; nrails++)
+    for (int n = 1; n <= RR_NET_MAX_RECVS; n++) {
+      engine_msg c = sample_cts(n, nrails);
+      roundtrip(&c, nrails);
+      engine_msg s;
+      memset(&s, 0, sizeof s);
+      s.type = ENGINE_CTRL_RESUME_SLOT;
+      s.u.slot.epoch = 77;
+      for (int i = 0; i < n; i++) s.u.slot.prefix[i] = (uint32_t)(i * 3);
+      s.u.slot.cts = c.u.cts;
+      roundtrip(&s, nrails);
+    }
+  engine_msg a = {.type = ENGINE_CTRL_ACK, .u.ack_seq = 0xfffffffe};
+  roundtrip(&a, 2);
+  engine_msg p = {.type = ENGINE_CTRL_PROBE, .u.probe_rail = 3};
+  roundtrip(&p, 4);
+  engine_msg f = {.type = ENGINE_CTRL_FAIL, .u.fail = {.epoch = 9, .down_mask = 0x5}};
+  roundtrip(&f, 3);
+  engine_msg e = {.type = ENGINE_CTRL_RESUME_END, .u.end = {.epoch = 9, .recv_seq = 40, .slot_mask = 0x80000001u}};
+  roundtrip(&e, 2);
+}
+
+static void little_endian_on_the_wire(void **state) {
+  (void)state;
+  engine_msg a = {.type = ENGINE_CTRL_ACK, .u.ack_seq = 0x11223344};
+  uint8_t buf[16];
+  assert_int_equal(engine_msg_encode(&a, buf, sizeof buf), 8);
+  const uint8_t want[8] = {ENGINE_CTRL_ACK, 0, 0, 0, 0x44, 0x33, 0x22, 0x11};
+  assert_memory_equal(buf, want, sizeof want);
+}
+
+static void malformed_is_refused(void **state) {
+  (void)state;
+  uint8_t buf[RR_RAIL_CTRL_MAX];
+  engine_msg out;
+  const char *why;
+  engine_msg c = sample_cts(2, 2);
+  uint32_t len = engine_msg_encode(&c, buf, sizeof buf);
+  /* Keys for another rail count. */
+  assert_int_equal(engine_msg_decode(buf, len, 3, &out, &why), RR_ERR_PROTOCOL);
+  /* Reserved header bits. */
+  buf[1] = 1;
+  assert_int_equal(engine_msg_decode(buf, len, 2, &out, &why), RR_ERR_PROTOCOL);
+  buf[1] = 0;
+  /* n = 0 and n = 9. */
+  buf[8] = 0;
+  assert_int_equal(engine_msg_decode(buf, len, 2, &out, &why), RR_ERR_PROTOCOL);
+  buf[8] = 9;
+  assert_int_equal(engine_msg_decode(buf, len, 2, &out, &why), RR_ERR_PROTOCOL);
+  buf[8] = 2;
+  assert_int_equal(engine_msg_decode(buf, len, 2, &out, &why), RR_OK);
+  /* A buffer that wraps the address space. */
+  engine_msg w = sample_cts(1, 1);
+  w.u.cts.e[0].addr = UINT64_MAX - 10;
+  w.u.cts.e[0].size = 100;
+  len = engine_msg_encode(&w, buf, sizeof buf);
+  assert_int_equal(engine_msg_decode(buf, len, 1, &out, &why), RR_ERR_PROTOCOL);
+  /* Unknown types, an empty message, a probe for rail 40, a notice for rails the connection lacks. */
+  uint8_t junk[8] = {99, 0, 0, 0, 0, 0, 0, 0};
+  assert_int_equal(engine_msg_decode(junk, sizeof junk, 2, &out, &why), RR_ERR_PROTOCOL);
+  assert_int_equal(engine_msg_decode(junk, 0, 2, &out, &why), RR_ERR_PROTOCOL);
+  engine_msg p = {.type = ENGINE_CTRL_PROBE, .u.probe_rail = 40};
+  len = engine_msg_encode(&p, buf, sizeof buf);
+  assert_int_equal(engine_msg_decode(buf, len, 2, &out, &why), RR_ERR_PROTOCOL);
+  engine_msg f = {.type = ENGINE_CTRL_FAIL, .u.fail = {.epoch = 1, .down_mask = 0x4}};
+  len = engine_msg_encode(&f, buf, sizeof buf);
+  assert_int_equal(engine_msg_decode(buf, len, 2, &out, &why), RR_ERR_PROTOCOL);
+  assert_int_equal(engine_msg_decode(buf, len, 3, &out, &why), RR_OK);
+  /* A resume whose prefix count and CTS count disagree. */
+  engine_msg s;
+  memset(&s, 0, sizeof s);
+  s.type = ENGINE_CTRL_RESUME_SLOT;
+  s.u.slot.cts = sample_cts(3, 2).u.cts;
+  len = engine_msg_encode(&s, buf, sizeof buf);
+  buf[8 + 12 + 4] = 2; /* the CTS body's n, behind 3 prefixes */
+  assert_int_equal(engine_msg_decode(buf, len, 2, &out, &why), RR_ERR_PROTOCOL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(every_type_roundtrips),
+      cmocka_unit_test(little_endian_on_the_wire),
+      cmocka_unit_test(malformed_is_refused),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
