@@ -333,8 +333,7 @@ static pending_group *group_for(rr_listen_comm *l, pending_sock *ps, rr_recv_com
   for (int r = 0; r < RR_MAX_RAILS; r++)
     for (int i = 0; i < RR_TCP_MAX_STREAMS; i++) tmp.fds[r][i] = -1;
   if (live) {
-    tmp.rails_mask = 1u << h->rail;
-    tmp.engine = &live->engine;
+    tmp.engine = &live->engine; /* rails_mask: from the connector's COMMIT */
   } else {
     /* The comm this group becomes: endpoints are opened on its engine. */
     tmp.rc = calloc(1, sizeof *tmp.rc);
@@ -433,20 +432,25 @@ static void on_proof(rr_listen_comm *l, pending_sock *ps) {
   ps->fd = -1;
 }
 
-/* First connections: the connector's COMMIT (on stream 0 of one rail) names
- * the final set of rails. Exactly its bytes are read: data follows it. */
+/* The connector's COMMIT (on stream 0 of one rail) names the final set of
+ * rails; a reconnect's names its rail, once the connector has swapped to the
+ * new endpoint. Exactly its bytes are read: data follows it. */
 static void read_commits(rr_listen_comm *l) {
   for (int gi = 0; gi < l->ngroups;) {
     pending_group *g = &l->groups[gi];
     int drop = 0;
     for (int r = 0; r < RR_MAX_RAILS && !g->rails_mask && !drop; r++) {
       int fd = g->fds[r][0];
-      if (fd < 0 || g->reconnect_rail >= 0) continue;
+      if (fd < 0) continue;
       const char *why = NULL;
       uint32_t mask = 0;
       for (;;) {
         size_t need = 0;
         rr_status st = rr_hs_commit_decode(g->commit[r], g->commit_got[r], &mask, &need, &why);
+        if (st == RR_OK && g->reconnect_rail >= 0 && mask != 1u << g->reconnect_rail) {
+          st = RR_ERR_PROTOCOL;
+          why = "a reconnect's COMMIT names other rails";
+        }
         if (st == RR_OK) {
           g->rails_mask = mask;
           break;
@@ -459,6 +463,10 @@ static void read_commits(rr_listen_comm *l) {
         ssize_t n = recv(fd, g->commit[r] + g->commit_got[r], need - g->commit_got[r], MSG_DONTWAIT);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (n <= 0 && g->reconnect_rail >= 0) {
+          drop = 1; /* the connector gave this attempt up */
+          break;
+        }
         if (n <= 0) {
           /* The connector left this rail out (it closes sockets of rails it
            * gave up on); COMMIT comes on another. */
@@ -525,6 +533,13 @@ static rr_status comms_add(rr_listen_comm *l, rr_recv_comm *rc) {
   return RR_OK;
 }
 
+static unsigned listen_port(const rr_listen_comm *l) {
+  struct sockaddr_storage a;
+  socklen_t len = sizeof a;
+  if (l->nfds < 1 || getsockname(l->fds[0], (struct sockaddr *)&a, &len) != 0) return 0;
+  return ntohs(a.ss_family == AF_INET ? ((struct sockaddr_in *)&a)->sin_port : ((struct sockaddr_in6 *)&a)->sin6_port);
+}
+
 /* Build the receive comm from a complete group (which this consumes). */
 static rr_status make_recv_comm(rr_listen_comm *l, pending_group *g, rr_recv_comm **out) {
   rr_recv_comm *rc = g->rc;
@@ -560,8 +575,9 @@ static rr_status make_recv_comm(rr_listen_comm *l, pending_group *g, rr_recv_com
   }
   rc->listen = l;
   if (l->ncomms == 1) rr_monitor_add_listener(l);
-  RR_INFO(RR_SUB_NET, "accepted a connection from %s over %d rail(s)", rc->engine.cfg.peer,
-          rc->engine.nrails);
+  /* The id names the connection in reconnect refusals and diagnostics. */
+  RR_INFO(RR_SUB_NET, "accepted connection %016llx from %s over %d rail(s) (listener port %u)",
+          (unsigned long long)rc->conn_id, rc->engine.cfg.peer, rc->engine.nrails, listen_port(l));
   rr_monitor_add(&rc->engine);
   *out = rc;
   return RR_OK;

@@ -6,7 +6,8 @@
  * authenticates on its own as soon as it is connected (setup_wire.h:
  * HELLO, CHALLENGE, PROOF, ACCEPT): the listener proves it holds the handle's
  * secret, then we do, and the endpoint address blobs are exchanged. Once
- * every rail is up or left out, a COMMIT names the final set of rails. NCCL
+ * every rail is up or left out, a COMMIT names the final set of rails (a
+ * reconnect's COMMIT names its one rail, and installs it). NCCL
  * calls connect() again and again until it returns a comm, so the state in
  * between lives in a send comm under construction, keyed by NCCL's handle. */
 #include "core_internal.h"
@@ -431,6 +432,17 @@ static rr_status send_comm_reconnect(void *arg, int rail, rr_rail_ep **ep) {
   rr_status st = RR_OK;
   if (cr->status == RAIL_PENDING) st = rail_advance(c, cr, r, 0, 1, now);
   if (st == RR_OK && cr->status == RAIL_READY) {
+    /* COMMIT installs the rail at the listener, which then closes the old
+     * sockets: it leaves in the same call that hands the engine the new
+     * endpoint, so the engine never sees the old rail close before it has
+     * swapped (a fresh socket's send buffer takes the 16 bytes at once). */
+    uint8_t commit[RR_HS_COMMIT_LEN];
+    rr_hs_commit_encode(1u << r, commit);
+    ssize_t n = send(cr->s[0].fd, commit, sizeof commit, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n != (ssize_t)sizeof commit) {
+      reconnect_abandon(s, rail);
+      return RR_ERR_RAIL;
+    }
     int fds[RR_TCP_MAX_STREAMS];
     for (int i = 0; i < c->nstreams; i++) fds[i] = cr->s[i].fd, cr->s[i].fd = -1;
     st = rr_setup_ep_connect(&cr->ep, cr->dev, &s->engine, cr->peer_blob, cr->peer_blob_len, fds,

@@ -9,9 +9,10 @@
  *                                     the listener's proof
  *   connector -> listener  PROOF      the connector's proof, its endpoint blob
  *   listener  -> connector ACCEPT     the listener's endpoint blob, its proof
- *   connector -> listener  COMMIT     (first connections, once, on stream 0 of
- *                                     the lowest rail that came up) the final
- *                                     set of rails
+ *   connector -> listener  COMMIT     once, on stream 0 of the lowest rail
+ *                                     that came up: the final set of rails
+ *                                     (a reconnect: its one rail, and the
+ *                                     word to install it)
  *
  * Each socket authenticates on its own as soon as it connects, so a rail that
  * is slow to come up never holds another rail's socket past the listener's
