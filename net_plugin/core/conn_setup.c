@@ -551,6 +551,23 @@ static rr_status send_comm_finish(rr_send_comm *s) {
   return RR_OK;
 }
 
+/* NCCL calls connect() for a handle until it gets a comm or gives up; one it
+ * stopped calling for longer than the connect timeout was abandoned (an
+ * aborted communicator): its sockets and endpoints go (connect_lock held). */
+static void connecting_sweep(uint64_t now) {
+  uint64_t limit = rr_params_get()->connect_timeout_ms * 1000000ull;
+  for (rr_send_comm **p = &connecting; *p;) {
+    rr_send_comm *s = *p;
+    if (now - s->conn.last_call_ns > limit) {
+      *p = s->next_connecting;
+      RR_INFO(RR_SUB_NET, "connect: dropping an attempt NCCL stopped calling for");
+      send_comm_free(s);
+    } else {
+      p = &s->next_connecting;
+    }
+  }
+}
+
 rr_status rr_net_connect(rr_net_ctx *ctx, int dev, const void *handle, rr_send_comm **out) {
   if (!out) return RR_ERR_INVALID;
   *out = NULL;
@@ -564,6 +581,8 @@ rr_status rr_net_connect(rr_net_ctx *ctx, int dev, const void *handle, rr_send_c
   if (st != RR_OK) return st;
 
   pthread_mutex_lock(&connect_lock);
+  uint64_t now = rr_now_ns();
+  connecting_sweep(now);
   rr_send_comm *s = connecting;
   while (s && !(s->conn.handle == handle && !memcmp(s->conn.secret, peer.secret, RR_HS_SECRET_LEN)))
     s = s->next_connecting;
@@ -576,6 +595,7 @@ rr_status rr_net_connect(rr_net_ctx *ctx, int dev, const void *handle, rr_send_c
     s->next_connecting = connecting;
     connecting = s;
   }
+  s->conn.last_call_ns = now;
   st = connect_advance(&s->conn);
   if (st == RR_AGAIN) {
     uint64_t limit = rr_params_get()->connect_timeout_ms * 1000000ull;

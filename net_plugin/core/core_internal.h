@@ -81,6 +81,7 @@ typedef struct connect_state {
   int nstreams;
   uint32_t chunk_size;
   uint64_t start_ns;
+  uint64_t last_call_ns;     /* NCCL's latest connect() call for it */
   rr_peer_addrs peer;
   int nrails;
   uint32_t rails_mask;       /* final once every rail is READY or FAILED */

@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -205,6 +206,35 @@ static void test_wrong_token_refused(void **state) {
   rr_net_finalize(ctx);
 }
 
+static int open_fds(void) {
+  int n = 0;
+  for (int fd = 0; fd < 4096; fd++) n += fcntl(fd, F_GETFD) != -1;
+  return n;
+}
+
+/* Connections set up and torn down as NCCL does (closeListen right after
+ * accept, closes in either order), many times over: nothing accumulates. */
+static void test_many_connections_leak_nothing(void **state) {
+  (void)state;
+  pair p;
+  connect_pair(&p);
+  close_pair(&p);
+  int before = open_fds();
+  for (int i = 0; i < 200; i++) {
+    connect_pair(&p);
+    assert_int_equal(rr_net_close_listen(p.listen), RR_OK);
+    if (i & 1) {
+      assert_int_equal(rr_net_close_recv(p.recv), RR_OK);
+      assert_int_equal(rr_net_close_send(p.send), RR_OK);
+    } else {
+      assert_int_equal(rr_net_close_send(p.send), RR_OK);
+      assert_int_equal(rr_net_close_recv(p.recv), RR_OK);
+    }
+    assert_int_equal(rr_net_finalize(p.ctx), RR_OK);
+  }
+  assert_int_equal(open_fds(), before);
+}
+
 /* NCCL's profiler callback, as net v10+ passes it to init(). */
 static int prof_starts, prof_stops, prof_bad;
 static int fake_profiler(void **event, int type, void *phandle, int64_t plugin_id, void *ext) {
@@ -316,6 +346,7 @@ int main(void) {
       cmocka_unit_test(test_bad_handle),
       cmocka_unit_test(test_wrong_token_refused),
       cmocka_unit_test(test_profiler_events),
+      cmocka_unit_test(test_many_connections_leak_nothing),
       cmocka_unit_test(test_tcp_congestion),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
