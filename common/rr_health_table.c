@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -15,11 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 atomic_int rr_ht_warned_writer, rr_ht_warned_reader, rr_ht_warned_full, rr_ht_warned_group,
-    rr_ht_warned_lost;
+    rr_ht_warned_lost, rr_ht_warned_changed;
 
 void rr_ht_reset_warnings(void) {
   atomic_store(&rr_ht_warned_writer, 0);
@@ -27,6 +29,7 @@ void rr_ht_reset_warnings(void) {
   atomic_store(&rr_ht_warned_full, 0);
   atomic_store(&rr_ht_warned_group, 0);
   atomic_store(&rr_ht_warned_lost, 0);
+  atomic_store(&rr_ht_warned_changed, 0);
 }
 
 void rr_ht_warn_once(atomic_int *flag, const char *fmt, ...) {
@@ -83,38 +86,116 @@ uint64_t rr_ht_realtime_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* ---- sequence lock ---------------------------------------------------------- */
+/* ---- sequence lock, without SIGBUS -----------------------------------------
+ *
+ * Whoever may write the table (its owner, the shared group, root) may also
+ * truncate it, and touching a mapped page past the new end raises SIGBUS,
+ * which would kill NCCL's process. So:
+ *
+ * Readers copy rows with pread(): a read past the end is a short read,
+ * reported as such. (pread takes no lock a writer waits on.)
+ *
+ * Writers keep the mapping - claiming a row is a compare-and-swap, which
+ * needs shared memory - but store into it with process_vm_writev() on their
+ * own process: the kernel resolves the page itself and answers EFAULT where
+ * a direct store would fault. Not pwrite(): it takes the inode lock, so one
+ * writer preempted inside it would stall every other writer of the host.
+ * Where the kernel refuses process_vm_* (a seccomp profile), writers store
+ * directly and rely on the fstat() before each update (rr_health_table_writer.c).
+ *
+ * The kernel's copy may move an 8-byte word in pieces (it does not for an
+ * aligned word on x86-64 or arm64, but nothing promises it). The protocol
+ * stays sound: a writer's odd store changes only the lowest bit, and a
+ * reader accepts a copy only when two reads of seq, before and after the
+ * data, are equal and even - a seq caught mid-store is either odd or a value
+ * no later read equals. Fences between the system calls order them as the
+ * atomic loads and stores of the mapped protocol are ordered. */
 
 #define COPY_TRIES 256
 
-int rr_ht_row_copy(const rr_ht_word *row, size_t nwords, uint64_t *out) {
-  for (int t = 0; t < COPY_TRIES; t++) {
-    uint64_t s1 = atomic_load_explicit(&row[0], memory_order_acquire);
-    if (s1 & 1) {
-      /* A writer is inside: it finishes in well under a microsecond unless
-       * it was preempted, so let it run rather than spin against it. */
-      if (t & 1) sched_yield();
-      continue;
-    }
-    out[0] = s1;
-    for (size_t i = 1; i < nwords; i++) out[i] = atomic_load_explicit(&row[i], memory_order_relaxed);
-    atomic_thread_fence(memory_order_acquire);
-    if (atomic_load_explicit(&row[0], memory_order_relaxed) == s1) return 1;
+int rr_ht_pread_full(int fd, void *buf, size_t len, uint64_t off) {
+  unsigned char *p = buf;
+  while (len) {
+    ssize_t n = pread(fd, p, len, (off_t)off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -errno;
+    if (n == 0) return -ENODATA; /* the file ends before the range does */
+    p += n, off += (uint64_t)n, len -= (size_t)n;
   }
   return 0;
 }
 
-int rr_ht_row_publish(rr_ht_word *row, size_t nwords, const uint64_t *src, uint64_t owner) {
-  if (atomic_load_explicit(&row[1], memory_order_acquire) != owner) return -1;
-  uint64_t s = atomic_load_explicit(&row[0], memory_order_relaxed);
+int rr_ht_row_pread(int fd, uint64_t off, size_t nwords, uint64_t *out) {
+  for (int t = 0; t < COPY_TRIES; t++) {
+    uint64_t s1, s2;
+    int rc = rr_ht_pread_full(fd, &s1, sizeof s1, off);
+    if (rc) return rc;
+    if (s1 & 1) {
+      /* A writer is inside: it finishes in microseconds unless it was
+       * preempted, so let it run rather than spin against it. */
+      if (t & 1) sched_yield();
+      continue;
+    }
+    atomic_thread_fence(memory_order_acquire);
+    if ((rc = rr_ht_pread_full(fd, out, nwords * 8, off))) return rc;
+    atomic_thread_fence(memory_order_acquire);
+    if ((rc = rr_ht_pread_full(fd, &s2, sizeof s2, off))) return rc;
+    if (s1 == s2) {
+      out[0] = s1;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Copy len bytes from src to dst, one of which lies in the mapped table,
+ * through the kernel: 0, -EFAULT when the page is gone (the file shrank), or
+ * another -errno (-ENOSYS, -EPERM: process_vm_* refused). */
+static int vm_copy(void *dst, const void *src, size_t len, int to_map) {
+  struct iovec local = {to_map ? (void *)src : dst, len};
+  struct iovec remote = {to_map ? dst : (void *)src, len};
+  for (;;) {
+    ssize_t n = to_map ? process_vm_writev(getpid(), &local, 1, &remote, 1, 0)
+                       : process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -errno;
+    return (size_t)n == len ? 0 : -EFAULT; /* a partial copy stopped at a missing page */
+  }
+}
+
+int rr_ht_map_safe_probe(const void *map) {
+  uint64_t w;
+  return vm_copy(&w, map, sizeof w, 0);
+}
+
+int rr_ht_row_publish(rr_ht_word *row, size_t nwords, const uint64_t *src, uint64_t owner,
+                      int safe) {
+  uint64_t now_owner, s;
+  int rc;
+  if (!safe) {
+    if (atomic_load_explicit(&row[1], memory_order_acquire) != owner) return 1;
+    s = atomic_load_explicit(&row[0], memory_order_relaxed);
+  } else if ((rc = vm_copy(&now_owner, &row[1], 8, 0)) || (rc = vm_copy(&s, &row[0], 8, 0))) {
+    return rc;
+  } else if (now_owner != owner) {
+    return 1;
+  }
+  atomic_thread_fence(memory_order_acquire);
   /* Odd here means the row's previous owner died inside a write. */
-  uint64_t odd = (s & 1) ? s + 2 : s + 1;
+  uint64_t odd = (s & 1) ? s + 2 : s + 1, even = odd + 1;
+  if (safe) {
+    if ((rc = vm_copy(&row[0], &odd, 8, 1))) return rc;
+    /* Orders the odd sequence before every data store below: a reader that
+     * sees any new word also sees the sequence move. */
+    atomic_thread_fence(memory_order_release);
+    if ((rc = vm_copy(&row[2], &src[2], (nwords - 2) * 8, 1))) return rc;
+    atomic_thread_fence(memory_order_release);
+    return vm_copy(&row[0], &even, 8, 1);
+  }
   atomic_store_explicit(&row[0], odd, memory_order_relaxed);
-  /* Orders the odd sequence before every data store below: a reader that
-   * sees any new word also sees the sequence move. */
   atomic_thread_fence(memory_order_release);
   for (size_t i = 2; i < nwords; i++) atomic_store_explicit(&row[i], src[i], memory_order_relaxed);
-  atomic_store_explicit(&row[0], odd + 1, memory_order_release);
+  atomic_store_explicit(&row[0], even, memory_order_release);
   return 0;
 }
 
@@ -183,6 +264,35 @@ rr_ht_problem rr_ht_header_check(const rr_ht_header *h, uint64_t file_size, char
   return RR_HT_FINE;
 }
 
+int rr_ht_resolve_group(const char *g, gid_t *gid) {
+  char *end;
+  unsigned long v = strtoul(g, &end, 10);
+  if (*g && !*end) {
+    *gid = (gid_t)v;
+    return 0;
+  }
+  struct group grp, *res = NULL;
+  char buf[4096];
+  if (getgrnam_r(g, &grp, buf, sizeof buf, &res) != 0 || !res) return -1;
+  *gid = res->gr_gid;
+  return 0;
+}
+
+/* Whose table may this process use? Its own (owner == euid). Root: any, as
+ * root can read and write every file anyway and `rerail status` run by root
+ * must see every user's table; what it reads is checked like any other
+ * input. Another user's: only when the operator made a table for a group
+ * (RERAIL_HEALTH_GROUP) and the file carries that group - otherwise a user
+ * could plant a table that misleads, or truncate one under, every job on the
+ * host. */
+static int owner_trusted(const struct stat *st) {
+  uid_t me = geteuid();
+  if (me == 0 || st->st_uid == me) return 1;
+  const char *g = getenv("RERAIL_HEALTH_GROUP");
+  gid_t gid;
+  return g && *g && rr_ht_resolve_group(g, &gid) == 0 && st->st_gid == gid;
+}
+
 rr_ht_problem rr_ht_fd_check(int fd, uint64_t *size, char *detail, size_t len) {
   struct stat st;
   if (fstat(fd, &st) != 0) FAIL(RR_HT_NOACCESS, "fstat: %s", strerror(errno));
@@ -190,6 +300,9 @@ rr_ht_problem rr_ht_fd_check(int fd, uint64_t *size, char *detail, size_t len) {
   /* Anyone could scribble into it: nothing it says can be trusted. */
   if (st.st_mode & S_IWOTH) FAIL(RR_HT_INSECURE, "writable by every user (mode %03o)",
                                  (unsigned)(st.st_mode & 0777));
+  if (!owner_trusted(&st))
+    FAIL(RR_HT_INSECURE, "owned by uid %u, not by this user (uid %u), and not of the group "
+         "RERAIL_HEALTH_GROUP names", (unsigned)st.st_uid, (unsigned)geteuid());
   *size = (uint64_t)st.st_size;
   return RR_HT_FINE;
 }

@@ -18,10 +18,19 @@
  * RERAIL_HEALTH_PATH elsewhere) is the operator's call. /dev/shm is empty
  * after a reboot, and a writer never leaves a half-made file behind.
  *
+ * Who may use a file. Its owner, always; root, any file (root may read and
+ * write every file anyway, and `rerail status` run by root must see every
+ * user's table; what it reads is checked like any input); another user only
+ * when RERAIL_HEALTH_GROUP names the group the file carries - the operator's
+ * statement that the users of that group share one table. Everything else
+ * (a file another user planted, a symbolic link - opened with O_NOFOLLOW -,
+ * a FIFO or device, a file every user may write) is refused as insecure.
+ *
  * Environment:
  *   RERAIL_HEALTH_PATH      the file (default /dev/shm/rerail-health)
  *   RERAIL_HEALTH_GROUP     group name or gid: create the file 0660 with that
- *                           group (default: 0600, this user only)
+ *                           group (default: 0600, this user only), and use
+ *                           another user's file of that group
  *   RERAIL_HEALTH_STALE_MS  heartbeat age after which readers call a row
  *                           aged out (default 10000, 100..3600000) */
 #ifndef RERAIL_COMMON_HEALTH_TABLE_H
@@ -47,7 +56,8 @@ typedef enum rr_ht_problem {
   RR_HT_OTHER_VERSION,  /* a rerail table of a layout version this build does not know */
   RR_HT_CORRUPT,        /* checksum, sizes or counts do not add up */
   RR_HT_TRUNCATED,      /* shorter than its header says */
-  RR_HT_INSECURE,       /* not a regular file, or writable by anyone */
+  RR_HT_INSECURE,       /* a symbolic link, not a regular file, writable by anyone, or owned
+                           by another user (see "Who may use a file" above) */
 } rr_ht_problem;
 
 const char *rr_ht_problem_str(rr_ht_problem p);
@@ -72,7 +82,8 @@ rr_status rr_health_table_open_writer(const char *path, const rr_ht_writer_opts 
                                       rr_ht_writer **out, rr_ht_problem *problem);
 
 /* Claim a row for local device dev (idempotent): RR_OK, or RR_ERR_NOMEM when
- * the table has no free row (warned once), RR_ERR_INVALID for a bad dev. */
+ * the table has no free row (warned once), RR_ERR_SYSTEM when the writer has
+ * stopped publishing (below), RR_ERR_INVALID for a bad dev. */
 rr_status rr_health_table_claim(rr_ht_writer *w, int dev, const char *ifname);
 
 /* Row updates. Unknown devices (never claimed) are ignored. */
@@ -84,6 +95,12 @@ void rr_health_table_heartbeat(rr_ht_writer *w);
 /* Release this writer's rows (readers stop showing them) and unmap. */
 void rr_health_table_close_writer(rr_ht_writer *w);
 
+/* Does w still publish? A writer stops for good, warned once, when the file
+ * changes under it (another process truncated, grew or rewrote it): every
+ * update checks the file's size first, the heartbeat also its header. The
+ * calls above then do nothing. */
+int rr_health_table_publishing(rr_ht_writer *w);
+
 /* ---- the plugin's process-wide writer ------------------------------------------ */
 
 /* Reference counted: the first call opens the table at RERAIL_HEALTH_PATH,
@@ -93,7 +110,8 @@ void rr_health_table_close_writer(rr_ht_writer *w);
 void rr_health_table_start(const rr_netif *nifs, int count);
 void rr_health_table_stop(void);
 
-/* Is this process publishing into a table right now? */
+/* Is this process publishing into a table right now? (Not after the file
+ * changed under it: see rr_health_table_publishing.) */
 int rr_health_table_active(void);
 
 /* Heartbeat; cheap when called often (at most one table write per
@@ -147,12 +165,19 @@ typedef struct rr_ht_snapshot {
 
 typedef struct rr_ht_reader rr_ht_reader;
 
-/* Map a table read-only and validate its header. Errors: RR_ERR_INVALID
- * (bad file: *problem says which kind, warned once per process) or
- * RR_ERR_SYSTEM (absent or not accessible: not warned, the caller decides). */
+/* Open a table for reading (never mapped: reads go through the descriptor,
+ * so a file truncated under the reader cannot raise SIGBUS) and validate it.
+ * Errors: RR_ERR_INVALID (bad file: *problem says which kind, warned once
+ * per process) or RR_ERR_SYSTEM (absent or not accessible: not warned, the
+ * caller decides). */
 rr_status rr_health_table_reader_open(const char *path, rr_ht_reader **out, rr_ht_problem *problem,
                                       char *detail, size_t detail_len);
-/* Copy every claimed row. stale_after_ns 0: RERAIL_HEALTH_STALE_MS. */
+/* Copy every claimed row. stale_after_ns 0: RERAIL_HEALTH_STALE_MS. Checks
+ * first that the file is still the one opened (owner, mode, size, header):
+ * RR_ERR_INVALID with snap->problem (RR_HT_TRUNCATED, RR_HT_CORRUPT,
+ * RR_HT_INSECURE) and snap->detail, no rows and a warning once per process,
+ * when another process truncated or rewrote it; close the reader then and
+ * open again later. */
 rr_status rr_health_table_reader_read(rr_ht_reader *r, uint64_t stale_after_ns, rr_ht_snapshot *snap);
 void rr_health_table_reader_close(rr_ht_reader *r);
 

@@ -12,19 +12,32 @@
 
 /* A row as the mapped memory is touched: 64-bit atomic words, so that the
  * sequence lock is free of data races in C11 terms (the layout guarantees
- * every field lies inside one aligned word). Word 0 is seq, word 1 owner. */
+ * every field lies inside one aligned word). Word 0 is seq, word 1 owner.
+ * Only writers map the file; see "without SIGBUS" in rr_health_table.c. */
 typedef _Atomic uint64_t rr_ht_word;
 _Static_assert(sizeof(rr_ht_word) == 8, "rows are copied as 8-byte atomic words");
 #define RR_HT_NIC_WORDS (RR_HT_NIC_ROW_SIZE / 8)
 #define RR_HT_PEER_WORDS (RR_HT_PEER_ROW_SIZE / 8)
 
-/* Copy a row of nwords words into out. Returns 1 when the copy is consistent
- * (no writer was inside it), 0 when it stayed torn through every retry. */
-int rr_ht_row_copy(const rr_ht_word *row, size_t nwords, uint64_t *out);
-/* Publish words [2, nwords) of src into row, which must be owned by owner.
- * Returns 0, or -1 (nothing written) when the row's owner word is no longer
- * owner: another process took it. */
-int rr_ht_row_publish(rr_ht_word *row, size_t nwords, const uint64_t *src, uint64_t owner);
+/* pread exactly len bytes at off: 0, -ENODATA when the file ends first (it
+ * shrank), or -errno. */
+int rr_ht_pread_full(int fd, void *buf, size_t len, uint64_t off);
+/* Copy the row of nwords words at file offset off into out under the
+ * sequence lock. Returns 1 when the copy is consistent (no writer was inside
+ * it), 0 when it stayed torn through every retry, or a negative errno
+ * (-ENODATA: the file no longer reaches the row). */
+int rr_ht_row_pread(int fd, uint64_t off, size_t nwords, uint64_t *out);
+/* Can this process store into its mapping of the table through the kernel
+ * (process_vm_writev on itself), so that a truncated file is an error and
+ * not SIGBUS? map: any mapped word. 0 yes, else -errno (seccomp: -EPERM). */
+int rr_ht_map_safe_probe(const void *map);
+/* Publish words [2, nwords) of src into the mapped row, which must be owned
+ * by owner. safe: through the kernel (see rr_ht_map_safe_probe), else plain
+ * stores. Returns 0; 1 (nothing written) when the row's owner word is no
+ * longer owner: another process took it; or a negative errno (safe only;
+ * -EFAULT: the file no longer reaches the row). */
+int rr_ht_row_publish(rr_ht_word *row, size_t nwords, const uint64_t *src, uint64_t owner,
+                      int safe);
 
 /* FNV-1a 64 of the header's bytes before the checksum field. */
 uint64_t rr_ht_header_checksum(const rr_ht_header *h);
@@ -33,8 +46,13 @@ void rr_ht_header_init(rr_ht_header *h, uint32_t nic_rows, uint32_t peer_rows);
 /* Check a header read from a file of file_size bytes. */
 rr_ht_problem rr_ht_header_check(const rr_ht_header *h, uint64_t file_size, char *detail,
                                  size_t len);
-/* Open checks every table user makes: a regular file nobody else can write. */
+/* Open checks every table user makes: a regular file, not writable by every
+ * user, owned by this user (root: by anyone; RERAIL_HEALTH_GROUP: or of that
+ * group). *size is its size. */
 rr_ht_problem rr_ht_fd_check(int fd, uint64_t *size, char *detail, size_t len);
+
+/* RERAIL_HEALTH_GROUP's value, a group name or a gid: 0, or -1 when unknown. */
+int rr_ht_resolve_group(const char *g, gid_t *gid);
 
 /* CLOCK_REALTIME in nanoseconds: the clock of every *_ns field of the file. */
 uint64_t rr_ht_realtime_ns(void);
@@ -56,6 +74,6 @@ void rr_ht_reset_warnings(void);
 /* Log fmt once per process at WARN for flag, later at INFO. */
 void rr_ht_warn_once(atomic_int *flag, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 extern atomic_int rr_ht_warned_writer, rr_ht_warned_reader, rr_ht_warned_full, rr_ht_warned_group,
-    rr_ht_warned_lost;
+    rr_ht_warned_lost, rr_ht_warned_changed;
 
 #endif

@@ -55,7 +55,13 @@ void rr_health_table_stop(void) {
   pthread_mutex_unlock(&proc_lock);
 }
 
-int rr_health_table_active(void) { return atomic_load(&live) != NULL; }
+int rr_health_table_active(void) {
+  /* Under the lock: the writer may be closed and freed concurrently. */
+  pthread_mutex_lock(&proc_lock);
+  int on = writer && rr_health_table_publishing(writer);
+  pthread_mutex_unlock(&proc_lock);
+  return on;
+}
 
 void rr_health_table_tick(uint64_t now_ns) {
   /* Called every few milliseconds: one atomic load and a compare when there

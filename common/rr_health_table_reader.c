@@ -1,25 +1,33 @@
-/* The health table's reader: maps the file read-only, trusts nothing it has
- * not checked (header, sizes, each row's values), copies rows with the
- * sequence lock's retry loop and judges whether their writers still live.
- * It never writes to the file and never waits for a writer beyond a bounded
- * number of retries. */
+/* The health table's reader: reads the file through its descriptor, trusts
+ * nothing it has not checked (owner, header, sizes, each row's values),
+ * copies rows with the sequence lock's retry loop and judges whether their
+ * writers still live. It never writes to the file and never waits for a
+ * writer beyond a bounded number of retries.
+ *
+ * It never maps the file: whoever may write the table may also truncate it,
+ * and a mapped page past the new end would raise SIGBUS in the reader's
+ * process (NCCL's, the tuner's, `rerail status`). pread() past the end is a
+ * short read: the snapshot then fails with RR_HT_TRUNCATED and the caller
+ * goes on without the table. */
 #include "rr_health_table_internal.h"
 #include "rr_log.h"
 
 #include <errno.h>
 #include <stddef.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 struct rr_ht_reader {
-  const unsigned char *base;
-  size_t size;
+  int fd;
+  uint64_t size;       /* the file's size when opened: rows end there */
   rr_ht_header hdr;
   uint64_t self_pid_ns;
+  uint64_t *copies;    /* three copies of the rows, see read_rows() */
+  char path[PATH_MAX];
 };
 
 rr_status rr_health_table_reader_open(const char *path, rr_ht_reader **out, rr_ht_problem *problem,
@@ -29,7 +37,10 @@ rr_status rr_health_table_reader_open(const char *path, rr_ht_reader **out, rr_h
   if (!out) return RR_ERR_INVALID;
   *out = NULL;
   if (!path) path = rr_health_table_path();
-  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  /* O_NOFOLLOW: a symbolic link planted at the path is refused, not
+   * followed to a file of the planter's choosing. O_NONBLOCK: a FIFO planted
+   * there would block this open until someone writes to it. */
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   rr_ht_header h;
   memset(&h, 0, sizeof h);
   uint64_t size = 0;
@@ -41,18 +52,22 @@ rr_status rr_health_table_reader_open(const char *path, rr_ht_reader **out, rr_h
     uint64_t have = n < 0 ? 0 : (uint64_t)n;
     p = rr_ht_header_check(&h, have < sizeof h ? have : size, why, sizeof why);
   }
-  void *m = MAP_FAILED;
+  rr_ht_reader *r = NULL;
   if (p == RR_HT_FINE) {
-    m = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED) {
-      p = RR_HT_NOACCESS;
-      snprintf(why, sizeof why, "mmap: %s", strerror(errno));
+    r = calloc(1, sizeof *r);
+    /* size is the header's file_size here, at most ~37 MiB (RR_HT_MAX_ROWS). */
+    uint64_t *copies = r ? malloc(3 * (size_t)(size - h.nic_offset)) : NULL;
+    if (!copies) {
+      free(r);
+      if (fd >= 0) close(fd);
+      return RR_ERR_NOMEM;
     }
+    r->copies = copies;
   }
-  if (fd >= 0) close(fd);
   if (problem) *problem = p;
   if (detail && detail_len) snprintf(detail, detail_len, "%s", why);
   if (p != RR_HT_FINE) {
+    if (fd >= 0) close(fd);
     /* Absent or closed to us is a fact of the host, for the caller to word;
      * a file that is there but wrong is worth a warning. */
     if (p != RR_HT_ABSENT && p != RR_HT_NOACCESS)
@@ -60,22 +75,19 @@ rr_status rr_health_table_reader_open(const char *path, rr_ht_reader **out, rr_h
                       rr_ht_problem_str(p), why);
     return p == RR_HT_ABSENT || p == RR_HT_NOACCESS ? RR_ERR_SYSTEM : RR_ERR_INVALID;
   }
-  rr_ht_reader *r = calloc(1, sizeof *r);
-  if (!r) {
-    munmap(m, (size_t)size);
-    return RR_ERR_NOMEM;
-  }
-  r->base = m;
-  r->size = (size_t)size;
+  r->fd = fd;
+  r->size = size;
   r->hdr = h;
   r->self_pid_ns = rr_ht_self_pid_ns();
+  snprintf(r->path, sizeof r->path, "%s", path);
   *out = r;
   return RR_OK;
 }
 
 void rr_health_table_reader_close(rr_ht_reader *r) {
   if (!r) return;
-  munmap((void *)r->base, r->size);
+  close(r->fd);
+  free(r->copies);
   free(r);
 }
 
@@ -131,16 +143,41 @@ typedef struct row_verdict {
   uint64_t *age;
 } row_verdict;
 
-/* Copy one row of nwords words into out (its entry's row, zeroed) and judge
- * it. Returns 1 when the entry is to be listed, 0 to skip the row (free,
- * torn by a live writer, foreign or invalid; the snapshot counts why). */
-static int read_row(const rr_ht_reader *r, rr_ht_snapshot *snap, const rr_ht_word *row,
-                    uint32_t nwords, void *out, size_t state_off, uint64_t now, row_verdict v) {
-  if (atomic_load_explicit(&row[1], memory_order_relaxed) == 0) return 0;
+/* The rows as three whole copies taken one after the other (before, data,
+ * after: one pread each, ordered by fences). A row's data copy is
+ * consistent when its sequence word read the same even value in the copies
+ * before and after it: no write began in between. That costs three system
+ * calls for the whole table instead of three per row; only rows a writer
+ * was inside are read again on their own (rr_ht_row_pread). */
+typedef struct row_copies {
+  const uint64_t *before, *data, *after;
+  uint64_t base; /* file offset of word 0 */
+} row_copies;
+
+/* Copy one row of nwords words at file offset off into out (its entry's
+ * row, zeroed) and judge it. Returns 1 when the entry is to be listed, 0 to
+ * skip the row (free, torn by a live writer, foreign or invalid; the
+ * snapshot counts why), or a negative errno when the file no longer holds it. */
+static int read_row(const rr_ht_reader *r, rr_ht_snapshot *snap, const row_copies *c,
+                    uint64_t off, uint32_t nwords, void *out, size_t state_off, uint64_t now,
+                    row_verdict v) {
+  size_t w0 = (size_t)((off - c->base) / 8);
+  if (c->data[w0 + 1] == 0) return 0; /* free */
   uint64_t words[RR_HT_NIC_WORDS > RR_HT_PEER_WORDS ? RR_HT_NIC_WORDS : RR_HT_PEER_WORDS];
   row_head h;
-  if (!rr_ht_row_copy(row, nwords, words)) {
-    uint64_t owner = atomic_load_explicit(&row[1], memory_order_acquire);
+  int ok = 1;
+  if (c->before[w0] == c->after[w0] && !(c->before[w0] & 1)) {
+    memcpy(words, c->data + w0, (size_t)nwords * 8);
+    words[0] = c->before[w0];
+  } else if (c->before[w0] == c->after[w0] && torn_but_gone(c->data[w0 + 1])) {
+    ok = 0; /* its writer died inside a write: retrying cannot help */
+  } else if ((ok = rr_ht_row_pread(r->fd, off, nwords, words)) < 0) {
+    return ok;
+  }
+  if (!ok) {
+    uint64_t owner = 0;
+    int rc = rr_ht_pread_full(r->fd, &owner, sizeof owner, off + 8);
+    if (rc) return rc;
     if (!torn_but_gone(owner)) {
       snap->torn_skipped++;
       return 0;
@@ -164,6 +201,71 @@ static int read_row(const rr_ht_reader *r, rr_ht_snapshot *snap, const rr_ht_wor
   return 1;
 }
 
+/* Is the file still the one that was opened? Another process that may write
+ * it can truncate, grow or rewrite it at any time. */
+static rr_ht_problem still_same(const rr_ht_reader *r, char *why, size_t len) {
+  uint64_t size = 0;
+  rr_ht_problem p = rr_ht_fd_check(r->fd, &size, why, len);
+  if (p != RR_HT_FINE) return p;
+  if (size != r->size) {
+    snprintf(why, len, "%llu bytes now, %llu when opened: another process truncated or rewrote it",
+             (unsigned long long)size, (unsigned long long)r->size);
+    return size < r->size ? RR_HT_TRUNCATED : RR_HT_CORRUPT;
+  }
+  rr_ht_header h;
+  int rc = rr_ht_pread_full(r->fd, &h, sizeof h, 0);
+  if (rc || memcmp(&h, &r->hdr, sizeof h)) {
+    snprintf(why, len, "%s", rc ? "shrank while being read" : "its header changed since it was opened");
+    return rc ? RR_HT_TRUNCATED : RR_HT_CORRUPT;
+  }
+  return RR_HT_FINE;
+}
+
+/* Fill snap from the file; RR_HT_FINE or what went wrong (why says more). */
+static rr_ht_problem read_rows(rr_ht_reader *r, rr_ht_snapshot *snap, char *why, size_t len) {
+  rr_ht_problem p = still_same(r, why, len);
+  if (p != RR_HT_FINE) return p;
+  size_t bytes = (size_t)(r->size - r->hdr.nic_offset), words = bytes / 8;
+  uint64_t *copy[3] = {r->copies, r->copies + words, r->copies + 2 * words};
+  for (int k = 0; k < 3; k++) {
+    if (k) atomic_thread_fence(memory_order_acquire);
+    if (rr_ht_pread_full(r->fd, copy[k], bytes, r->hdr.nic_offset)) goto shrank;
+  }
+  row_copies c = {copy[0], copy[1], copy[2], r->hdr.nic_offset};
+  uint64_t now = snap->taken_ns;
+  for (uint32_t i = 0; i < r->hdr.nic_rows; i++) {
+    rr_ht_nic_entry *e = &snap->nic[snap->nic_count];
+    memset(e, 0, sizeof *e);
+    int rc = read_row(r, snap, &c, r->hdr.nic_offset + (uint64_t)i * RR_HT_NIC_ROW_SIZE,
+                      RR_HT_NIC_WORDS, &e->row, offsetof(rr_ht_nic_row, state), now,
+                      (row_verdict){&e->liveness, &e->torn, &e->heartbeat_age_ns});
+    if (rc < 0) goto shrank;
+    if (!rc) continue;
+    terminate(e->row.ifname, sizeof e->row.ifname);
+    terminate(e->row.reason, sizeof e->row.reason);
+    snap->live_nics += e->liveness == RR_HT_LIVE;
+    snap->nic_count++;
+  }
+  for (uint32_t i = 0; i < r->hdr.peer_rows; i++) {
+    rr_ht_peer_entry *e = &snap->peer[snap->peer_count];
+    memset(e, 0, sizeof *e);
+    int rc = read_row(r, snap, &c, r->hdr.peer_offset + (uint64_t)i * RR_HT_PEER_ROW_SIZE,
+                      RR_HT_PEER_WORDS, &e->row, offsetof(rr_ht_peer_row, state), now,
+                      (row_verdict){&e->liveness, &e->torn, &e->heartbeat_age_ns});
+    if (rc < 0) goto shrank;
+    if (!rc) continue;
+    terminate(e->row.ifname, sizeof e->row.ifname);
+    terminate(e->row.peer, sizeof e->row.peer);
+    terminate(e->row.reason, sizeof e->row.reason);
+    snap->live_peers += e->liveness == RR_HT_LIVE;
+    snap->peer_count++;
+  }
+  return RR_HT_FINE;
+shrank:
+  snprintf(why, len, "shrank while being read: another process truncated it");
+  return RR_HT_TRUNCATED;
+}
+
 rr_status rr_health_table_reader_read(rr_ht_reader *r, uint64_t stale_after_ns,
                                       rr_ht_snapshot *snap) {
   if (!r || !snap) return RR_ERR_INVALID;
@@ -176,36 +278,16 @@ rr_status rr_health_table_reader_read(rr_ht_reader *r, uint64_t stale_after_ns,
     rr_health_table_snapshot_free(snap);
     return RR_ERR_NOMEM;
   }
-  uint64_t now = rr_ht_realtime_ns();
-  snap->taken_ns = now;
-  for (uint32_t i = 0; i < r->hdr.nic_rows; i++) {
-    const rr_ht_word *row =
-        (const rr_ht_word *)(r->base + r->hdr.nic_offset + (size_t)i * RR_HT_NIC_ROW_SIZE);
-    rr_ht_nic_entry *e = &snap->nic[snap->nic_count];
-    memset(e, 0, sizeof *e);
-    if (!read_row(r, snap, row, RR_HT_NIC_WORDS, &e->row, offsetof(rr_ht_nic_row, state), now,
-                  (row_verdict){&e->liveness, &e->torn, &e->heartbeat_age_ns}))
-      continue;
-    terminate(e->row.ifname, sizeof e->row.ifname);
-    terminate(e->row.reason, sizeof e->row.reason);
-    snap->live_nics += e->liveness == RR_HT_LIVE;
-    snap->nic_count++;
-  }
-  for (uint32_t i = 0; i < r->hdr.peer_rows; i++) {
-    const rr_ht_word *row =
-        (const rr_ht_word *)(r->base + r->hdr.peer_offset + (size_t)i * RR_HT_PEER_ROW_SIZE);
-    rr_ht_peer_entry *e = &snap->peer[snap->peer_count];
-    memset(e, 0, sizeof *e);
-    if (!read_row(r, snap, row, RR_HT_PEER_WORDS, &e->row, offsetof(rr_ht_peer_row, state), now,
-                  (row_verdict){&e->liveness, &e->torn, &e->heartbeat_age_ns}))
-      continue;
-    terminate(e->row.ifname, sizeof e->row.ifname);
-    terminate(e->row.peer, sizeof e->row.peer);
-    terminate(e->row.reason, sizeof e->row.reason);
-    snap->live_peers += e->liveness == RR_HT_LIVE;
-    snap->peer_count++;
-  }
-  return RR_OK;
+  snap->taken_ns = rr_ht_realtime_ns();
+  rr_ht_problem p = read_rows(r, snap, snap->detail, sizeof snap->detail);
+  if (p == RR_HT_FINE) return RR_OK;
+  /* Nothing half read reaches the caller: no rows, the problem and why. */
+  rr_health_table_snapshot_free(snap);
+  snap->problem = p;
+  snap->live_nics = snap->live_peers = 0;
+  rr_ht_warn_once(&rr_ht_warned_changed, "health table %s: %s (%s): not read; reopen it to try "
+                  "again", r->path, rr_ht_problem_str(p), snap->detail);
+  return RR_ERR_INVALID;
 }
 
 rr_status rr_health_table_read_ex(const char *path, uint64_t stale_after_ns, rr_ht_snapshot *snap) {

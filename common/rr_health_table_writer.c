@@ -4,7 +4,25 @@
  * Each claimed row has a private shadow copy here; an update changes the
  * shadow and then publishes the whole row (a few dozen word stores), so a
  * row in the file is always one coherent picture. A mutex orders this
- * process's own threads; nothing ever waits for another process. */
+ * process's own threads; nothing ever waits for another process.
+ *
+ * A file that another process truncates or rewrites under us. Whoever may
+ * write the table (this user, the shared group, root) may also truncate it,
+ * and a store into a mapped page past the new end raises SIGBUS. So rows are
+ * scanned with pread(), published into the mapping through the kernel
+ * (process_vm_writev on this process: a missing page is EFAULT, not a
+ * signal; rr_health_table.c), and every update first checks the file's size
+ * (one fstat), the heartbeat also its header. A file that changed is left
+ * alone (never repaired), warned about once, and this process stops
+ * publishing while data keeps moving.
+ *
+ * What is left: claiming and releasing a row is a compare-and-swap on its
+ * owner word, which only a direct access can do; it runs right after an
+ * fstat() showed the file whole, a few times per process lifetime, and a
+ * truncation landing in that window (well under a microsecond) still
+ * faults. Where the kernel refuses process_vm_writev (a seccomp profile),
+ * stores are direct too and the same window opens at every update (said
+ * once at INFO). */
 #include "rr_health_table_internal.h"
 #include "rr_log.h"
 
@@ -37,8 +55,11 @@ typedef struct peer_slot {
 struct rr_ht_writer {
   pthread_mutex_t lock;
   char path[PATH_MAX];
-  unsigned char *base;
+  int fd;             /* rows are scanned through it (pread) */
+  unsigned char *base; /* the mapping: owner-word compare-and-swap, row stores */
   size_t size;
+  int safe;           /* row stores go through the kernel (rr_ht_map_safe_probe) */
+  atomic_int stopped; /* the file changed under us: publish nothing more */
   rr_ht_header hdr;
   pid_t pid;          /* a forked child inherits the mapping: it must not write */
   uint64_t start_time, pid_ns, owner, stale_ns;
@@ -48,29 +69,60 @@ struct rr_ht_writer {
   int npeer;
 };
 
-static rr_ht_word *nic_row_ptr(rr_ht_writer *w, int i) {
-  return (rr_ht_word *)(w->base + w->hdr.nic_offset + (size_t)i * RR_HT_NIC_ROW_SIZE);
+/* File offset of row i of a kind (peer: 0 NIC rows, 1 peer rows). */
+static uint64_t row_off(const rr_ht_writer *w, int peer, int i) {
+  return peer ? w->hdr.peer_offset + (uint64_t)i * RR_HT_PEER_ROW_SIZE
+              : w->hdr.nic_offset + (uint64_t)i * RR_HT_NIC_ROW_SIZE;
 }
 
-static rr_ht_word *peer_row_ptr(rr_ht_writer *w, int i) {
-  return (rr_ht_word *)(w->base + w->hdr.peer_offset + (size_t)i * RR_HT_PEER_ROW_SIZE);
+/* The file changed under this process: stop publishing, once and for good.
+ * The mapping goes at once, so that nothing can touch it any more. Caller
+ * holds w->lock. */
+static void stop_publishing(rr_ht_writer *w, const char *why) {
+  if (atomic_exchange(&w->stopped, 1)) return;
+  rr_ht_warn_once(&rr_ht_warned_changed, "health table %s: %s: this process stops publishing "
+                  "health; data keeps moving. Remove the file or point RERAIL_HEALTH_PATH "
+                  "elsewhere.", w->path, why);
+  munmap(w->base, w->size);
+  w->base = NULL;
+}
+
+/* Is the file still whole (as long as when opened)? Caller holds w->lock.
+ * with_header: also compare the header (the heartbeat does, once a second). */
+static int still_whole(rr_ht_writer *w, int with_header) {
+  if (atomic_load_explicit(&w->stopped, memory_order_relaxed)) return 0;
+  struct stat st;
+  char why[160];
+  if (fstat(w->fd, &st) != 0) {
+    snprintf(why, sizeof why, "fstat: %s", strerror(errno));
+    stop_publishing(w, why);
+    return 0;
+  }
+  if ((uint64_t)st.st_size != w->size) {
+    snprintf(why, sizeof why, "it is %llu bytes now, %zu when opened: another process truncated "
+             "or rewrote it", (unsigned long long)st.st_size, w->size);
+    stop_publishing(w, why);
+    return 0;
+  }
+  rr_ht_header h;
+  if (with_header &&
+      (rr_ht_pread_full(w->fd, &h, sizeof h, 0) != 0 || memcmp(&h, &w->hdr, sizeof h))) {
+    stop_publishing(w, "its header changed since it was opened: another process rewrote it");
+    return 0;
+  }
+  return 1;
+}
+
+/* Compare-and-swap a row's owner word, the one access through the mapping:
+ * only while the file is whole. Returns 1 when swapped. */
+static int cas_owner(rr_ht_writer *w, int peer, int i, uint64_t expected, uint64_t desired) {
+  if (!still_whole(w, 0)) return 0;
+  rr_ht_word *owner = (rr_ht_word *)(w->base + row_off(w, peer, i)) + 1;
+  return atomic_compare_exchange_strong_explicit(owner, &expected, desired, memory_order_acq_rel,
+                                                 memory_order_relaxed);
 }
 
 /* ---- opening ------------------------------------------------------------------ */
-
-static int resolve_group(const char *g, gid_t *gid) {
-  char *end;
-  unsigned long v = strtoul(g, &end, 10);
-  if (*g && !*end) {
-    *gid = (gid_t)v;
-    return 0;
-  }
-  struct group grp, *res = NULL;
-  char buf[4096];
-  if (getgrnam_r(g, &grp, buf, sizeof buf, &res) != 0 || !res) return -1;
-  *gid = res->gr_gid;
-  return 0;
-}
 
 /* Make the file's permissions: 0600, or 0660 with the operator's group. A
  * group that cannot be applied leaves the file private (warned): safer than
@@ -79,7 +131,7 @@ static void set_mode(int fd, const char *path, const char *group) {
   mode_t mode = 0600;
   if (group && *group) {
     gid_t gid;
-    if (resolve_group(group, &gid) != 0)
+    if (rr_ht_resolve_group(group, &gid) != 0)
       rr_ht_warn_once(&rr_ht_warned_group, "health table %s: RERAIL_HEALTH_GROUP=%s is not a group; "
                       "the table is private to this user (0600)", path, group);
     else if (fchown(fd, (uid_t)-1, gid) != 0)
@@ -119,7 +171,9 @@ static rr_ht_problem open_and_map(rr_ht_writer *w, const rr_ht_writer_opts *opts
   const char *group = opts && opts->group ? opts->group : getenv("RERAIL_HEALTH_GROUP");
   int fd = -1;
   for (int attempt = 0; attempt < 4 && fd < 0; attempt++) {
-    fd = open(w->path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    /* O_NOFOLLOW: never follow a link planted at the path; O_NONBLOCK:
+     * never wait on a FIFO planted there. */
+    fd = open(w->path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd >= 0) break;
     if (errno == ELOOP) {
       snprintf(detail, len, "is a symbolic link");
@@ -157,6 +211,14 @@ static rr_ht_problem open_and_map(rr_ht_writer *w, const rr_ht_writer_opts *opts
       w->base = m;
       w->size = (size_t)size;
       w->hdr = h;
+      w->fd = fd;
+      int rc = rr_ht_map_safe_probe(m);
+      w->safe = rc == 0;
+      if (!w->safe)
+        RR_INFO(RR_SUB_INIT, "health table %s: process_vm_writev refused (%s): rows are stored "
+                "directly, and a truncation of the file by another process at the wrong moment "
+                "can raise SIGBUS", w->path, strerror(-rc));
+      return RR_HT_FINE;
     }
   }
   close(fd);
@@ -217,20 +279,28 @@ static int claim_row(rr_ht_writer *w, int peer) {
   uint32_t rows = peer ? w->hdr.peer_rows : w->hdr.nic_rows;
   size_t nwords = peer ? RR_HT_PEER_WORDS : RR_HT_NIC_WORDS;
   uint64_t now = rr_ht_realtime_ns();
+  if (!still_whole(w, 1)) return -1; /* rare: worth checking the header too */
   for (int pass = 0; pass < 2; pass++) {
     for (uint32_t i = 0; i < rows; i++) {
-      rr_ht_word *row = peer ? peer_row_ptr(w, (int)i) : nic_row_ptr(w, (int)i);
-      uint64_t owner = atomic_load_explicit(&row[1], memory_order_acquire);
+      if (atomic_load_explicit(&w->stopped, memory_order_relaxed)) return -1;
+      uint64_t off = row_off(w, peer, (int)i), owner;
+      if (rr_ht_pread_full(w->fd, &owner, sizeof owner, off + 8) != 0) {
+        still_whole(w, 0); /* a short read: the file shrank (stops publishing) */
+        return -1;
+      }
       if (pass == 0 && owner != 0) continue;
       if (pass == 1) {
         if (owner == 0 || owner == w->owner) continue;
         uint64_t words[RR_HT_NIC_WORDS];
         memset(words, 0, sizeof words);
-        int ok = rr_ht_row_copy(row, nwords, words);
+        int ok = rr_ht_row_pread(w->fd, off, nwords, words);
+        if (ok < 0) {
+          still_whole(w, 0);
+          return -1;
+        }
         /* Torn for good (its writer died inside a write): only the owner
          * word, always whole, can be judged. */
-        if (!ok) owner = atomic_load_explicit(&row[1], memory_order_acquire);
-        else owner = words[1];
+        if (ok) owner = words[1];
         uint32_t pid;
         uint64_t ns, hb;
         if (peer) {
@@ -244,10 +314,7 @@ static int claim_row(rr_ht_writer *w, int peer) {
         }
         if (!row_expired(w, owner, ok, pid, ns, hb, now)) continue;
       }
-      uint64_t expected = owner;
-      if (atomic_compare_exchange_strong_explicit(&row[1], &expected, w->owner, memory_order_acq_rel,
-                                                  memory_order_relaxed))
-        return (int)i;
+      if (cas_owner(w, peer, (int)i, owner, w->owner)) return (int)i;
     }
   }
   return -1;
@@ -286,6 +353,7 @@ static nic_slot *claim_nic_locked(rr_ht_writer *w, int dev, const char *ifname) 
   }
   if (ifname && *ifname) snprintf(s->shadow.ifname, sizeof s->shadow.ifname, "%s", ifname);
   s->row = claim_row(w, 0);
+  if (s->row < 0 && atomic_load(&w->stopped)) return NULL; /* warned already */
   if (s->row < 0) {
     rr_ht_warn_once(&rr_ht_warned_full, "health table %s: no free NIC row for %s (%u rows, all "
                     "in use): that device is not published", w->path, s->shadow.ifname,
@@ -306,24 +374,40 @@ static void lost_row(rr_ht_writer *w, int *row, const char *what) {
   *row = -1;
 }
 
+/* Store a row's words, or learn that the row was taken, or that the file
+ * changed under us (then publishing stops). */
+static void publish_row(rr_ht_writer *w, int peer, int *row, const uint64_t *words, size_t nwords) {
+  if (!still_whole(w, 0)) return;
+  int rc = rr_ht_row_publish((rr_ht_word *)(w->base + row_off(w, peer, *row)), nwords, words,
+                             w->owner, w->safe);
+  if (rc == 1) {
+    /* Taken by another process - or the whole file was rewritten (zeroed
+     * owner words): then the header shows it, and publishing stops. */
+    if (still_whole(w, 1)) lost_row(w, row, peer ? "peer" : "NIC");
+  } else if (rc < 0) {
+    char why[160];
+    snprintf(why, sizeof why, "storing into row %d failed (%s): another process truncated it",
+             *row, strerror(-rc));
+    stop_publishing(w, why);
+  }
+}
+
 static void publish_nic(rr_ht_writer *w, nic_slot *s) {
-  if (getpid() != w->pid) return;
+  if (getpid() != w->pid || atomic_load_explicit(&w->stopped, memory_order_relaxed)) return;
   if (s->row < 0 && (s->row = claim_row(w, 0)) < 0) return;
   stamp(w, &s->shadow.pid, &s->shadow.start_time, &s->shadow.pid_ns, &s->shadow.heartbeat_ns);
   uint64_t words[RR_HT_NIC_WORDS];
   memcpy(words, &s->shadow, sizeof words);
-  if (rr_ht_row_publish(nic_row_ptr(w, s->row), RR_HT_NIC_WORDS, words, w->owner) != 0)
-    lost_row(w, &s->row, "NIC");
+  publish_row(w, 0, &s->row, words, RR_HT_NIC_WORDS);
 }
 
 static void publish_peer(rr_ht_writer *w, peer_slot *s) {
-  if (getpid() != w->pid) return;
+  if (getpid() != w->pid || atomic_load_explicit(&w->stopped, memory_order_relaxed)) return;
   if (s->row < 0 && (s->row = claim_row(w, 1)) < 0) return;
   stamp(w, &s->shadow.pid, &s->shadow.start_time, &s->shadow.pid_ns, &s->shadow.heartbeat_ns);
   uint64_t words[RR_HT_PEER_WORDS];
   memcpy(words, &s->shadow, sizeof words);
-  if (rr_ht_row_publish(peer_row_ptr(w, s->row), RR_HT_PEER_WORDS, words, w->owner) != 0)
-    lost_row(w, &s->row, "peer");
+  publish_row(w, 1, &s->row, words, RR_HT_PEER_WORDS);
 }
 
 rr_status rr_health_table_claim(rr_ht_writer *w, int dev, const char *ifname) {
@@ -331,7 +415,7 @@ rr_status rr_health_table_claim(rr_ht_writer *w, int dev, const char *ifname) {
   pthread_mutex_lock(&w->lock);
   nic_slot *s = claim_nic_locked(w, dev, ifname);
   pthread_mutex_unlock(&w->lock);
-  return s ? RR_OK : RR_ERR_NOMEM;
+  return s ? RR_OK : atomic_load(&w->stopped) ? RR_ERR_SYSTEM : RR_ERR_NOMEM;
 }
 
 /* A peer rail's row: found by (device, peer); created only for a rail that is
@@ -349,6 +433,7 @@ static peer_slot *peer_for(rr_ht_writer *w, int dev, const char *ifname, const c
   peer_slot *s = &w->peer[w->npeer];
   memset(s, 0, sizeof *s);
   s->row = claim_row(w, 1);
+  if (s->row < 0 && atomic_load(&w->stopped)) return NULL; /* warned already */
   if (s->row < 0) {
     rr_ht_warn_once(&rr_ht_warned_full, "health table %s: no free peer row (%u rows, all in use): "
                     "rail %s to %s is not published", w->path, w->hdr.peer_rows, ifname, peer);
@@ -455,6 +540,8 @@ void rr_health_table_figures(rr_ht_writer *w, int dev, int dir, uint64_t bytes_p
 void rr_health_table_heartbeat(rr_ht_writer *w) {
   if (!w) return;
   pthread_mutex_lock(&w->lock);
+  /* Once a second: is the file still the one opened, header and all? */
+  still_whole(w, 1);
   for (int i = 0; i < w->nnic; i++) publish_nic(w, &w->nic[i]);
   for (int i = 0; i < w->npeer; i++) publish_peer(w, &w->peer[i]);
   pthread_mutex_unlock(&w->lock);
@@ -462,13 +549,15 @@ void rr_health_table_heartbeat(rr_ht_writer *w) {
 
 /* Release: clear the row under the lock (readers then see pid 0 and skip it),
  * then free the owner word. */
-static void release_row(rr_ht_writer *w, rr_ht_word *row, size_t nwords) {
+static void release_row(rr_ht_writer *w, int peer, int i) {
   uint64_t zero[RR_HT_NIC_WORDS];
   memset(zero, 0, sizeof zero);
-  if (rr_ht_row_publish(row, nwords, zero, w->owner) != 0) return;
-  uint64_t expected = w->owner;
-  atomic_compare_exchange_strong_explicit(&row[1], &expected, 0, memory_order_acq_rel,
-                                          memory_order_relaxed);
+  if (!still_whole(w, 0)) return;
+  size_t nwords = peer ? RR_HT_PEER_WORDS : RR_HT_NIC_WORDS;
+  if (rr_ht_row_publish((rr_ht_word *)(w->base + row_off(w, peer, i)), nwords, zero, w->owner,
+                        w->safe) != 0)
+    return;
+  cas_owner(w, peer, i, w->owner, 0);
 }
 
 void rr_health_table_close_writer(rr_ht_writer *w) {
@@ -477,12 +566,17 @@ void rr_health_table_close_writer(rr_ht_writer *w) {
   /* A forked child must not release its parent's rows. */
   if (getpid() == w->pid) {
     for (int i = 0; i < w->nnic; i++)
-      if (w->nic[i].row >= 0) release_row(w, nic_row_ptr(w, w->nic[i].row), RR_HT_NIC_WORDS);
+      if (w->nic[i].row >= 0) release_row(w, 0, w->nic[i].row);
     for (int i = 0; i < w->npeer; i++)
-      if (w->peer[i].row >= 0) release_row(w, peer_row_ptr(w, w->peer[i].row), RR_HT_PEER_WORDS);
+      if (w->peer[i].row >= 0) release_row(w, 1, w->peer[i].row);
   }
-  munmap(w->base, w->size);
+  if (w->base) munmap(w->base, w->size);
+  close(w->fd);
   pthread_mutex_unlock(&w->lock);
   pthread_mutex_destroy(&w->lock);
   free(w);
+}
+
+int rr_health_table_publishing(rr_ht_writer *w) {
+  return w && !atomic_load_explicit(&w->stopped, memory_order_relaxed);
 }

@@ -89,6 +89,33 @@ static void params_parse(void) {
       "RERAIL_PROGRESS_TIMEOUT", getenv("RERAIL_PROGRESS_TIMEOUT"), 1000, 20, 600000);
   params.failback_hold_ms = rr_param_parse_u64("RERAIL_FAILBACK_HOLD",
                                                getenv("RERAIL_FAILBACK_HOLD"), 500, 0, 600000);
+  const char *hca = getenv("RERAIL_IB_HCA");
+  if (hca) {
+    if (strlen(hca) >= sizeof params.ib_hca)
+      RR_WARN("RERAIL_IB_HCA is longer than %zu characters; ignoring it", sizeof params.ib_hca - 1);
+    else
+      strcpy(params.ib_hca, hca);
+  }
+  /* Unset (or bad) means "choose the GID as NCCL does": -1. */
+  params.ib_gid_index = -1;
+  const char *gid = getenv("RERAIL_IB_GID_INDEX");
+  if (gid && *gid) {
+    size_t n = strspn(gid, "0123456789");
+    if (n == 0 || n > 4 || gid[n] != '\0' || atoi(gid) > 1023)
+      RR_WARN("RERAIL_IB_GID_INDEX=%s is not an index in [0, 1023]; choosing the GID as NCCL does", gid);
+    else
+      params.ib_gid_index = atoi(gid);
+  }
+  /* 4.096 us x 2^18 = 1.07 s per try, 6 retries: the hardware gives up after ~7 s, long after
+   * rerail's own progress timeout (1 s) has moved traffic to a backup QP, and long enough to
+   * ride out a short blip on a rail nobody has given up on. 7 would mean "retry forever" on
+   * Soft-RoCE. */
+  params.ib_timeout = (int)rr_param_parse_u64("RERAIL_IB_TIMEOUT", getenv("RERAIL_IB_TIMEOUT"), 18,
+                                              1, 31);
+  params.ib_retry_cnt = (int)rr_param_parse_u64("RERAIL_IB_RETRY_CNT",
+                                                getenv("RERAIL_IB_RETRY_CNT"), 6, 0, 7);
+  params.ib_qps_per_rail = (int)rr_param_parse_u64("RERAIL_IB_QPS_PER_RAIL",
+                                                   getenv("RERAIL_IB_QPS_PER_RAIL"), 1, 1, 16);
 }
 
 const rr_params *rr_params_get(void) {

@@ -20,6 +20,12 @@ typedef struct rr_params {
   int failover;              /* RERAIL_FAILOVER=chain|balance (0|1) */
   uint64_t progress_timeout_ms; /* RERAIL_PROGRESS_TIMEOUT: silence before a rail is blamed */
   uint64_t failback_hold_ms; /* RERAIL_FAILBACK_HOLD: healthy this long before fail-back */
+  /* Verbs rails (NCCL_IB_* names and meanings). */
+  char ib_hca[256];          /* RERAIL_IB_HCA, NCCL_IB_HCA syntax; "" = every device */
+  int ib_gid_index;          /* RERAIL_IB_GID_INDEX: 0..1023, -1 = choose as NCCL does */
+  int ib_timeout;            /* RERAIL_IB_TIMEOUT: QP ACK timeout exponent, 4.096 us x 2^N, 1..31 */
+  int ib_retry_cnt;          /* RERAIL_IB_RETRY_CNT: QP retry count, 0..7 */
+  int ib_qps_per_rail;       /* RERAIL_IB_QPS_PER_RAIL: QPs per rail, 1..16 */
 } rr_params;
 
 /* The process-wide parameters (parsed on first call, thread safe). */

@@ -7,7 +7,12 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 pkgs=(build-essential cmake pkg-config libcmocka-dev libnuma-dev libibverbs-dev
-      iproute2 nftables iputils-ping procps python3 prometheus-node-exporter prometheus curl)
+      iproute2 nftables iputils-ping procps python3 prometheus-node-exporter prometheus curl
+      # clang and libFuzzer: test/fuzz/
+      clang-14 libclang-rt-14-dev
+      # Soft-RoCE lab (test/lab/rxe): QEMU, a static busybox, kmod's depmod, rdma-core's tools
+      qemu-system-x86 busybox-static kmod cpio xz-utils rdma-core ibverbs-utils ibverbs-providers
+      perftest)
 missing=()
 pkgs+=(libsodium-dev) # connection-setup HMAC (linked statically into the plugin)
 for p in "${pkgs[@]}"; do

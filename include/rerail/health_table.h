@@ -52,6 +52,29 @@
  * heartbeat alone. Rows of processes that are gone stay in the file, with
  * their last figures, until another process claims them (free rows first).
  *
+ * Trust. Any process that may write the file may also scribble in it or
+ * truncate it, so a reader must check everything it reads (header,
+ * checksum, sizes, every row's values, string terminators) and must not
+ * die when the file shrinks under it. Rules rerail follows, and other
+ * readers should:
+ *   - open with O_NOFOLLOW (a symbolic link at the path is refused, never
+ *     followed) and O_NONBLOCK (a FIFO planted there cannot block the open),
+ *     then fstat the descriptor: a regular file, not writable by every user,
+ *     owned by the reading user - root may use any user's file, and another
+ *     user's file is accepted only when RERAIL_HEALTH_GROUP names the group
+ *     the file carries (the operator shares one table among that group);
+ *   - read rows with pread(), not through a mapping: a mapped page past the
+ *     new end of a truncated file raises SIGBUS, pread just comes back
+ *     short. The sequence lock works the same way through pread: read seq,
+ *     then the row, then seq again, with acquire fences between the calls;
+ *   - before each snapshot check that size and header are still those
+ *     opened; if not, drop the snapshot and reopen later.
+ * rerail's writers keep a mapping (claiming a row is a compare-and-swap) but
+ * store rows into it through the kernel (process_vm_writev on themselves:
+ * EFAULT, not SIGBUS, on a missing page), check the size before every
+ * update and the header at every heartbeat, and stop publishing, warned
+ * once, when the file changed. A changed or bad file is never repaired.
+ *
  * Times: *_ns fields are CLOCK_REALTIME nanoseconds since the epoch, 0 when
  * never set. Strings are NUL-terminated within their arrays (a reader must
  * still terminate them itself). */

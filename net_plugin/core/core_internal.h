@@ -7,6 +7,7 @@
 #include "engine.h"
 #include "handle.h"
 #include "rail_tcp.h"
+#include "rail_verbs.h"
 #include "net_core.h"
 #include "rr_netif.h"
 #include "setup_wire.h"
@@ -32,9 +33,15 @@ typedef struct rr_devices {
   int count;
   rr_netif nif[RR_MAX_NETIFS];
   rr_rail_dev *rail[RR_MAX_NETIFS];
+  const rr_verbs_port *verbs[RR_MAX_NETIFS]; /* the RDMA port behind a verbs device, else NULL */
 } rr_devices;
 
 const rr_devices *rr_core_devices(void);
+
+/* transport.c: find the host's RDMA ports (once), and open device `index`
+ * for a pooled NIC with the transport that serves it. */
+void rr_core_transport_discover(void);
+rr_status rr_core_dev_open(int index, const rr_netif *nif, rr_rail_dev **dev, const rr_verbs_port **vport);
 
 /* An endpoint on device dev for engine e, connected with the peer's blob
  * and the setup sockets (taken over or closed, in every case: the fds are

@@ -18,14 +18,13 @@ static int default_ctx_live;
 static rr_devices devices;
 static int devices_ready;
 
-/* Which transport runs. The verbs rail arrives in a later release: until
- * then verbs requests fall back to TCP, loudly. */
+/* The settings every connection runs with (the transport is chosen per NIC,
+ * transport.c). */
 static void choose_transport(void) {
   const rr_params *p = rr_params_get();
-  if (p->transport == RR_TRANSPORT_VERBS)
-    RR_WARN("RERAIL_TRANSPORT=verbs: this build has no verbs rail yet; using TCP");
+  rr_core_transport_discover();
   RR_INFO(RR_SUB_INIT | RR_SUB_NET,
-          "transport: tcp, %d stream(s) per rail, %zu-byte chunks, %d backup rail(s), failover %s, "
+          "TCP rails: %d stream(s) per rail; %zu-byte chunks, %d backup rail(s), failover %s, "
           "progress timeout %llu ms, fail-back hold %llu ms",
           p->tcp_streams, p->chunk_size, p->backups, p->failover ? "balance" : "chain",
           (unsigned long long)p->progress_timeout_ms, (unsigned long long)p->failback_hold_ms);
@@ -43,16 +42,17 @@ static void discover_devices(void) {
     else
       RR_WARN("no network interface is up: rerail offers no devices");
   }
-  /* Devices the transport cannot open are left out, not fatal. */
+  /* Devices no transport can open are left out, not fatal. */
   int kept = 0;
   for (int i = 0; i < n; i++) {
     rr_rail_dev *rd = NULL;
-    if (rr_tcp_transport.dev_open(kept, &rd) != RR_OK) {
-      RR_WARN("device %s: the %s transport cannot open it; left out", devices.nif[i].name, rr_tcp_transport.name);
+    const rr_verbs_port *vp = NULL;
+    if (rr_core_dev_open(kept, &devices.nif[i], &rd, &vp) != RR_OK) {
+      RR_WARN("device %s: no transport can open it; left out", devices.nif[i].name);
       continue;
     }
-    rd->attr.speed_mbps = devices.nif[i].speed_mbps;
     devices.nif[kept] = devices.nif[i];
+    devices.verbs[kept] = vp;
     devices.rail[kept++] = rd;
   }
   devices.count = n = kept;
@@ -202,19 +202,30 @@ rr_status rr_net_get_properties(int dev, rr_dev_props *props) {
     return RR_ERR_INVALID;
   }
   const rr_netif *nif = &devices.nif[dev];
+  const rr_verbs_port *vp = devices.verbs[dev];
   const rr_params *p = rr_params_get();
   memset(props, 0, sizeof *props);
   props->name = nif->name;
   props->pci_path = nif->pci_path[0] ? nif->pci_path : NULL;
   props->guid = nic_guid(nif);
   props->ptr_support = RR_PTR_HOST;
-  props->reg_is_global = 1;       /* TCP registrations are process wide */
+  props->reg_is_global = 1;       /* a registration covers every pooled NIC (mr.c) */
   props->force_flush = 0;
   /* Virtual NICs (veth, lo) report no speed: assume 10 Gb/s like NCCL's sockets. */
   props->speed_mbps = nif->speed_mbps > 0 ? nif->speed_mbps : 10000;
   props->port = 0;
   props->latency_us = 0;
   props->max_comms = 65536;
+  if (vp) {
+    /* An RDMA port: NCCL pairs GPUs and NICs by its PCI path, groups ports
+     * of one adapter by its GUID, and may open a QP per comm. */
+    if (vp->pci_path[0]) props->pci_path = vp->pci_path;
+    props->guid = vp->guid ? vp->guid : props->guid;
+    props->port = vp->port;
+    if (vp->speed_mbps > 0) props->speed_mbps = vp->speed_mbps;
+    const rr_rail_dev_attr *a = &devices.rail[dev]->attr;
+    if (a->max_eps > 0) props->max_comms = (int)a->max_eps;
+  }
   props->max_recvs = RR_NET_MAX_RECVS;
   size_t max_bytes = p->chunk_size * (size_t)IMM_MAX_CHUNKS;
   props->max_p2p_bytes = max_bytes;

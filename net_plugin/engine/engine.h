@@ -72,6 +72,7 @@ typedef struct engine_rail {
   int fresh;                /* reconnected and not yet seen alive */
   int need_drain;           /* receiver: writes of an older epoch may still land on it */
   uint32_t drain_posted;    /* sender: the epoch of the last drain barrier posted on it */
+  uint64_t swapped_ns;      /* when its current endpoint was installed (0: at connect) */
   char ifname[16];          /* local NIC */
   char name[80];            /* "rail1 (eth1 -> 10.0.1.2)" for messages */
   char why[64];             /* why it went down */
@@ -203,8 +204,12 @@ struct rr_engine {
   /* receiver */
   rr_recv_req rreq[RR_NET_MAX_REQUESTS];
   uint32_t recv_seq;        /* sequence number of the next irecv */
-  uint32_t ack_queue[RR_NET_MAX_REQUESTS]; /* acks that could not be posted yet */
+  /* Completed receives not yet acknowledged: at most one per receive slot
+   * (a slot is reposted only after its clear-to-send, which flushes them). */
+  uint32_t ack_queue[RR_NET_MAX_REQUESTS];
   uint32_t ack_head, ack_pending;
+  uint64_t ack_since_ns;    /* when the oldest of them completed */
+  int ack_flush;            /* the sender waits on one of them: acknowledge at once */
   uint32_t resume_recv_seq; /* recv_seq when the current rollback began */
   int resume_cursor;        /* next slot to announce after a rollback; -1 = none, 32 = END */
   int fail_notice_pending;  /* a FAIL message still has to be posted */
@@ -294,6 +299,8 @@ rr_status engine_recv_write(rr_engine *e, int rail, const rr_write_hdr *h);
 rr_status engine_recv_on_msg(rr_engine *e, int rail, const engine_msg *m);
 rr_status engine_recv_on_drain(rr_engine *e, int rail, uint32_t epoch);
 rr_status engine_recv_outbox(rr_engine *e);
+/* Complete the receives that wait only for drains that are no longer owed. */
+void engine_recv_check_landed(rr_engine *e);
 void engine_recv_rollback(rr_engine *e);
 void engine_recv_free(rr_engine *e);
 rr_status engine_recv_test(rr_recv_req *r, int *done, size_t *sizes);

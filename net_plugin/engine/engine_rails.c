@@ -138,11 +138,18 @@ void engine_rail_set_state(rr_engine *e, int r, rr_rail_state st, const char *wh
     rl->recent_failures = now - rl->last_failure_ns < FLAP_WINDOW_NS ? rl->recent_failures + 1 : 1;
     rl->last_failure_ns = now;
   }
+  /* A rail that stops being usable is fenced (a DEAD endpoint is broken
+   * already): nothing it carried lands after this, so it owes no drain,
+   * and receives that waited only for that drain may complete. */
+  if (st == RR_RAIL_DOWN || st == RR_RAIL_DEAD) {
+    if (old != RR_RAIL_DOWN) rl->ep->ops->fence(rl->ep);
+    if (rl->need_drain) {
+      rl->need_drain = 0;
+      if (e->cfg.role == RR_ENGINE_RECV) engine_recv_check_landed(e);
+    }
+  }
   if (old == RR_RAIL_ACTIVE) {
     report(e, r, RR_HEV_RAIL_STATE, -1);
-    /* The failed rail is fenced: nothing it carried lands after this. */
-    rl->ep->ops->fence(rl->ep);
-    rl->need_drain = 0;
     if (e->cfg.role == RR_ENGINE_RECV) engine_recv_rollback(e);
     else engine_send_rail_lost(e);
   } else if (st == RR_RAIL_ACTIVE) {
@@ -175,10 +182,13 @@ void engine_rail_swap(rr_engine *e, int r, rr_rail_ep *ep) {
   rl->ep = ep;
   ep->rail = r;
   /* A fresh endpoint carries nothing of an older epoch. */
+  int owed = rl->need_drain;
   rl->need_drain = 0;
   rl->drain_posted = e->epoch;
   rl->cause = RR_OK;
   uint64_t now = rr_now_ns();
+  rl->swapped_ns = now;
+  if (owed && e->cfg.role == RR_ENGINE_RECV) engine_recv_check_landed(e);
   rl->state = RR_RAIL_DOWN;
   rl->state_since_ns = now;
   rl->last_alive_ns = 0;

@@ -7,15 +7,23 @@
  * length the chunk cannot have, a chunk the posted size does not allow, a
  * repeat) writes nothing and fails the rail that carried it. */
 #include "engine.h"
+#include "rr_clock.h"
 #include "rr_log.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* Acks that could not be posted wait here (a full control queue, or no rail
- * for a moment). An ack names a sequence number, so it stays true even if
- * NCCL reposts the slot before it leaves. */
+/* Acknowledgements are deferred and coalesced: one ACK names up to 33
+ * receives, and it rides with the next control message this end sends
+ * anyway (a clear-to-send, usually), so a stream of small messages costs no
+ * system call per message for acks. They leave at once when the sender
+ * holds NCCL's buffer until the ack, when ACK_DEFER_MAX wait, and at the
+ * latest ACK_DEFER_NS after the oldest completed. An ack names sequence
+ * numbers, so it stays true even if NCCL reposts the slot before it leaves. */
+#define ACK_DEFER_MAX 16
+#define ACK_DEFER_NS 1000000ull
 static void ack_enqueue(rr_engine *e, uint32_t seq);
+static rr_status acks_flush(rr_engine *e);
 
 static int seq_before(uint32_t a, uint32_t b) { return (int32_t)(a - b) < 0; }
 
@@ -37,9 +45,13 @@ static void recv_complete(rr_engine *e, rr_recv_req *r) {
    * is still outstanding NCCL keeps testing this connection, so the ack
    * can wait for that next call and leave with the clear-to-send NCCL
    * posts meanwhile (one system call instead of two); otherwise it must
-   * leave before test() returns. */
-  if (r->ack_now && !engine_outstanding(e)) e->urgent = 1;
-  else e->ctrl_queued = 1;
+   * leave before test() returns. A bounced message's ack only frees the
+   * sender's copy: it waits for company (above). */
+  if (r->ack_now) {
+    e->ack_flush = 1;
+    if (!engine_outstanding(e)) e->urgent = 1;
+    else e->ctrl_queued = 1;
+  }
 }
 
 /* Receives whose chunks all landed complete once the rails are drained. */
@@ -124,6 +136,8 @@ rr_status engine_recv_write(rr_engine *e, int rail, const rr_write_hdr *h) {
   return RR_OK;
 }
 
+void engine_recv_check_landed(rr_engine *e) { complete_landed(e); }
+
 rr_status engine_recv_on_drain(rr_engine *e, int rail, uint32_t epoch) {
   if (epoch == e->epoch && e->rails[rail].need_drain) {
     e->rails[rail].need_drain = 0;
@@ -135,11 +149,41 @@ rr_status engine_recv_on_drain(rr_engine *e, int rail, uint32_t epoch) {
 /* ------------------------------------------------------------- outbox */
 
 static void ack_enqueue(rr_engine *e, uint32_t seq) {
-  engine_msg a = {.type = ENGINE_CTRL_ACK, .u.ack_seq = seq};
-  if (e->ack_pending == 0 && engine_post_msg(e, &a) == RR_OK) return;
-  /* Keep order: once one waits, the rest queue behind it. */
+  /* At most one ack per slot waits: a slot's next receive is posted only
+   * with a clear-to-send, and acks are flushed before it. */
+  if (e->ack_pending == RR_NET_MAX_REQUESTS) return;
+  if (e->ack_pending == 0) e->ack_since_ns = rr_now_ns();
   e->ack_queue[(e->ack_head + e->ack_pending) % RR_NET_MAX_REQUESTS] = seq;
   e->ack_pending++;
+  if (e->ack_pending >= ACK_DEFER_MAX) e->ack_flush = 1;
+}
+
+/* Post every waiting ack, as few messages as the sequence numbers allow.
+ * RR_OK also when no rail takes them now (they stay queued). */
+static rr_status acks_flush(rr_engine *e) {
+  while (e->ack_pending) {
+    uint32_t base = e->ack_queue[e->ack_head], more = 0;
+    uint32_t rest[RR_NET_MAX_REQUESTS];
+    uint32_t nrest = 0;
+    for (uint32_t j = 1; j < e->ack_pending; j++) {
+      uint32_t s = e->ack_queue[(e->ack_head + j) % RR_NET_MAX_REQUESTS], d = s - base;
+      if (d >= 1 && d <= 32) more |= 1u << (d - 1);
+      else rest[nrest++] = s;
+    }
+    engine_msg a = {.type = ENGINE_CTRL_ACK, .u.ack = {.seq = base, .more = more}};
+    rr_status st = engine_post_msg(e, &a);
+    if (st != RR_OK) return st == RR_AGAIN ? RR_OK : st;
+    e->ack_head = 0;
+    e->ack_pending = nrest;
+    memcpy(e->ack_queue, rest, nrest * sizeof *rest);
+    e->ack_since_ns = rr_now_ns();
+  }
+  e->ack_flush = 0;
+  return RR_OK;
+}
+
+static int acks_due(const rr_engine *e) {
+  return e->ack_pending && (e->ack_flush || rr_now_ns() - e->ack_since_ns >= ACK_DEFER_NS);
 }
 
 /* A rollback's announcement: FAIL (the new epoch and the rails down), one
@@ -148,6 +192,11 @@ static void ack_enqueue(rr_engine *e, uint32_t seq) {
  * heard all of them whatever rails they travelled on. */
 rr_status engine_recv_outbox(rr_engine *e) {
   if (engine_control_rail(e) < 0) return RR_OK;
+  /* Acks first: whatever else leaves now carries them along. */
+  if (e->ack_pending && (acks_due(e) || e->fail_notice_pending || e->resume_cursor >= 0)) {
+    rr_status st = acks_flush(e);
+    if (st != RR_OK) return st;
+  }
   if (e->fail_notice_pending) {
     engine_msg f = {.type = ENGINE_CTRL_FAIL, .u.fail = {.epoch = e->epoch, .down_mask = engine_down_mask(e)}};
     if (engine_post_msg(e, &f) != RR_OK) return RR_OK;
@@ -172,12 +221,6 @@ rr_status engine_recv_outbox(rr_engine *e) {
                     .u.end = {.epoch = e->epoch, .recv_seq = e->resume_recv_seq, .slot_mask = e->resume_mask}};
     if (engine_post_msg(e, &m) != RR_OK) return RR_OK;
     e->resume_cursor = -1;
-  }
-  while (e->ack_pending) {
-    engine_msg a = {.type = ENGINE_CTRL_ACK, .u.ack_seq = e->ack_queue[e->ack_head]};
-    if (engine_post_msg(e, &a) != RR_OK) return RR_OK;
-    e->ack_head = (e->ack_head + 1) % RR_NET_MAX_REQUESTS;
-    e->ack_pending--;
   }
   return RR_OK;
 }
@@ -314,8 +357,10 @@ static rr_status irecv_locked(rr_engine *e, int n, void **data, const size_t *si
   }
   /* The clear-to-send leaves with the next progress (NCCL tests a posted
    * receive right away), so a receive posted just before a send does not
-   * put an extra system call in front of it. */
-  rr_status st = engine_post_msg(e, &c);
+   * put an extra system call in front of it; waiting acks go with it. */
+  rr_status st = e->ack_pending ? acks_flush(e) : RR_OK;
+  if (st != RR_OK) return st;
+  st = engine_post_msg(e, &c);
   if (st == RR_AGAIN) return engine_progress(e); /* no room now: NCCL retries */
   if (st != RR_OK) return st;
   e->ctrl_queued = 1;

@@ -249,13 +249,15 @@ static void on_resume_end(rr_engine *e, uint32_t epoch, uint32_t recv_seq, uint3
   }
 }
 
-/* A RESUME_SLOT or RESUME_END of epoch x: the latest epoch's announcement
- * is obeyed while we wait for it; anything older, or repeated after we
- * finished, is stale. */
+/* A RESUME_SLOT or RESUME_END of epoch x: obeyed only while we wait for
+ * the announcement of an epoch after fail_epoch (the epoch we lost
+ * something in, or wait to leave). An announcement repeated after we
+ * finished x, or one of the epoch we are asking to leave, is stale: obeying
+ * it would rewind sends whose chunks already went out in x. */
 static int resume_current(rr_engine *e, uint32_t x) {
   if (seq_before(x, e->epoch)) return 0;
   if (seq_before(e->epoch, x)) adopt_epoch(e, x);
-  return e->resume_wait;
+  return e->resume_wait && seq_before(e->fail_epoch, x);
 }
 
 rr_status engine_send_on_msg(rr_engine *e, int rail, const engine_msg *m) {
@@ -263,7 +265,10 @@ rr_status engine_send_on_msg(rr_engine *e, int rail, const engine_msg *m) {
   case ENGINE_CTRL_CTS:
     return install_cts(e, rail, &m->u.cts);
   case ENGINE_CTRL_ACK:
-    on_ack(e, m->u.ack_seq); /* an ack for nothing outstanding is a repeat: harmless */
+    /* An ack for nothing outstanding is a repeat: harmless. */
+    on_ack(e, m->u.ack.seq);
+    for (uint32_t i = 0, more = m->u.ack.more; more; i++, more >>= 1)
+      if (more & 1) on_ack(e, m->u.ack.seq + 1 + i);
     return RR_OK;
   case ENGINE_CTRL_FAIL:
     /* The receiver's word: adopt its epoch first, then take its rails down.
@@ -273,8 +278,13 @@ rr_status engine_send_on_msg(rr_engine *e, int rail, const engine_msg *m) {
      * and we ask for a new rollback. */
     if (seq_before(e->epoch, m->u.fail.epoch)) adopt_epoch(e, m->u.fail.epoch);
     e->peer_told = e->resume_wait;
+    /* A notice may be older than a rail's fresh endpoint (it was sent before
+     * we reopened the rail): a rail reopened within δ is not taken down on
+     * it. The receiver repeats its list every δ while a rail stays down. */
+    uint64_t now = rr_now_ns();
     for (int i = 0; i < e->nrails; i++)
-      if ((m->u.fail.down_mask & (1u << i)) && engine_rail_usable(e, i))
+      if ((m->u.fail.down_mask & (1u << i)) && engine_rail_usable(e, i) &&
+          now - e->rails[i].swapped_ns >= e->cfg.progress_timeout_ns)
         engine_rail_set_state(e, i, RR_RAIL_DOWN, "the receiver sees it down");
     e->peer_told = 0;
     return RR_OK;

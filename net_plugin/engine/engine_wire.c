@@ -77,7 +77,8 @@ uint32_t engine_msg_encode(const engine_msg *m, uint8_t *buf, uint32_t cap) {
     put_cts_body(&b, &m->u.cts);
     break;
   case ENGINE_CTRL_ACK:
-    put32(&b, m->u.ack_seq);
+    put32(&b, m->u.ack.seq);
+    put32(&b, m->u.ack.more);
     break;
   case ENGINE_CTRL_PROBE:
     put32(&b, m->u.probe_rail);
@@ -141,7 +142,8 @@ rr_status engine_msg_decode(const void *buf, uint32_t len, int nrails, engine_ms
     bad = get_cts_body(&b, nrails, 0, &m->u.cts);
     break;
   case ENGINE_CTRL_ACK:
-    m->u.ack_seq = get32(&b);
+    m->u.ack.seq = get32(&b);
+    m->u.ack.more = get32(&b);
     break;
   case ENGINE_CTRL_PROBE:
     m->u.probe_rail = get32(&b);

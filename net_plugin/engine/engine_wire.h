@@ -10,7 +10,7 @@
  *   header     type u8 | 0 u8 | 0 u16                                  4 bytes
  *   CTS        hdr | seq u32 | n u8 | nrails u8 | 0 u16 | n x entry
  *              entry: tag i32 | 0 u32 | addr u64 | size u64 | nrails x rkey u32
- *   ACK        hdr | seq u32
+ *   ACK        hdr | seq u32 | more u32
  *   PROBE      hdr | rail u32
  *   FAIL       hdr | epoch u32 | down_mask u32
  *   RESUME_SLOT hdr | epoch u32 | n x prefix u32 | CTS body (from seq on)
@@ -57,7 +57,10 @@ typedef struct engine_msg {
   uint8_t type;                /* enum engine_ctrl_type */
   union {
     engine_cts cts;            /* CTS */
-    uint32_t ack_seq;          /* ACK */
+    struct {
+      uint32_t seq;            /* receive seq is complete ... */
+      uint32_t more;           /* ... and so is seq + 1 + i for every bit i */
+    } ack;
     uint32_t probe_rail;       /* PROBE */
     struct {
       uint32_t epoch;

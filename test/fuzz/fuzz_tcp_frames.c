@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "fuzz_common.h"
 #include "rail_tcp.h"
 
 #define GUARD 4096
@@ -28,7 +29,7 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
-  setenv("RERAIL_LOG_LEVEL", "none", 1);
+  rr_log_set_logger(fuzz_quiet_logger);
   return 0;
 }
 
@@ -93,7 +94,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     while (read(sv[1], sink, sizeof sink) > 0) {
     } /* our clear-to-sends */
   }
-  if (!guards_intact(arena)) abort();
+  FUZZ_CHECK(guards_intact(arena));
 
   rr_engine_fini(&e);
   dev->ops->dereg_mr(mr.reg[0]);

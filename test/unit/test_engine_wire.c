@@ -58,7 +58,7 @@ static void every_type_roundtrips(void **state) {
       s.u.slot.cts = c.u.cts;
       roundtrip(&s, nrails);
     }
-  engine_msg a = {.type = ENGINE_CTRL_ACK, .u.ack_seq = 0xfffffffe};
+  engine_msg a = {.type = ENGINE_CTRL_ACK, .u.ack = {.seq = 0xfffffffe, .more = 0x80000003u}};
   roundtrip(&a, 2);
   engine_msg p = {.type = ENGINE_CTRL_PROBE, .u.probe_rail = 3};
   roundtrip(&p, 4);
@@ -70,10 +70,10 @@ static void every_type_roundtrips(void **state) {
 
 static void little_endian_on_the_wire(void **state) {
   (void)state;
-  engine_msg a = {.type = ENGINE_CTRL_ACK, .u.ack_seq = 0x11223344};
+  engine_msg a = {.type = ENGINE_CTRL_ACK, .u.ack = {.seq = 0x11223344, .more = 0x5}};
   uint8_t buf[16];
-  assert_int_equal(engine_msg_encode(&a, buf, sizeof buf), 8);
-  const uint8_t want[8] = {ENGINE_CTRL_ACK, 0, 0, 0, 0x44, 0x33, 0x22, 0x11};
+  assert_int_equal(engine_msg_encode(&a, buf, sizeof buf), 12);
+  const uint8_t want[12] = {ENGINE_CTRL_ACK, 0, 0, 0, 0x44, 0x33, 0x22, 0x11, 0x05, 0, 0, 0};
   assert_memory_equal(buf, want, sizeof want);
 }
 

@@ -1,0 +1,65 @@
+/* Verbs devices and ports rerail can use: ACTIVE InfiniBand and RoCE ports that RERAIL_IB_HCA
+ * selects, each with the GID it addresses peers with and the properties NCCL asks for. */
+#ifndef RERAIL_VERBS_DEV_H
+#define RERAIL_VERBS_DEV_H
+#include <limits.h>
+#include <net/if.h>
+#include <stdint.h>
+
+#include "rr_status.h"
+#include "verbs_lib.h"
+#include "verbs_select.h"
+
+#define RR_VERBS_MAX_PORTS 32
+#define RR_VERBS_DEV_NAME_MAX 64
+
+typedef struct rr_verbs_port {
+  char dev_name[RR_VERBS_DEV_NAME_MAX]; /* "mlx5_0", "rxe0" */
+  int port;                             /* 1-based */
+  int link_layer;                       /* IBV_LINK_LAYER_INFINIBAND or IBV_LINK_LAYER_ETHERNET */
+  int gid_index;                        /* RoCE: the chosen GID; IB: RERAIL_IB_GID_INDEX or 0 */
+  union ibv_gid gid;
+  int gid_type;                         /* enum rr_gid_type (RoCE) */
+  char netdev[IF_NAMESIZE];             /* RoCE: the GID's network interface; "" if unknown */
+  uint16_t lid;                         /* IB */
+  int active_mtu;                       /* enum ibv_mtu */
+  int speed_mbps;                       /* active speed x width; 0 when unknown */
+  uint64_t guid;                        /* node GUID, host byte order */
+  char pci_path[PATH_MAX];              /* realpath of the device in sysfs; "" for a virtual one */
+  int numa_node;                        /* -1 when unknown */
+  int max_qp;                           /* device limits: maxComms is max_qp */
+  int max_qp_wr;
+  int max_cqe;
+  int max_sge;
+  int max_qp_rd_atom;
+} rr_verbs_port;
+
+typedef struct rr_verbs_opts {
+  const char *hca_spec;   /* RERAIL_IB_HCA; NULL/"" = every device */
+  int gid_index;          /* RERAIL_IB_GID_INDEX; -1 = choose */
+  const char *sysfs_root; /* "/sys"; tests pass fake trees */
+} rr_verbs_opts;
+
+/* Enumerate usable ports into out[0..max): devices in libibverbs order, ports in order.
+ * api NULL (no libibverbs) gives *count = 0 and RR_OK: "no verbs devices" is not an error.
+ * Devices that cannot be opened or queried are reported and skipped. */
+rr_status rr_verbs_discover(const rr_ibv_api *api, const rr_verbs_opts *opts, rr_verbs_port *out,
+                            int max, int *count);
+
+/* Read port `port` of `dev`'s GID table from sysfs (ports/P/gids/N, gid_attrs/types/N), up to
+ * max entries; empty entries are kept (all zero) so indices match. Returns the number read
+ * (0 when sysfs has no table), and fills ndevs (when not NULL, IF_NAMESIZE each) from
+ * gid_attrs/ndevs/N. */
+int rr_verbs_read_gid_table(const char *sysfs_root, const char *dev, int port, rr_gid_entry *tbl,
+                            char (*ndevs)[IF_NAMESIZE], int max);
+
+/* Parse sysfs's GID text "fe80:0000:...:000a" (8 groups of 4 hex digits) into 16 bytes. */
+rr_status rr_gid_parse_text(const char *text, uint8_t raw[16]);
+
+/* "::ffff:10.55.0.1" / "fe80::55:ff:fe00:a"; buf of at least 46 bytes. */
+const char *rr_gid_str(const uint8_t raw[16], char *buf, size_t len);
+
+/* Is GPUDirect RDMA available (nvidia_peermem or the older nv_peer_mem loaded)? */
+int rr_verbs_gdr_present(const char *sysfs_root);
+
+#endif

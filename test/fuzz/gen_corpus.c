@@ -1,0 +1,190 @@
+/* Writes the fuzzers' seed corpora with rerail's real encoders: valid
+ * handles from rr_handle_encode, valid tables from the real writer (copied
+ * while its rows are claimed and filled), and a few edge cases derived from
+ * them. Usage: fuzz_gen_corpus <corpus dir> (creates <dir>/handle and
+ * <dir>/health_table). Rerun and commit its output when a format changes. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "handle.h"
+#include "setup_wire.h"
+#include "rr_health.h"
+#include "rr_health_table.h"
+#include "rr_health_table_internal.h"
+
+static const char *out_dir;
+
+static void put(const char *target, const char *name, const void *buf, size_t len) {
+  char p[4096];
+  snprintf(p, sizeof p, "%s/%s", out_dir, target);
+  if (mkdir(p, 0755) != 0 && errno != EEXIST) exit(1);
+  snprintf(p, sizeof p, "%s/%s/%s", out_dir, target, name);
+  FILE *f = fopen(p, "wb");
+  if (!f || fwrite(buf, 1, len, f) != len || fclose(f) != 0) {
+    fprintf(stderr, "cannot write %s\n", p);
+    exit(1);
+  }
+}
+
+static struct sockaddr_storage v4(const char *a) {
+  struct sockaddr_storage s;
+  memset(&s, 0, sizeof s);
+  ((struct sockaddr_in *)&s)->sin_family = AF_INET;
+  inet_pton(AF_INET, a, &((struct sockaddr_in *)&s)->sin_addr);
+  return s;
+}
+
+static struct sockaddr_storage v6(const char *a) {
+  struct sockaddr_storage s;
+  memset(&s, 0, sizeof s);
+  ((struct sockaddr_in6 *)&s)->sin6_family = AF_INET6;
+  inet_pton(AF_INET6, a, &((struct sockaddr_in6 *)&s)->sin6_addr);
+  return s;
+}
+
+static void handles(void) {
+  unsigned char h[RR_NET_HANDLE_SIZE];
+  uint8_t secret[RR_HS_SECRET_LEN];
+  for (int i = 0; i < RR_HS_SECRET_LEN; i++) secret[i] = (uint8_t)(0x11 * i + 3);
+  struct sockaddr_storage one[1] = {v4("10.77.0.1")};
+  if (rr_handle_encode(one, 1, 40123, secret, h) != RR_OK) exit(1);
+  put("handle", "valid-ipv4-1addr", h, sizeof h);
+  struct sockaddr_storage five[5] = {v6("fd00::1"), v6("fe80::1:2"), v6("fd00::2"), v6("fd00::3"),
+                                     v6("fd00::4")};
+  if (rr_handle_encode(five, 5, 65535, secret, h) != RR_OK) exit(1);
+  put("handle", "valid-ipv6-5addrs", h, sizeof h);
+  unsigned char bad[RR_NET_HANDLE_SIZE];
+  memcpy(bad, h, sizeof bad);
+  bad[0] ^= 0xff;
+  put("handle", "bad-magic", bad, sizeof bad);
+  memcpy(bad, h, sizeof bad);
+  bad[4] = 1; /* version */
+  put("handle", "bad-version", bad, sizeof bad);
+  memcpy(bad, h, sizeof bad);
+  bad[5] = 6; /* naddrs above the maximum */
+  put("handle", "too-many-addrs", bad, sizeof bad);
+  memcpy(bad, h, sizeof bad);
+  bad[40] = bad[41] = 0; /* port 0 */
+  put("handle", "port-zero", bad, sizeof bad);
+  memcpy(bad, h, sizeof bad);
+  bad[6] = 5; /* unknown family */
+  put("handle", "bad-family", bad, sizeof bad);
+  put("handle", "short", h, 16);
+}
+
+/* Connection-setup messages, each behind the byte fuzz_hello.c reads to pick
+ * its decoder (0 HELLO, 1 CHALLENGE, 2 PROOF, 3 ACCEPT, 4 COMMIT). */
+static void put_msg(const char *name, uint8_t which, const uint8_t *m, size_t len) {
+  uint8_t buf[1 + RR_HS_MAX_LEN];
+  buf[0] = which;
+  memcpy(buf + 1, m, len);
+  put("hello", name, buf, 1 + len);
+}
+
+static void hellos(void) {
+  uint8_t m[RR_HS_MAX_LEN];
+  rr_hs_hello h = {.conn_id = 0x0123456789abcdefull, .rail = 1, .stream = 0, .nstreams = 2,
+                   .flags = RR_HS_FLAG_RECONNECT, .chunk_size = 128 << 10, .generation = 3};
+  size_t n = rr_hs_hello_encode(&h, m);
+  put_msg("hello-reconnect", 0, m, n);
+  put_msg("hello-truncated", 0, m, n / 2);
+  h.flags = 0, h.generation = 0;
+  put_msg("hello-first", 0, m, rr_hs_hello_encode(&h, m));
+  rr_hs_challenge c = {.gen_floor = 7};
+  memset(c.nonce, 0x5a, sizeof c.nonce);
+  put_msg("challenge", 1, m, rr_hs_challenge_encode(&c, m));
+  rr_hs_proof p = {.blob_len = 3, .blob = {1, 2, 3}};
+  put_msg("proof-blob", 2, m, rr_hs_proof_encode(RR_HS_PROOF, &p, m));
+  p.blob_len = 0;
+  put_msg("accept-empty", 3, m, rr_hs_proof_encode(RR_HS_ACCEPT, &p, m));
+  put_msg("commit", 4, m, rr_hs_commit_encode(0x3, m));
+}
+
+static void table_file(const char *path, unsigned char **buf, size_t *len) {
+  struct stat st;
+  int fd = open(path, O_RDONLY);
+  if (fd < 0 || fstat(fd, &st) != 0) exit(1);
+  *len = (size_t)st.st_size;
+  *buf = malloc(*len);
+  if (!*buf || pread(fd, *buf, *len, 0) != (ssize_t)*len) exit(1);
+  close(fd);
+}
+
+static void tables(void) {
+  char dir[] = "/tmp/rr-gen-corpus-XXXXXX", path[64];
+  if (!mkdtemp(dir)) exit(1);
+  snprintf(path, sizeof path, "%s/health", dir);
+  rr_ht_writer_opts o = {.nic_rows = 2, .peer_rows = 2, .group = ""};
+  rr_ht_writer *w = NULL;
+  if (rr_health_table_open_writer(path, &o, &w, NULL) != RR_OK) exit(1);
+  unsigned char *buf;
+  size_t len;
+  table_file(path, &buf, &len);
+  put("health_table", "empty-2x2", buf, len);
+  free(buf);
+
+  /* Rows of every kind, filled by the real writer. */
+  rr_health_table_claim(w, 0, "eth0");
+  rr_health_table_claim(w, 1, "eth1");
+  rr_health_table_figures(w, 0, RR_HT_TX, 12500000000ull, 4000, 9000);
+  rr_health_table_figures(w, 1, RR_HT_RX, 11000000000ull, 4500, 9500);
+  rr_health_event ev;
+  memset(&ev, 0, sizeof ev);
+  ev.kind = RR_HEV_RAIL_STATE;
+  ev.dev = 1;
+  ev.state = RR_LINK_DOWN;
+  snprintf(ev.ifname, sizeof ev.ifname, "eth1");
+  snprintf(ev.peer, sizeof ev.peer, "10.77.0.2");
+  snprintf(ev.reason, sizeof ev.reason, "send rail1: connection reset");
+  rr_health_table_event(w, &ev);
+  table_file(path, &buf, &len);
+  put("health_table", "rows-2x2", buf, len);
+
+  /* Edge cases from it: a row caught mid-write (odd seq), a row whose
+   * strings fill their arrays, an impossible state, cut short, header only,
+   * another layout version, not a table at all. */
+  unsigned char *edge = malloc(len);
+  rr_ht_header h;
+  memcpy(&h, buf, sizeof h);
+  memcpy(edge, buf, len);
+  edge[h.nic_offset] |= 1;
+  put("health_table", "row-mid-write", edge, len);
+  memcpy(edge, buf, len);
+  memset(edge + h.nic_offset + offsetof(rr_ht_nic_row, ifname), 'x', 16);
+  memset(edge + h.peer_offset + offsetof(rr_ht_peer_row, peer), 'y', 64 + 96);
+  put("health_table", "unterminated-strings", edge, len);
+  memcpy(edge, buf, len);
+  edge[h.nic_offset + offsetof(rr_ht_nic_row, state)] = 9;
+  put("health_table", "bad-state", edge, len);
+  put("health_table", "cut-short", buf, len / 2);
+  put("health_table", "header-only", buf, sizeof h);
+  memcpy(edge, buf, len);
+  ((rr_ht_header *)edge)->version = 2;
+  ((rr_ht_header *)edge)->checksum = rr_ht_header_checksum((rr_ht_header *)edge);
+  put("health_table", "other-version", edge, len);
+  put("health_table", "foreign", "not a health table\n", 19);
+  free(edge);
+  free(buf);
+  rr_health_table_close_writer(w);
+  unlink(path);
+  rmdir(dir);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: %s <corpus dir>\n", argv[0]);
+    return 2;
+  }
+  out_dir = argv[1];
+  handles();
+  hellos();
+  tables();
+  return 0;
+}
