@@ -68,6 +68,16 @@ static void discover_devices(void) {
 
 const rr_devices *rr_core_devices(void) { return &devices; }
 
+/* The devices live as long as the library: closed when NCCL unloads it,
+ * after every other destructor (priority 101 runs last) has stopped the
+ * monitor thread and freed the connections whose endpoints use them. */
+__attribute__((destructor(101))) static void devices_unload(void) {
+  for (int i = 0; i < devices.count; i++)
+    if (devices.rail[i]) devices.rail[i]->ops->dev_close(devices.rail[i]), devices.rail[i] = NULL;
+  devices.count = 0;
+  devices_ready = 0;
+}
+
 rr_status rr_core_ep_create(int dev, int *fds, int nfds, const void *peer_blob, uint32_t blob_len,
                             rr_engine *e, rr_rail_ep **out) {
   rr_status st = RR_ERR_INVALID;
