@@ -16,7 +16,7 @@
 # logged once, and the listeners bind the pooled rails' addresses only.
 #
 # usage: hostile_peers.sh PLUGIN_DIR HARNESS HOSTILE
-#   RERAIL_TEST_SCALE   scales the traffic time (default 1: 40 s; at least 20 s)
+#   RERAIL_TEST_SCALE   scales the traffic time (default 1: 40 s; at least 30 s)
 #   KEEP_LOGS=1         keep the logs
 # shellcheck disable=SC2034,SC1091  # PLUGIN_DIR, HARNESS, PAIR_ENV: read by resilience_lib.sh
 set -u
@@ -26,7 +26,7 @@ HOSTILE=${3:?usage: $0 PLUGIN_DIR HARNESS HOSTILE}
 # shellcheck source=resilience_lib.sh
 . "$(dirname "$0")/resilience_lib.sh"
 
-SECS=$(scaled 40 20)
+SECS=$(scaled 40 30)
 SECS=${SECS%.*}
 lab_start "${RERAIL_LAB:-rrh}$$" 3 2
 # The server logs at INFO: its "accepted connection ID" lines are how a peer
