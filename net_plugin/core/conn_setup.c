@@ -234,7 +234,8 @@ static rr_status stream_step(connect_state *c, connect_rail *cr, int r, int i, c
      * next attempt just past the floor the listener (authentically) gave. */
     if (cr->generation && (cr->generation <= ch.gen_floor ||
                            cr->generation - ch.gen_floor > RR_HS_GEN_WINDOW)) {
-      cr->resync_floor = ch.gen_floor ? ch.gen_floor : 1;
+      cr->resync = 1;
+      cr->resync_floor = ch.gen_floor;
       *why = "the reconnect's generation is outside the listener's window: resynchronised";
       return RR_ERR_PEER;
     }
@@ -415,9 +416,9 @@ static rr_status send_comm_reconnect(void *arg, int rail, rr_rail_ep **ep) {
   if (!s->reconnecting[rail]) {
     /* Normally the next generation; after a listener said ours was out of
      * its window, the one just past its floor. */
-    uint32_t gen = cr->resync_floor ? cr->resync_floor + 1 : s->generation[r] + 1;
-    if (gen == 0) gen = 1;
-    cr->resync_floor = 0;
+    uint32_t gen = cr->resync ? cr->resync_floor + 1 : s->generation[r] + 1;
+    if (gen == 0) gen = 1; /* 0 names a first connection */
+    cr->resync = 0;
     s->generation[r] = gen;
     cr->generation = gen;
     for (int i = 0; i < c->nstreams; i++) cr->s[i].fd = -1, cr->s[i].state = SS_CONNECTING;

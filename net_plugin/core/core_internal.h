@@ -73,7 +73,8 @@ typedef struct connect_rail {
   int status;                /* RAIL_* */
   uint64_t retry_at_ns;
   uint32_t generation;       /* the attempt the hellos announce (0: first connection) */
-  uint32_t resync_floor;     /* >0: the listener's floor says the next attempt is floor+1 */
+  uint8_t resync;            /* the listener's floor says the next attempt is resync_floor + 1 */
+  uint32_t resync_floor;
   rr_rail_ep *ep;            /* opened through the rail's ops; connected once READY */
   uint16_t blob_len, peer_blob_len;
   uint8_t blob[RR_HS_BLOB_MAX];      /* our endpoint's address, sent in PROOF */
