@@ -146,7 +146,9 @@ typedef struct pending_sock {
 } pending_sock;
 
 #define RR_LISTEN_PENDING 64       /* unauthenticated sockets per listener */
-#define RR_LISTEN_PER_SOURCE 8     /* ... of them from one address */
+/* ... of them from one address: room for a sender's attempt at a rail and
+ * the one it just abandoned (whose FIN a failed path may never deliver). */
+#define RR_LISTEN_PER_SOURCE (2 * RR_TCP_MAX_STREAMS)
 #define RR_SETUP_AUTH_NS 1000000000ull /* to complete the handshake */
 #define RR_LISTEN_GROUPS 16
 #define RR_LISTEN_FDS RR_HANDLE_MAX_ADDRS
