@@ -18,7 +18,7 @@
 # usage: hostile_peers.sh PLUGIN_DIR HARNESS HOSTILE
 #   RERAIL_TEST_SCALE   scales the traffic time (default 1: 40 s; at least 30 s)
 #   KEEP_LOGS=1         keep the logs
-# shellcheck disable=SC2034,SC1091  # PLUGIN_DIR, HARNESS, PAIR_ENV: read by resilience_lib.sh
+# shellcheck disable=SC2034,SC1091,SC2153  # PLUGIN_DIR, HARNESS, PAIR_ENV: read by resilience_lib.sh; SRC: set by it
 set -u
 PLUGIN_DIR=${1:?usage: $0 PLUGIN_DIR HARNESS HOSTILE}
 HARNESS=${2:?usage: $0 PLUGIN_DIR HARNESS HOSTILE}
@@ -90,7 +90,7 @@ done
 
 # 3. A peer holding the handle: a runaway generation on conn 2's backup.
 ID=()
-for k in 0 1 2 3 4 5 6; do ID[$k]=$(conn_id $k); done
+for k in 0 1 2 3 4 5 6; do ID[k]=$(conn_id $k); done
 if [ ${#ID[@]} -ne 7 ] || printf '%s\n' "${ID[@]}" | grep -qx ''; then
   BAD+=("connection ids not found in the server's log")
   ID=(0 0 0 0 0 0 0)
@@ -126,13 +126,13 @@ once() {
   n=$(count_lines "$1" "$SLOG")
   [ "$n" = 1 ] || BAD+=("$2 logged $n times (want once)")
 }
-once "from $SRC0[^ ]*: too many unauthenticated connections from this address" "the per-source cap"
-once "from $SRC0[^ ]*: no handshake within 1 s" "dropping idle connections"
-once "from $SRC1[^ ]*: no handshake within 1 s" "dropping a truncated hello"
-once "from $SRC1[^ ]*: not a rerail peer" "garbage"
-once "from $SRC1[^ ]*: a rerail peer of another connection-setup version" "an old version"
-once "from $SRC1[^ ]*: wrong secret" "a wrong secret"
-once "from $SRC1[^ ]*: a runaway reconnect generation" "a runaway generation"
+once "from ${SRC0}[^ ]*: too many unauthenticated connections from this address" "the per-source cap"
+once "from ${SRC0}[^ ]*: no handshake within 1 s" "dropping idle connections"
+once "from ${SRC1}[^ ]*: no handshake within 1 s" "dropping a truncated hello"
+once "from ${SRC1}[^ ]*: not a rerail peer" "garbage"
+once "from ${SRC1}[^ ]*: a rerail peer of another connection-setup version" "an old version"
+once "from ${SRC1}[^ ]*: wrong secret" "a wrong secret"
+once "from ${SRC1}[^ ]*: a runaway reconnect generation" "a runaway generation"
 # Forged frames: each connection's first violation is logged, later ones
 # counted (the engine); a frame the rail itself refuses is named by the rail.
 VIOL=$(count_lines "rail [0-9]+ broke the protocol" "$SLOG")
