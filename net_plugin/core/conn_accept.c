@@ -179,6 +179,8 @@ static void listen_free(rr_listen_comm *l) {
   for (int i = 0; i < l->nsocks; i++)
     if (l->socks[i].fd >= 0) close(l->socks[i].fd);
   while (l->ngroups) group_remove(l, 0);
+  free(l->socks);
+  free(l->groups);
   free(l->comms);
   pthread_mutex_destroy(&l->lock);
   l->magic = RR_MAGIC_DEAD;
@@ -320,6 +322,10 @@ static pending_group *group_for(rr_listen_comm *l, pending_sock *ps, rr_recv_com
   if (g) return g;
   if (l->ngroups == RR_LISTEN_GROUPS) {
     *why = "too many connections in progress";
+    return NULL;
+  }
+  if (!l->groups && !(l->groups = calloc(RR_LISTEN_GROUPS, sizeof *l->groups))) {
+    *why = "out of memory";
     return NULL;
   }
   pending_group tmp;
@@ -635,6 +641,10 @@ static rr_status take_new(rr_listen_comm *l) {
         refuse(l, &tmp, "too many unauthenticated connections");
         continue;
       }
+      if (!l->socks && !(l->socks = calloc(RR_LISTEN_PENDING, sizeof *l->socks))) {
+        close(fd);
+        break;
+      }
       rr_sock_tune(fd);
       pending_sock *ps = &l->socks[l->nsocks++];
       memset(ps, 0, sizeof *ps);
@@ -647,9 +657,22 @@ static rr_status take_new(rr_listen_comm *l) {
   return RR_OK;
 }
 
+static rr_status advance_locked(rr_listen_comm *l, rr_recv_comm **out);
+
+/* Idle again: give the slots' memory back. */
+static void release_idle(rr_listen_comm *l) {
+  if (!l->nsocks) free(l->socks), l->socks = NULL;
+  if (!l->ngroups) free(l->groups), l->groups = NULL;
+}
+
 static rr_status accept_locked(rr_listen_comm *l, rr_recv_comm **out) {
   rr_status st = take_new(l);
-  if (st != RR_OK) return st;
+  if (st == RR_OK) st = advance_locked(l, out);
+  release_idle(l);
+  return st;
+}
+
+static rr_status advance_locked(rr_listen_comm *l, rr_recv_comm **out) {
   for (int i = 0; i < l->nsocks; i++) {
     pending_sock *ps = &l->socks[i];
     if (ps->fd >= 0 && ps->state == PS_HELLO) on_hello(l, ps);

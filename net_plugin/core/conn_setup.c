@@ -101,6 +101,8 @@ static void stream_close(setup_stream *st) {
   if (st->fd >= 0) close(st->fd);
   st->fd = -1;
   st->state = SS_CONNECTING;
+  free(st->hs);
+  st->hs = NULL;
 }
 
 static void rail_close(const connect_state *c, connect_rail *cr) {
@@ -133,6 +135,9 @@ static rr_status stream_open(connect_state *c, connect_rail *cr, setup_stream *s
   if (connect(fd, (const struct sockaddr *)dst, c->peer.addrlens[cr->peer_addr]) != 0 &&
       errno != EINPROGRESS)
     goto fail;
+  free(st->hs);
+  st->hs = calloc(1, sizeof *st->hs);
+  if (!st->hs) goto fail;
   st->fd = fd;
   st->state = SS_CONNECTING;
   return RR_OK;
@@ -143,23 +148,24 @@ fail:
 
 /* Send what is left of st->out. RR_OK once all of it left. */
 static rr_status send_out(setup_stream *st, const char **why) {
-  while (st->out_sent < st->out_len) {
-    ssize_t n = send(st->fd, st->out + st->out_sent, st->out_len - st->out_sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+  setup_hs *hs = st->hs;
+  while (hs->out_sent < hs->out_len) {
+    ssize_t n = send(st->fd, hs->out + hs->out_sent, hs->out_len - hs->out_sent, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return RR_AGAIN;
     if (n < 0) {
       *why = strerror(errno);
       return RR_ERR_PEER;
     }
-    st->out_sent += (uint16_t)n;
+    hs->out_sent += (uint16_t)n;
   }
   return RR_OK;
 }
 
-static void set_out(setup_stream *st, size_t len) {
-  st->out_len = (uint16_t)len;
-  st->out_sent = 0;
-  st->in_got = 0;
+static void set_out(setup_hs *hs, size_t len) {
+  hs->out_len = (uint16_t)len;
+  hs->out_sent = 0;
+  hs->in_got = 0;
 }
 
 /* Read exactly as much as the message needs (never a byte of what follows
@@ -171,7 +177,7 @@ static void set_out(setup_stream *st, size_t len) {
       size_t need = 0;                                                                   \
       _r = (decode_call);                                                                \
       if (_r != RR_AGAIN) break;                                                         \
-      ssize_t n = recv((st)->fd, (st)->in + (st)->in_got, need - (st)->in_got, MSG_DONTWAIT); \
+      ssize_t n = recv((st)->fd, (st)->hs->in + (st)->hs->in_got, need - (st)->hs->in_got, MSG_DONTWAIT); \
       if (n < 0 && errno == EINTR) continue;                                             \
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;                     \
       if (n <= 0) {                                                                      \
@@ -180,7 +186,7 @@ static void set_out(setup_stream *st, size_t len) {
         _r = RR_ERR_PEER;                                                                \
         break;                                                                           \
       }                                                                                  \
-      (st)->in_got += (uint16_t)n;                                                       \
+      (st)->hs->in_got += (uint16_t)n;                                                   \
     }                                                                                    \
     _r;                                                                                  \
   })
@@ -190,6 +196,7 @@ static void set_out(setup_stream *st, size_t len) {
  * listener went away; RR_ERR_PROTOCOL: it is not the listener of our handle. */
 static rr_status stream_step(connect_state *c, connect_rail *cr, int r, int i, const char **why) {
   setup_stream *st = &cr->s[i];
+  setup_hs *hs = st->hs;
   rr_status rs;
   switch (st->state) {
   case SS_CONNECTING: {
@@ -210,9 +217,9 @@ static rr_status stream_step(connect_state *c, connect_rail *cr, int r, int i, c
       *why = "no random numbers";
       return RR_ERR_PROTOCOL;
     }
-    rr_hs_hello_encode(&h, st->hello);
-    memcpy(st->out, st->hello, RR_HS_HELLO_LEN);
-    set_out(st, RR_HS_HELLO_LEN);
+    rr_hs_hello_encode(&h, hs->hello);
+    memcpy(hs->out, hs->hello, RR_HS_HELLO_LEN);
+    set_out(hs, RR_HS_HELLO_LEN);
     st->state = SS_HELLO;
   } /* fall through */
   case SS_HELLO:
@@ -221,11 +228,11 @@ static rr_status stream_step(connect_state *c, connect_rail *cr, int r, int i, c
     /* fall through */
   case SS_CHALLENGE: {
     rr_hs_challenge ch;
-    rs = RECV_MSG(st, rr_hs_challenge_decode(st->in, st->in_got, &ch, &need, why), why);
+    rs = RECV_MSG(st, rr_hs_challenge_decode(hs->in, hs->in_got, &ch, &need, why), why);
     if (rs == RR_AGAIN) return RR_OK;
     if (rs != RR_OK) return rs == RR_ERR_PEER ? rs : RR_ERR_PROTOCOL;
     uint8_t mac[RR_HS_MAC_LEN];
-    rr_hs_mac_challenge(c->secret, st->hello, ch.nonce, ch.gen_floor, mac);
+    rr_hs_mac_challenge(c->secret, hs->hello, ch.nonce, ch.gen_floor, mac);
     if (!rr_hs_mac_equal(mac, ch.mac)) {
       *why = "the listener did not prove it holds the handle's secret: not the peer the handle names";
       return RR_ERR_PROTOCOL;
@@ -239,11 +246,11 @@ static rr_status stream_step(connect_state *c, connect_rail *cr, int r, int i, c
       *why = "the reconnect's generation is outside the listener's window: resynchronised";
       return RR_ERR_PEER;
     }
-    memcpy(st->snonce, ch.nonce, RR_HS_NONCE_LEN);
+    memcpy(hs->snonce, ch.nonce, RR_HS_NONCE_LEN);
     rr_hs_proof pr = {.blob_len = cr->blob_len};
     memcpy(pr.blob, cr->blob, cr->blob_len);
-    rr_hs_mac_blob(RR_HS_PROOF, c->secret, st->hello, st->snonce, pr.blob, pr.blob_len, pr.mac);
-    set_out(st, rr_hs_proof_encode(RR_HS_PROOF, &pr, st->out));
+    rr_hs_mac_blob(RR_HS_PROOF, c->secret, hs->hello, hs->snonce, pr.blob, pr.blob_len, pr.mac);
+    set_out(hs, rr_hs_proof_encode(RR_HS_PROOF, &pr, hs->out));
     st->state = SS_PROOF;
   } /* fall through */
   case SS_PROOF:
@@ -252,11 +259,11 @@ static rr_status stream_step(connect_state *c, connect_rail *cr, int r, int i, c
     /* fall through */
   case SS_ACCEPT: {
     rr_hs_proof acc;
-    rs = RECV_MSG(st, rr_hs_proof_decode(RR_HS_ACCEPT, st->in, st->in_got, &acc, &need, why), why);
+    rs = RECV_MSG(st, rr_hs_proof_decode(RR_HS_ACCEPT, hs->in, hs->in_got, &acc, &need, why), why);
     if (rs == RR_AGAIN) return RR_OK;
     if (rs != RR_OK) return rs == RR_ERR_PEER ? rs : RR_ERR_PROTOCOL;
     uint8_t mac[RR_HS_MAC_LEN];
-    rr_hs_mac_blob(RR_HS_ACCEPT, c->secret, st->hello, st->snonce, acc.blob, acc.blob_len, mac);
+    rr_hs_mac_blob(RR_HS_ACCEPT, c->secret, hs->hello, hs->snonce, acc.blob, acc.blob_len, mac);
     if (!rr_hs_mac_equal(mac, acc.mac)) {
       *why = "the listener's accept does not carry its proof";
       return RR_ERR_PROTOCOL;
@@ -271,6 +278,8 @@ static rr_status stream_step(connect_state *c, connect_rail *cr, int r, int i, c
       return RR_ERR_PROTOCOL;
     }
     st->state = SS_DONE;
+    free(st->hs);
+    st->hs = NULL;
     return RR_OK;
   }
   default:

@@ -54,17 +54,22 @@ rr_status rr_core_ep_create(int dev, int *fds, int nfds, const void *peer_blob, 
  * (setup_wire.h). A send comm keeps this after connect() to reconnect a rail. */
 enum { RAIL_PENDING = 0, RAIL_READY, RAIL_FAILED };
 
-/* One setup socket's handshake, connector side. */
+/* One setup socket's handshake, connector side. Its buffers live on the
+ * heap only while it runs: a send comm keeps its plan for good. */
 enum { SS_CONNECTING = 0, SS_HELLO, SS_CHALLENGE, SS_PROOF, SS_ACCEPT, SS_DONE };
-typedef struct setup_stream {
-  int fd;
-  uint8_t state;             /* SS_* */
+typedef struct setup_hs {
   uint16_t out_len, out_sent;
   uint16_t in_got;
   uint8_t hello[RR_HS_HELLO_LEN]; /* as sent: every keyed hash covers it */
   uint8_t snonce[RR_HS_NONCE_LEN];
   uint8_t out[RR_HS_MAX_LEN];
   uint8_t in[RR_HS_MAX_LEN];
+} setup_hs;
+
+typedef struct setup_stream {
+  int fd;
+  uint8_t state;             /* SS_* */
+  setup_hs *hs;              /* while the handshake runs */
 } setup_stream;
 
 typedef struct connect_rail {
@@ -191,9 +196,11 @@ struct rr_listen_comm {
   int nfds;
   uint8_t secret[RR_HS_SECRET_LEN];
   pthread_mutex_t lock;
-  pending_sock socks[RR_LISTEN_PENDING];
+  /* Allocated while in use (a listener lives as long as its connections,
+   * and is idle nearly all that time). */
+  pending_sock *socks;       /* RR_LISTEN_PENDING of them */
   int nsocks;
-  pending_group groups[RR_LISTEN_GROUPS];
+  pending_group *groups;     /* RR_LISTEN_GROUPS of them */
   int ngroups;
   listen_warned warned[RR_LISTEN_WARN_SLOTS];
   /* The listener outlives NCCL's closeListen while connections it accepted
