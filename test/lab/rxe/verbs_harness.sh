@@ -7,9 +7,11 @@
 #  - the traffic completes with zero errors across the failure (failover) and after it,
 #  - the sender reports a failover, and no ibv_reg_mr happens after the first failover.
 #
-# usage: verbs_harness.sh HARNESS PLUGIN_DIR [SECONDS]
+# usage: verbs_harness.sh HARNESS PLUGIN_DIR [SECONDS [FAULT]]
+#   FAULT: link (default: ip link set vethA0 down, then up) or silent (RoCE on rail 0 dropped by
+#   nftables while every link and port stays up: only rerail's own detection can see it)
 set -uo pipefail
-HARNESS=$1 PLUGIN_DIR=$2 SECS=${3:-16}
+HARNESS=$1 PLUGIN_DIR=$2 SECS=${3:-16} FAULT=${4:-link}
 work=$(mktemp -d /tmp/verbs-harness.XXXXXX)
 fails=0
 ok()  { echo "verbs_rail: ok   - $*"; }
@@ -29,11 +31,19 @@ RERAIL_SOCKET_IFNAME==vethA0,vethA1 RERAIL_IB_HCA==rxe0,rxe1 RERAIL_HEALTH_PATH=
 client=$!
 
 sleep $((SECS / 4))
-echo "verbs_rail: host A's NIC vethA0 goes down ($(date +%s.%N))"
-ip link set vethA0 down
-sleep $((SECS / 4))
-echo "verbs_rail: vethA0 comes back ($(date +%s.%N))"
-ip link set vethA0 up
+if [ "$FAULT" = silent ]; then
+  echo "verbs_rail: rail 0 goes silent (RoCE dropped, links up) ($(date +%s.%N))"
+  rxefault drop 0 on
+  sleep $((SECS / 4))
+  echo "verbs_rail: rail 0 heard again ($(date +%s.%N))"
+  rxefault drop 0 off
+else
+  echo "verbs_rail: host A's NIC vethA0 goes down ($(date +%s.%N))"
+  ip link set vethA0 down
+  sleep $((SECS / 4))
+  echo "verbs_rail: vethA0 comes back ($(date +%s.%N))"
+  ip link set vethA0 up
+fi
 wait "$client"; crc=$?
 wait "$server"; src=$?
 
