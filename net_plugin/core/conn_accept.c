@@ -245,32 +245,11 @@ static rr_status send_all(int fd, const uint8_t *buf, size_t len) {
   return n == (ssize_t)len ? RR_OK : RR_ERR_PEER;
 }
 
-/* Read exactly what the message needs: RR_AGAIN until complete, RR_ERR_PEER
- * when the peer closed, else what the decoder says. */
-#define RECV_MSG(ps, decode_call, why)                                                    \
-  ({                                                                                      \
-    rr_status _r;                                                                         \
-    for (;;) {                                                                            \
-      size_t need = 0;                                                                    \
-      _r = (decode_call);                                                                 \
-      if (_r != RR_AGAIN) break;                                                          \
-      ssize_t n = recv((ps)->fd, (ps)->in + (ps)->got, need - (ps)->got, MSG_DONTWAIT);   \
-      if (n < 0 && errno == EINTR) continue;                                              \
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;                      \
-      if (n <= 0) {                                                                       \
-        *(why) = "closed before completing the handshake";                                \
-        _r = RR_ERR_PEER;                                                                 \
-        break;                                                                            \
-      }                                                                                   \
-      (ps)->got += (uint16_t)n;                                                           \
-    }                                                                                     \
-    _r;                                                                                   \
-  })
-
 /* HELLO in: answer with a CHALLENGE (our proof, a fresh nonce). */
 static void on_hello(rr_listen_comm *l, pending_sock *ps) {
   const char *why = NULL;
-  rr_status st = RECV_MSG(ps, rr_hs_hello_decode(ps->in, ps->got, &ps->h, &need, &why), &why);
+  rr_status st = RR_SETUP_RECV_MSG(ps->fd, ps->in, ps->got, rr_hs_hello_decode(ps->in, ps->got, &ps->h, &need, &why),
+                                   "closed before completing the handshake", &why);
   if (st == RR_AGAIN) return;
   if (st != RR_OK) {
     refuse(l, ps, why);
@@ -363,7 +342,8 @@ static pending_group *group_for(rr_listen_comm *l, pending_sock *ps, rr_recv_com
 static void on_proof(rr_listen_comm *l, pending_sock *ps) {
   const char *why = NULL;
   rr_hs_proof pr;
-  rr_status st = RECV_MSG(ps, rr_hs_proof_decode(RR_HS_PROOF, ps->in, ps->got, &pr, &need, &why), &why);
+  rr_status st = RR_SETUP_RECV_MSG(ps->fd, ps->in, ps->got, rr_hs_proof_decode(RR_HS_PROOF, ps->in, ps->got, &pr, &need, &why),
+                                   "closed before completing the handshake", &why);
   if (st == RR_AGAIN) return;
   if (st != RR_OK) {
     refuse(l, ps, why);

@@ -168,29 +168,6 @@ static void set_out(setup_hs *hs, size_t len) {
   hs->in_got = 0;
 }
 
-/* Read exactly as much as the message needs (never a byte of what follows
- * it): RR_AGAIN until `decode` says it is complete. */
-#define RECV_MSG(st, decode_call, why)                                                   \
-  ({                                                                                     \
-    rr_status _r;                                                                        \
-    for (;;) {                                                                           \
-      size_t need = 0;                                                                   \
-      _r = (decode_call);                                                                \
-      if (_r != RR_AGAIN) break;                                                         \
-      ssize_t n = recv((st)->fd, (st)->hs->in + (st)->hs->in_got, need - (st)->hs->in_got, MSG_DONTWAIT); \
-      if (n < 0 && errno == EINTR) continue;                                             \
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;                     \
-      if (n <= 0) {                                                                      \
-        *(why) = n == 0 ? "the listener closed the socket (it refused us, or was busy)"  \
-                        : strerror(errno);                                               \
-        _r = RR_ERR_PEER;                                                                \
-        break;                                                                           \
-      }                                                                                  \
-      (st)->hs->in_got += (uint16_t)n;                                                   \
-    }                                                                                    \
-    _r;                                                                                  \
-  })
-
 /* Advance one setup socket's handshake. RR_OK: progressed (or waiting);
  * RR_ERR_RAIL: the TCP connect failed (err in *why); RR_ERR_PEER: the
  * listener went away; RR_ERR_PROTOCOL: it is not the listener of our handle. */
@@ -228,7 +205,8 @@ static rr_status stream_step(connect_state *c, connect_rail *cr, int r, int i, c
     /* fall through */
   case SS_CHALLENGE: {
     rr_hs_challenge ch;
-    rs = RECV_MSG(st, rr_hs_challenge_decode(hs->in, hs->in_got, &ch, &need, why), why);
+    rs = RR_SETUP_RECV_MSG(st->fd, hs->in, hs->in_got, rr_hs_challenge_decode(hs->in, hs->in_got, &ch, &need, why),
+                           "the listener closed the socket (it refused us, or was busy)", why);
     if (rs == RR_AGAIN) return RR_OK;
     if (rs != RR_OK) return rs == RR_ERR_PEER ? rs : RR_ERR_PROTOCOL;
     uint8_t mac[RR_HS_MAC_LEN];
@@ -259,7 +237,8 @@ static rr_status stream_step(connect_state *c, connect_rail *cr, int r, int i, c
     /* fall through */
   case SS_ACCEPT: {
     rr_hs_proof acc;
-    rs = RECV_MSG(st, rr_hs_proof_decode(RR_HS_ACCEPT, hs->in, hs->in_got, &acc, &need, why), why);
+    rs = RR_SETUP_RECV_MSG(st->fd, hs->in, hs->in_got,
+                           rr_hs_proof_decode(RR_HS_ACCEPT, hs->in, hs->in_got, &acc, &need, why), "the listener closed the socket (it refused us, or was busy)", why);
     if (rs == RR_AGAIN) return RR_OK;
     if (rs != RR_OK) return rs == RR_ERR_PEER ? rs : RR_ERR_PROTOCOL;
     uint8_t mac[RR_HS_MAC_LEN];

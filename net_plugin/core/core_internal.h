@@ -205,6 +205,29 @@ struct rr_listen_comm {
   rr_recv_comm **comms;
 };
 
+/* One non-blocking read of the rest of a setup message into buf[*got,
+ * need) (setup_ep.c). RR_OK: bytes arrived; RR_AGAIN: none now;
+ * RR_ERR_PEER: the socket closed or failed (*why says how; `closed` is
+ * the text for an orderly close). */
+rr_status rr_setup_recv(int fd, uint8_t *buf, uint16_t *got, size_t need, const char *closed,
+                        const char **why);
+/* Read exactly what a handshake message needs, never a byte of what
+ * follows it: decode_call sets `need` and says RR_AGAIN until the message is
+ * complete. Evaluates to the decoder's verdict, RR_AGAIN while bytes are
+ * missing, or RR_ERR_PEER. */
+#define RR_SETUP_RECV_MSG(fd, buf, got, decode_call, closed, why)                            \
+  ({                                                                                         \
+    rr_status _r;                                                                            \
+    for (;;) {                                                                               \
+      size_t need = 0;                                                                       \
+      _r = (decode_call);                                                                    \
+      if (_r != RR_AGAIN) break;                                                             \
+      _r = rr_setup_recv((fd), (buf), &(got), need, (closed), (why));                        \
+      if (_r != RR_OK) break;                                                                \
+    }                                                                                        \
+    _r;                                                                                      \
+  })
+
 /* Endpoints through the rail seam (setup_ep.c): opened before the
  * handshake (the blob goes to the peer), connected after it with the peer's
  * blob and the authenticated sockets (taken: entries set to -1), abandoned

@@ -5,7 +5,9 @@
  * here names one transport's constructor. */
 #include "core_internal.h"
 
+#include <errno.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 _Static_assert(RR_RAIL_ADDR_MAX <= RR_HS_BLOB_MAX, "endpoint blobs fit the handshake");
@@ -62,4 +64,19 @@ rr_status rr_setup_ep_connect(rr_rail_ep **ep, int dev, rr_engine *e, const uint
 void rr_setup_ep_abandon(rr_rail_ep **ep) {
   if (*ep) (*ep)->ops->destroy(*ep);
   *ep = NULL;
+}
+
+rr_status rr_setup_recv(int fd, uint8_t *buf, uint16_t *got, size_t need, const char *closed,
+                        const char **why) {
+  for (;;) {
+    ssize_t n = recv(fd, buf + *got, need - *got, MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return RR_AGAIN;
+    if (n <= 0) {
+      *why = n == 0 ? closed : strerror(errno);
+      return RR_ERR_PEER;
+    }
+    *got += (uint16_t)n;
+    return RR_OK;
+  }
 }
