@@ -71,6 +71,7 @@ typedef struct engine_rail {
   int reconnecting;         /* sender: an attempt is under way */
   int fresh;                /* reconnected and not yet seen alive */
   int need_drain;           /* receiver: writes of an older epoch may still land on it */
+  int fenced;               /* its current endpoint was fenced (nothing more lands through it) */
   uint32_t drain_posted;    /* sender: the epoch of the last drain barrier posted on it */
   uint64_t swapped_ns;      /* when its current endpoint was installed (0: at connect) */
   char ifname[16];          /* local NIC */
@@ -213,6 +214,7 @@ struct rr_engine {
   uint32_t resume_recv_seq; /* recv_seq when the current rollback began */
   int resume_cursor;        /* next slot to announce after a rollback; -1 = none, 32 = END */
   int fail_notice_pending;  /* a FAIL message still has to be posted */
+  int down_notice_pending;  /* sender: a rail that carried no traffic failed; tell the receiver */
   uint64_t down_notice_ns;  /* when the peer was last reminded of rails waiting to be reopened */
   uint32_t resume_mask;     /* receiver: slots this rollback's RESUME_SLOTs named so far */
   uint32_t resume_got;      /* sender: slots whose RESUME_SLOT of this epoch arrived */

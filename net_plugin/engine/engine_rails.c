@@ -142,12 +142,17 @@ void engine_rail_set_state(rr_engine *e, int r, rr_rail_state st, const char *wh
    * already): nothing it carried lands after this, so it owes no drain,
    * and receives that waited only for that drain may complete. */
   if (st == RR_RAIL_DOWN || st == RR_RAIL_DEAD) {
-    if (old != RR_RAIL_DOWN) rl->ep->ops->fence(rl->ep);
+    if (old != RR_RAIL_DOWN) rl->ep->ops->fence(rl->ep), rl->fenced = 1;
     if (rl->need_drain) {
       rl->need_drain = 0;
       if (e->cfg.role == RR_ENGINE_RECV) engine_recv_check_landed(e);
     }
   }
+  /* The receiver may hold a rail usable that failed here while it carried
+   * no traffic (on probation, or fresh): it would keep sending its control
+   * messages into it. Say so; no rollback is needed for it. */
+  if (e->cfg.role == RR_ENGINE_SEND && old != RR_RAIL_ACTIVE && (st == RR_RAIL_DOWN || st == RR_RAIL_DEAD))
+    e->down_notice_pending = 1;
   if (old == RR_RAIL_ACTIVE) {
     report(e, r, RR_HEV_RAIL_STATE, -1);
     if (e->cfg.role == RR_ENGINE_RECV) engine_recv_rollback(e);
@@ -184,6 +189,7 @@ void engine_rail_swap(rr_engine *e, int r, rr_rail_ep *ep) {
   /* A fresh endpoint carries nothing of an older epoch. */
   int owed = rl->need_drain;
   rl->need_drain = 0;
+  rl->fenced = 0;
   rl->drain_posted = e->epoch;
   rl->cause = RR_OK;
   uint64_t now = rr_now_ns();

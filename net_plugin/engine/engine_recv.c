@@ -270,6 +270,14 @@ void engine_recv_rollback(rr_engine *e) {
     if (rl->state == RR_RAIL_DEAD) continue;
     if (engine_rail_fence_cheap(e, i)) rl->ep->ops->fence(rl->ep);
     else if (rl->state == RR_RAIL_ACTIVE || rl->state == RR_RAIL_RECOVERING) rl->need_drain = 1;
+    else if (!rl->fenced) {
+      /* A fresh endpoint we still hold DOWN: the sender may already have
+       * seen it alive and posted on it. It carries nothing for us yet, so
+       * it is cut off rather than waited for (the sender reopens it). */
+      rl->ep->ops->fence(rl->ep);
+      rl->fenced = 1;
+      rl->fresh = 0; /* it comes back only as another fresh endpoint */
+    }
   }
   for (int slot = 0; slot < RR_NET_MAX_REQUESTS; slot++) {
     rr_recv_req *r = &e->rreq[slot];
