@@ -146,7 +146,6 @@ typedef struct sim_world {
   unsigned wdelay_pm;           /* writes delayed in flight (whatever follows on their stream waits) */
   uint64_t delay_max_ns;        /* the longest extra delay of a control message or write */
   int reconnect;                /* the sender reopens failed rails */
-  int one_sided_single_rail;    /* single-rail seeds may have outages only one end notices */
   uint64_t chaos_end_ns;
   int expect_error;             /* peer death or all paths down */
   uint64_t error_at_ns;         /* when that fault struck */
