@@ -114,6 +114,7 @@ static void setup(sim_world *w, uint64_t seed, int verbose) {
     w->reconnect_wait[r] = -1;
   }
   w->sq_depth = (uint32_t)sim_range(g, 2, 64);
+  w->window = (size_t)sim_range(g, 8, 128) * SIM_CHUNK;
   w->dup_pm = PICK(DUPS);
   w->garble_pm = PICK(GARBLES);
   w->delay_pm = PICK(DELAYS);
