@@ -18,6 +18,7 @@ pkgs+=(spin)  # the tuner's agreement model check (test/tuner/spin_check.sh)
 # (runc where cgroup v1 and v2 are mixed), debootstrap, lintian.
 pkgs+=(libsodium-dev podman runc debootstrap lintian)
 missing=()
+pkgs+=(libsodium-dev) # connection-setup HMAC (linked statically into the plugin)
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done

@@ -10,6 +10,7 @@
 #include "rail_verbs.h"
 #include "net_core.h"
 #include "rr_netif.h"
+#include "setup_wire.h"
 
 /* Magic numbers at the head of every object NCCL holds, so a stale or foreign
  * pointer is reported instead of followed. */
@@ -42,72 +43,68 @@ const rr_devices *rr_core_devices(void);
 void rr_core_transport_discover(void);
 rr_status rr_core_dev_open(int index, const rr_netif *nif, rr_rail_dev **dev, const rr_verbs_port **vport);
 
-/* An endpoint on device dev for engine e, connected with the peer's blob
- * and the setup sockets (taken over or closed, in every case: the fds are
- * set to -1). Goes through the device's transport, whichever it is. */
-rr_status rr_core_ep_create(int dev, int *fds, int nfds, const void *peer_blob, uint32_t blob_len,
-                            rr_engine *e, rr_rail_ep **ep);
 
-/* The hello every data socket sends first (connector -> listener). Hellos
- * leave once every rail has connected or been left out, and carry the final
- * set of rails: a rail that could not connect is not part of the connection. */
-#define RR_HELLO_MAGIC 0x32435252u /* "RRC2" */
-#define RR_HELLO_VERSION 3 /* 3: reconnect hellos carry a generation */
-#define RR_HELLO_ENDIAN 0x0102
-typedef struct rr_hello {
-  uint32_t magic;
-  uint16_t version;
-  uint16_t endian;
-  uint64_t token;
-  uint64_t conn_id;
-  uint8_t rail;
-  uint8_t stream;
-  uint8_t nstreams;
-  uint8_t flags;             /* RR_HELLO_RECONNECT */
-  uint32_t chunk_size;
-  uint32_t rails_mask;       /* the rails of this connection */
-  /* Which attempt at this rail: 0 for the connection's first sockets, then
-   * one more for each reconnect. The listener installs only an attempt newer
-   * than the rail's current one, so a late hello of an abandoned attempt
-   * (held up in a failed path's retransmissions) can never replace the
-   * sockets both ends have moved on to. */
-  uint32_t generation;
-} rr_hello;
-_Static_assert(sizeof(rr_hello) == 40, "hello is 40 bytes on the wire");
-#define RR_HELLO_RECONNECT 0x1 /* flags: a rail of a live connection, reopened */
+/* Connecting, as the connector side sees it: every planned rail, its
+ * endpoint and its setup sockets, each running the setup handshake
+ * (setup_wire.h). A send comm keeps this after connect() to reconnect a rail. */
+enum { RAIL_PENDING = 0, RAIL_READY, RAIL_FAILED };
 
-/* Connecting, as the connector side sees it: every planned rail and its
- * sockets. A send comm keeps this after connect() to reconnect a rail. */
-enum { RAIL_PENDING = 0, RAIL_CONNECTED, RAIL_READY, RAIL_FAILED };
+/* One setup socket's handshake, connector side. Its buffers live on the
+ * heap only while it runs: a send comm keeps its plan for good. */
+enum { SS_CONNECTING = 0, SS_HELLO, SS_CHALLENGE, SS_PROOF, SS_ACCEPT, SS_DONE };
+typedef struct setup_hs {
+  uint16_t out_len, out_sent;
+  uint16_t in_got;
+  uint8_t hello[RR_HS_HELLO_LEN]; /* as sent: every keyed hash covers it */
+  uint8_t snonce[RR_HS_NONCE_LEN];
+  uint8_t out[RR_HS_MAX_LEN];
+  uint8_t in[RR_HS_MAX_LEN];
+} setup_hs;
+
+typedef struct setup_stream {
+  int fd;
+  uint8_t state;             /* SS_* */
+  setup_hs *hs;              /* while the handshake runs */
+} setup_stream;
 
 typedef struct connect_rail {
   int dev;                   /* local device */
   int peer_addr;             /* index into the handle's addresses */
-  int status;
+  int status;                /* RAIL_* */
   uint64_t retry_at_ns;
-  int fds[RR_TCP_MAX_STREAMS];
-  uint8_t connected[RR_TCP_MAX_STREAMS];
-  uint32_t hello_sent[RR_TCP_MAX_STREAMS];
-  rr_hello hello[RR_TCP_MAX_STREAMS];
+  uint32_t generation;       /* the attempt the hellos announce (0: first connection) */
+  uint8_t resync;            /* the listener's floor says the next attempt is resync_floor + 1 */
+  uint32_t resync_floor;
+  rr_rail_ep *ep;            /* opened through the rail's ops; connected once READY */
+  uint16_t blob_len, peer_blob_len;
+  uint8_t blob[RR_HS_BLOB_MAX];      /* our endpoint's address, sent in PROOF */
+  uint8_t peer_blob[RR_HS_BLOB_MAX]; /* the listener's, from ACCEPT */
+  setup_stream s[RR_TCP_MAX_STREAMS];
 } connect_rail;
 
 typedef struct connect_state {
-  struct connect_state *next;
   const void *handle;        /* NCCL's handle buffer: our key between calls */
-  uint64_t token;
+  uint8_t secret[RR_HS_SECRET_LEN];
+  uint64_t conn_id;
   int nstreams;
+  uint32_t chunk_size;
   uint64_t start_ns;
+  uint64_t last_call_ns;     /* NCCL's latest connect() call for it */
   rr_peer_addrs peer;
   int nrails;
+  uint32_t rails_mask;       /* final once every rail is READY or FAILED */
+  int commit_rail;           /* the rail whose stream 0 carries COMMIT */
+  uint16_t commit_sent;
+  uint8_t commit[RR_HS_COMMIT_LEN];
   connect_rail rails[RR_MAX_RAILS];
 } connect_state;
 
-
 struct rr_send_comm {
-  uint32_t magic;
+  uint32_t magic;            /* 0 while connect() is still setting it up */
+  struct rr_send_comm *next_connecting;
   int dev;
   rr_engine engine;
-  connect_state conn;        /* the plan, for reconnecting a rail */
+  connect_state conn;        /* the plan; then for reconnecting a rail */
   uint32_t rails_mask;       /* planned rails that are part of the connection */
   int plan_of[RR_MAX_RAILS]; /* engine rail index -> planned rail index */
   int reconnecting[RR_MAX_RAILS];
@@ -116,6 +113,10 @@ struct rr_send_comm {
   uint32_t generation[RR_MAX_RAILS];       /* by planned rail: the last attempt's number */
 };
 
+/* Release what a send comm's setup state holds (sockets and endpoints of
+ * an attempt under way); its engine must be finished or never started. */
+void rr_connect_release(rr_send_comm *s);
+
 struct rr_recv_comm {
   uint32_t magic;
   int dev;
@@ -123,22 +124,38 @@ struct rr_recv_comm {
   uint64_t conn_id;
   uint32_t rails_mask;
   uint32_t generation[RR_MAX_RAILS]; /* by planned rail: the attempt in use (listener's lock) */
+  uint32_t gen_seen[RR_MAX_RAILS];   /* newest authenticated attempt (>= generation) */
   struct rr_listen_comm *listen; /* keeps the listener for reconnects */
 };
 
-/* An accepted socket whose hello has not fully arrived. */
+/* An accepted socket that has not proved it holds the handle's secret.
+ * These are what an unauthenticated peer can make us hold: few, small, and
+ * for at most RR_SETUP_AUTH_NS. */
+enum { PS_HELLO = 0, PS_PROOF };
 typedef struct pending_sock {
   int fd;
+  uint8_t state;             /* PS_* */
+  uint16_t got;
+  uint32_t gen_floor;
   uint64_t since_ns;
-  uint32_t got;
-  uint8_t hello[64];
+  rr_hs_hello h;
+  uint8_t hello[RR_HS_HELLO_LEN];
+  uint8_t snonce[RR_HS_NONCE_LEN];
+  uint8_t in[RR_HS_MAX_LEN];
   struct sockaddr_storage peer;
 } pending_sock;
 
-#define RR_LISTEN_PENDING 64
+#define RR_LISTEN_PENDING 64       /* unauthenticated sockets per listener */
+/* ... of them from one address: room for a sender's attempt at a rail and
+ * the one it just abandoned (whose FIN a failed path may never deliver). */
+#define RR_LISTEN_PER_SOURCE (2 * RR_TCP_MAX_STREAMS)
+#define RR_SETUP_AUTH_NS 1000000000ull /* to complete the handshake */
 #define RR_LISTEN_GROUPS 16
+#define RR_LISTEN_FDS RR_HANDLE_MAX_ADDRS
+#define RR_LISTEN_WARN_SLOTS 32
 
-/* Sockets of one connection arriving at a listener, by rail and stream. */
+/* Authenticated sockets of one connection arriving at a listener, by rail
+ * and stream. */
 typedef struct pending_group {
   uint64_t conn_id;
   int reconnect_rail;        /* >= 0: sockets reopening that rail of a live connection */
@@ -146,29 +163,80 @@ typedef struct pending_group {
   uint64_t since_ns;
   int nstreams;
   uint32_t chunk_size;
-  uint32_t rails_mask;       /* known from the first hello; 0 before */
+  uint32_t rails_mask;       /* from COMMIT (first connections) or the reconnect's rail; 0 before */
   int fds[RR_MAX_RAILS][RR_TCP_MAX_STREAMS];
+  int dev[RR_MAX_RAILS];     /* our device each rail arrived on */
+  rr_rail_ep *ep[RR_MAX_RAILS];  /* our endpoint of each rail (its blob went out in ACCEPT) */
+  uint16_t peer_blob_len[RR_MAX_RAILS];
+  uint8_t peer_blob[RR_MAX_RAILS][RR_HS_BLOB_MAX];
+  uint16_t commit_got[RR_MAX_RAILS]; /* COMMIT read so far from each rail's stream 0 */
+  uint8_t commit[RR_MAX_RAILS][RR_HS_COMMIT_LEN];
+  rr_engine *engine;         /* the engine the endpoints report to */
+  struct rr_recv_comm *rc;   /* first connections: the comm being built */
 } pending_group;
+
+/* One refusal reason from one source address, logged once a minute. */
+typedef struct listen_warned {
+  const char *why;
+  uint8_t addr[16];
+  uint64_t at_ns;
+  uint32_t suppressed;
+} listen_warned;
 
 struct rr_listen_comm {
   uint32_t magic;
   rr_profiler_fn profiler;   /* the context's, for the comms it accepts */
   int dev;
-  int fd;
-  uint64_t token;
+  int fds[RR_LISTEN_FDS];    /* one listening socket per pooled NIC address */
+  int nfds;
+  uint8_t secret[RR_HS_SECRET_LEN];
   pthread_mutex_t lock;
-  pending_sock socks[RR_LISTEN_PENDING];
+  /* Allocated while in use (a listener lives as long as its connections,
+   * and is idle nearly all that time). */
+  pending_sock *socks;       /* RR_LISTEN_PENDING of them */
   int nsocks;
-  pending_group groups[RR_LISTEN_GROUPS];
+  pending_group *groups;     /* RR_LISTEN_GROUPS of them */
   int ngroups;
+  listen_warned warned[RR_LISTEN_WARN_SLOTS];
   /* The listener outlives NCCL's closeListen while connections it accepted
    * live: their senders reconnect failed rails through it. */
   int nccl_closed;
-  int ncomms;
-  rr_recv_comm *comms[RR_LISTEN_GROUPS];
+  int ncomms, comms_cap;
+  rr_recv_comm **comms;
 };
 
+/* One non-blocking read of the rest of a setup message into buf[*got,
+ * need) (setup_ep.c). RR_OK: bytes arrived; RR_AGAIN: none now;
+ * RR_ERR_PEER: the socket closed or failed (*why says how; `closed` is
+ * the text for an orderly close). */
+rr_status rr_setup_recv(int fd, uint8_t *buf, uint16_t *got, size_t need, const char *closed,
+                        const char **why);
+/* Read exactly what a handshake message needs, never a byte of what
+ * follows it: decode_call sets `need` and says RR_AGAIN until the message is
+ * complete. Evaluates to the decoder's verdict, RR_AGAIN while bytes are
+ * missing, or RR_ERR_PEER. */
+#define RR_SETUP_RECV_MSG(fd, buf, got, decode_call, closed, why)                            \
+  ({                                                                                         \
+    rr_status _r;                                                                            \
+    for (;;) {                                                                               \
+      size_t need = 0;                                                                       \
+      _r = (decode_call);                                                                    \
+      if (_r != RR_AGAIN) break;                                                             \
+      _r = rr_setup_recv((fd), (buf), &(got), need, (closed), (why));                        \
+      if (_r != RR_OK) break;                                                                \
+    }                                                                                        \
+    _r;                                                                                      \
+  })
 
+/* Endpoints through the rail seam (setup_ep.c): opened before the
+ * handshake (the blob goes to the peer), connected after it with the peer's
+ * blob and the authenticated sockets (taken: entries set to -1), abandoned
+ * (destroyed, set to NULL) when the attempt fails. */
+rr_status rr_setup_ep_open(int dev, rr_engine *e, rr_rail_ep **ep, uint8_t *blob, uint16_t *blob_len);
+rr_status rr_setup_ep_addr(rr_rail_ep *ep, uint8_t *blob, uint16_t *blob_len);
+rr_status rr_setup_ep_connect(rr_rail_ep **ep, int dev, rr_engine *e, const uint8_t *peer_blob,
+                              uint16_t peer_blob_len, int *fds, int nfds);
+void rr_setup_ep_abandon(rr_rail_ep **ep);
 
 /* Socket helpers (conn_setup.c). */
 rr_status rr_sock_tune(int fd);

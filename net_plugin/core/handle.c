@@ -5,74 +5,84 @@
 #include <netinet/in.h>
 #include <string.h>
 
+static const uint8_t handle_magic[4] = {'R', 'R', 'H', '2'};
+
 rr_status rr_handle_encode(const struct sockaddr_storage *addrs, int naddrs, uint16_t port,
-                           uint64_t token, void *out) {
-  if (naddrs < 1) return RR_ERR_INVALID;
+                           const uint8_t secret[RR_HS_SECRET_LEN], void *out) {
+  if (naddrs < 1 || port == 0) return RR_ERR_INVALID;
   if (naddrs > RR_HANDLE_MAX_ADDRS) naddrs = RR_HANDLE_MAX_ADDRS;
-  rr_handle h;
-  memset(&h, 0, sizeof h);
-  h.magic = RR_HANDLE_MAGIC;
-  h.version = RR_HANDLE_VERSION;
-  h.naddrs = (uint8_t)naddrs;
-  h.port = htons(port);
-  h.token = token;
+  int family = addrs[0].ss_family;
+  if (family != AF_INET && family != AF_INET6) return RR_ERR_INVALID;
+  uint8_t *h = out;
+  memset(h, 0, RR_NET_HANDLE_SIZE);
+  memcpy(h, handle_magic, 4);
+  h[4] = RR_HANDLE_VERSION;
+  h[5] = (uint8_t)naddrs;
+  h[6] = family == AF_INET ? 4 : 6;
+  memcpy(h + 8, secret, RR_HS_SECRET_LEN);
+  h[40] = (uint8_t)(port >> 8);
+  h[41] = (uint8_t)port;
   for (int i = 0; i < naddrs; i++) {
-    if (addrs[i].ss_family == AF_INET) {
-      h.addrs[i].family = 4;
-      memcpy(h.addrs[i].addr, &((const struct sockaddr_in *)&addrs[i])->sin_addr, 4);
-    } else if (addrs[i].ss_family == AF_INET6) {
-      h.addrs[i].family = 6;
-      memcpy(h.addrs[i].addr, &((const struct sockaddr_in6 *)&addrs[i])->sin6_addr, 16);
-    } else {
+    uint8_t *a = h + 42 + 16 * i;
+    if (addrs[i].ss_family != family) return RR_ERR_INVALID;
+    if (family == AF_INET) memcpy(a, &((const struct sockaddr_in *)&addrs[i])->sin_addr, 4);
+    else memcpy(a, &((const struct sockaddr_in6 *)&addrs[i])->sin6_addr, 16);
+  }
+  return RR_OK;
+}
+
+rr_status rr_handle_parse(const void *in, rr_peer_addrs *out, const char **why) {
+  const char *dummy;
+  if (!why) why = &dummy;
+  if (!in) {
+    *why = "NULL handle";
+    return RR_ERR_INVALID;
+  }
+  const uint8_t *h = in;
+  if (memcmp(h, "RRH", 3) != 0) {
+    *why = "not a rerail handle (was it made by another net plugin, or corrupted?)";
+    return RR_ERR_INVALID;
+  }
+  if (h[3] != handle_magic[3] || h[4] != RR_HANDLE_VERSION) {
+    *why = "a handle of another rerail version (mixed rerail versions in one job?)";
+    return RR_ERR_INVALID;
+  }
+  uint16_t port = (uint16_t)(h[40] << 8 | h[41]);
+  int family = h[6] == 4 ? AF_INET : h[6] == 6 ? AF_INET6 : 0;
+  if (h[5] < 1 || h[5] > RR_HANDLE_MAX_ADDRS || port == 0 || !family || h[7] != 0) {
+    *why = "malformed handle (address count, family or port)";
+    return RR_ERR_INVALID;
+  }
+  for (int i = RR_HANDLE_LEN; i < RR_NET_HANDLE_SIZE; i++)
+    if (h[i]) {
+      *why = "malformed handle (trailing bytes)";
       return RR_ERR_INVALID;
     }
+  memset(out, 0, sizeof *out);
+  memcpy(out->secret, h + 8, RR_HS_SECRET_LEN);
+  out->naddrs = h[5];
+  for (int i = 0; i < out->naddrs; i++) {
+    const uint8_t *a = h + 42 + 16 * i;
+    if (family == AF_INET) {
+      struct sockaddr_in *sin = (struct sockaddr_in *)&out->addrs[i];
+      sin->sin_family = AF_INET;
+      sin->sin_port = htons(port);
+      memcpy(&sin->sin_addr, a, 4);
+      out->addrlens[i] = sizeof *sin;
+    } else {
+      struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&out->addrs[i];
+      sin6->sin6_family = AF_INET6;
+      sin6->sin6_port = htons(port);
+      memcpy(&sin6->sin6_addr, a, 16);
+      out->addrlens[i] = sizeof *sin6;
+    }
   }
-  memset(out, 0, RR_NET_HANDLE_SIZE);
-  memcpy(out, &h, sizeof h);
   return RR_OK;
 }
 
 rr_status rr_handle_decode(const void *in, rr_peer_addrs *out) {
-  rr_handle h;
-  if (!in) {
-    RR_WARN("connect: NULL handle");
-    return RR_ERR_INVALID;
-  }
-  memcpy(&h, in, sizeof h);
-  if (h.magic != RR_HANDLE_MAGIC) {
-    RR_WARN("connect: the handle is not a rerail handle (magic 0x%08x): was it made by another "
-            "net plugin or corrupted?", h.magic);
-    return RR_ERR_INVALID;
-  }
-  if (h.version != RR_HANDLE_VERSION) {
-    RR_WARN("connect: handle version %u, this rerail speaks %u: mixed rerail versions in one job?",
-            h.version, RR_HANDLE_VERSION);
-    return RR_ERR_INVALID;
-  }
-  if (h.naddrs < 1 || h.naddrs > RR_HANDLE_MAX_ADDRS || h.port == 0) {
-    RR_WARN("connect: malformed handle (%u addresses, port %u)", h.naddrs, ntohs(h.port));
-    return RR_ERR_INVALID;
-  }
-  memset(out, 0, sizeof *out);
-  out->token = h.token;
-  out->naddrs = h.naddrs;
-  for (int i = 0; i < h.naddrs; i++) {
-    if (h.addrs[i].family == 4) {
-      struct sockaddr_in *sin = (struct sockaddr_in *)&out->addrs[i];
-      sin->sin_family = AF_INET;
-      sin->sin_port = h.port;
-      memcpy(&sin->sin_addr, h.addrs[i].addr, 4);
-      out->addrlens[i] = sizeof *sin;
-    } else if (h.addrs[i].family == 6) {
-      struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&out->addrs[i];
-      sin6->sin6_family = AF_INET6;
-      sin6->sin6_port = h.port;
-      memcpy(&sin6->sin6_addr, h.addrs[i].addr, 16);
-      out->addrlens[i] = sizeof *sin6;
-    } else {
-      RR_WARN("connect: malformed handle (address %d has family %u)", i, h.addrs[i].family);
-      return RR_ERR_INVALID;
-    }
-  }
-  return RR_OK;
+  const char *why = NULL;
+  rr_status st = rr_handle_parse(in, out, &why);
+  if (st != RR_OK) RR_WARN("connect: %s", why);
+  return st;
 }

@@ -20,15 +20,24 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-#define MAX_ENGINES 4096
 
 static pthread_mutex_t lifecycle_lock = PTHREAD_MUTEX_INITIALIZER; /* start and stop */
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;  /* the engine list */
+/* Both lists grow as needed: every connection and every listener that
+ * reconnects come through is driven, however many there are. */
 static rr_engine **engines;
-static int nengines;
-#define MAX_LISTENERS 1024
-static rr_listen_comm *listeners[MAX_LISTENERS];
-static int nlisteners;
+static int nengines, engines_cap;
+static rr_listen_comm **listeners;
+static int nlisteners, listeners_cap;
+
+/* Room for one more entry in a list (caller holds registry_lock). */
+#define GROW(list, n, cap)                                                   \
+  ((n) < (cap) || ({                                                         \
+     int _c = (cap) ? 2 * (cap) : 64;                                        \
+     __typeof__(list) _p = realloc((list), (size_t)_c * sizeof *(list));     \
+     if (_p) (list) = _p, (cap) = _c;                                        \
+     _p != NULL;                                                             \
+   }))
 /* The thread runs while connections exist, and is joined when the last one
  * closes and when the library is unloaded: NCCL dlclose()s the plugin after
  * its last communicator, and a thread left running would execute unmapped
@@ -144,9 +153,8 @@ static void *monitor_main(void *arg) {
 
 /* Caller holds registry_lock. */
 static void monitor_start_locked(void) {
-  if (!engines) engines = calloc(MAX_ENGINES, sizeof *engines);
   stop_requested = 0;
-  if (engines && pthread_create(&thread, NULL, monitor_main, NULL) == 0) started = 1;
+  if (pthread_create(&thread, NULL, monitor_main, NULL) == 0) started = 1;
   else RR_WARN("cannot start the monitor thread: failures are found only while NCCL calls in");
 }
 
@@ -164,7 +172,8 @@ void rr_monitor_add(rr_engine *e) {
   pthread_mutex_lock(&lifecycle_lock);
   pthread_mutex_lock(&registry_lock);
   if (!started) monitor_start_locked();
-  if (engines && nengines < MAX_ENGINES) engines[nengines++] = e;
+  if (GROW(engines, nengines, engines_cap)) engines[nengines++] = e;
+  else RR_WARN("monitor: out of memory: a connection is driven only while NCCL calls into it");
   pthread_mutex_unlock(&registry_lock);
   pthread_mutex_unlock(&lifecycle_lock);
 }
@@ -194,13 +203,17 @@ __attribute__((destructor)) static void monitor_unload(void) {
   monitor_stop_locked();
   free(engines);
   engines = NULL;
-  nengines = 0;
+  nengines = engines_cap = 0;
+  free(listeners);
+  listeners = NULL;
+  nlisteners = listeners_cap = 0;
   pthread_mutex_unlock(&lifecycle_lock);
 }
 
 void rr_monitor_add_listener(rr_listen_comm *l) {
   pthread_mutex_lock(&registry_lock);
-  if (nlisteners < MAX_LISTENERS) listeners[nlisteners++] = l;
+  if (GROW(listeners, nlisteners, listeners_cap)) listeners[nlisteners++] = l;
+  else RR_WARN("monitor: out of memory: reconnects reach a listener only while NCCL calls accept()");
   pthread_mutex_unlock(&registry_lock);
 }
 

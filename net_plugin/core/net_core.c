@@ -76,28 +76,7 @@ __attribute__((destructor)) static void devices_close(void) {
   for (int i = 0; i < devices.count; i++)
     if (devices.rail[i]) devices.rail[i]->ops->dev_close(devices.rail[i]), devices.rail[i] = NULL;
   devices.count = 0;
-}
-
-rr_status rr_core_ep_create(int dev, int *fds, int nfds, const void *peer_blob, uint32_t blob_len,
-                            rr_engine *e, rr_rail_ep **out) {
-  rr_status st = RR_ERR_INVALID;
-  rr_rail_ep *ep = NULL;
-  if (dev >= 0 && dev < devices.count) {
-    rr_rail_dev *rd = devices.rail[dev];
-    st = rd->ops->ep_open(rd, &rr_engine_rail_events, e, &ep);
-    if (st == RR_OK) {
-      rr_rail_connect_args args = {.peer_addr = peer_blob, .peer_addr_len = blob_len, .fds = fds, .nfds = nfds};
-      st = rd->ops->ep_connect(ep, &args);
-    }
-  }
-  for (int i = 0; i < nfds; i++)
-    if (fds[i] >= 0) close(fds[i]), fds[i] = -1;
-  if (st != RR_OK) {
-    if (ep) ep->ops->destroy(ep);
-    return st;
-  }
-  *out = ep;
-  return RR_OK;
+  devices_ready = 0;
 }
 
 int rr_core_dev_by_addr(const struct sockaddr_storage *addr) {
@@ -314,6 +293,7 @@ static rr_status close_comm(uint32_t *magic, uint32_t want, rr_engine *e, const 
 rr_status rr_net_close_send(rr_send_comm *comm) {
   if (!comm) return RR_OK;
   rr_status st = close_comm(&comm->magic, RR_MAGIC_SEND, &comm->engine, "closeSend");
+  if (st == RR_OK) rr_connect_release(comm); /* a reconnect under way: its sockets and endpoint */
   if (st == RR_OK) free(comm);
   return st;
 }

@@ -245,7 +245,15 @@ static uint64_t hold_ns(const rr_engine *e, const engine_rail *rl) {
  * for a NIC that never comes back to an idle peer. A DEAD rail whose peer
  * closed it is not reopened: the peer is gone. */
 static int busy_or_recent(const rr_engine *e, const engine_rail *rl, uint64_t now) {
-  if (rl->state == RR_RAIL_DEAD && rl->cause == RR_ERR_PEER) return 0;
+  /* The peer closing one rail is not the peer going away (its listener
+   * replaced the rail, or somebody holding the handle took it over): only
+   * when it closed every rail is there nobody left to reopen them to. */
+  if (rl->state == RR_RAIL_DEAD && rl->cause == RR_ERR_PEER) {
+    int all = 1;
+    for (int i = 0; i < e->nrails; i++)
+      all &= e->rails[i].state == RR_RAIL_DEAD && e->rails[i].cause == RR_ERR_PEER;
+    if (all) return 0;
+  }
   return e->busy || since(now, rl->state_since_ns) < 60000 * MS;
 }
 

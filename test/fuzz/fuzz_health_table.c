@@ -1,4 +1,4 @@
-/* Fuzz the shared health table reader (common/rr_health_table_reader.c):
+/* Fuzz the shared health table reader (common/health/rr_health_table_reader.c):
  * the file any process of the host that may write it can fill with anything.
  * Each input becomes the whole file (a private temporary one, mode 0600) and
  * is read through the real API, both ways a caller does: open-read-close

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "handle.h"
+#include "setup_wire.h"
 #include "rr_health.h"
 #include "rr_health_table.h"
 #include "rr_health_table_internal.h"
@@ -50,30 +51,60 @@ static struct sockaddr_storage v6(const char *a) {
 
 static void handles(void) {
   unsigned char h[RR_NET_HANDLE_SIZE];
+  uint8_t secret[RR_HS_SECRET_LEN];
+  for (int i = 0; i < RR_HS_SECRET_LEN; i++) secret[i] = (uint8_t)(0x11 * i + 3);
   struct sockaddr_storage one[1] = {v4("10.77.0.1")};
-  if (rr_handle_encode(one, 1, 40123, 0x0123456789abcdefull, h) != RR_OK) exit(1);
+  if (rr_handle_encode(one, 1, 40123, secret, h) != RR_OK) exit(1);
   put("handle", "valid-ipv4-1addr", h, sizeof h);
-  struct sockaddr_storage five[5] = {v4("10.77.0.1"), v4("10.78.0.1"), v6("fd00::1"),
-                                     v6("fe80::1:2"), v4("192.168.1.7")};
-  if (rr_handle_encode(five, 5, 65535, ~0ull, h) != RR_OK) exit(1);
-  put("handle", "valid-mixed-5addrs", h, sizeof h);
+  struct sockaddr_storage five[5] = {v6("fd00::1"), v6("fe80::1:2"), v6("fd00::2"), v6("fd00::3"),
+                                     v6("fd00::4")};
+  if (rr_handle_encode(five, 5, 65535, secret, h) != RR_OK) exit(1);
+  put("handle", "valid-ipv6-5addrs", h, sizeof h);
   unsigned char bad[RR_NET_HANDLE_SIZE];
   memcpy(bad, h, sizeof bad);
   bad[0] ^= 0xff;
   put("handle", "bad-magic", bad, sizeof bad);
   memcpy(bad, h, sizeof bad);
-  bad[4] = 2; /* version */
+  bad[4] = 1; /* version */
   put("handle", "bad-version", bad, sizeof bad);
   memcpy(bad, h, sizeof bad);
   bad[5] = 6; /* naddrs above the maximum */
   put("handle", "too-many-addrs", bad, sizeof bad);
   memcpy(bad, h, sizeof bad);
-  bad[6] = bad[7] = 0; /* port 0 */
+  bad[40] = bad[41] = 0; /* port 0 */
   put("handle", "port-zero", bad, sizeof bad);
   memcpy(bad, h, sizeof bad);
-  bad[16 + 2 * 20] = 5; /* third address: unknown family */
+  bad[6] = 5; /* unknown family */
   put("handle", "bad-family", bad, sizeof bad);
   put("handle", "short", h, 16);
+}
+
+/* Connection-setup messages, each behind the byte fuzz_hello.c reads to pick
+ * its decoder (0 HELLO, 1 CHALLENGE, 2 PROOF, 3 ACCEPT, 4 COMMIT). */
+static void put_msg(const char *name, uint8_t which, const uint8_t *m, size_t len) {
+  uint8_t buf[1 + RR_HS_MAX_LEN];
+  buf[0] = which;
+  memcpy(buf + 1, m, len);
+  put("hello", name, buf, 1 + len);
+}
+
+static void hellos(void) {
+  uint8_t m[RR_HS_MAX_LEN];
+  rr_hs_hello h = {.conn_id = 0x0123456789abcdefull, .rail = 1, .stream = 0, .nstreams = 2,
+                   .flags = RR_HS_FLAG_RECONNECT, .chunk_size = 128 << 10, .generation = 3};
+  size_t n = rr_hs_hello_encode(&h, m);
+  put_msg("hello-reconnect", 0, m, n);
+  put_msg("hello-truncated", 0, m, n / 2);
+  h.flags = 0, h.generation = 0;
+  put_msg("hello-first", 0, m, rr_hs_hello_encode(&h, m));
+  rr_hs_challenge c = {.gen_floor = 7};
+  memset(c.nonce, 0x5a, sizeof c.nonce);
+  put_msg("challenge", 1, m, rr_hs_challenge_encode(&c, m));
+  rr_hs_proof p = {.blob_len = 3, .blob = {1, 2, 3}};
+  put_msg("proof-blob", 2, m, rr_hs_proof_encode(RR_HS_PROOF, &p, m));
+  p.blob_len = 0;
+  put_msg("accept-empty", 3, m, rr_hs_proof_encode(RR_HS_ACCEPT, &p, m));
+  put_msg("commit", 4, m, rr_hs_commit_encode(0x3, m));
 }
 
 static void table_file(const char *path, unsigned char **buf, size_t *len) {
@@ -153,6 +184,7 @@ int main(int argc, char **argv) {
   }
   out_dir = argv[1];
   handles();
+  hellos();
   tables();
   return 0;
 }

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "rr_health.h"
+#include "health_test_log.h"
 #include "rr_health_table.h"
 #include "rr_health_table_internal.h"
 #include "rr_log.h"
@@ -40,24 +41,6 @@
 
 static char dir[PATH_MAX];
 static char path[PATH_MAX + 32];
-static int warns;
-static char last_warn[1024];
-
-static void count_logger(int level, unsigned long flags, const char *file, int line, const char *fmt,
-                         ...) {
-  (void)flags, (void)file, (void)line;
-  if (level != RR_LOG_WARN) return;
-  char msg[sizeof last_warn];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  if (!strstr(msg, "health table ")) return;
-  memcpy(last_warn, msg, sizeof msg);
-  warns++;
-  if (getenv("HT_TEST_VERBOSE")) fprintf(stderr, "WARN: %s\n", last_warn);
-}
-
 static int setup(void **state) {
   (void)state;
   snprintf(dir, sizeof dir, "/tmp/rr-ht-hostile-XXXXXX");

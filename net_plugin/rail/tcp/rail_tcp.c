@@ -112,6 +112,11 @@ static rr_status classify_errno(int err) {
 static rr_status ep_fail(tcp_ep *ep, rr_status st, const char *what, int err) {
   if (ep->failed == RR_OK) {
     ep->failed = st;
+    /* A broken endpoint is never used again: its sockets go now, so a peer
+     * that broke the protocol holds nothing of ours until the rail is
+     * replaced. */
+    for (int i = 0; i < ep->nstreams; i++)
+      if (ep->streams[i]->fd >= 0) close(ep->streams[i]->fd), ep->streams[i]->fd = -1;
     if (err)
       RR_INFO(RR_SUB_NET, "TCP rail dev %d: %s: %s (%s)", ep->base.dev->index, what, strerror(err),
               rr_status_str(st));

@@ -23,7 +23,10 @@ extern const rr_rail_ops rr_verbs_rail_ops;
  * device `index`. */
 rr_status rr_verbs_dev_open(int index, const rr_verbs_port *port, rr_rail_dev **dev);
 
-/* ibv_reg_mr calls made by this process (a failover must make none). */
+/* ibv_reg_mr calls made for buffers rerail was asked to register (a
+ * failover must make none). An endpoint's own control ring is registered
+ * when the endpoint opens: at connect, and when a failed rail is reopened,
+ * never on the way to the backup. */
 uint64_t rr_verbs_reg_calls(void);
 
 /* An endpoint's address on the wire (little-endian, 32 bytes): what the

@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <endian.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,4 +230,31 @@ rr_status rr_verbs_discover(const rr_ibv_api *api, const rr_verbs_opts *opts, rr
   if (*count == 0)
     RR_INFO(RR_SUB_INIT | RR_SUB_NET, "rerail: no usable verbs ports (%d device(s) seen)", ndev);
   return RR_OK;
+}
+
+struct ibv_context *rr_verbs_open_device(const rr_ibv_api *api, const char *name) {
+  if (!api || !name) return NULL;
+  int ndev = 0;
+  struct ibv_device **devs = api->get_device_list(&ndev);
+  if (!devs) return NULL;
+  struct ibv_context *ctx = NULL;
+  for (int d = 0; d < ndev && devs[d] && !ctx; d++) {
+    const char *n = api->get_device_name(devs[d]);
+    if (n && !strcmp(n, name)) ctx = api->open_device(devs[d]);
+  }
+  api->free_device_list(devs);
+  return ctx;
+}
+
+int rr_verbs_dmabuf_supported(const rr_ibv_api *api, struct ibv_context *ctx) {
+  if (!api || !ctx || !api->reg_dmabuf_mr) return 0;
+  struct ibv_pd *pd = api->alloc_pd(ctx);
+  if (!pd) return 0;
+  errno = 0;
+  struct ibv_mr *mr = api->reg_dmabuf_mr(pd, 0, 64, 0, -1, 0);
+  int err = errno;
+  /* Cannot succeed with fd -1; if a provider accepted it anyway, undo it and say no. */
+  if (mr) api->dereg_mr(mr);
+  api->dealloc_pd(pd);
+  return !mr && err != 0 && err != EOPNOTSUPP && err != EPROTONOSUPPORT;
 }

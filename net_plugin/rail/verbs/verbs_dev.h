@@ -46,6 +46,10 @@ typedef struct rr_verbs_opts {
 rr_status rr_verbs_discover(const rr_ibv_api *api, const rr_verbs_opts *opts, rr_verbs_port *out,
                             int max, int *count);
 
+/* Open the device named `name` (NULL when libibverbs does not list it or it cannot be opened);
+ * close it with api->close_device. */
+struct ibv_context *rr_verbs_open_device(const rr_ibv_api *api, const char *name);
+
 /* Read port `port` of `dev`'s GID table from sysfs (ports/P/gids/N, gid_attrs/types/N), up to
  * max entries; empty entries are kept (all zero) so indices match. Returns the number read
  * (0 when sysfs has no table), and fills ndevs (when not NULL, IF_NAMESIZE each) from
@@ -58,6 +62,12 @@ rr_status rr_gid_parse_text(const char *text, uint8_t raw[16]);
 
 /* "::ffff:10.55.0.1" / "fe80::55:ff:fe00:a"; buf of at least 46 bytes. */
 const char *rr_gid_str(const uint8_t raw[16], char *buf, size_t len);
+
+/* Can this device register DMA-BUF memory? Asked as NCCL asks it: a registration with an
+ * invalid file descriptor fails with EOPNOTSUPP/EPROTONOSUPPORT when the provider or kernel
+ * cannot do it at all, with another error (EBADF) when it could. 0 when libibverbs predates
+ * ibv_reg_dmabuf_mr or a PD cannot be made. */
+int rr_verbs_dmabuf_supported(const rr_ibv_api *api, struct ibv_context *ctx);
 
 /* Is GPUDirect RDMA available (nvidia_peermem or the older nv_peer_mem loaded)? */
 int rr_verbs_gdr_present(const char *sysfs_root);

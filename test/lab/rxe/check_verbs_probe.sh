@@ -31,17 +31,19 @@ for spec in "rxe0:1 gid_index=1 gid=::ffff:10.55.0.1 gid_type=v2 netdev=vethA0" 
   [[ $line =~ speed_mbps=[1-9] ]] || miss+=" speed_mbps>0"
   [[ $line =~ guid=0x0*[1-9a-f] ]] || miss+=" guid!=0"
   [[ $line =~ max_qp=[1-9] ]] || miss+=" max_qp>0"
-  if [[ -z $miss ]]; then ok "$dev: RoCE v2, IPv4 GID 1, netdev, speed, guid, max_qp"
+  # rxe cannot import DMA-BUF memory: the probe registration must say so (EOPNOTSUPP).
+  [[ " $line " == *" dmabuf=0 "* ]] || miss+=" dmabuf=0"
+  if [[ -z $miss ]]; then ok "$dev: RoCE v2, IPv4 GID 1, netdev, speed, guid, max_qp, no DMA-BUF"
   else bad "$dev: missing$miss in: $line"; fi
 done
 
 # Filters and the GID override: the parsing itself is unit-tested (unit_verbs_dev); here a few
 # cases against real devices, each probe run costing ~0.5 s under TCG.
-expect "no filter" "rxe0:1 rxe1:1 rxe2:1 rxe3:1"
+got=$(echo "$out" | awk '$1 == "port" {print $2}' | sort | tr '\n' ' ' | sed 's/ $//')
+if [[ $got == "rxe0:1 rxe1:1 rxe2:1 rxe3:1" ]]; then ok "no filter: $got"; else bad "no filter: $got"; fi
 expect "RERAIL_IB_HCA=rxe0,rxe1 (prefixes)" "rxe0:1 rxe1:1" RERAIL_IB_HCA=rxe0,rxe1
 expect "RERAIL_IB_HCA=^=rxe1:1,rxe3 (exact exclusion, with a port)" "rxe0:1 rxe2:1" \
   RERAIL_IB_HCA=^=rxe1:1,rxe3
-expect "RERAIL_IB_HCA=rxe3:2 (no such port)" "" RERAIL_IB_HCA=rxe3:2
 line=$(RERAIL_IB_GID_INDEX=0 RERAIL_IB_HCA=rxe0 "$probe" | awk '$1 == "port"')
 if [[ $line == *"gid_index=0 gid=fe80:"* ]]; then ok "RERAIL_IB_GID_INDEX=0 gives the link-local GID"
 else bad "RERAIL_IB_GID_INDEX=0: $line"; fi

@@ -1,4 +1,5 @@
 #!/bin/busybox sh
+# shellcheck shell=dash
 # /init of the rxe lab's initramfs (built by rxelab.sh prepare): load the modules, mount the
 # host's root (9p, read-only) under a RAM overlay, and hand over to the job's guest_lab.sh,
 # which runs with the host's own bash, iproute2 and rdma-core.
@@ -16,8 +17,8 @@ done </mods/order
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,cache=loose,ro host /lower ||
   fail "cannot mount the host root over 9p"
 mount -t tmpfs -o size=70% tmpfs /rw
-mkdir -p /rw/upper /rw/work
-mount -t overlay -o lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work,index=off,xino=off,redirect_dir=off,metacopy=off \
+mkdir -p /rw/upper /rw/wd
+mount -t overlay -o lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/wd,index=off,xino=off,redirect_dir=off,metacopy=off \
   overlay /newroot || fail "cannot mount the overlay root"
 mount -t proc proc /newroot/proc
 mount -t sysfs sysfs /newroot/sys

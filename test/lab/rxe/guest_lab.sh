@@ -42,8 +42,8 @@ mkdir -p "$restore"
     echo "link add br$r mtu $MTU type bridge stp_state 0 forward_delay 0"
     echo "link set br$r up"
     for s in A B; do
-      [[ $s == A ]] && { h=1; mac=02:55:0$r:00:00:0a; pmac=02:55:0$r:00:00:0b; ph=2; } ||
-                       { h=2; mac=02:55:0$r:00:00:0b; pmac=02:55:0$r:00:00:0a; ph=1; }
+      if [[ $s == A ]]; then h=1 mac=02:55:0$r:00:00:0a pmac=02:55:0$r:00:00:0b ph=2
+      else h=2 mac=02:55:0$r:00:00:0b pmac=02:55:0$r:00:00:0a ph=1; fi
       t=$((100 + r * 2 + h))
       echo "link add veth$s$r address $mac mtu $MTU type veth peer name sw$s$r mtu $MTU"
       echo "link set sw$s$r master br$r"

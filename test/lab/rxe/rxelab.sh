@@ -8,8 +8,8 @@
 # perftest and the build tree run unchanged inside the guest. In the guest's single network
 # namespace two "hosts" A and B are joined by two veth rails, each NIC carrying an rxe device:
 #
-#   rail 0:  vethA0 10.55.0.1 (rxe0)  <--veth-->  vethB0 10.55.0.2 (rxe2)
-#   rail 1:  vethA1 10.55.1.1 (rxe1)  <--veth-->  vethB1 10.55.1.2 (rxe3)
+#   rail 0:  vethA0 10.55.0.1 (rxe0)  <-- bridge br0 -->  vethB0 10.55.0.2 (rxe2)
+#   rail 1:  vethA1 10.55.1.1 (rxe1)  <-- bridge br1 -->  vethB1 10.55.1.2 (rxe3)
 #
 # Usage:
 #   rxelab.sh prepare            build the cached kernel + initramfs if absent (needs root)
@@ -22,10 +22,12 @@
 #
 # Faults, from inside CMD (README.md): `ip link set vethA0 down`, or `rxefault` (on CMD's PATH):
 #   rxefault link RAIL down|up [A|B]     ip link set vethXR down|up (default side A)
+#   rxefault cable RAIL down|up [A|B]    the switch port swXR: vethXR loses its carrier
 #   rxefault drop RAIL on|off            nftables: silently drop RoCE (UDP 4791) on rail RAIL
 #
 # Environment: RERAIL_RXE_CACHE (default /var/cache/rerail-rxe), RERAIL_RXE_KERNEL (a Debian
-# package name such as linux-image-6.1.0-56-amd64; default: what linux-image-amd64 depends on).
+# package name such as linux-image-6.1.0-56-amd64; default: a ready cache's, else what
+# linux-image-amd64 depends on).
 set -Eeuo pipefail
 
 SELF_DIR="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)"
@@ -39,9 +41,16 @@ note() { echo "rxelab: $*" >&2; }
 GUEST_MODULES=(virtio_pci 9pnet_virtio 9p overlay crc32_generic udp_tunnel ip6_udp_tunnel
                ib_core ib_uverbs rdma_rxe veth bridge nf_tables)
 
+KERNEL_PACKAGE=""
 kernel_package() {
   if [[ -n "${RERAIL_RXE_KERNEL:-}" ]]; then echo "$RERAIL_RXE_KERNEL"; return; fi
-  local p
+  if [[ -n $KERNEL_PACKAGE ]]; then echo "$KERNEL_PACKAGE"; return; fi
+  # A ready cache for this recipe is reused as is (asking apt costs ~1 s): `clean` picks up a
+  # newer kernel.
+  local p h
+  h=$(recipe_hash)
+  p=$(cat "$CACHE_ROOT"/*-"$h"/package 2>/dev/null | sort -V | tail -n1)
+  if [[ -n $p && -f "$CACHE_ROOT/$(kernel_version "$p")-$h/ready" ]]; then echo "$p"; return; fi
   p=$(apt-cache depends linux-image-amd64 2>/dev/null |
       awk '/Depends: linux-image-6\.1\.[0-9.-]*-amd64$/ {print $2; exit}')
   [[ -n "$p" ]] || p=$(apt-cache search --names-only '^linux-image-6\.1\.[0-9.-]*-amd64$' |
@@ -82,11 +91,14 @@ prepare() {
   [[ $(id -u) -eq 0 ]] || die "prepare needs root (apt-get download, depmod, device nodes)"
   local pkg kver dir
   pkg=$(kernel_package); kver=$(kernel_version "$pkg"); dir="$CACHE_ROOT/$kver-$(recipe_hash)"
+  KERNEL_PACKAGE=$pkg
   [[ -f "$dir/ready" ]] && return 0
   mkdir -p "$CACHE_ROOT"
+  # One builder at a time; the lock's descriptor is closed again before QEMU starts, so a long
+  # run does not hold it.
   exec 9>"$CACHE_ROOT/.lock"
   flock 9
-  [[ -f "$dir/ready" ]] && return 0
+  if [[ -f "$dir/ready" ]]; then exec 9>&-; return 0; fi
   for t in busybox modprobe depmod cpio qemu-system-x86_64; do
     command -v "$t" >/dev/null || die "$t is missing: run tools/install-deps.sh"
   done
@@ -133,6 +145,7 @@ prepare() {
   touch "$dir/ready"
   rm -rf "$tmp"
   trap - EXIT
+  exec 9>&-
   note "prepared in $((SECONDS - t0)) s: $(du -sh "$dir" | cut -f1)"
 }
 
@@ -145,7 +158,7 @@ run_lab() {
       --mem) mem=$2; shift 2 ;;
       --smp) smp=$2; shift 2 ;;
       --) shift; break ;;
-      *) die "run: unknown option $1 (usage: run [--mtu N] [--timeout S] [--mem MiB] -- CMD...)" ;;
+      *) die "run: unknown option $1 (usage: run [--mtu N] [--timeout S] [--mem MiB] [--smp N] -- CMD...)" ;;
     esac
   done
   [[ $# -gt 0 ]] || die "run: no command given"
@@ -168,10 +181,12 @@ run_lab() {
   echo "$mtu" >"$job/mtu"
   # PVH boot of the ELF vmlinux; a read-only 9p view of / as the overlay's lower layer and a
   # writable one of the job directory (the command's status comes back through it).
+  # mitigations=off: a throwaway test guest; retpolines and RSB filling only slow TCG down.
+  # shellcheck disable=SC2054  # QEMU's option values are comma lists
   local qemu=(qemu-system-x86_64 -nodefaults -no-user-config -nographic -no-reboot
     -machine pc,accel=tcg -bios qboot.rom -cpu max -smp "$smp" -m "$mem"
     -kernel "$dir/vmlinux" -initrd "$dir/initramfs.gz"
-    -append "console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init"
+    -append "console=ttyS0 quiet loglevel=3 panic=-1 mitigations=off rdinit=/init"
     -fsdev local,id=hostfs,path=/,security_model=none,readonly=on,multidevs=remap
     -device virtio-9p-pci,fsdev=hostfs,mount_tag=host
     -fsdev local,id=jobfs,path="$job",security_model=none
@@ -186,7 +201,8 @@ run_lab() {
   wait "$qpid" || rc=$?
   trap - INT TERM
   if [[ -s "$job/rc" ]]; then
-    rc=$(cat "$job/rc")
+    rc=$(head -c 8 "$job/rc")
+    [[ $rc =~ ^[0-9]+$ && $rc -le 255 ]] || { note "the guest reported a bad status"; rc=125; }
   elif [[ $rc -eq 124 || $rc -eq 137 ]]; then
     note "the lab ran past --timeout $timeout s"; rc=124
   else

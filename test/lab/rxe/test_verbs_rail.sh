@@ -1,11 +1,15 @@
 #!/bin/bash
-# ctest verbs_rail: boot the Soft-RoCE lab and run the harness over the verbs rail with a NIC
-# failure inside it (verbs_harness.sh). Root, as every lab test.
-#   usage: test_verbs_rail.sh HARNESS PLUGIN_DIR [SECONDS]
+# ctest verbs_rail: boot the Soft-RoCE lab and run the harness over the verbs rail inside it
+# twice (verbs_harness.sh): across a NIC going down and up, and across a rail going silent
+# (RoCE dropped, links and ports up). Root, as every lab test.
+#   usage: test_verbs_rail.sh HARNESS PLUGIN_DIR [SECONDS per case]
 set -euo pipefail
 here="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
 if [[ $(id -u) -ne 0 ]]; then
   echo "verbs_rail: needs root (the Soft-RoCE lab prepares a kernel and boots it)" >&2
   exit 1
 fi
-exec "$here/rxelab.sh" run --timeout 170 -- "$here/verbs_harness.sh" "$@"
+exec "$here/rxelab.sh" run --timeout 170 -- bash -c '
+  "$0" "$1" "$2" "$3" link; link=$?
+  "$0" "$1" "$2" "$3" silent; silent=$?
+  exit $((link || silent))' "$here/verbs_harness.sh" "$1" "$2" "${3:-12}"

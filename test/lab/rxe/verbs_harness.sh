@@ -7,9 +7,11 @@
 #  - the traffic completes with zero errors across the failure (failover) and after it,
 #  - the sender reports a failover, and no ibv_reg_mr happens after the first failover.
 #
-# usage: verbs_harness.sh HARNESS PLUGIN_DIR [SECONDS]
+# usage: verbs_harness.sh HARNESS PLUGIN_DIR [SECONDS [FAULT]]
+#   FAULT: link (default: ip link set vethA0 down, then up) or silent (RoCE on rail 0 dropped by
+#   nftables while every link and port stays up: only rerail's own detection can see it)
 set -uo pipefail
-HARNESS=$1 PLUGIN_DIR=$2 SECS=${3:-16}
+HARNESS=$1 PLUGIN_DIR=$2 SECS=${3:-16} FAULT=${4:-link}
 work=$(mktemp -d /tmp/verbs-harness.XXXXXX)
 fails=0
 ok()  { echo "verbs_rail: ok   - $*"; }
@@ -29,11 +31,19 @@ RERAIL_SOCKET_IFNAME==vethA0,vethA1 RERAIL_IB_HCA==rxe0,rxe1 RERAIL_HEALTH_PATH=
 client=$!
 
 sleep $((SECS / 4))
-echo "verbs_rail: host A's NIC vethA0 goes down ($(date +%s.%N))"
-ip link set vethA0 down
-sleep $((SECS / 4))
-echo "verbs_rail: vethA0 comes back ($(date +%s.%N))"
-ip link set vethA0 up
+if [ "$FAULT" = silent ]; then
+  echo "verbs_rail: rail 0 goes silent (RoCE dropped, links up) ($(date +%s.%N))"
+  rxefault drop 0 on
+  sleep $((SECS / 4))
+  echo "verbs_rail: rail 0 heard again ($(date +%s.%N))"
+  rxefault drop 0 off
+else
+  echo "verbs_rail: host A's NIC vethA0 goes down ($(date +%s.%N))"
+  ip link set vethA0 down
+  sleep $((SECS / 4))
+  echo "verbs_rail: vethA0 comes back ($(date +%s.%N))"
+  ip link set vethA0 up
+fi
 wait "$client"; crc=$?
 wait "$server"; src=$?
 
@@ -43,18 +53,24 @@ for side in client server; do
 done
 if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ]; then ok "traffic completed, every byte checked ($(grep -ho 'received: .*GB/s' "$work/server.log" | head -1))"
 else bad "client exit $crc, server exit $src"; fi
-if grep -q 'health: failover' "$work/client.log"; then ok "the sender failed over: $(grep -m1 -o 'failover .*' "$work/client.log" | cut -c1-110)"
+if grep -q 'health: failover' "$work/client.log"; then ok "the sender failed over: $(grep -m1 -o 'health: failover .*' "$work/client.log" | cut -c1-120)"
 else bad "no failover reported by the sender"; fi
-# Registrations: none after the first failover (every buffer is registered on every NIC at
-# regMr). Plugin log lines carry "@<epoch seconds>".
-t_fail=$(grep -m1 'health: failover' "$work/client.log" | sed -n 's/.*@\([0-9.]*\) .*/\1/p')
-regs=$(cat "$work/client.log" "$work/server.log" | grep -c 'ibv_reg_mr #')
-late=$(cat "$work/client.log" "$work/server.log" | grep 'ibv_reg_mr #' |
-  sed -n 's/.*@\([0-9.]*\) .*/\1/p' | awk -v t="${t_fail:-0}" '$1 > t' | wc -l)
-if [ -n "$t_fail" ] && [ "$late" -eq 0 ] && [ "$regs" -gt 0 ]; then
-  ok "$regs ibv_reg_mr call(s), none after the first failover"
-else bad "ibv_reg_mr calls after the failover: $late (in all: $regs; failover at ${t_fail:-never})"; fi
+if grep -q 'health: failback' "$work/client.log"; then ok "traffic failed back to the healed NIC"
+else bad "no fail-back after the NIC came back"; fi
+# Registrations of NCCL's buffers: none from the failure on (every buffer was registered on
+# every NIC at regMr). Counted in each process's log from its first report of a rail going
+# down (the failure as that process saw it).
+regs=0 late=0
+for side in client server; do
+  n=$(grep -c 'ibv_reg_mr #' "$work/$side.log")
+  m=$(awk '/health: .*(rail_state|nic_state).* down/ {seen = 1} seen && /ibv_reg_mr #/ {n++} END {print n + 0}' "$work/$side.log")
+  regs=$((regs + n)) late=$((late + m))
+done
+if grep -q 'health: failover' "$work/client.log" && [ "$late" -eq 0 ] && [ "$regs" -gt 0 ]; then
+  ok "$regs buffer registration(s) (ibv_reg_mr) at setup, none from the failure on"
+else bad "buffer registrations from the failure on: $late (in all: $regs)"; fi
 
+echo "---- plugin events (client)"; grep -E 'health: |ibv_reg_mr' "$work/client.log" | head -20
 if [ "$fails" -ne 0 ]; then
   for side in client server; do echo "---- $side.log (tail)"; tail -n 30 "$work/$side.log"; done
 fi

@@ -20,16 +20,20 @@ int main(int argc, char **argv) {
   int n = 0;
   if (rr_verbs_discover(api, &o, ports, RR_VERBS_MAX_PORTS, &n) != RR_OK) return 1;
   printf("verbs_probe: ports=%d\n", n);
+  printf("verbs_probe: gdr=%d\n", rr_verbs_gdr_present("/sys"));
   for (int i = 0; i < n; i++) {
     const rr_verbs_port *p = &ports[i];
     char gs[64];
+    struct ibv_context *ctx = rr_verbs_open_device(api, p->dev_name);
+    int dmabuf = rr_verbs_dmabuf_supported(api, ctx);
+    if (ctx) api->close_device(ctx);
     printf("port %s:%d link=%s gid_index=%d gid=%s gid_type=%s netdev=%s speed_mbps=%d "
-           "guid=0x%016" PRIx64 " pci=%s numa=%d max_qp=%d max_qp_wr=%d mtu=%d\n",
+           "guid=0x%016" PRIx64 " pci=%s numa=%d max_qp=%d max_qp_wr=%d mtu=%d dmabuf=%d\n",
            p->dev_name, p->port, p->link_layer == IBV_LINK_LAYER_ETHERNET ? "roce" : "ib",
            p->gid_index, rr_gid_str(p->gid.raw, gs, sizeof gs),
            p->gid_type == RR_GID_TYPE_ROCE_V2 ? "v2" : p->gid_type == RR_GID_TYPE_IB_ROCE_V1 ? "v1" : "?",
            p->netdev[0] ? p->netdev : "-", p->speed_mbps, p->guid, p->pci_path[0] ? p->pci_path : "-",
-           p->numa_node, p->max_qp, p->max_qp_wr, p->active_mtu);
+           p->numa_node, p->max_qp, p->max_qp_wr, p->active_mtu, dmabuf);
   }
   return 0;
 }

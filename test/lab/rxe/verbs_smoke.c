@@ -46,11 +46,7 @@ static int open_side(side *s, size_t size) {
   int n = 0;
   if (rr_verbs_discover(api, &o, &s->port, 1, &n) != RR_OK || n != 1)
     FAIL("%s: not found as an ACTIVE port", s->name);
-  int ndev = 0;
-  struct ibv_device **devs = api->get_device_list(&ndev);
-  for (int i = 0; devs && i < ndev; i++)
-    if (!strcmp(api->get_device_name(devs[i]), s->name)) s->ctx = api->open_device(devs[i]);
-  if (devs) api->free_device_list(devs);
+  s->ctx = rr_verbs_open_device(api, s->name);
   if (!s->ctx) FAIL("%s: cannot open", s->name);
   s->pd = api->alloc_pd(s->ctx);
   s->cq = s->pd ? api->create_cq(s->ctx, 64, NULL, NULL, 0) : NULL;

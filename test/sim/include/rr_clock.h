@@ -1,4 +1,4 @@
-/* The simulation's clock, shadowing common/rr_clock.h: the engine sources
+/* The simulation's clock, shadowing common/base/rr_clock.h: the engine sources
  * compiled into rerail-sim find this header first on the include path, so
  * every timeout they measure runs on virtual time, which the scheduler
  * advances. Same guard as the real header: whichever comes first wins, and

@@ -121,7 +121,7 @@ void rr_health_table_tick(uint64_t now_ns);
 /* Windowed throughput and latency of local device dev; dir: RR_HT_TX/RR_HT_RX.
  * bytes_per_s is a double because that is what the exporter computes; the
  * row stores it rounded (negative or NaN: 0). The telemetry exporter calls
- * this through a weak reference (common/rr_tel_health_feed.c) that repeats
+ * this through a weak reference (common/telemetry/rr_tel_health_feed.c) that repeats
  * this prototype: change both together. */
 void rr_health_table_set_figures(int dev, int dir, double bytes_per_s, uint64_t p50_ns,
                                  uint64_t p99_ns);

@@ -1,5 +1,5 @@
 /* Names of the telemetry files and of what is inside them: the one place the
- * exporter (common/rr_tel_*.c) and the readers (`rerail top`, `rerail events`)
+ * exporter (common/telemetry/rr_tel_*.c) and the readers (`rerail top`, `rerail events`)
  * agree on. The full description of every metric and field is in
  * docs/telemetry.md.
  *

@@ -1,0 +1,701 @@
+/* Connection establishment, listener side: listen(), accept(), and the
+ * reconnected rails of live connections, all non-blocking.
+ *
+ * The listener trusts nothing before a socket has proved it holds the
+ * handle's secret (setup_wire.h). Until then a socket is a small pending slot:
+ * at most RR_LISTEN_PER_SOURCE per source address and RR_LISTEN_PENDING in
+ * all, each dropped when its handshake is not done within RR_SETUP_AUTH_NS,
+ * so idle or slow clients cannot hold the slots a failover's reconnect needs.
+ * Authenticated sockets are grouped by connection id; a complete group
+ * becomes a receive comm, or replaces a failed rail of a live one. Refusals
+ * are logged once a minute per reason and source address, so a flood cannot
+ * flood the log too. */
+#include "core_internal.h"
+#include "rr_clock.h"
+#include "rr_log.h"
+#include "rr_params.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define WARN_EVERY_NS (60ull * 1000000000ull)
+#define ACCEPTS_PER_CALL 1024 /* new sockets taken per listening socket and call */
+
+/* The address part of a socket address (no port), for per-source counting. */
+static void source_key(const struct sockaddr_storage *a, uint8_t out[16]) {
+  memset(out, 0, 16);
+  if (a->ss_family == AF_INET) memcpy(out, &((const struct sockaddr_in *)a)->sin_addr, 4);
+  else if (a->ss_family == AF_INET6) memcpy(out, &((const struct sockaddr_in6 *)a)->sin6_addr, 16);
+}
+
+/* Log a refusal once a minute per (reason, source). */
+static void listen_warn(rr_listen_comm *l, const struct sockaddr_storage *peer, const char *why) {
+  uint8_t key[16];
+  source_key(peer, key);
+  uint64_t now = rr_now_ns();
+  listen_warned *w = NULL, *oldest = &l->warned[0];
+  for (int i = 0; i < RR_LISTEN_WARN_SLOTS && !w; i++) {
+    listen_warned *x = &l->warned[i];
+    if (x->why == why && !memcmp(x->addr, key, 16)) w = x;
+    else if (x->at_ns < oldest->at_ns) oldest = x;
+  }
+  if (w && now - w->at_ns < WARN_EVERY_NS) {
+    w->suppressed++;
+    return;
+  }
+  uint32_t more = w ? w->suppressed : 0;
+  if (!w) w = oldest;
+  char abuf[64];
+  if (more)
+    RR_WARN("refused a connection from %s: %s (and %u more like it in the last minute)",
+            rr_sockaddr_str((const struct sockaddr *)peer, abuf, sizeof abuf), why, more);
+  else
+    RR_WARN("refused a connection from %s: %s",
+            rr_sockaddr_str((const struct sockaddr *)peer, abuf, sizeof abuf), why);
+  w->why = why;
+  memcpy(w->addr, key, 16);
+  w->at_ns = now;
+  w->suppressed = 0;
+}
+
+static void refuse(rr_listen_comm *l, pending_sock *ps, const char *why) {
+  listen_warn(l, &ps->peer, why);
+  close(ps->fd);
+  ps->fd = -1;
+}
+
+/* ------------------------------------------------------------------ listen */
+
+/* One listening socket per pooled NIC address of the listening device's
+ * family, all on one port (the handle has room for one). Never the wildcard
+ * address: only the rails rerail pools can reach it. */
+static rr_status bind_all(rr_listen_comm *l, const struct sockaddr_storage *addrs, int naddrs,
+                          uint16_t *port) {
+  for (int attempt = 0; attempt < 16; attempt++) {
+    uint16_t want = 0;
+    int i;
+    for (i = 0; i < naddrs; i++) {
+      struct sockaddr_storage a = addrs[i];
+      socklen_t alen = a.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+      if (a.ss_family == AF_INET) ((struct sockaddr_in *)&a)->sin_port = htons(want);
+      else ((struct sockaddr_in6 *)&a)->sin6_port = htons(want);
+      int fd = socket(a.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd < 0) break;
+      l->fds[l->nfds++] = fd;
+      if (bind(fd, (struct sockaddr *)&a, alen) != 0 || listen(fd, 512) != 0) break;
+      if (i == 0) {
+        struct sockaddr_storage bound;
+        socklen_t blen = sizeof bound;
+        if (getsockname(fd, (struct sockaddr *)&bound, &blen) != 0) break;
+        want = ntohs(bound.ss_family == AF_INET ? ((struct sockaddr_in *)&bound)->sin_port
+                                                : ((struct sockaddr_in6 *)&bound)->sin6_port);
+      }
+    }
+    if (i == naddrs) {
+      *port = want;
+      return RR_OK;
+    }
+    int err = errno;
+    while (l->nfds) close(l->fds[--l->nfds]);
+    /* Another socket holds that port on one of the other addresses: try
+     * another port. Anything else will not get better. */
+    if (err != EADDRINUSE || i == 0) {
+      char abuf[64];
+      RR_WARN("listen: bind/listen on %s: %s",
+              rr_sockaddr_str((const struct sockaddr *)&addrs[i < naddrs ? i : 0], abuf, sizeof abuf),
+              strerror(err));
+      return RR_ERR_SYSTEM;
+    }
+  }
+  RR_WARN("listen: no port is free on every pooled address");
+  return RR_ERR_SYSTEM;
+}
+
+rr_status rr_net_listen(rr_net_ctx *ctx, int dev, void *handle, rr_listen_comm **out) {
+  const rr_devices *d = rr_core_devices();
+  if (!handle || !out) return RR_ERR_INVALID;
+  if (dev < 0 || dev >= d->count) {
+    RR_WARN("listen: device %d does not exist (%d devices)", dev, d->count);
+    return RR_ERR_INVALID;
+  }
+  const rr_netif *nif = &d->nif[dev];
+  rr_listen_comm *l = calloc(1, sizeof *l);
+  if (!l) return RR_ERR_NOMEM;
+  /* The listening device first, then the others of the same family: backup
+   * rails reach us through them. */
+  struct sockaddr_storage addrs[RR_HANDLE_MAX_ADDRS];
+  int naddrs = 0;
+  addrs[naddrs++] = nif->addr;
+  for (int i = 0; i < d->count && naddrs < RR_HANDLE_MAX_ADDRS; i++)
+    if (i != dev && d->nif[i].addr.ss_family == nif->addr.ss_family) addrs[naddrs++] = d->nif[i].addr;
+  uint16_t port = 0;
+  rr_status st = rr_hs_random(l->secret, sizeof l->secret);
+  if (st == RR_OK) st = bind_all(l, addrs, naddrs, &port);
+  if (st != RR_OK) {
+    free(l);
+    return st;
+  }
+  l->magic = RR_MAGIC_LISTEN;
+  l->profiler = ctx ? ctx->profiler : NULL;
+  l->dev = dev;
+  pthread_mutex_init(&l->lock, NULL);
+  st = rr_handle_encode(addrs, naddrs, port, l->secret, handle);
+  if (st != RR_OK) {
+    rr_net_close_listen(l);
+    return st;
+  }
+  char abuf[64];
+  RR_INFO(RR_SUB_NET | RR_SUB_INIT, "listening on %s (%s) and %d more pooled address(es), port %u",
+          nif->name, rr_sockaddr_str((const struct sockaddr *)&nif->addr, abuf, sizeof abuf), naddrs - 1,
+          port);
+  *out = l;
+  return RR_OK;
+}
+
+/* Everything a group holds: sockets, endpoints, and the comm it was building. */
+static void group_close(pending_group *g) {
+  for (int r = 0; r < RR_MAX_RAILS; r++) {
+    for (int i = 0; i < RR_TCP_MAX_STREAMS; i++)
+      if (g->fds[r][i] >= 0) close(g->fds[r][i]), g->fds[r][i] = -1;
+    rr_setup_ep_abandon(&g->ep[r]);
+  }
+  if (g->rc) {
+    rr_engine_fini(&g->rc->engine);
+    free(g->rc);
+    g->rc = NULL;
+  }
+}
+
+static void group_remove(rr_listen_comm *l, int i) {
+  group_close(&l->groups[i]);
+  l->groups[i] = l->groups[--l->ngroups];
+}
+
+static void listen_free(rr_listen_comm *l) {
+  for (int i = 0; i < l->nfds; i++) close(l->fds[i]);
+  for (int i = 0; i < l->nsocks; i++)
+    if (l->socks[i].fd >= 0) close(l->socks[i].fd);
+  while (l->ngroups) group_remove(l, 0);
+  free(l->socks);
+  free(l->groups);
+  free(l->comms);
+  pthread_mutex_destroy(&l->lock);
+  l->magic = RR_MAGIC_DEAD;
+  free(l);
+}
+
+rr_status rr_net_close_listen(rr_listen_comm *l) {
+  if (!l) return RR_OK;
+  if (l->magic != RR_MAGIC_LISTEN) {
+    RR_WARN("closeListen: not a rerail listen comm");
+    return RR_ERR_INVALID;
+  }
+  pthread_mutex_lock(&l->lock);
+  l->nccl_closed = 1;
+  int keep = l->ncomms > 0; /* its connections may still reconnect rails through it */
+  pthread_mutex_unlock(&l->lock);
+  if (!keep) listen_free(l);
+  return RR_OK;
+}
+
+void rr_listen_release(rr_recv_comm *rc) {
+  rr_listen_comm *l = rc->listen;
+  if (!l) return;
+  rc->listen = NULL;
+  pthread_mutex_lock(&l->lock);
+  for (int i = 0; i < l->ncomms; i++)
+    if (l->comms[i] == rc) {
+      l->comms[i] = l->comms[--l->ncomms];
+      break;
+    }
+  /* A reconnect under way for it holds endpoints that report to its engine. */
+  for (int i = 0; i < l->ngroups;)
+    if (l->groups[i].reconnect_rail >= 0 && l->groups[i].conn_id == rc->conn_id) group_remove(l, i);
+    else i++;
+  int last = l->ncomms == 0;
+  int gone = last && l->nccl_closed;
+  pthread_mutex_unlock(&l->lock);
+  if (last) rr_monitor_remove_listener(l);
+  if (gone) listen_free(l);
+}
+
+/* ------------------------------------------------------------------ accept */
+
+static rr_recv_comm *listen_comm_by_id(rr_listen_comm *l, uint64_t conn_id) {
+  for (int i = 0; i < l->ncomms; i++)
+    if (l->comms[i]->conn_id == conn_id) return l->comms[i];
+  return NULL;
+}
+
+/* The newest generation the listener holds for a rail of a live connection:
+ * a reconnect must be newer, and at most RR_HS_GEN_WINDOW newer. */
+static uint32_t gen_floor(const rr_recv_comm *rc, int rail) {
+  return rc->gen_seen[rail] > rc->generation[rail] ? rc->gen_seen[rail] : rc->generation[rail];
+}
+
+static rr_status send_all(int fd, const uint8_t *buf, size_t len) {
+  /* A fresh socket's send buffer takes these few bytes at once; one that
+   * does not is broken, and the peer starts over. */
+  ssize_t n;
+  do n = send(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  return n == (ssize_t)len ? RR_OK : RR_ERR_PEER;
+}
+
+/* HELLO in: answer with a CHALLENGE (our proof, a fresh nonce). */
+static void on_hello(rr_listen_comm *l, pending_sock *ps) {
+  const char *why = NULL;
+  rr_status st = RR_SETUP_RECV_MSG(ps->fd, ps->in, ps->got, rr_hs_hello_decode(ps->in, ps->got, &ps->h, &need, &why),
+                                   "closed before completing the handshake", &why);
+  if (st == RR_AGAIN) return;
+  if (st != RR_OK) {
+    refuse(l, ps, why);
+    return;
+  }
+  memcpy(ps->hello, ps->in, RR_HS_HELLO_LEN);
+  ps->gen_floor = 0;
+  if (ps->h.flags & RR_HS_FLAG_RECONNECT) {
+    rr_recv_comm *rc = listen_comm_by_id(l, ps->h.conn_id);
+    if (rc) ps->gen_floor = gen_floor(rc, ps->h.rail);
+  }
+  rr_hs_challenge ch = {.gen_floor = ps->gen_floor};
+  if (rr_hs_random(ch.nonce, sizeof ch.nonce) != RR_OK) {
+    refuse(l, ps, "no random numbers for a challenge");
+    return;
+  }
+  memcpy(ps->snonce, ch.nonce, RR_HS_NONCE_LEN);
+  rr_hs_mac_challenge(l->secret, ps->hello, ps->snonce, ps->gen_floor, ch.mac);
+  uint8_t out[RR_HS_CHALLENGE_LEN];
+  rr_hs_challenge_encode(&ch, out);
+  if (send_all(ps->fd, out, sizeof out) != RR_OK) {
+    refuse(l, ps, "cannot send the challenge");
+    return;
+  }
+  ps->state = PS_PROOF;
+  ps->got = 0;
+}
+
+/* The group an authenticated socket belongs to, made if needed; NULL with
+ * *why when the socket does not fit any. */
+static pending_group *group_for(rr_listen_comm *l, pending_sock *ps, rr_recv_comm *live, const char **why) {
+  const rr_hs_hello *h = &ps->h;
+  int recon = live ? h->rail : -1;
+  pending_group *g = NULL;
+  for (int i = 0; i < l->ngroups && !g; i++)
+    if (l->groups[i].conn_id == h->conn_id && l->groups[i].reconnect_rail == recon) {
+      g = &l->groups[i];
+      if (recon < 0) continue;
+      if (h->generation < g->generation) {
+        *why = "a reconnect older than one under way";
+        return NULL;
+      }
+      if (h->generation > g->generation) {
+        /* A new attempt to reopen the rail: the sender gave up on the last one. */
+        group_remove(l, (int)(g - l->groups));
+        g = NULL;
+      }
+    }
+  if (g) return g;
+  if (l->ngroups == RR_LISTEN_GROUPS) {
+    *why = "too many connections in progress";
+    return NULL;
+  }
+  if (!l->groups && !(l->groups = calloc(RR_LISTEN_GROUPS, sizeof *l->groups))) {
+    *why = "out of memory";
+    return NULL;
+  }
+  pending_group tmp;
+  memset(&tmp, 0, sizeof tmp);
+  tmp.conn_id = h->conn_id;
+  tmp.reconnect_rail = recon;
+  tmp.generation = h->generation;
+  tmp.nstreams = h->nstreams;
+  tmp.chunk_size = h->chunk_size;
+  tmp.since_ns = rr_now_ns();
+  for (int r = 0; r < RR_MAX_RAILS; r++)
+    for (int i = 0; i < RR_TCP_MAX_STREAMS; i++) tmp.fds[r][i] = -1;
+  if (live) {
+    tmp.engine = &live->engine; /* rails_mask: from the connector's COMMIT */
+  } else {
+    /* The comm this group becomes: endpoints are opened on its engine. */
+    tmp.rc = calloc(1, sizeof *tmp.rc);
+    rr_engine_config cfg;
+    rr_core_engine_config(RR_ENGINE_RECV, h->chunk_size, (struct sockaddr *)&ps->peer, l->profiler, &cfg);
+    cfg.reopens = 1; /* the sender reopens failed rails through this listener */
+    if (!tmp.rc || rr_engine_init(&tmp.rc->engine, &cfg) != RR_OK) {
+      free(tmp.rc);
+      *why = "out of memory";
+      return NULL;
+    }
+    tmp.engine = &tmp.rc->engine;
+  }
+  g = &l->groups[l->ngroups++];
+  *g = tmp;
+  return g;
+}
+
+/* PROOF in: the socket proves it holds the secret. Then it is checked
+ * against the connection it names, joins its group, and gets our ACCEPT. */
+static void on_proof(rr_listen_comm *l, pending_sock *ps) {
+  const char *why = NULL;
+  rr_hs_proof pr;
+  rr_status st = RR_SETUP_RECV_MSG(ps->fd, ps->in, ps->got, rr_hs_proof_decode(RR_HS_PROOF, ps->in, ps->got, &pr, &need, &why),
+                                   "closed before completing the handshake", &why);
+  if (st == RR_AGAIN) return;
+  if (st != RR_OK) {
+    refuse(l, ps, why);
+    return;
+  }
+  uint8_t mac[RR_HS_MAC_LEN];
+  rr_hs_mac_blob(RR_HS_PROOF, l->secret, ps->hello, ps->snonce, pr.blob, pr.blob_len, mac);
+  if (!rr_hs_mac_equal(mac, pr.mac)) {
+    refuse(l, ps, "wrong secret (the peer does not hold this listener's handle)");
+    return;
+  }
+  /* Authenticated: what it names is now worth checking. */
+  const rr_hs_hello *h = &ps->h;
+  rr_recv_comm *live = NULL;
+  if (h->flags & RR_HS_FLAG_RECONNECT) {
+    live = listen_comm_by_id(l, h->conn_id);
+    if (!live) { refuse(l, ps, "a reconnect for no live connection"); return; }
+    if (!(live->rails_mask & (1u << h->rail))) { refuse(l, ps, "a reconnect for a rail the connection does not have"); return; }
+    if (h->generation <= live->generation[h->rail]) { refuse(l, ps, "a reconnect older than the rail's sockets"); return; }
+    if (h->generation - gen_floor(live, h->rail) > RR_HS_GEN_WINDOW && h->generation > gen_floor(live, h->rail)) {
+      refuse(l, ps, "a runaway reconnect generation (beyond the rail's window)");
+      return;
+    }
+    if (h->generation > live->gen_seen[h->rail]) live->gen_seen[h->rail] = h->generation;
+  } else if (l->nccl_closed) {
+    refuse(l, ps, "a new connection after NCCL closed this listener");
+    return;
+  }
+  pending_group *g = group_for(l, ps, live, &why);
+  if (!g) { refuse(l, ps, why); return; }
+  int r = h->rail;
+  if (g->nstreams != h->nstreams || g->chunk_size != h->chunk_size || g->fds[r][h->stream] >= 0) {
+    refuse(l, ps, "hello inconsistent with its connection");
+    return;
+  }
+  int first = 1;
+  for (int i = 0; i < g->nstreams; i++) first &= g->fds[r][i] < 0;
+  if (first) {
+    /* Our endpoint of this rail, on the device the socket arrived at. */
+    struct sockaddr_storage local;
+    socklen_t len = sizeof local;
+    getsockname(ps->fd, (struct sockaddr *)&local, &len);
+    int dev = rr_core_dev_by_addr(&local);
+    g->dev[r] = dev >= 0 ? dev : l->dev;
+    rr_setup_ep_abandon(&g->ep[r]);
+    uint8_t blob[RR_HS_BLOB_MAX];
+    uint16_t blen = 0;
+    if (rr_setup_ep_open(g->dev[r], g->engine, &g->ep[r], blob, &blen) != RR_OK) {
+      refuse(l, ps, "cannot open an endpoint for the rail");
+      return;
+    }
+    g->peer_blob_len[r] = pr.blob_len;
+    memcpy(g->peer_blob[r], pr.blob, pr.blob_len);
+  } else if (pr.blob_len != g->peer_blob_len[r] || memcmp(pr.blob, g->peer_blob[r], pr.blob_len)) {
+    refuse(l, ps, "two endpoint addresses for one rail");
+    return;
+  }
+  rr_hs_proof acc;
+  memset(&acc, 0, sizeof acc);
+  if (rr_setup_ep_addr(g->ep[r], acc.blob, &acc.blob_len) != RR_OK || acc.blob_len > RR_HS_BLOB_MAX) {
+    refuse(l, ps, "our endpoint has no address");
+    return;
+  }
+  rr_hs_mac_blob(RR_HS_ACCEPT, l->secret, ps->hello, ps->snonce, acc.blob, acc.blob_len, acc.mac);
+  uint8_t out[RR_HS_MAX_LEN];
+  size_t n = rr_hs_proof_encode(RR_HS_ACCEPT, &acc, out);
+  if (send_all(ps->fd, out, n) != RR_OK) {
+    refuse(l, ps, "cannot send the accept");
+    return;
+  }
+  g->fds[r][h->stream] = ps->fd;
+  ps->fd = -1;
+}
+
+/* The connector's COMMIT (on stream 0 of one rail) names the final set of
+ * rails; a reconnect's names its rail, once the connector has swapped to the
+ * new endpoint. Exactly its bytes are read: data follows it. */
+static void read_commits(rr_listen_comm *l) {
+  for (int gi = 0; gi < l->ngroups;) {
+    pending_group *g = &l->groups[gi];
+    int drop = 0;
+    for (int r = 0; r < RR_MAX_RAILS && !g->rails_mask && !drop; r++) {
+      int fd = g->fds[r][0];
+      if (fd < 0) continue;
+      const char *why = NULL;
+      uint32_t mask = 0;
+      for (;;) {
+        size_t need = 0;
+        rr_status st = rr_hs_commit_decode(g->commit[r], g->commit_got[r], &mask, &need, &why);
+        if (st == RR_OK && g->reconnect_rail >= 0 && mask != 1u << g->reconnect_rail) {
+          st = RR_ERR_PROTOCOL;
+          why = "a reconnect's COMMIT names other rails";
+        }
+        if (st == RR_OK) {
+          g->rails_mask = mask;
+          break;
+        }
+        if (st != RR_AGAIN) {
+          RR_WARN("accept: dropping a connection whose set of rails is garbled: %s", why);
+          drop = 1;
+          break;
+        }
+        ssize_t n = recv(fd, g->commit[r] + g->commit_got[r], need - g->commit_got[r], MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (n <= 0 && g->reconnect_rail >= 0) {
+          drop = 1; /* the connector gave this attempt up */
+          break;
+        }
+        if (n <= 0) {
+          /* The connector left this rail out (it closes sockets of rails it
+           * gave up on); COMMIT comes on another. */
+          for (int i = 0; i < RR_TCP_MAX_STREAMS; i++)
+            if (g->fds[r][i] >= 0) close(g->fds[r][i]), g->fds[r][i] = -1;
+          rr_setup_ep_abandon(&g->ep[r]);
+          break;
+        }
+        g->commit_got[r] += (uint16_t)n;
+      }
+    }
+    if (drop) group_remove(l, gi);
+    else gi++;
+  }
+}
+
+static int group_complete(const pending_group *g) {
+  if (!g->rails_mask) return 0;
+  for (int r = 0; r < RR_MAX_RAILS; r++)
+    if (g->rails_mask & (1u << r))
+      for (int i = 0; i < g->nstreams; i++)
+        if (g->fds[r][i] < 0) return 0;
+  return 1;
+}
+
+static void drop_stale(rr_listen_comm *l, uint64_t now) {
+  for (int i = 0; i < l->nsocks;) {
+    pending_sock *ps = &l->socks[i];
+    if (ps->fd >= 0 && now - ps->since_ns > RR_SETUP_AUTH_NS) refuse(l, ps, "no handshake within 1 s");
+    if (ps->fd < 0) l->socks[i] = l->socks[--l->nsocks];
+    else i++;
+  }
+  uint64_t limit = rr_params_get()->connect_timeout_ms * 1000000ull;
+  for (int i = 0; i < l->ngroups;) {
+    if (now - l->groups[i].since_ns > limit) {
+      RR_WARN("accept: dropping a connection whose sockets did not all arrive in time");
+      group_remove(l, i);
+    } else {
+      i++;
+    }
+  }
+}
+
+/* Connect a group's endpoints: the rails of the set, in order. */
+static rr_status connect_rail_ep(pending_group *g, int r, rr_rail_ep **ep) {
+  rr_status st = rr_setup_ep_connect(&g->ep[r], g->dev[r], g->engine, g->peer_blob[r], g->peer_blob_len[r],
+                                     g->fds[r], g->nstreams);
+  for (int i = 0; i < RR_TCP_MAX_STREAMS; i++)
+    if (g->fds[r][i] >= 0) close(g->fds[r][i]), g->fds[r][i] = -1;
+  *ep = g->ep[r];
+  g->ep[r] = NULL;
+  return st;
+}
+
+static rr_status comms_add(rr_listen_comm *l, rr_recv_comm *rc) {
+  if (l->ncomms == l->comms_cap) {
+    int cap = l->comms_cap ? 2 * l->comms_cap : 16;
+    rr_recv_comm **c = realloc(l->comms, (size_t)cap * sizeof *c);
+    if (!c) return RR_ERR_NOMEM;
+    l->comms = c;
+    l->comms_cap = cap;
+  }
+  l->comms[l->ncomms++] = rc;
+  return RR_OK;
+}
+
+static unsigned listen_port(const rr_listen_comm *l) {
+  struct sockaddr_storage a;
+  socklen_t len = sizeof a;
+  if (l->nfds < 1 || getsockname(l->fds[0], (struct sockaddr *)&a, &len) != 0) return 0;
+  return ntohs(a.ss_family == AF_INET ? ((struct sockaddr_in *)&a)->sin_port : ((struct sockaddr_in6 *)&a)->sin6_port);
+}
+
+/* Build the receive comm from a complete group (which this consumes). */
+static rr_status make_recv_comm(rr_listen_comm *l, pending_group *g, rr_recv_comm **out) {
+  rr_recv_comm *rc = g->rc;
+  g->rc = NULL;
+  const rr_devices *d = rr_core_devices();
+  rr_status st = RR_OK;
+  for (int r = 0; r < RR_MAX_RAILS && st == RR_OK; r++) {
+    if (!(g->rails_mask & (1u << r))) continue;
+    struct sockaddr_storage remote;
+    socklen_t rlen = sizeof remote;
+    getpeername(g->fds[r][0], (struct sockaddr *)&remote, &rlen);
+    rr_rail_ep *ep = NULL;
+    st = connect_rail_ep(g, r, &ep);
+    if (st == RR_OK) {
+      char abuf[64];
+      int dev = g->dev[r];
+      rr_sockaddr_str((struct sockaddr *)&remote, abuf, sizeof abuf);
+      st = rr_engine_add_rail(&rc->engine, ep, d->nif[dev].speed_mbps > 0 ? d->nif[dev].speed_mbps : 10000,
+                              d->nif[dev].name, abuf);
+      if (st != RR_OK) ep->ops->destroy(ep);
+    }
+  }
+  group_close(g); /* sockets and endpoints of rails the connector left out */
+  rc->magic = RR_MAGIC_RECV;
+  rc->dev = l->dev;
+  rc->conn_id = g->conn_id;
+  rc->rails_mask = g->rails_mask;
+  if (st == RR_OK) st = comms_add(l, rc);
+  if (st != RR_OK) {
+    rr_engine_fini(&rc->engine);
+    free(rc);
+    return st;
+  }
+  rc->listen = l;
+  if (l->ncomms == 1) rr_monitor_add_listener(l);
+  /* The id names the connection in reconnect refusals and diagnostics. */
+  RR_INFO(RR_SUB_NET, "accepted connection %016llx from %s over %d rail(s) (listener port %u)",
+          (unsigned long long)rc->conn_id, rc->engine.cfg.peer, rc->engine.nrails, listen_port(l));
+  rr_monitor_add(&rc->engine);
+  *out = rc;
+  return RR_OK;
+}
+
+/* A reconnected rail is complete: give its endpoint to the live connection. */
+static void route_reconnect(rr_listen_comm *l, pending_group *g) {
+  rr_recv_comm *rc = listen_comm_by_id(l, g->conn_id);
+  int r = g->reconnect_rail;
+  if (!rc || !(rc->rails_mask & (1u << r)) || g->generation <= rc->generation[r]) {
+    group_close(g); /* gone, or a newer attempt got here first */
+    return;
+  }
+  rc->generation[r] = g->generation;
+  rr_rail_ep *ep = NULL;
+  rr_status st = connect_rail_ep(g, r, &ep);
+  group_close(g);
+  if (st != RR_OK) return;
+  /* The engine's rails are the connection's rails in order. */
+  rr_engine_rail_replace(&rc->engine, __builtin_popcount(rc->rails_mask & ((1u << r) - 1)), ep);
+}
+
+/* Take every new socket the kernel has: a pending slot each, or closed at
+ * once when its source (or everyone) has too many unauthenticated ones. */
+static rr_status take_new(rr_listen_comm *l) {
+  for (int k = 0; k < l->nfds; k++) {
+    for (int n = 0; n < ACCEPTS_PER_CALL; n++) {
+      struct sockaddr_storage peer;
+      socklen_t alen = sizeof peer;
+      int fd = accept4(l->fds[k], (struct sockaddr *)&peer, &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          /* Out of descriptors: what is pending times out and frees them. */
+          RR_TRACE("accept: %s", strerror(errno));
+          break;
+        }
+        RR_WARN("accept: %s", strerror(errno));
+        return RR_ERR_SYSTEM;
+      }
+      uint8_t key[16], other[16];
+      source_key(&peer, key);
+      int same = 0;
+      for (int i = 0; i < l->nsocks; i++) {
+        source_key(&l->socks[i].peer, other);
+        same += l->socks[i].fd >= 0 && !memcmp(key, other, 16);
+      }
+      pending_sock tmp = {.fd = fd, .peer = peer};
+      if (same >= RR_LISTEN_PER_SOURCE) {
+        refuse(l, &tmp, "too many unauthenticated connections from this address");
+        continue;
+      }
+      if (l->nsocks == RR_LISTEN_PENDING) {
+        refuse(l, &tmp, "too many unauthenticated connections");
+        continue;
+      }
+      if (!l->socks && !(l->socks = calloc(RR_LISTEN_PENDING, sizeof *l->socks))) {
+        close(fd);
+        break;
+      }
+      rr_sock_tune(fd);
+      pending_sock *ps = &l->socks[l->nsocks++];
+      memset(ps, 0, sizeof *ps);
+      ps->fd = fd;
+      ps->peer = peer;
+      ps->state = PS_HELLO;
+      ps->since_ns = rr_now_ns();
+    }
+  }
+  return RR_OK;
+}
+
+static rr_status advance_locked(rr_listen_comm *l, rr_recv_comm **out);
+
+/* Idle again: give the slots' memory back. */
+static void release_idle(rr_listen_comm *l) {
+  if (!l->nsocks) free(l->socks), l->socks = NULL;
+  if (!l->ngroups) free(l->groups), l->groups = NULL;
+}
+
+static rr_status accept_locked(rr_listen_comm *l, rr_recv_comm **out) {
+  rr_status st = take_new(l);
+  if (st == RR_OK) st = advance_locked(l, out);
+  release_idle(l);
+  return st;
+}
+
+static rr_status advance_locked(rr_listen_comm *l, rr_recv_comm **out) {
+  for (int i = 0; i < l->nsocks; i++) {
+    pending_sock *ps = &l->socks[i];
+    if (ps->fd >= 0 && ps->state == PS_HELLO) on_hello(l, ps);
+    if (ps->fd >= 0 && ps->state == PS_PROOF) on_proof(l, ps);
+  }
+  read_commits(l);
+  drop_stale(l, rr_now_ns());
+  for (int i = 0; i < l->ngroups;) {
+    if (l->groups[i].reconnect_rail >= 0 && group_complete(&l->groups[i])) {
+      pending_group g = l->groups[i];
+      l->groups[i] = l->groups[--l->ngroups];
+      route_reconnect(l, &g);
+    } else {
+      i++;
+    }
+  }
+  /* Hand out one complete connection (only NCCL's accept() asks). */
+  for (int i = 0; i < l->ngroups && out; i++) {
+    if (l->groups[i].reconnect_rail >= 0 || !group_complete(&l->groups[i])) continue;
+    pending_group g = l->groups[i];
+    l->groups[i] = l->groups[--l->ngroups];
+    return make_recv_comm(l, &g, out);
+  }
+  return RR_OK;
+}
+
+rr_status rr_net_accept(rr_listen_comm *l, rr_recv_comm **out) {
+  if (!out) return RR_ERR_INVALID;
+  *out = NULL;
+  if (!l || l->magic != RR_MAGIC_LISTEN) {
+    RR_WARN("accept: not a rerail listen comm");
+    return RR_ERR_INVALID;
+  }
+  pthread_mutex_lock(&l->lock);
+  rr_status st = accept_locked(l, out);
+  pthread_mutex_unlock(&l->lock);
+  return st;
+}
+
+void rr_listen_service(rr_listen_comm *l) {
+  /* The monitor calls this holding its registry lock, and NCCL's accept()
+   * takes the registry lock under this one: never wait here. */
+  if (pthread_mutex_trylock(&l->lock) != 0) return;
+  accept_locked(l, NULL);
+  pthread_mutex_unlock(&l->lock);
+}

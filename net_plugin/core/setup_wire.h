@@ -1,0 +1,115 @@
+/* Wire format of connection setup (docs/protocol.md, "Connection setup and
+ * authentication"): the four messages every setup socket carries before it
+ * becomes a rail's data path, and the keyed hashes that prove both ends hold
+ * the handle's secret.
+ *
+ *   connector -> listener  HELLO      who: connection id, rail, stream, flags,
+ *                                     generation, client nonce
+ *   listener  -> connector CHALLENGE  server nonce, the rail's generation floor,
+ *                                     the listener's proof
+ *   connector -> listener  PROOF      the connector's proof, its endpoint blob
+ *   listener  -> connector ACCEPT     the listener's endpoint blob, its proof
+ *   connector -> listener  COMMIT     once, on stream 0 of the lowest rail
+ *                                     that came up: the final set of rails
+ *                                     (a reconnect: its one rail, and the
+ *                                     word to install it)
+ *
+ * Each socket authenticates on its own as soon as it connects, so a rail that
+ * is slow to come up never holds another rail's socket past the listener's
+ * pre-authentication deadline; the set of rails follows once it is known.
+ * Every field is little-endian and encoded byte by byte: nothing here depends
+ * on the host's byte order or struct layout. The decoders are pure (bytes in,
+ * struct or a reason out) and check everything a peer could get wrong: they
+ * are the first code an unauthenticated peer reaches, and are fuzzed
+ * (test/fuzz/fuzz_hello.c). The secret never travels: only HMAC-SHA256 values
+ * over both nonces, so a proof cannot be replayed on another socket. */
+#ifndef RERAIL_CORE_SETUP_WIRE_H
+#define RERAIL_CORE_SETUP_WIRE_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rr_status.h"
+
+#define RR_HS_MAGIC 0x33435252u      /* "RRC3" read little-endian */
+#define RR_HS_VERSION 4              /* 4: challenge-response (3 sent a token in clear) */
+#define RR_HS_SECRET_LEN 32
+#define RR_HS_NONCE_LEN 32
+#define RR_HS_MAC_LEN 32
+#define RR_HS_BLOB_MAX 64            /* = RR_RAIL_ADDR_MAX (checked where both are known) */
+#define RR_HS_MAX_STREAMS 8          /* setup sockets per rail */
+#define RR_HS_MAX_RAILS 8
+/* A reconnect may name at most this many generations beyond the rail's
+ * floor (the listener's newest installed or authenticated attempt), so a peer
+ * cannot push a rail's generation out of reach of the real sender. */
+#define RR_HS_GEN_WINDOW 16u
+
+enum rr_hs_type { RR_HS_HELLO = 1, RR_HS_CHALLENGE = 2, RR_HS_PROOF = 3, RR_HS_ACCEPT = 4,
+                  RR_HS_COMMIT = 5 };
+#define RR_HS_FLAG_RECONNECT 0x1u    /* a rail of a live connection, reopened */
+
+/* Sizes on the wire. PROOF and ACCEPT are a fixed part followed by a blob
+ * whose length the fixed part gives. */
+#define RR_HS_HDR_LEN 8
+#define RR_HS_HELLO_LEN 64
+#define RR_HS_CHALLENGE_LEN 76
+#define RR_HS_PROOF_FIXED 44
+#define RR_HS_ACCEPT_FIXED 44
+#define RR_HS_COMMIT_LEN 16
+#define RR_HS_MAX_LEN (RR_HS_PROOF_FIXED + RR_HS_BLOB_MAX)
+
+typedef struct rr_hs_hello {
+  uint64_t conn_id;
+  uint8_t rail, stream, nstreams, flags;
+  uint32_t chunk_size;
+  uint32_t generation;
+  uint8_t nonce[RR_HS_NONCE_LEN];
+} rr_hs_hello;
+
+typedef struct rr_hs_challenge {
+  uint8_t nonce[RR_HS_NONCE_LEN];
+  uint32_t gen_floor;  /* reconnects: the newest generation the listener holds for the rail */
+  uint8_t mac[RR_HS_MAC_LEN];
+} rr_hs_challenge;
+
+/* PROOF and ACCEPT share a shape: a keyed hash and an endpoint blob. */
+typedef struct rr_hs_proof {
+  uint8_t mac[RR_HS_MAC_LEN];
+  uint16_t blob_len;
+  uint8_t blob[RR_HS_BLOB_MAX];
+} rr_hs_proof;
+
+/* Encoders write exactly the message's length into out and return it. */
+size_t rr_hs_hello_encode(const rr_hs_hello *h, uint8_t out[RR_HS_HELLO_LEN]);
+size_t rr_hs_challenge_encode(const rr_hs_challenge *c, uint8_t out[RR_HS_CHALLENGE_LEN]);
+size_t rr_hs_proof_encode(int type, const rr_hs_proof *p, uint8_t out[RR_HS_MAX_LEN]);
+size_t rr_hs_commit_encode(uint32_t rails_mask, uint8_t out[RR_HS_COMMIT_LEN]);
+
+/* Decoders: RR_OK with *out filled; RR_AGAIN when more bytes are needed
+ * (*need says how many in all); RR_ERR_PROTOCOL with *why otherwise.
+ * RR_ERR_UNSUPPORTED: a rerail peer of another protocol version. */
+rr_status rr_hs_hello_decode(const uint8_t *buf, size_t len, rr_hs_hello *out, size_t *need,
+                             const char **why);
+rr_status rr_hs_challenge_decode(const uint8_t *buf, size_t len, rr_hs_challenge *out,
+                                 size_t *need, const char **why);
+rr_status rr_hs_proof_decode(int type, const uint8_t *buf, size_t len, rr_hs_proof *out,
+                             size_t *need, const char **why);
+rr_status rr_hs_commit_decode(const uint8_t *buf, size_t len, uint32_t *rails_mask, size_t *need,
+                              const char **why);
+
+/* Keyed hashes (HMAC-SHA256 under the handle's secret). Each is over a
+ * label naming its role (so one can never be replayed as another), the
+ * encoded HELLO (which holds the client nonce) and the server nonce, plus
+ * what that message adds. */
+void rr_hs_mac_challenge(const uint8_t secret[RR_HS_SECRET_LEN], const uint8_t hello[RR_HS_HELLO_LEN],
+                         const uint8_t snonce[RR_HS_NONCE_LEN], uint32_t gen_floor,
+                         uint8_t mac[RR_HS_MAC_LEN]);
+void rr_hs_mac_blob(int type, const uint8_t secret[RR_HS_SECRET_LEN],
+                    const uint8_t hello[RR_HS_HELLO_LEN], const uint8_t snonce[RR_HS_NONCE_LEN],
+                    const uint8_t *blob, uint16_t blob_len, uint8_t mac[RR_HS_MAC_LEN]);
+/* Constant-time comparison of two MACs: 1 when equal. */
+int rr_hs_mac_equal(const uint8_t a[RR_HS_MAC_LEN], const uint8_t b[RR_HS_MAC_LEN]);
+
+/* Fill buf with unpredictable bytes (secrets, nonces). */
+rr_status rr_hs_random(void *buf, size_t len);
+
+#endif

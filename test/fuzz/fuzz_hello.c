@@ -1,0 +1,55 @@
+/* Fuzz the connection-setup decoders (net_plugin/core/setup_wire.c): the
+ * first code an unauthenticated peer reaches on a listener, and what a
+ * listener (or an impostor) sends back to a connector. The first byte picks
+ * the decoder; the rest is the message, copied into a buffer of exactly its
+ * size so that reading past it is an ASan error. A decoder that asks for more
+ * must ask for more than it had and no more than the largest message; one
+ * that accepts must give fields inside the protocol's bounds. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuzz_common.h"
+#include "setup_wire.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc, (void)argv;
+  rr_log_set_logger(fuzz_quiet_logger); /* the decoders do not log; anything linked later stays quiet */
+  return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size < 1) return 0;
+  size_t n = size - 1, need = 0;
+  uint8_t *m = malloc(n ? n : 1);
+  if (!m) return 0;
+  memcpy(m, data + 1, n);
+  const char *why = NULL;
+  rr_status st = RR_ERR_INVALID;
+  rr_hs_hello h;
+  rr_hs_challenge c;
+  rr_hs_proof p;
+  uint32_t mask = 0;
+  switch (data[0] % 5) {
+  case 0:
+    st = rr_hs_hello_decode(m, n, &h, &need, &why);
+    if (st == RR_OK)
+      FUZZ_CHECK(h.nstreams >= 1 && h.nstreams <= RR_HS_MAX_STREAMS && h.stream < h.nstreams &&
+                 h.rail < RR_HS_MAX_RAILS && h.chunk_size >= 4096 && h.chunk_size <= (64u << 20));
+    break;
+  case 1: st = rr_hs_challenge_decode(m, n, &c, &need, &why); break;
+  case 2:
+  case 3:
+    st = rr_hs_proof_decode(data[0] % 5 == 2 ? RR_HS_PROOF : RR_HS_ACCEPT, m, n, &p, &need, &why);
+    if (st == RR_OK) FUZZ_CHECK(p.blob_len <= RR_HS_BLOB_MAX && RR_HS_PROOF_FIXED + (size_t)p.blob_len <= n);
+    break;
+  case 4:
+    st = rr_hs_commit_decode(m, n, &mask, &need, &why);
+    if (st == RR_OK) FUZZ_CHECK(mask && !(mask >> RR_HS_MAX_RAILS));
+    break;
+  }
+  if (st == RR_AGAIN) FUZZ_CHECK(need > n && need <= RR_HS_MAX_LEN);
+  if (rr_failed(st)) FUZZ_CHECK(why != NULL);
+  free(m);
+  return 0;
+}

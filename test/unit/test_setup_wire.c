@@ -1,0 +1,189 @@
+/* Connection-setup messages (net_plugin/core/setup_wire.c): byte-exact
+ * layout, every decoder's refusals, and the keyed hashes (a wrong secret, a
+ * changed field or a proof replayed as another message never verifies). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <arpa/inet.h>
+
+#include <cmocka.h>
+
+#include "handle.h"
+#include "setup_wire.h"
+
+static rr_hs_hello sample_hello(void) {
+  rr_hs_hello h = {.conn_id = 0x0102030405060708ull, .rail = 1, .stream = 2, .nstreams = 4,
+                   .flags = RR_HS_FLAG_RECONNECT, .chunk_size = 128 << 10, .generation = 7};
+  for (int i = 0; i < RR_HS_NONCE_LEN; i++) h.nonce[i] = (uint8_t)(0xa0 + i);
+  return h;
+}
+
+static void test_hello_layout_and_round_trip(void **state) {
+  (void)state;
+  rr_hs_hello h = sample_hello(), d;
+  uint8_t b[RR_HS_HELLO_LEN];
+  assert_int_equal(rr_hs_hello_encode(&h, b), RR_HS_HELLO_LEN);
+  /* little-endian, whatever the host */
+  static const uint8_t head[] = {'R', 'R', 'C', '3', RR_HS_VERSION, 0, RR_HS_HELLO, 0, 8, 7, 6, 5, 4, 3, 2, 1, 1, 2, 4, 1};
+  assert_memory_equal(b, head, sizeof head);
+  assert_int_equal(b[28], 7);
+  size_t need = 0;
+  const char *why = NULL;
+  for (size_t len = 0; len < RR_HS_HELLO_LEN; len++) {
+    assert_int_equal(rr_hs_hello_decode(b, len, &d, &need, &why), RR_AGAIN);
+    assert_true(need > len && need <= RR_HS_HELLO_LEN);
+  }
+  assert_int_equal(rr_hs_hello_decode(b, sizeof b, &d, &need, &why), RR_OK);
+  assert_memory_equal(&d.nonce, &h.nonce, RR_HS_NONCE_LEN);
+  assert_true(d.conn_id == h.conn_id && d.rail == 1 && d.stream == 2 && d.nstreams == 4 && d.generation == 7);
+}
+
+static void test_hello_refusals(void **state) {
+  (void)state;
+  rr_hs_hello h = sample_hello(), d;
+  uint8_t b[RR_HS_HELLO_LEN];
+  size_t need;
+  const char *why;
+  struct { int off; uint8_t val; rr_status want; } cases[] = {
+      {0, 'X', RR_ERR_PROTOCOL},          /* magic */
+      {4, 3, RR_ERR_UNSUPPORTED},         /* the old protocol (token in clear) */
+      {6, RR_HS_PROOF, RR_ERR_PROTOCOL},  /* type */
+      {7, 1, RR_ERR_PROTOCOL},            /* reserved */
+      {16, RR_HS_MAX_RAILS, RR_ERR_PROTOCOL},
+      {17, 4, RR_ERR_PROTOCOL},           /* stream >= nstreams */
+      {18, 0, RR_ERR_PROTOCOL},
+      {18, RR_HS_MAX_STREAMS + 1, RR_ERR_PROTOCOL},
+      {19, 0x80, RR_ERR_PROTOCOL},        /* unknown flag */
+      {23, 0x10, RR_ERR_PROTOCOL},        /* chunk size over 256 MiB */
+      {24, 1, RR_ERR_PROTOCOL},           /* reserved */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    rr_hs_hello_encode(&h, b);
+    b[cases[i].off] = cases[i].val;
+    why = NULL;
+    assert_int_equal(rr_hs_hello_decode(b, sizeof b, &d, &need, &why), cases[i].want);
+    assert_non_null(why);
+  }
+  h.flags = 0; /* a first connection has no generation */
+  rr_hs_hello_encode(&h, b);
+  assert_int_equal(rr_hs_hello_decode(b, sizeof b, &d, &need, &why), RR_ERR_PROTOCOL);
+}
+
+static void test_proof_blob_bounds(void **state) {
+  (void)state;
+  rr_hs_proof p = {.blob_len = 5}, d;
+  memcpy(p.blob, "abcde", 5);
+  memset(p.mac, 0x33, sizeof p.mac);
+  uint8_t b[RR_HS_MAX_LEN];
+  size_t n = rr_hs_proof_encode(RR_HS_PROOF, &p, b), need;
+  const char *why;
+  assert_int_equal(n, RR_HS_PROOF_FIXED + 5);
+  assert_int_equal(rr_hs_proof_decode(RR_HS_PROOF, b, RR_HS_PROOF_FIXED, &d, &need, &why), RR_AGAIN);
+  assert_int_equal(need, n);
+  assert_int_equal(rr_hs_proof_decode(RR_HS_PROOF, b, n, &d, &need, &why), RR_OK);
+  assert_int_equal(d.blob_len, 5);
+  assert_memory_equal(d.blob, "abcde", 5);
+  /* an ACCEPT is not a PROOF */
+  assert_int_equal(rr_hs_proof_decode(RR_HS_ACCEPT, b, n, &d, &need, &why), RR_ERR_PROTOCOL);
+  b[40] = RR_HS_BLOB_MAX + 1; /* a blob longer than any rail's */
+  assert_int_equal(rr_hs_proof_decode(RR_HS_PROOF, b, sizeof b, &d, &need, &why), RR_ERR_PROTOCOL);
+  b[40] = 0xff, b[41] = 0xff;
+  assert_int_equal(rr_hs_proof_decode(RR_HS_PROOF, b, sizeof b, &d, &need, &why), RR_ERR_PROTOCOL);
+}
+
+static void test_commit(void **state) {
+  (void)state;
+  uint8_t b[RR_HS_COMMIT_LEN];
+  uint32_t m = 0;
+  size_t need;
+  const char *why;
+  rr_hs_commit_encode(0x5, b);
+  assert_int_equal(rr_hs_commit_decode(b, sizeof b, &m, &need, &why), RR_OK);
+  assert_int_equal(m, 0x5);
+  rr_hs_commit_encode(0, b);
+  assert_int_equal(rr_hs_commit_decode(b, sizeof b, &m, &need, &why), RR_ERR_PROTOCOL);
+  rr_hs_commit_encode(1u << RR_HS_MAX_RAILS, b);
+  assert_int_equal(rr_hs_commit_decode(b, sizeof b, &m, &need, &why), RR_ERR_PROTOCOL);
+}
+
+static void test_macs(void **state) {
+  (void)state;
+  uint8_t secret[RR_HS_SECRET_LEN], other[RR_HS_SECRET_LEN], snonce[RR_HS_NONCE_LEN];
+  assert_int_equal(rr_hs_random(secret, sizeof secret), RR_OK);
+  memcpy(other, secret, sizeof other);
+  other[31] ^= 1;
+  memset(snonce, 0x77, sizeof snonce);
+  rr_hs_hello h = sample_hello();
+  uint8_t hello[RR_HS_HELLO_LEN];
+  rr_hs_hello_encode(&h, hello);
+  uint8_t a[32], b[32], c[32], e[32];
+  rr_hs_mac_challenge(secret, hello, snonce, 3, a);
+  rr_hs_mac_challenge(secret, hello, snonce, 3, b);
+  assert_true(rr_hs_mac_equal(a, b));
+  rr_hs_mac_challenge(other, hello, snonce, 3, b);   /* wrong secret */
+  assert_false(rr_hs_mac_equal(a, b));
+  rr_hs_mac_challenge(secret, hello, snonce, 4, b);  /* another floor */
+  assert_false(rr_hs_mac_equal(a, b));
+  snonce[0] ^= 1;                                     /* another nonce: no replay */
+  rr_hs_mac_challenge(secret, hello, snonce, 3, b);
+  assert_false(rr_hs_mac_equal(a, b));
+  snonce[0] ^= 1;
+  /* the three roles never share a value */
+  rr_hs_mac_blob(RR_HS_PROOF, secret, hello, snonce, NULL, 0, c);
+  rr_hs_mac_blob(RR_HS_ACCEPT, secret, hello, snonce, NULL, 0, e);
+  assert_false(rr_hs_mac_equal(a, c));
+  assert_false(rr_hs_mac_equal(c, e));
+  uint8_t blob[2] = {1, 2};
+  rr_hs_mac_blob(RR_HS_PROOF, secret, hello, snonce, blob, 2, e); /* the blob is covered */
+  assert_false(rr_hs_mac_equal(c, e));
+  hello[20] ^= 1; /* so is every hello field */
+  rr_hs_mac_blob(RR_HS_PROOF, secret, hello, snonce, NULL, 0, e);
+  assert_false(rr_hs_mac_equal(c, e));
+}
+
+static void test_handle(void **state) {
+  (void)state;
+  struct sockaddr_storage addrs[2];
+  memset(addrs, 0, sizeof addrs);
+  for (int i = 0; i < 2; i++) {
+    struct sockaddr_in *sin = (struct sockaddr_in *)&addrs[i];
+    sin->sin_family = AF_INET;
+    sin->sin_addr.s_addr = htonl(0x0a4d0001u + ((uint32_t)i << 8));
+  }
+  uint8_t secret[RR_HS_SECRET_LEN];
+  memset(secret, 0xab, sizeof secret);
+  uint8_t h[RR_NET_HANDLE_SIZE];
+  assert_int_equal(rr_handle_encode(addrs, 2, 4242, secret, h), RR_OK);
+  rr_peer_addrs p;
+  const char *why;
+  assert_int_equal(rr_handle_parse(h, &p, &why), RR_OK);
+  assert_int_equal(p.naddrs, 2);
+  assert_memory_equal(p.secret, secret, sizeof secret);
+  assert_int_equal(ntohs(((struct sockaddr_in *)&p.addrs[1])->sin_port), 4242);
+  assert_int_equal(ntohl(((struct sockaddr_in *)&p.addrs[1])->sin_addr.s_addr), 0x0a4d0101u);
+  uint8_t bad[RR_NET_HANDLE_SIZE];
+  int offs[] = {0, 3, 4, 5, 6, 7, 127};
+  uint8_t vals[] = {'X', '1', 1, 6, 5, 1, 1};
+  for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++) {
+    memcpy(bad, h, sizeof bad);
+    bad[offs[i]] = vals[i];
+    assert_int_equal(rr_handle_parse(bad, &p, &why), RR_ERR_INVALID);
+  }
+  memcpy(bad, h, sizeof bad);
+  bad[40] = bad[41] = 0; /* port 0 */
+  assert_int_equal(rr_handle_parse(bad, &p, &why), RR_ERR_INVALID);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_hello_layout_and_round_trip),
+      cmocka_unit_test(test_hello_refusals),
+      cmocka_unit_test(test_proof_blob_bounds),
+      cmocka_unit_test(test_commit),
+      cmocka_unit_test(test_macs),
+      cmocka_unit_test(test_handle),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
