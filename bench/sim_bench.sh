@@ -14,6 +14,7 @@ first="${3:-1}"
 jobs="${SIM_JOBS:-1}"
 sim="$build/test/sim/rerail-sim"
 [ -x "$sim" ] || { echo "no $sim: build the rerail-sim target first" >&2; exit 2; }
+commit=$(git -C "$(dirname "$0")/.." rev-parse --short HEAD 2>/dev/null || echo '?')
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 per=$(( (seeds + jobs - 1) / jobs ))
@@ -32,13 +33,14 @@ end=$(date +%s.%N)
 grep -h '^FAIL seed' "$tmp"/job*.txt || true
 tail -qn1 "$tmp"/job*.txt
 wall=$(echo "$end - $start" | bc)
-total=$(awk '/^rerail-sim: [0-9]+ seed/ {s += $2} END {print s}' "$tmp"/job*.txt)
+# A job killed before its summary counts nothing: the table would show it.
+total=$(awk '/^rerail-sim: [0-9]+ seed/ {s += $2} END {print s + 0}' "$tmp"/job*.txt)
 failed=$(awk '/^rerail-sim: [0-9]+ seed/ {for (i = 1; i <= NF; i++) if ($i == "failed;") f += $(i-1)} END {print f + 0}' "$tmp"/job*.txt)
 cat <<MD
 
 ### Deterministic simulation, $total seeds
 
-Command: \`bench/sim_bench.sh $build $seeds $first\` (SIM_JOBS=$jobs), commit $(git -C "$(dirname "$0")/.." rev-parse --short HEAD 2>/dev/null || echo '?'),
+Command: \`bench/sim_bench.sh $build $seeds $first\` (SIM_JOBS=$jobs), commit $commit,
 $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) core(s), $(uname -sr).
 
 | seeds | failed | wall s | seeds/s |

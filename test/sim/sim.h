@@ -35,6 +35,7 @@ typedef struct sim_item sim_item;
 typedef struct sim_queue {
   sim_item *head, *tail;
   uint32_t n;
+  size_t bytes;      /* payloads plus a header's worth per item */
 } sim_queue;
 
 typedef struct sim_mr {
@@ -139,6 +140,7 @@ typedef struct sim_world {
   int nstreams[SIM_MAX_RAILS];
   uint64_t lat_ns[SIM_MAX_RAILS], jitter_ns[SIM_MAX_RAILS];
   uint32_t sq_depth;            /* writes an endpoint queues before RR_AGAIN */
+  size_t window;                /* bytes a stream holds in flight, unread by the peer (flow control) */
   uint64_t verbs_retry_ns;      /* a verbs pair whose path stays down this long breaks */
   unsigned dup_pm, delay_pm, split_pm, midfence_pm; /* per-mille fault rates */
   unsigned garble_pm;           /* control messages garbled in flight (reserved header bits set) */
@@ -146,7 +148,6 @@ typedef struct sim_world {
   unsigned wdelay_pm;           /* writes delayed in flight (whatever follows on their stream waits) */
   uint64_t delay_max_ns;        /* the longest extra delay of a control message or write */
   int reconnect;                /* the sender reopens failed rails */
-  int one_sided_single_rail;    /* single-rail seeds may have outages only one end notices */
   uint64_t chaos_end_ns;
   int expect_error;             /* peer death or all paths down */
   uint64_t error_at_ns;         /* when that fault struck */

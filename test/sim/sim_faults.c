@@ -132,30 +132,18 @@ uint64_t sim_loss_span(sim_world *w) {
   return w->reconnect ? w->eng[SIM_SEND].cfg.progress_timeout_ns + 300 * SIM_MS : 0;
 }
 
-/* One rail, and the engine cannot yet survive an outage that only one end
- * notices: a TCP receiver whose only rail blipped (its NIC reported the link
- * down for a millisecond, or the path went quiet for δ while only it was
- * busy) waits for a fresh endpoint that only the sender opens, and has no
- * rail left to ask for it on; the connection fails after δ + 600 ms with the
- * path working. Single-rail seeds keep to outages both ends see (breaks) or
- * neither does (shorter than δ/2, no NIC report), unless
- * --one-sided-single-rail asks for them. */
-static int one_sided_barred(const sim_world *w) { return w->nrails == 1 && !w->one_sided_single_rail; }
-
 static void schedule_flaps(sim_world *w, int r, uint64_t t) {
   int n = (int)sim_range(&w->rng, 1, 3);
-  uint64_t quiet_max = w->eng[SIM_SEND].cfg.progress_timeout_ns / 4;
-  if (one_sided_barred(w)) n = 1;
   uint64_t end = t;
   uint64_t ups[3], downs[3];
   for (int i = 0; i < n; i++) {
     downs[i] = end + sim_range(&w->rng, 0, 3 * SIM_MS);
-    ups[i] = downs[i] + sim_range(&w->rng, SIM_MS / 2, one_sided_barred(w) ? quiet_max : 10 * SIM_MS);
+    ups[i] = downs[i] + sim_range(&w->rng, SIM_MS / 2, 10 * SIM_MS);
     end = ups[i];
   }
   if (!sim_fault_ok(w, r, t, end, 0)) return;
   for (int i = 0; i < n; i++) {
-    uint64_t flags = sim_chance(&w->rng, 300) && !one_sided_barred(w) ? SIM_PD_NIC_SEND | SIM_PD_NIC_RECV : 0;
+    uint64_t flags = sim_chance(&w->rng, 300) ? SIM_PD_NIC_SEND | SIM_PD_NIC_RECV : 0;
     sim_event_add(w, downs[i], SIM_EV_PATH_DOWN, r, flags, NULL);
     sim_event_add(w, ups[i], SIM_EV_PATH_UP, r, 0, NULL);
   }
@@ -186,10 +174,6 @@ void sim_schedule_faults(sim_world *w) {
       int brk = sim_chance(g, 250);
       int perm = brk && !w->reconnect;
       if (brk) flags |= SIM_PD_BREAK;
-      else if (one_sided_barred(w)) {
-        flags = 0;
-        if (dur > delta / 2) dur = delta / 2;
-      }
       /* A verbs pair breaks itself when the path stays down past its retries. */
       if (w->kind[r] == SIM_VERBS && dur > w->verbs_retry_ns && !w->reconnect) perm = 1;
       if (!sim_fault_ok(w, r, t, t + dur + (brk ? sim_loss_span(w) : 0), perm)) continue;
@@ -207,7 +191,6 @@ void sim_schedule_faults(sim_world *w) {
       sim_event_add(w, t, SIM_EV_MUTE, r, 0, NULL);
     } else if (kind < 90) {
       uint64_t dur = sim_range(g, SIM_MS, 2 * delta);
-      if (one_sided_barred(w) && dur > delta / 2) dur = delta / 2;
       if (!sim_fault_ok(w, r, t, t + dur, 0)) continue;
       sim_event_add(w, t, SIM_EV_STALL, r, dur, NULL);
     } else {

@@ -15,10 +15,7 @@
  * waits on the network, within the engine's bound.
  *
  *   rerail-sim [--seeds N] [--first S] [--max-failures K]
- *   rerail-sim --seed S --verbose      replay one seed with its event trace
- *   --one-sided-single-rail            also give single-rail seeds outages only one
- *                                      end notices (off: the engine cannot survive
- *                                      them yet, see sim_faults.c) */
+ *   rerail-sim --seed S --verbose      replay one seed with its event trace */
 #include "sim.h"
 
 #include "rr_log.h"
@@ -98,11 +95,8 @@ static const unsigned DUPS[] = {0, 5, 50}, DELAYS[] = {0, 20, 200}, WDELAYS[] = 
                       MIDFENCES[] = {0, 100, 500}, GARBLES[] = {0, 0, 0, 2, 20};
 #define PICK(arr) (arr)[sim_below(&w->rng, sizeof(arr) / sizeof *(arr))]
 
-static int one_sided_single_rail;
-
 static void setup(sim_world *w, uint64_t seed, int verbose) {
   memset(w, 0, sizeof *w); /* the engines too: rr_engine_init expects nothing of them */
-  w->one_sided_single_rail = one_sided_single_rail;
   w->seed = seed;
   w->verbose = verbose;
   sim_rng_seed(&w->rng, seed);
@@ -120,6 +114,7 @@ static void setup(sim_world *w, uint64_t seed, int verbose) {
     w->reconnect_wait[r] = -1;
   }
   w->sq_depth = (uint32_t)sim_range(g, 2, 64);
+  w->window = (size_t)sim_range(g, 8, 128) * SIM_CHUNK;
   w->dup_pm = PICK(DUPS);
   w->garble_pm = PICK(GARBLES);
   w->delay_pm = PICK(DELAYS);
@@ -333,8 +328,7 @@ static void dump_engines(sim_world *w) {
 /* ----------------------------------------------------------------- main */
 
 static void usage(void) {
-  fprintf(stderr, "usage: rerail-sim [--seeds N] [--first S] [--max-failures K] [--seed S --verbose]\n"
-                  "                  [--one-sided-single-rail]\n");
+  fprintf(stderr, "usage: rerail-sim [--seeds N] [--first S] [--max-failures K] [--seed S --verbose]\n");
   exit(2);
 }
 
@@ -346,7 +340,6 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--first") && i + 1 < argc) first = strtoull(argv[++i], NULL, 0);
     else if (!strcmp(argv[i], "--seed") && i + 1 < argc) first = strtoull(argv[++i], NULL, 0), count = 1;
     else if (!strcmp(argv[i], "--verbose")) verbose = 1;
-    else if (!strcmp(argv[i], "--one-sided-single-rail")) one_sided_single_rail = 1;
     else if (!strcmp(argv[i], "--max-failures") && i + 1 < argc) max_fail = atoi(argv[++i]);
     else usage();
   }

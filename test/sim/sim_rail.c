@@ -42,8 +42,11 @@ struct sim_item {
 static sim_world *ep_world(const sim_ep *e) { return ((const sim_dev *)e->base.dev)->w; }
 static sim_ep *to_ep(rr_rail_ep *ep) { return rr_container_of(ep, sim_ep, base); }
 
+#define ITEM_HDR 32 /* what an item costs on the wire besides its payload */
+
 static void q_push(sim_queue *q, sim_item *it) {
   it->next = NULL;
+  q->bytes += it->len + ITEM_HDR;
   if (q->tail) q->tail->next = it;
   else q->head = it;
   q->tail = it;
@@ -56,6 +59,7 @@ static sim_item *q_pop(sim_queue *q) {
   q->head = it->next;
   if (!q->head) q->tail = NULL;
   q->n--;
+  q->bytes -= it->len + ITEM_HDR;
   return it;
 }
 
@@ -338,6 +342,11 @@ static rr_status transmit(sim_ep *e) {
   sim_pair *p = e->pair;
   int r = p->rail;
   for (uint64_t budget = sim_range(&w->rng, 1, 16); budget > 0 && e->sq.head; budget--) {
+    /* Flow control: a stream whose peer has not read a window's worth
+     * takes nothing more (TCP's receive window, verbs' credits); what waits
+     * stays queued here, in the backlog. */
+    const sim_queue *wq = &p->wire[e->side][e->sq.head->stream];
+    if (wq->head && wq->bytes + e->sq.head->len + ITEM_HDR > w->window) break;
     sim_item *it = q_pop(&e->sq);
     e->sq_bytes -= it->len + 32;
     if (it->type == 'W') {
