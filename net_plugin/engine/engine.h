@@ -275,6 +275,9 @@ void engine_rails_tick(rr_engine *e, uint64_t now);
 void engine_rail_set_state(rr_engine *e, int r, rr_rail_state st, const char *why);
 void engine_rail_swap(rr_engine *e, int r, rr_rail_ep *ep); /* caller holds the lock */
 uint32_t engine_down_mask(const rr_engine *e);
+/* Rails given up on: DEAD, or DOWN and neither fresh nor reopened within δ
+ * (a reopened rail the peer may already use is not reported). */
+uint32_t engine_given_up_mask(const rr_engine *e, uint64_t now);
 int engine_rail_usable(const rr_engine *e, int r);
 
 /* A rail carried something that breaks the protocol: record it (the caller

@@ -45,6 +45,17 @@ static const rr_link_state rail_health_state[RR_RAIL_NSTATES] = {
 
 int engine_rail_usable(const rr_engine *e, int r) { return e->rails[r].state == RR_RAIL_ACTIVE; }
 
+uint32_t engine_given_up_mask(const rr_engine *e, uint64_t now) {
+  uint32_t m = 0;
+  for (int i = 0; i < e->nrails; i++) {
+    const engine_rail *rl = &e->rails[i];
+    if (rl->state == RR_RAIL_DEAD ||
+        (rl->state == RR_RAIL_DOWN && !rl->fresh && since(now, rl->swapped_ns) > e->cfg.progress_timeout_ns))
+      m |= 1u << i;
+  }
+  return m;
+}
+
 uint32_t engine_down_mask(const rr_engine *e) {
   uint32_t m = 0;
   for (int i = 0; i < e->nrails; i++)
@@ -357,6 +368,12 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
         e->down_notice_ns = now;
         break;
       }
+  }
+  /* The sender repeats its list of rails down every δ while one is: a
+   * notice lost with a rail must not leave the receiver trusting it. */
+  if (e->cfg.role == RR_ENGINE_SEND && since(now, e->down_notice_ns) > delta && engine_given_up_mask(e, now)) {
+    e->down_notice_pending = 1;
+    e->down_notice_ns = now;
   }
   /* A rollback request that got no answer: ask again (it may have gone down
    * with a rail). */

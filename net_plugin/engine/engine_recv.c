@@ -305,6 +305,14 @@ void engine_recv_rollback(rr_engine *e) {
 }
 
 rr_status engine_recv_on_msg(rr_engine *e, int rail, const engine_msg *m) {
+  if (m->type == ENGINE_CTRL_DOWN) {
+    /* Rails the sender gave up on while they carried no traffic: we must not
+     * keep using them (for our control messages, above all). */
+    for (int i = 0; i < e->nrails; i++)
+      if ((m->u.fail.down_mask & (1u << i)) && e->rails[i].state != RR_RAIL_DOWN && e->rails[i].state != RR_RAIL_DEAD)
+        engine_rail_set_state(e, i, RR_RAIL_DOWN, "the sender sees it down");
+    return RR_OK;
+  }
   if (m->type != ENGINE_CTRL_FAIL)
     return engine_violation(e, rail, "control message %u sent to a receiver", m->type);
   uint32_t before = e->epoch, x = m->u.fail.epoch;

@@ -77,10 +77,11 @@ rr_status engine_send_post(rr_engine *e, uint64_t now) {
     engine_msg msg = {.type = ENGINE_CTRL_FAIL, .u.fail = {.epoch = e->fail_epoch, .down_mask = engine_down_mask(e)}};
     if (engine_post_msg(e, &msg) == RR_OK) e->fail_notice_pending = e->down_notice_pending = 0;
   } else if (e->down_notice_pending) {
-    /* Names the epoch before ours: the receiver takes the rails down (rolling
-     * back only if one carried traffic for it) and asks nothing of us. */
-    engine_msg msg = {.type = ENGINE_CTRL_FAIL, .u.fail = {.epoch = e->epoch - 1, .down_mask = engine_down_mask(e)}};
-    if (engine_post_msg(e, &msg) == RR_OK) e->down_notice_pending = 0;
+    /* The receiver takes the rails down (rolling back if one carried traffic
+     * for it) and asks nothing of us. */
+    uint32_t mask = engine_given_up_mask(e, rr_now_ns());
+    engine_msg msg = {.type = ENGINE_CTRL_DOWN, .u.fail = {.epoch = e->epoch, .down_mask = mask}};
+    if (!mask || engine_post_msg(e, &msg) == RR_OK) e->down_notice_pending = 0;
   }
   if (e->resume_wait) return RR_OK; /* the receiver has yet to say what it holds */
   post_drains(e);

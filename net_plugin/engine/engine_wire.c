@@ -84,6 +84,7 @@ uint32_t engine_msg_encode(const engine_msg *m, uint8_t *buf, uint32_t cap) {
     put32(&b, m->u.probe_rail);
     break;
   case ENGINE_CTRL_FAIL:
+  case ENGINE_CTRL_DOWN:
     put32(&b, m->u.fail.epoch);
     put32(&b, m->u.fail.down_mask);
     break;
@@ -150,6 +151,7 @@ rr_status engine_msg_decode(const void *buf, uint32_t len, int nrails, engine_ms
     if (m->u.probe_rail >= RR_MAX_RAILS) bad = "a probe for no rail";
     break;
   case ENGINE_CTRL_FAIL:
+  case ENGINE_CTRL_DOWN:
     m->u.fail.epoch = get32(&b);
     m->u.fail.down_mask = get32(&b);
     if (nrails < 32 && m->u.fail.down_mask >> nrails) bad = "a failure notice for rails the connection lacks";

@@ -12,7 +12,7 @@
  *              entry: tag i32 | 0 u32 | addr u64 | size u64 | nrails x rkey u32
  *   ACK        hdr | seq u32 | more u32
  *   PROBE      hdr | rail u32
- *   FAIL       hdr | epoch u32 | down_mask u32
+ *   FAIL, DOWN hdr | epoch u32 | down_mask u32
  *   RESUME_SLOT hdr | epoch u32 | n x prefix u32 | CTS body (from seq on)
  *   RESUME_END hdr | epoch u32 | recv_seq u32 | slot_mask u32 */
 #ifndef RERAIL_ENGINE_WIRE_H
@@ -36,6 +36,9 @@ enum engine_ctrl_type {
   ENGINE_CTRL_FAIL = 4,
   ENGINE_CTRL_RESUME_SLOT = 5, /* receiver -> sender: one outstanding receive after a rollback */
   ENGINE_CTRL_RESUME_END = 6,  /* receiver -> sender: the announcement of a rollback is complete */
+  /* sender -> receiver: "these rails are down here" and nothing more (rails
+   * that failed while carrying no traffic; repeated while any stays down). */
+  ENGINE_CTRL_DOWN = 7,
   ENGINE_CTRL_NTYPES
 };
 

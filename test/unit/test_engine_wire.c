@@ -64,6 +64,8 @@ static void every_type_roundtrips(void **state) {
   roundtrip(&p, 4);
   engine_msg f = {.type = ENGINE_CTRL_FAIL, .u.fail = {.epoch = 9, .down_mask = 0x5}};
   roundtrip(&f, 3);
+  engine_msg d = {.type = ENGINE_CTRL_DOWN, .u.fail = {.epoch = 9, .down_mask = 0x2}};
+  roundtrip(&d, 3);
   engine_msg e = {.type = ENGINE_CTRL_RESUME_END, .u.end = {.epoch = 9, .recv_seq = 40, .slot_mask = 0x80000001u}};
   roundtrip(&e, 2);
 }
