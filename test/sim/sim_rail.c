@@ -92,17 +92,18 @@ static const char *imm_str(char *buf, size_t n, const rr_write_hdr *h) {
 }
 
 static const char *ctrl_str(char *buf, size_t n, const void *msg, uint32_t len) {
-  static const char *const names[] = {"?", "CTS", "ACK", "PROBE", "FAIL", "RESUME_SLOT", "RESUME_END"};
+  static const char *const names[] = {"?", "CTS", "ACK", "PROBE", "FAIL", "RESUME_SLOT", "RESUME_END", "DOWN"};
   engine_msg m;
   if (engine_msg_decode(msg, len, RR_MAX_RAILS + 1, &m, NULL) != RR_OK && m.type != ENGINE_CTRL_CTS &&
       m.type != ENGINE_CTRL_RESUME_SLOT) {
     snprintf(buf, n, "type %u (%u bytes)", len ? *(const uint8_t *)msg : 0, len);
     return buf;
   }
-  const char *name = m.type < ENGINE_CTRL_NTYPES ? names[m.type] : "?";
+  const char *name = m.type < sizeof names / sizeof *names ? names[m.type] : "?";
   switch (m.type) {
   case ENGINE_CTRL_ACK: snprintf(buf, n, "ACK seq %u mask 0x%x", m.u.ack.seq, m.u.ack.more); break;
-  case ENGINE_CTRL_FAIL: snprintf(buf, n, "FAIL e%u down 0x%x", m.u.fail.epoch, m.u.fail.down_mask); break;
+  case ENGINE_CTRL_FAIL:
+  case ENGINE_CTRL_DOWN: snprintf(buf, n, "%s e%u down 0x%x", name, m.u.fail.epoch, m.u.fail.down_mask); break;
   case ENGINE_CTRL_RESUME_END:
     snprintf(buf, n, "RESUME_END e%u recv_seq %u slots 0x%x", m.u.end.epoch, m.u.end.recv_seq, m.u.end.slot_mask);
     break;
