@@ -149,11 +149,13 @@ void engine_rail_set_state(rr_engine *e, int r, rr_rail_state st, const char *wh
     rl->recent_failures = now - rl->last_failure_ns < FLAP_WINDOW_NS ? rl->recent_failures + 1 : 1;
     rl->last_failure_ns = now;
   }
-  /* A rail that stops being usable is fenced (a DEAD endpoint is broken
-   * already): nothing it carried lands after this, so it owes no drain,
-   * and receives that waited only for that drain may complete. */
-  if (st == RR_RAIL_DOWN || st == RR_RAIL_DEAD) {
-    if (old != RR_RAIL_DOWN) rl->ep->ops->fence(rl->ep), rl->fenced = 1;
+  /* A rail that carried traffic and fails, or whose endpoint broke, is
+   * fenced: nothing it carried lands after this, so it owes no drain, and
+   * receives that waited only for that drain may complete. (One on
+   * probation here may still carry chunks the peer sent on it: it is not
+   * cut off without the rollback that only a failure from ACTIVE starts.) */
+  if ((st == RR_RAIL_DOWN && old == RR_RAIL_ACTIVE) || st == RR_RAIL_DEAD) {
+    if (!rl->fenced) rl->ep->ops->fence(rl->ep), rl->fenced = 1;
     if (rl->need_drain) {
       rl->need_drain = 0;
       if (e->cfg.role == RR_ENGINE_RECV) engine_recv_check_landed(e);
