@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 #include "rr_health.h"
-#include "health_test_log.h"
+#include "health_test_env.h"
 #include "rr_health_table.h"
 #include "rr_health_table_internal.h"
 #include "rr_log.h"
@@ -39,29 +39,10 @@
 #define CHILD_UID 4242  /* the process that finds it: some third user */
 #define CHILD_GID 4242
 
-static char dir[PATH_MAX];
-static char path[PATH_MAX + 32];
 static int setup(void **state) {
   (void)state;
-  snprintf(dir, sizeof dir, "/tmp/rr-ht-hostile-XXXXXX");
-  if (!mkdtemp(dir) || chmod(dir, 0755) != 0) return -1; /* other users must reach the file */
-  snprintf(path, sizeof path, "%s/health", dir);
-  setenv("RERAIL_HEALTH_PATH", path, 1);
-  unsetenv("RERAIL_HEALTH_GROUP");
-  unsetenv("RERAIL_HEALTH_STALE_MS");
-  rr_ht_reset_warnings();
-  warns = 0;
-  last_warn[0] = '\0';
-  rr_log_set_logger(count_logger);
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  rr_log_set_logger(NULL);
-  char cmd[PATH_MAX + 16];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  return system(cmd) == 0 ? 0 : -1;
+  /* other users must reach the file */
+  return ht_test_dir_setup("rr-ht-hostile", 1);
 }
 
 static rr_ht_writer *open_writer(uint32_t rows) {

@@ -28,36 +28,16 @@
 #include <unistd.h>
 
 #include "rr_health.h"
-#include "health_test_log.h"
+#include "health_test_env.h"
 #include "rr_health_table.h"
 #include "rr_health_table_internal.h"
 #include "rr_log.h"
 
 /* ---- fixtures ------------------------------------------------------------------- */
 
-static char dir[PATH_MAX];
-static char path[PATH_MAX + 32];
 static int setup(void **state) {
   (void)state;
-  snprintf(dir, sizeof dir, "/tmp/rr-ht-test-XXXXXX");
-  if (!mkdtemp(dir)) return -1;
-  snprintf(path, sizeof path, "%s/health", dir);
-  setenv("RERAIL_HEALTH_PATH", path, 1);
-  unsetenv("RERAIL_HEALTH_GROUP");
-  unsetenv("RERAIL_HEALTH_STALE_MS");
-  rr_ht_reset_warnings();
-  warns = 0;
-  last_warn[0] = '\0';
-  rr_log_set_logger(count_logger);
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  rr_log_set_logger(NULL);
-  char cmd[PATH_MAX + 16];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  return system(cmd) == 0 ? 0 : -1;
+  return ht_test_dir_setup("rr-ht-test", 0);
 }
 
 static rr_ht_writer *open_small(uint32_t rows) {
