@@ -118,23 +118,24 @@ int engine_control_rail(const rr_engine *e) {
   return -1;
 }
 
-rr_status engine_post_ctrl(rr_engine *e, const void *msg, uint32_t len) {
+rr_status engine_post_msg_on(rr_rail_ep *ep, const engine_msg *m) {
+  uint8_t buf[RR_RAIL_CTRL_MAX];
+  uint32_t len = engine_msg_encode(m, buf, sizeof buf);
+  if (!len) return RR_ERR_INTERNAL;
+  return ep->ops->post_ctrl(ep, buf, len);
+}
+
+rr_status engine_post_msg(rr_engine *e, const engine_msg *m) {
   int r = engine_control_rail(e);
   if (r < 0) return RR_AGAIN;
-  rr_status st = e->rails[r].ep->ops->post_ctrl(e->rails[r].ep, msg, len);
+  rr_status st = engine_post_msg_on(e->rails[r].ep, m);
+  if (st == RR_ERR_INTERNAL) return st;
   if (st != RR_OK && st != RR_AGAIN) {
     e->rails[r].cause = st;
     engine_rail_set_state(e, r, RR_RAIL_DEAD, rr_status_str(st));
     return RR_AGAIN;
   }
   return st;
-}
-
-rr_status engine_post_msg(rr_engine *e, const engine_msg *m) {
-  uint8_t buf[RR_RAIL_CTRL_MAX];
-  uint32_t len = engine_msg_encode(m, buf, sizeof buf);
-  if (!len) return RR_ERR_INTERNAL;
-  return engine_post_ctrl(e, buf, len);
 }
 
 rr_status engine_progress(rr_engine *e) {

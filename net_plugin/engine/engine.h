@@ -259,9 +259,6 @@ rr_status engine_fail(rr_engine *e, rr_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* One pass: rails, health, outbox. Caller holds the lock. */
 rr_status engine_progress(rr_engine *e);
-/* Post a control message on the control rail (lowest ACTIVE). RR_AGAIN when
- * it cannot go now. */
-rr_status engine_post_ctrl(rr_engine *e, const void *msg, uint32_t len);
 int engine_control_rail(const rr_engine *e);
 int engine_outstanding(const rr_engine *e);
 
@@ -284,8 +281,11 @@ int engine_rail_usable(const rr_engine *e, int r);
  * returns RR_ERR_PROTOCOL, which fails that rail over, never the job). */
 rr_status engine_violation(rr_engine *e, int rail, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Encode and post a control message (engine_post_ctrl's rules). */
+/* Encode and post a control message on the control rail (the lowest
+ * ACTIVE): RR_AGAIN when it cannot go now; a rail that refuses it for good
+ * goes DEAD. engine_post_msg_on posts on one given endpoint. */
 rr_status engine_post_msg(rr_engine *e, const engine_msg *m);
+rr_status engine_post_msg_on(rr_rail_ep *ep, const engine_msg *m);
 /* Rails fenced at a rollback: every rail whose fence is cheap and keeps the
  * endpoint (RR_RAIL_CAP_WRITE_BEGIN), besides the failed one. */
 int engine_rail_fence_cheap(const rr_engine *e, int r);

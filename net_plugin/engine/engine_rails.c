@@ -247,9 +247,7 @@ static void probe(rr_engine *e, int r, uint64_t now) {
   /* One probe at a time: a dead rail must not pile them up. */
   if (rl->ep->ops->backlog(rl->ep) > 0) return;
   engine_msg p = {.type = ENGINE_CTRL_PROBE, .u.probe_rail = (uint32_t)r};
-  uint8_t buf[16];
-  uint32_t len = engine_msg_encode(&p, buf, sizeof buf);
-  if (len && rl->ep->ops->post_ctrl(rl->ep, buf, len) == RR_OK) rl->last_probe_ns = now;
+  if (engine_post_msg_on(rl->ep, &p) == RR_OK) rl->last_probe_ns = now;
 }
 
 static uint64_t hold_ns(const rr_engine *e, const engine_rail *rl) {

@@ -186,10 +186,6 @@ static int acks_due(const rr_engine *e) {
   return e->ack_pending && (e->ack_flush || rr_now_ns() - e->ack_since_ns >= ACK_DEFER_NS);
 }
 
-/* A rollback's announcement: FAIL (the new epoch and the rails down), one
- * RESUME_SLOT per receive posted before the rollback began and not complete,
- * then RESUME_END naming exactly those slots, so the sender knows when it has
- * heard all of them whatever rails they travelled on. */
 /* With no rail up, the notice that rails are down still has to reach the
  * sender, which alone reopens rails: a rail this end gave up on may still
  * carry it (the sender may not have seen it fail at all). */
@@ -198,15 +194,17 @@ static void notice_on_down_rail(rr_engine *e) {
     engine_rail *rl = &e->rails[i];
     if (rl->state == RR_RAIL_DEAD) continue;
     engine_msg f = {.type = ENGINE_CTRL_FAIL, .u.fail = {.epoch = e->epoch, .down_mask = engine_down_mask(e)}};
-    uint8_t buf[RR_RAIL_CTRL_MAX];
-    uint32_t len = engine_msg_encode(&f, buf, sizeof buf);
-    if (len && rl->ep->ops->post_ctrl(rl->ep, buf, len) == RR_OK) {
+    if (engine_post_msg_on(rl->ep, &f) == RR_OK) {
       e->fail_notice_pending = 0;
       return;
     }
   }
 }
 
+/* A rollback's announcement: FAIL (the new epoch and the rails down), one
+ * RESUME_SLOT per receive posted before the rollback began and not complete,
+ * then RESUME_END naming exactly those slots, so the sender knows when it has
+ * heard all of them whatever rails they travelled on. */
 rr_status engine_recv_outbox(rr_engine *e) {
   if (engine_control_rail(e) < 0) {
     if (e->fail_notice_pending) notice_on_down_rail(e);
