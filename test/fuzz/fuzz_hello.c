@@ -4,13 +4,16 @@
  * the decoder; the rest is the message, copied into a buffer of exactly its
  * size so that reading past it is an ASan error. A decoder that asks for more
  * must ask for more than it had and no more than the largest message; one
- * that accepts must give fields inside the protocol's bounds. */
+ * that accepts must give fields inside the protocol's bounds. The endpoint
+ * blob a PROOF or ACCEPT carries goes on through the verbs rail's address
+ * decoder, which must refuse it or give back exactly the bytes it read. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fuzz_common.h"
 #include "setup_wire.h"
+#include "verbs_addr.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc, (void)argv;
@@ -41,7 +44,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   case 2:
   case 3:
     st = rr_hs_proof_decode(data[0] % 5 == 2 ? RR_HS_PROOF : RR_HS_ACCEPT, m, n, &p, &need, &why);
-    if (st == RR_OK) FUZZ_CHECK(p.blob_len <= RR_HS_BLOB_MAX && RR_HS_PROOF_FIXED + (size_t)p.blob_len <= n);
+    if (st == RR_OK) {
+      FUZZ_CHECK(p.blob_len <= RR_HS_BLOB_MAX && RR_HS_PROOF_FIXED + (size_t)p.blob_len <= n);
+      rr_verbs_addr a;
+      if (rr_verbs_addr_decode(p.blob, p.blob_len, &a) == RR_OK) {
+        uint8_t again[RR_VERBS_ADDR_LEN];
+        rr_verbs_addr_encode(&a, again);
+        FUZZ_CHECK(p.blob_len == RR_VERBS_ADDR_LEN && !memcmp(again, p.blob, RR_VERBS_ADDR_LEN));
+        FUZZ_CHECK(a.qpn < (1u << 24) && a.psn < (1u << 24));
+      }
+    }
     break;
   case 4:
     st = rr_hs_commit_decode(m, n, &mask, &need, &why);

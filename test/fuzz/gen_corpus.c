@@ -15,6 +15,7 @@
 
 #include "handle.h"
 #include "setup_wire.h"
+#include "verbs_addr.h"
 #include "rr_health.h"
 #include "rr_health_table.h"
 #include "rr_health_table_internal.h"
@@ -104,6 +105,13 @@ static void hellos(void) {
   put_msg("proof-blob", 2, m, rr_hs_proof_encode(RR_HS_PROOF, &p, m));
   p.blob_len = 0;
   put_msg("accept-empty", 3, m, rr_hs_proof_encode(RR_HS_ACCEPT, &p, m));
+  /* A verbs endpoint's address as the blob (RoCE, QP 0x1234, MTU 1024). */
+  rr_verbs_addr va = {.qpn = 0x1234, .psn = 0x56, .lid = 0, .mtu = IBV_MTU_1024, .link_layer = IBV_LINK_LAYER_ETHERNET};
+  va.gid[10] = va.gid[11] = 0xff;
+  va.gid[12] = 10, va.gid[15] = 1;
+  p.blob_len = RR_VERBS_ADDR_LEN;
+  rr_verbs_addr_encode(&va, p.blob);
+  put_msg("accept-verbs", 3, m, rr_hs_proof_encode(RR_HS_ACCEPT, &p, m));
   put_msg("commit", 4, m, rr_hs_commit_encode(0x3, m));
 }
 

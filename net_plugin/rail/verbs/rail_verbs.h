@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "rail.h"
+#include "verbs_addr.h"
 #include "verbs_dev.h"
 #include "verbs_lib.h"
 
@@ -29,20 +30,6 @@ rr_status rr_verbs_dev_open(int index, const rr_verbs_port *port, rr_rail_dev **
  * never on the way to the backup. */
 uint64_t rr_verbs_reg_calls(void);
 
-/* An endpoint's address on the wire (little-endian, 32 bytes): what the
- * peer needs to connect its QP to ours. */
-#define RR_VERBS_ADDR_LEN 32
-typedef struct rr_verbs_addr {
-  uint32_t qpn;
-  uint32_t psn;
-  uint8_t gid[16];
-  uint16_t lid;
-  uint8_t mtu;               /* enum ibv_mtu */
-  uint8_t link_layer;        /* IBV_LINK_LAYER_* */
-  uint32_t reserved;         /* 0 */
-} rr_verbs_addr;
-void rr_verbs_addr_encode(const rr_verbs_addr *a, uint8_t out[RR_VERBS_ADDR_LEN]);
-rr_status rr_verbs_addr_decode(const void *in, uint32_t len, rr_verbs_addr *a);
 
 /* ---- between verbs_hca.c and rail_verbs.c ---- */
 
