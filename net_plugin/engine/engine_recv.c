@@ -25,8 +25,6 @@
 static void ack_enqueue(rr_engine *e, uint32_t seq);
 static rr_status acks_flush(rr_engine *e);
 
-static int seq_before(uint32_t a, uint32_t b) { return (int32_t)(a - b) < 0; }
-
 static int seen_test(const rr_recv_sub *s, uint32_t k) { return (s->seen[k / 64] >> (k % 64)) & 1; }
 static void seen_set(rr_recv_sub *s, uint32_t k) { s->seen[k / 64] |= 1ull << (k % 64); }
 

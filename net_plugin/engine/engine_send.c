@@ -13,8 +13,6 @@
  * writes are recognised and ignored after a rollback. */
 static uint64_t wr_id_make(uint32_t idx, uint32_t epoch) { return idx | (uint64_t)epoch << 16; }
 
-/* Sequence numbers wrap: compare them the way TCP does. */
-static int seq_before(uint32_t a, uint32_t b) { return (int32_t)(a - b) < 0; }
 
 static void req_release(rr_engine *e, rr_send_req *r) {
   if (r->bounce >= 0) e->bounce_free[e->nbounce_free++] = r->bounce;

@@ -82,6 +82,9 @@ typedef struct engine_msg {
   } u;
 } engine_msg;
 
+/* Sequence numbers and epochs wrap: compare them the way TCP does. */
+static inline int seq_before(uint32_t a, uint32_t b) { return (int32_t)(a - b) < 0; }
+
 /* Encode into buf (RR_RAIL_CTRL_MAX bytes); returns the length, 0 when the
  * message cannot be encoded (a bug: counts out of range). */
 uint32_t engine_msg_encode(const engine_msg *m, uint8_t *buf, uint32_t cap);
