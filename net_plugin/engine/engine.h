@@ -140,7 +140,6 @@ typedef struct engine_cts_slot {
 typedef struct rr_engine_stats {
   uint64_t violations;      /* protocol violations that failed a rail */
   uint64_t rollbacks;       /* epochs started (receiver) or adopted (sender) */
-  uint64_t reannounce;      /* rollbacks announced again on request */
 } rr_engine_stats;
 
 #define RR_SEND_POOL (RR_NET_MAX_REQUESTS * RR_NET_MAX_RECVS)

@@ -325,7 +325,6 @@ rr_status engine_recv_on_msg(rr_engine *e, int rail, const engine_msg *m) {
     /* The sender still waits to leave an older epoch: our announcement went
      * down with a rail, or crossed its request. Announce the same epoch
      * again: a new one would only restart the race. */
-    e->stats.reannounce++;
     announce(e);
   }
   return RR_OK;
