@@ -26,7 +26,7 @@ static uint32_t mem_kind(int type) {
   return type == RR_PTR_CUDA ? RR_MEM_CUDA : type == RR_PTR_DMABUF ? RR_MEM_DMABUF : RR_MEM_HOST;
 }
 
-static rr_status reg_on_rails(void *comm, void *data, size_t size, int type, int fd, uint64_t offset,
+static rr_status reg_on_every_device(void *comm, void *data, size_t size, int type, int fd, uint64_t offset,
                               void **mhandle) {
   if (!mhandle || !comm_is_ours(comm)) {
     RR_WARN("regMr: not a rerail comm");
@@ -60,14 +60,14 @@ rr_status rr_net_reg_mr(void *comm, void *data, size_t size, int type, void **mh
     RR_WARN("regMr: memory type %d is not supported by the rails of this build (host memory only)", type);
     return RR_ERR_UNSUPPORTED;
   }
-  return reg_on_rails(comm, data, size, type, -1, 0, mhandle);
+  return reg_on_every_device(comm, data, size, type, -1, 0, mhandle);
 }
 
 rr_status rr_net_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset,
                                int fd, void **mhandle) {
   /* A DMA-BUF of host memory is still host memory to a socket. */
   if (type != RR_PTR_HOST) return rr_net_reg_mr(comm, data, size, type, mhandle);
-  return reg_on_rails(comm, data, size, type, fd, offset, mhandle);
+  return reg_on_every_device(comm, data, size, type, fd, offset, mhandle);
 }
 
 rr_status rr_net_dereg_mr(void *comm, void *mhandle) {
