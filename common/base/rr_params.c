@@ -80,6 +80,12 @@ static void params_parse(void) {
   }
   params.chunk_size = rr_param_parse_u64("RERAIL_CHUNK_SIZE", getenv("RERAIL_CHUNK_SIZE"),
                                          128 << 10, 4 << 10, 64 << 20);
+  /* A small message on a TCP rail leaves at once, before the receiver's
+   * clear-to-send: the receiver places it, so the round trip pays for one
+   * frame each way instead of a frame and a clear-to-send (bench/RESULTS.md
+   * section 8). 0 turns it off. */
+  params.tcp_eager_max = rr_param_parse_u64("RERAIL_TCP_EAGER_MAX", getenv("RERAIL_TCP_EAGER_MAX"),
+                                            4096, 0, 4096);
   params.connect_timeout_ms = rr_param_parse_u64(
       "RERAIL_CONNECT_TIMEOUT", getenv("RERAIL_CONNECT_TIMEOUT"), 30000, 10, 3600000);
   params.backups = (int)rr_param_parse_u64("RERAIL_BACKUPS", getenv("RERAIL_BACKUPS"), 1, 0, 7);

@@ -15,6 +15,7 @@ typedef struct rr_params {
   int tcp_streams;           /* RERAIL_TCP_STREAMS: sockets per rail, 1..8 */
   char tcp_congestion[16];   /* RERAIL_TCP_CONGESTION: the rails' TCP congestion control; "" = the system's */
   size_t chunk_size;         /* RERAIL_CHUNK_SIZE: bytes per chunk, 4 KiB..64 MiB */
+  size_t tcp_eager_max;      /* RERAIL_TCP_EAGER_MAX: messages this small leave before their clear-to-send, 0..4096 */
   uint64_t connect_timeout_ms; /* RERAIL_CONNECT_TIMEOUT: give up connecting after this */
   int backups;               /* RERAIL_BACKUPS: warm backup rails per connection, 0..7 */
   int failover;              /* RERAIL_FAILOVER=chain|balance (0|1) */

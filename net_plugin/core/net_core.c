@@ -103,6 +103,7 @@ void rr_core_engine_config(int role, size_t chunk_size, const struct sockaddr *p
   cfg->progress_timeout_ns = p->progress_timeout_ms * 1000000ull;
   cfg->failback_hold_ns = p->failback_hold_ms * 1000000ull;
   cfg->profiler = profiler;
+  cfg->eager_max = p->tcp_eager_max;
   rr_sockaddr_str(peer, cfg->peer, sizeof cfg->peer);
 }
 

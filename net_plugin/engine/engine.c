@@ -197,7 +197,7 @@ static rr_status ev_write_done(rr_rail_ep *ep, uint64_t wr_id) {
   return engine_send_on_write_done(ep_engine(ep), wr_id);
 }
 
-static rr_status ev_write_begin(rr_rail_ep *ep, const rr_write_hdr *h, void **dst) {
+static rr_status ev_write_begin(rr_rail_ep *ep, rr_write_hdr *h, void **dst) {
   rr_engine *e = ep_engine(ep);
   *dst = NULL;
   if (e->cfg.role != RR_ENGINE_RECV) return engine_violation(e, ep->rail, "data arrived on a send connection");

@@ -85,10 +85,12 @@ typedef struct rr_send_req {
   uint8_t user_done;        /* NCCL has been told it is done */
   uint8_t acked;
   uint8_t sub;
+  uint8_t eager;            /* sent before its clear-to-send: sub, raddr and rkey not known yet */
   int8_t rail;              /* chain mode: the rail this message uses, -1 before its first chunk */
   int16_t bounce;           /* bounce buffer index, -1 when none */
   rr_engine *engine;
   uint32_t seq;
+  int tag;
   const char *data;         /* user buffer, or the bounce buffer */
   size_t size;
   const rr_mr *mr;          /* NULL for a bounced message */
@@ -130,6 +132,14 @@ typedef struct rr_recv_req {
   rr_recv_sub sub[RR_NET_MAX_RECVS];
 } rr_recv_req;
 
+/* A message that came eagerly before its receive was posted (receiver). */
+enum { EARLY_EMPTY = 0, EARLY_ARRIVING, EARLY_HERE };
+typedef struct engine_early {
+  uint8_t state;            /* EARLY_EMPTY, EARLY_ARRIVING (its bytes are landing), EARLY_HERE */
+  uint32_t seq, epoch, len;
+  int tag;
+} engine_early;
+
 typedef struct engine_cts_slot {
   uint8_t valid;
   uint8_t matched;          /* bitmask of sub-receives an isend has taken */
@@ -168,6 +178,10 @@ typedef struct rr_engine_config {
    * backoff, a QP in error) can leave it mute for seconds after the path
    * heals. When neither end can reopen it, the old endpoint may recover. */
   int reopens;
+  /* Sender: messages up to this many bytes (at most RR_BOUNCE_SIZE) may
+   * leave before their clear-to-send, on rails where the receiver places
+   * writes itself (RR_RAIL_CAP_WRITE_BEGIN); 0: never. */
+  size_t eager_max;
 } rr_engine_config;
 
 struct rr_engine {
@@ -191,6 +205,12 @@ struct rr_engine {
   /* sender */
   engine_cts_slot cts[RR_NET_MAX_REQUESTS];
   uint32_t send_seq;        /* the receive the next isend matches */
+  /* An eager message was sent into receive send_seq before its clear-to-send:
+   * nothing more is sent until that arrives and says how many messages the
+   * receive takes. The tag decides which sub-receive it took (the first with
+   * it, on both ends). */
+  uint8_t eager_open;
+  int eager_tag;
   rr_send_req sreq[RR_SEND_POOL];
   uint16_t fifo[RR_SEND_POOL]; /* active sends in posting order */
   uint32_t fifo_head, fifo_tail, fifo_post; /* post: first entry that may have unposted chunks */
@@ -204,6 +224,9 @@ struct rr_engine {
   /* receiver */
   rr_recv_req rreq[RR_NET_MAX_REQUESTS];
   uint32_t recv_seq;        /* sequence number of the next irecv */
+  /* Eager messages for receives not posted yet, by slot (allocated on first use). */
+  char *early_buf;          /* RR_NET_MAX_REQUESTS * RR_BOUNCE_SIZE */
+  engine_early early[RR_NET_MAX_REQUESTS];
   /* Completed receives not yet acknowledged: at most one per receive slot
    * (a slot is reposted only after its clear-to-send, which flushes them). */
   uint32_t ack_queue[RR_NET_MAX_REQUESTS];
@@ -298,7 +321,7 @@ void engine_send_rail_lost(rr_engine *e);
 rr_status engine_send_test(rr_send_req *r, int *done, size_t *sizes);
 
 /* engine_recv.c */
-rr_status engine_recv_write_begin(rr_engine *e, int rail, const rr_write_hdr *h, void **dst);
+rr_status engine_recv_write_begin(rr_engine *e, int rail, rr_write_hdr *h, void **dst);
 rr_status engine_recv_write(rr_engine *e, int rail, const rr_write_hdr *h);
 rr_status engine_recv_on_msg(rr_engine *e, int rail, const engine_msg *m);
 rr_status engine_recv_on_drain(rr_engine *e, int rail, uint32_t epoch);

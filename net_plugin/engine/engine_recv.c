@@ -102,11 +102,105 @@ static rr_status check_write(rr_engine *e, int rail, const rr_write_hdr *h, rr_r
   return RR_OK;
 }
 
-rr_status engine_recv_write_begin(rr_engine *e, int rail, const rr_write_hdr *h, void **dst) {
+/* Chunk k of s (len bytes, sent with immediate imm) is in place. */
+static void chunk_landed(rr_engine *e, rr_recv_req *r, rr_recv_sub *s, uint32_t k, uint32_t len, uint32_t imm) {
+  seen_set(s, k);
+  if (k + 1 > s->high) s->high = k + 1;
+  while (s->prefix < s->max_chunks && seen_test(s, s->prefix)) s->prefix++;
+  if (imm_ack_now(imm)) r->ack_now = 1;
+  if (imm_last(imm)) {
+    s->expected = k + 1;
+    s->size = (size_t)k * e->cfg.chunk_size + len;
+  }
+  if (s->expected && s->prefix >= s->expected && ++r->subs_done == r->n) {
+    r->landed = 1;
+    complete_landed(e);
+  }
+}
+
+/* ------------------------------------------------------------ eager writes */
+
+/* An eager message (it left before its clear-to-send) is the first of its
+ * receive, and goes to the first sub-receive with its tag: the sender
+ * resolves it by the same rule when the clear-to-send arrives. */
+static int sub_for_tag(const rr_recv_req *r, int tag) {
+  for (int i = 0; i < r->n; i++)
+    if (r->cts.e[i].tag == tag) return i;
+  return -1;
+}
+
+/* The message cannot go into r's sub-receive for its tag: NCCL's error (it
+ * would have failed the isend had the sender known the receive), not the
+ * network's. */
+static rr_status eager_misfit(rr_engine *e, const rr_recv_req *r, int sub, int tag, uint32_t len) {
+  if (sub < 0)
+    return engine_fail(e, RR_ERR_INVALID, "receive %u has no buffer for a message with tag %d", r->seq, tag);
+  return engine_fail(e, RR_ERR_INVALID, "message truncated: %u bytes for a receive of %zu bytes (receive %u, tag %d)",
+                     len, r->sub[sub].posted_size, r->seq, tag);
+}
+
+/* An eager message held in the early buffer goes into receive r once both
+ * are there (whichever came second calls this). */
+static rr_status land_early(rr_engine *e, rr_recv_req *r) {
+  uint32_t slot = r->seq % RR_NET_MAX_REQUESTS;
+  engine_early *x = &e->early[slot];
+  if (x->state != EARLY_HERE || x->seq != r->seq || x->epoch != e->epoch) return RR_OK;
+  x->state = EARLY_EMPTY;
+  int sub = sub_for_tag(r, x->tag);
+  if (sub < 0 || x->len > r->sub[sub].posted_size) return eager_misfit(e, r, sub, x->tag, x->len);
+  rr_recv_sub *s = &r->sub[sub];
+  if (x->len) memcpy(s->data, e->early_buf + (size_t)slot * RR_BOUNCE_SIZE, x->len);
+  chunk_landed(e, r, s, 0, x->len, imm_encode(e->epoch, slot, (uint32_t)sub, 1, 0, 0));
+  return RR_OK;
+}
+
+/* Where an eager write goes: into its receive if posted (it becomes the
+ * write the sender would have made with the clear-to-send, and is checked
+ * as one), else into the early buffer until the receive is posted. */
+static rr_status eager_begin(rr_engine *e, int rail, rr_write_hdr *h, void **dst) {
+  uint32_t imm = h->imm;
+  if (imm_epoch(imm) != (e->epoch & 0xf) || h->fence != (uint16_t)e->epoch) return RR_OK; /* sink it */
+  uint32_t seq = (uint32_t)h->raddr, slot = seq % RR_NET_MAX_REQUESTS;
+  if (h->raddr >> 32 || imm_slot(imm) != slot || imm_sub(imm) || !imm_last(imm) || imm_ack_now(imm) ||
+      imm_chunk(imm) || h->len > RR_BOUNCE_SIZE)
+    return engine_violation(e, rail, "a malformed eager write (%u bytes)", h->len);
+  int tag = (int)h->rkey;
+  rr_recv_req *r = &e->rreq[slot];
+  if (r->in_use && r->seq == seq) {
+    int sub = sub_for_tag(r, tag);
+    if (sub < 0 || h->len > r->sub[sub].posted_size) return eager_misfit(e, r, sub, tag, h->len);
+    *h = (rr_write_hdr){.imm = imm_encode(e->epoch, slot, (uint32_t)sub, 1, 0, 0), .len = h->len,
+                        .rkey = r->cts.e[sub].rkey[rail], .raddr = r->cts.e[sub].addr, .fence = h->fence};
+    return engine_recv_write_begin(e, rail, h, dst);
+  }
+  if (seq - e->recv_seq >= RR_NET_MAX_REQUESTS)
+    return engine_violation(e, rail, "an eager write for receive %u (the next to be posted is %u)", seq, e->recv_seq);
+  engine_early *x = &e->early[slot];
+  if (x->state != EARLY_EMPTY && x->seq == seq && x->epoch == e->epoch)
+    return engine_violation(e, rail, "eager message %u again in one epoch", seq);
+  if (!e->early_buf && !(e->early_buf = malloc((size_t)RR_NET_MAX_REQUESTS * RR_BOUNCE_SIZE)))
+    return engine_fail(e, RR_ERR_NOMEM, "no memory to hold messages that arrive before their receive");
+  *x = (engine_early){.state = EARLY_ARRIVING, .seq = seq, .epoch = e->epoch, .len = h->len, .tag = tag};
+  *dst = e->early_buf + (size_t)slot * RR_BOUNCE_SIZE;
+  return RR_OK;
+}
+
+/* An eager write finished landing in the early buffer. */
+static rr_status eager_arrived(rr_engine *e, const rr_write_hdr *h) {
+  uint32_t seq = (uint32_t)h->raddr, slot = seq % RR_NET_MAX_REQUESTS;
+  engine_early *x = &e->early[slot];
+  if (x->state != EARLY_ARRIVING || x->seq != seq || x->epoch != e->epoch) return RR_OK;
+  x->state = EARLY_HERE;
+  rr_recv_req *r = &e->rreq[slot];
+  return r->in_use && r->seq == seq ? land_early(e, r) : RR_OK;
+}
+
+rr_status engine_recv_write_begin(rr_engine *e, int rail, rr_write_hdr *h, void **dst) {
   rr_recv_req *r;
   rr_recv_sub *s;
   uint32_t k;
   *dst = NULL;
+  if (h->flags & RR_WRITE_EAGER) return eager_begin(e, rail, h, dst);
   rr_status st = check_write(e, rail, h, &r, &s, &k);
   if (st != RR_OK || !s) return st;
   *dst = s->data + (size_t)k * e->cfg.chunk_size;
@@ -117,20 +211,10 @@ rr_status engine_recv_write(rr_engine *e, int rail, const rr_write_hdr *h) {
   rr_recv_req *r;
   rr_recv_sub *s;
   uint32_t k;
+  if (h->flags & RR_WRITE_EAGER) return eager_arrived(e, h);
   rr_status st = check_write(e, rail, h, &r, &s, &k);
   if (st != RR_OK || !s) return st;
-  seen_set(s, k);
-  if (k + 1 > s->high) s->high = k + 1;
-  while (s->prefix < s->max_chunks && seen_test(s, s->prefix)) s->prefix++;
-  if (imm_ack_now(h->imm)) r->ack_now = 1;
-  if (imm_last(h->imm)) {
-    s->expected = k + 1;
-    s->size = (size_t)k * e->cfg.chunk_size + h->len;
-  }
-  if (s->expected && s->prefix >= s->expected && ++r->subs_done == r->n) {
-    r->landed = 1;
-    complete_landed(e);
-  }
+  chunk_landed(e, r, s, k, h->len, h->imm);
   return RR_OK;
 }
 
@@ -294,6 +378,9 @@ void engine_recv_rollback(rr_engine *e) {
     }
     if (r->subs_done == r->n) r->landed = 1;
   }
+  /* Eager messages ahead of their receives are forgotten: the sender
+   * replays every send of a receive posted after the rollback began. */
+  for (int slot = 0; slot < RR_NET_MAX_REQUESTS; slot++) e->early[slot].state = EARLY_EMPTY;
   e->resume_recv_seq = e->recv_seq;
   announce(e);
   /* Receives re-derived as landed may owe no drain at all. */
@@ -416,7 +503,7 @@ static rr_status irecv_locked(rr_engine *e, int n, void **data, const size_t *si
   r->in_use = 1;
   e->recv_seq++;
   *request = r;
-  return RR_OK;
+  return land_early(e, r); /* an eager message may have come first */
 }
 
 rr_status rr_engine_irecv(rr_engine *e, int n, void **data, const size_t *sizes,
@@ -429,6 +516,8 @@ rr_status rr_engine_irecv(rr_engine *e, int n, void **data, const size_t *sizes,
 }
 
 void engine_recv_free(rr_engine *e) {
+  free(e->early_buf);
+  e->early_buf = NULL;
   for (int i = 0; i < RR_NET_MAX_REQUESTS; i++)
     for (int k = 0; k < RR_NET_MAX_RECVS; k++) {
       free(e->rreq[i].sub[k].seen);

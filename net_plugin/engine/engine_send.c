@@ -94,18 +94,37 @@ rr_status engine_send_post(rr_engine *e, uint64_t now) {
       size_t len = r->size - off < e->cfg.chunk_size ? r->size - off : e->cfg.chunk_size;
       if (!now) now = rr_now_ns();
       rr_rail_ep *ep = e->rails[ri].ep;
-      rr_write_wr wr = {
-          .wr_id = wr_id_make(idx, e->epoch),
-          .local = r->data + off,
-          .len = len,
-          .local_mr = r->mr ? r->mr->reg[ep->dev->index] : e->bounce_reg[ri],
-          .remote_addr = r->raddr + off,
-          .rkey = r->rkey[ri],
-          .imm = imm_encode(e->epoch, r->seq % RR_NET_MAX_REQUESTS, r->sub, k + 1 == r->nchunks,
-                            r->bounce < 0, k),
-          .fence = (uint16_t)e->epoch,
-          .post_ns = now,
-      };
+      rr_write_wr wr;
+      if (r->eager) {
+        /* Only a rail whose receiver places writes itself can carry it;
+         * elsewhere it waits for its clear-to-send (which resolves it). */
+        if (!(ep->dev->attr.caps & RR_RAIL_CAP_WRITE_BEGIN)) return RR_OK;
+        wr = (rr_write_wr){
+            .wr_id = wr_id_make(idx, e->epoch),
+            .local = r->data,
+            .len = r->size,
+            .local_mr = r->size ? e->bounce_reg[ri] : NULL,
+            .remote_addr = r->seq,
+            .rkey = (uint32_t)r->tag,
+            .imm = imm_encode(e->epoch, r->seq % RR_NET_MAX_REQUESTS, 0, 1, 0, 0),
+            .fence = (uint16_t)e->epoch,
+            .post_ns = now,
+            .flags = RR_WRITE_EAGER,
+        };
+      } else {
+        wr = (rr_write_wr){
+            .wr_id = wr_id_make(idx, e->epoch),
+            .local = r->data + off,
+            .len = len,
+            .local_mr = r->mr ? r->mr->reg[ep->dev->index] : e->bounce_reg[ri],
+            .remote_addr = r->raddr + off,
+            .rkey = r->rkey[ri],
+            .imm = imm_encode(e->epoch, r->seq % RR_NET_MAX_REQUESTS, r->sub, k + 1 == r->nchunks,
+                              r->bounce < 0, k),
+            .fence = (uint16_t)e->epoch,
+            .post_ns = now,
+        };
+      }
       rr_status st = ep->ops->post_write(ep, &wr);
       if (st == RR_AGAIN) return RR_OK;
       if (st != RR_OK) {
@@ -174,6 +193,42 @@ static void adopt_epoch(rr_engine *e, uint32_t epoch) {
   e->fail_epoch = epoch - 1;
 }
 
+/* The sub-receive an isend with this tag takes: the first not yet taken
+ * (the receiver places an eager message by the same rule). */
+static int cts_sub_for_tag(const engine_cts *c, uint8_t matched, int tag) {
+  for (int i = 0; i < c->n; i++)
+    if (c->e[i].tag == tag && !(matched & (1u << i))) return i;
+  return -1;
+}
+
+/* The clear-to-send of the receive an eager message went into: it says
+ * which sub-receive the message took (the receiver chose by the same rule)
+ * and how many more messages the receive takes. The message becomes an
+ * ordinary one: a replay writes it where the clear-to-send says. A receive
+ * that cannot take it is NCCL's error, as it would have been at isend. */
+static rr_status resolve_eager(rr_engine *e, engine_cts_slot *s) {
+  e->eager_open = 0;
+  int sub = cts_sub_for_tag(&s->cts, 0, e->eager_tag);
+  if (sub < 0)
+    return engine_fail(e, RR_ERR_INVALID, "message %u (tag %d): the receive has no buffer with its tag",
+                       e->send_seq, e->eager_tag);
+  const engine_cts_entry *ce = &s->cts.e[sub];
+  for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
+    rr_send_req *r = &e->sreq[e->fifo[i % RR_SEND_POOL]];
+    if (!r->eager || r->seq != s->cts.seq) continue;
+    if (r->size > ce->size)
+      return engine_fail(e, RR_ERR_INVALID, "message %u of %zu bytes for a receive of %llu bytes (tag %d)",
+                         r->seq, r->size, (unsigned long long)ce->size, r->tag);
+    r->eager = 0;
+    r->sub = (uint8_t)sub;
+    r->raddr = ce->addr;
+    memcpy(r->rkey, ce->rkey, sizeof r->rkey);
+  }
+  s->matched |= (uint8_t)(1u << sub);
+  if (s->matched == (1u << s->cts.n) - 1) e->send_seq++;
+  return RR_OK;
+}
+
 /* A clear-to-send may arrive out of order (control messages travel on
  * whichever rail is the control rail when they leave). It is installed when
  * its slot is free, or holds an older receive whose messages were all
@@ -189,7 +244,7 @@ static rr_status install_cts(rr_engine *e, int rail, const engine_cts *c) {
   s->cts = *c;
   s->matched = 0;
   s->valid = 1;
-  return RR_OK;
+  return c->seq == e->send_seq && e->eager_open ? resolve_eager(e, s) : RR_OK;
 }
 
 static void on_ack(rr_engine *e, uint32_t seq) {
@@ -207,7 +262,7 @@ static void on_ack(rr_engine *e, uint32_t seq) {
 static void on_resume_slot(rr_engine *e, uint32_t epoch, const uint32_t *prefix, const engine_cts *c) {
   for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
     rr_send_req *r = &e->sreq[e->fifo[i % RR_SEND_POOL]];
-    if (r->seq != c->seq || r->acked || (r->resumed && r->resumed_epoch == epoch)) continue;
+    if (r->seq != c->seq || r->acked || r->eager || (r->resumed && r->resumed_epoch == epoch)) continue;
     uint32_t held = prefix[r->sub] < r->nchunks ? prefix[r->sub] : r->nchunks;
     r->posted = r->transmitted = held;
     r->resumed = 1;
@@ -227,6 +282,12 @@ static void on_resume_end(rr_engine *e, uint32_t epoch, uint32_t recv_seq, uint3
     /* Not named, and the receiver had posted it when the rollback began: it
      * completed; its ack was lost. */
     if (!(mask & (1u << (r->seq % RR_NET_MAX_REQUESTS))) && seq_before(r->seq, recv_seq)) r->acked = 1;
+  }
+  /* Likewise the receive our eager message went into, whose clear-to-send
+   * went down with a rail: it completed, so it took that one message. */
+  if (e->eager_open && seq_before(e->send_seq, recv_seq) && !(mask & (1u << (e->send_seq % RR_NET_MAX_REQUESTS)))) {
+    e->eager_open = 0;
+    e->send_seq++;
   }
   e->fifo_post = e->fifo_head;
   fifo_retire(e);
@@ -320,28 +381,48 @@ static void bounce_setup(rr_engine *e) {
   }
 }
 
+/* An eager message must be replayable from our own copy (a bounce buffer,
+ * or nothing at all), and go where the receiver places writes itself. */
+static int eager_allowed(rr_engine *e, size_t size) {
+  if (size > e->cfg.eager_max || size > RR_BOUNCE_SIZE) return 0;
+  int r = engine_control_rail(e);
+  if (r < 0 || !(e->rails[r].ep->dev->attr.caps & RR_RAIL_CAP_WRITE_BEGIN)) return 0;
+  if (size == 0) return 1;
+  if (!e->bounce) bounce_setup(e);
+  return e->bounce && e->nbounce_free > 0;
+}
+
 static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr_mr *mr,
                               void *phandle, void **request) {
   if (e->failed) return e->failed;
   engine_cts_slot *s = &e->cts[e->send_seq % RR_NET_MAX_REQUESTS];
-  if (!s->valid || s->cts.seq != e->send_seq) {
-    /* No clear-to-send yet: look for one, then let NCCL retry. */
-    return engine_progress(e);
+  int have_cts = s->valid && s->cts.seq == e->send_seq;
+  if (!have_cts && e->eager_open) {
+    /* The clear-to-send of the last eager message's receive says where this
+     * one goes: it is usually here already. */
+    rr_status st = engine_progress(e);
+    if (st != RR_OK) return st;
+    s = &e->cts[e->send_seq % RR_NET_MAX_REQUESTS];
+    have_cts = s->valid && s->cts.seq == e->send_seq;
   }
+  /* Without a clear-to-send a small message still leaves at once (the
+   * receiver places it; polling for one first would put a system call in
+   * front of it); else look for one, then let NCCL retry. */
+  if (!have_cts && (e->eager_open || !eager_allowed(e, size))) return engine_progress(e);
   int sub = -1;
-  for (int i = 0; i < s->cts.n; i++)
-    if (s->cts.e[i].tag == tag && !(s->matched & (1u << i))) sub = i;
-  if (sub < 0) {
-    RR_WARN("isend: no receive posted with tag %d for message %u", tag, e->send_seq);
-    return RR_ERR_INVALID;
-  }
-  const engine_cts_entry *ce = &s->cts.e[sub];
-  /* The bounce arena is registered on every rail's device the first time
-   * it is used (verbs writes need a local key on the NIC they leave by). */
-  if (size > ce->size) {
-    RR_WARN("isend: message of %zu bytes for a receive of %llu bytes (tag %d)", size,
-            (unsigned long long)ce->size, tag);
-    return RR_ERR_INVALID;
+  const engine_cts_entry *ce = NULL;
+  if (have_cts) {
+    sub = cts_sub_for_tag(&s->cts, s->matched, tag);
+    if (sub < 0) {
+      RR_WARN("isend: no receive posted with tag %d for message %u", tag, e->send_seq);
+      return RR_ERR_INVALID;
+    }
+    ce = &s->cts.e[sub];
+    if (size > ce->size) {
+      RR_WARN("isend: message of %zu bytes for a receive of %llu bytes (tag %d)", size,
+              (unsigned long long)ce->size, tag);
+      return RR_ERR_INVALID;
+    }
   }
   size_t nchunks = size ? (size + e->cfg.chunk_size - 1) / e->cfg.chunk_size : 1;
   if (nchunks > IMM_MAX_CHUNKS) {
@@ -358,10 +439,16 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
   }
   if (idx < 0) return engine_progress(e);
   rr_send_req *r = &e->sreq[idx];
-  *r = (rr_send_req){.kind = RR_REQ_SEND, .in_use = 1, .sub = (uint8_t)sub, .rail = -1,
-                     .bounce = -1, .engine = e, .seq = e->send_seq, .data = data, .size = size,
-                     .mr = mr, .raddr = ce->addr, .nchunks = (uint32_t)nchunks};
-  memcpy(r->rkey, ce->rkey, sizeof r->rkey);
+  *r = (rr_send_req){.kind = RR_REQ_SEND, .in_use = 1, .sub = 0, .eager = !have_cts, .rail = -1,
+                     .bounce = -1, .engine = e, .seq = e->send_seq, .tag = tag, .data = data,
+                     .size = size, .mr = mr, .nchunks = (uint32_t)nchunks};
+  if (have_cts) {
+    r->sub = (uint8_t)sub;
+    r->raddr = ce->addr;
+    memcpy(r->rkey, ce->rkey, sizeof r->rkey);
+  }
+  /* The bounce arena is registered on every rail's device the first time
+   * it is used (verbs writes need a local key on the NIC they leave by). */
   if (size <= RR_BOUNCE_SIZE && size > 0) {
     if (!e->bounce) bounce_setup(e);
     if (e->bounce && e->nbounce_free > 0) {
@@ -372,8 +459,13 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
       r->mr = NULL; /* local keys come from the arena's registrations */
     }
   }
-  s->matched |= (uint8_t)(1u << sub);
-  if (s->matched == (1u << s->cts.n) - 1) e->send_seq++;
+  if (have_cts) {
+    s->matched |= (uint8_t)(1u << sub);
+    if (s->matched == (1u << s->cts.n) - 1) e->send_seq++;
+  } else {
+    e->eager_open = 1;
+    e->eager_tag = tag;
+  }
   e->fifo[e->fifo_tail++ % RR_SEND_POOL] = (uint16_t)idx;
   engine_prof_start(e, &r->prof_event, phandle, 0, size);
   *request = r;

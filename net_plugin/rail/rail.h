@@ -120,7 +120,13 @@ typedef struct rr_write_wr {
   /* rr_now_ns() when the engine posted it: rails that record telemetry use
    * it as the request's start (the engine reads the clock once per batch). */
   uint64_t post_ns;
+  uint8_t flags;                       /* RR_WRITE_* */
 } rr_write_wr;
+
+/* An eager write names no buffer: the writer had no clear-to-send yet, and
+ * the receiver places it (remote_addr carries the receive's sequence number,
+ * rkey the message's tag). Only rails with RR_RAIL_CAP_WRITE_BEGIN carry it. */
+#define RR_WRITE_EAGER 0x1u
 
 /* A write from the peer as the rail saw it arrive. */
 typedef struct rr_write_hdr {
@@ -129,6 +135,7 @@ typedef struct rr_write_hdr {
   uint32_t rkey;                       /* the key the writer used */
   uint64_t raddr;                      /* the address the writer named */
   uint16_t fence;                      /* rails without fence tags: 0 */
+  uint8_t flags;                       /* RR_WRITE_* as the writer posted it */
 } rr_write_hdr;
 
 /* Engine callbacks, called from ep progress() under the engine's lock.
@@ -144,8 +151,12 @@ typedef struct rr_rail_events {
    * *dst to where its h->len bytes go, or to NULL to have the rail read and
    * discard them (a write of a fenced epoch). RR_ERR_PROTOCOL: the write is
    * not one the engine asked for (unknown slot or key, outside the posted
-   * receive, a duplicate): nothing is written and the rail fails. */
-  rr_status (*on_write_begin)(rr_rail_ep *ep, const rr_write_hdr *h, void **dst);
+   * receive, a duplicate): nothing is written and the rail fails. An eager
+   * write comes back resolved: the engine rewrites *h into the write the
+   * writer would have made with a clear-to-send (or keeps it eager when it
+   * lands in the engine's own early buffer), and the rail hands that *h to
+   * on_write_recv. */
+  rr_status (*on_write_begin)(rr_rail_ep *ep, rr_write_hdr *h, void **dst);
   /* A write from the peer has fully landed (for TCP: at the *dst the engine
    * gave; for verbs: where the NIC placed it, described by h). */
   rr_status (*on_write_recv)(rr_rail_ep *ep, const rr_write_hdr *h);

@@ -143,6 +143,7 @@ typedef struct sim_world {
   size_t window;                /* bytes a stream holds in flight, unread by the peer (flow control) */
   uint64_t verbs_retry_ns;      /* a verbs pair whose path stays down this long breaks */
   unsigned dup_pm, delay_pm, split_pm, midfence_pm; /* per-mille fault rates */
+  unsigned recv_post_pm;     /* chance per receiver step to post a receive (a slow receiver lets eager messages come first) */
   unsigned garble_pm;           /* control messages garbled in flight (reserved header bits set) */
   uint64_t garbled;             /* garbled messages sent: the violations they may cause */
   unsigned wdelay_pm;           /* writes delayed in flight (whatever follows on their stream waits) */

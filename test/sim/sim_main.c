@@ -93,6 +93,7 @@ static const uint64_t DELTAS[] = {20 * SIM_MS, 50 * SIM_MS, 100 * SIM_MS, 200 * 
 static const uint64_t HOLDS[] = {0, 5 * SIM_MS, 20 * SIM_MS, 100 * SIM_MS};
 static const unsigned DUPS[] = {0, 5, 50}, DELAYS[] = {0, 20, 200}, WDELAYS[] = {0, 0, 5, 50}, SPLITS[] = {0, 50, 300},
                       MIDFENCES[] = {0, 100, 500}, GARBLES[] = {0, 0, 0, 2, 20};
+static const unsigned RECV_POSTS[] = {800, 800, 100, 20};
 #define PICK(arr) (arr)[sim_below(&w->rng, sizeof(arr) / sizeof *(arr))]
 
 static void setup(sim_world *w, uint64_t seed, int verbose) {
@@ -121,6 +122,7 @@ static void setup(sim_world *w, uint64_t seed, int verbose) {
   w->wdelay_pm = PICK(WDELAYS);
   w->split_pm = PICK(SPLITS);
   w->midfence_pm = PICK(MIDFENCES);
+  w->recv_post_pm = PICK(RECV_POSTS);
   /* A verbs rail marked down is fenced, i.e. its QP is gone: without
    * reconnects it could never come back. Seeds without reconnects (the
    * listener full) are all-TCP. */
@@ -134,6 +136,9 @@ static void setup(sim_world *w, uint64_t seed, int verbose) {
   cfg.progress_timeout_ns = PICK(DELTAS);
   cfg.failback_hold_ns = PICK(HOLDS);
   cfg.reopens = w->reconnect;
+  /* Eager small messages on TCP rails in most worlds; some keep the
+   * clear-to-send before every message. */
+  cfg.eager_max = sim_chance(g, 750) ? RR_BOUNCE_SIZE : 0;
   w->verbs_retry_ns = sim_range(g, 5 * SIM_MS, 2 * cfg.progress_timeout_ns);
   w->delay_max_ns = cfg.progress_timeout_ns / 4 < 20 * SIM_MS ? cfg.progress_timeout_ns / 4 : 20 * SIM_MS;
   w->chaos_end_ns = SIM_START_NS + sim_range(g, 30 * SIM_MS, 1500 * SIM_MS);

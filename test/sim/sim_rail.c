@@ -85,9 +85,13 @@ static sim_item *item_clone(const sim_item *src) {
 
 /* For the trace: a write's immediate, and a control message, in words. */
 static const char *imm_str(char *buf, size_t n, const rr_write_hdr *h) {
-  snprintf(buf, n, "e%u slot%u sub%u chunk%u%s%s len %u fence %u", imm_epoch(h->imm), imm_slot(h->imm),
-           imm_sub(h->imm), imm_chunk(h->imm), imm_last(h->imm) ? " last" : "", imm_ack_now(h->imm) ? " ack-now" : "",
-           h->len, h->fence);
+  if (h->flags & RR_WRITE_EAGER)
+    snprintf(buf, n, "eager e%u seq %u tag %d len %u fence %u", imm_epoch(h->imm), (uint32_t)h->raddr, (int)h->rkey,
+             h->len, h->fence);
+  else
+    snprintf(buf, n, "e%u slot%u sub%u chunk%u%s%s len %u fence %u", imm_epoch(h->imm), imm_slot(h->imm),
+             imm_sub(h->imm), imm_chunk(h->imm), imm_last(h->imm) ? " last" : "", imm_ack_now(h->imm) ? " ack-now" : "",
+             h->len, h->fence);
   return buf;
 }
 
@@ -268,7 +272,8 @@ static rr_status sim_post_write(rr_rail_ep *rep, const rr_write_wr *wr) {
                            .len = (uint32_t)wr->len,
                            .rkey = wr->rkey,
                            .raddr = wr->remote_addr,
-                           .fence = e->pair->kind == SIM_TCP ? wr->fence : 0};
+                           .fence = e->pair->kind == SIM_TCP ? wr->fence : 0,
+                           .flags = wr->flags};
   it->wr_id = wr->wr_id;
   it->local = wr->local;
   it->stream = (uint8_t)(e->pair->nstreams > 1 ? sim_below(&w->rng, (uint64_t)e->pair->nstreams) : 0);

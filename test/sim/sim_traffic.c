@@ -291,7 +291,7 @@ static void recv_reaped(sim_world *w, int gi, const size_t *sizes) {
 
 static void receiver_step(sim_world *w) {
   rr_engine *e = &w->eng[SIM_RECV];
-  if (T.r_n < MAX_OUT && T.next_group < T.ngroups && sim_chance(&w->rng, 800)) {
+  if (T.r_n < MAX_OUT && T.next_group < T.ngroups && sim_chance(&w->rng, w->recv_post_pm)) {
     int gi = T.next_group;
     sim_group *g = &T.g[gi];
     void *data[RR_NET_MAX_RECVS];
@@ -375,8 +375,11 @@ uint64_t sim_traffic_last_progress(sim_world *w) {
 }
 
 int sim_traffic_landing_ok(sim_world *w, const void *p, size_t len) {
-  (void)w;
   const char *a = p;
+  /* An eager message ahead of its receive waits in the engine's own early
+   * buffer (it is checked when it reaches the receive's buffer). */
+  const char *early = w->eng[SIM_RECV].early_buf;
+  if (early && a >= early && a + len <= early + (size_t)RR_NET_MAX_REQUESTS * RR_BOUNCE_SIZE) return 1;
   for (int k = 0; k < T.r_n; k++) {
     const sim_group *g = &T.g[T.rgroup[(T.r_head + k) % MAX_OUT]];
     for (int j = 0; j < g->n; j++) {
@@ -391,6 +394,12 @@ int sim_traffic_landing_ok(sim_world *w, const void *p, size_t len) {
 void sim_traffic_where(sim_world *w, const void *p, char *buf, size_t len) {
   (void)w;
   const char *a = p;
+  const char *early = w->eng[SIM_RECV].early_buf;
+  if (early && a >= early && a < early + (size_t)RR_NET_MAX_REQUESTS * RR_BOUNCE_SIZE) {
+    snprintf(buf, len, "early buffer slot %zu +%zu", (size_t)(a - early) / RR_BOUNCE_SIZE,
+             (size_t)(a - early) % RR_BOUNCE_SIZE);
+    return;
+  }
   if (a < recv_arena || a >= recv_arena + (size_t)RECV_BUFS * MAX_POSTED) {
     snprintf(buf, len, "outside the receive buffers");
     return;

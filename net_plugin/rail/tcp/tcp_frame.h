@@ -2,7 +2,7 @@
  * little-endian at fixed offsets, encoded and decoded field by field (never a
  * struct copied onto the wire). Every field is checked before anything is
  * written:
- * an unknown type, a flag, a control frame over RR_RAIL_CTRL_MAX or a drain
+ * an unknown type or flag, a flag on anything but a write, a control frame over RR_RAIL_CTRL_MAX or a drain
  * marker with a payload fails the rail (RR_ERR_PROTOCOL), and the engine
  * decides where a write's payload goes (or refuses it). */
 #ifndef RERAIL_TCP_FRAME_H
@@ -19,13 +19,17 @@ enum tcp_frame_type {
 
 typedef struct tcp_frame_hdr {
   uint8_t type;      /* enum tcp_frame_type */
-  uint8_t flags;     /* none yet; must be 0 */
+  uint8_t flags;     /* WRITE: TCP_FRAME_F_*; others: 0 */
   uint16_t fence;    /* WRITE: the writer's fence tag (rr_write_wr.fence) */
   uint32_t len;      /* payload bytes following the header */
   uint32_t imm;      /* WRITE: immediate data; DRAIN: the epoch */
   uint32_t rkey;     /* WRITE: the key the writer names the receive buffer by */
   uint64_t raddr;    /* WRITE: receiver address of the first byte (checked, never used) */
 } tcp_frame_hdr;
+
+/* An eager write (RR_WRITE_EAGER): raddr carries the receive's sequence
+ * number and rkey the message's tag; the receiver places it. */
+#define TCP_FRAME_F_EAGER 0x1u
 
 /* Offsets on the wire: type 0, flags 1, fence 2, len 4, imm 8, rkey 12, raddr 16. */
 #define TCP_FRAME_BYTES 24
