@@ -408,9 +408,17 @@ static rr_status stream_receive(tcp_ep *ep, tcp_stream *s) {
       s->stage_len -= s->stage_off;
       s->stage_off = 0;
     }
-    st = stream_recv(ep, s, s->staging + s->stage_len, STAGING_SIZE - s->stage_len, &n);
+    size_t room = STAGING_SIZE - s->stage_len;
+    st = stream_recv(ep, s, s->staging + s->stage_len, room, &n);
     if (st != RR_OK) return st == RR_AGAIN ? RR_OK : st;
     s->stage_len += (uint32_t)n;
+    /* A short read emptied the socket: parse what came and stop, rather
+     * than ask again and find nothing (a system call on the path of every
+     * small message). */
+    if ((size_t)n < room) {
+      st = parse_staging(ep, s);
+      return st == RR_AGAIN ? RR_OK : st;
+    }
   }
   return RR_OK;
 }
