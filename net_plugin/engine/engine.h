@@ -86,6 +86,7 @@ typedef struct rr_send_req {
   uint8_t acked;
   uint8_t sub;
   uint8_t eager;            /* sent before its clear-to-send: sub, raddr and rkey not known yet */
+  uint32_t known;           /* eager: the sender's known_seq when it chose seq (the frame carries it) */
   int8_t rail;              /* chain mode: the rail this message uses, -1 before its first chunk */
   int16_t bounce;           /* bounce buffer index, -1 when none */
   rr_engine *engine;
@@ -125,6 +126,8 @@ typedef struct rr_recv_req {
   uint8_t subs_done;
   uint8_t ack_now;          /* the sender waits for our ack: send it at once */
   uint8_t landed;           /* every chunk is here; complete once the rails are drained */
+  uint8_t cts_held;         /* its clear-to-send waits for an eager message until cts_due_ns */
+  uint64_t cts_due_ns;
   rr_engine *engine;
   uint32_t seq;
   engine_cts cts;           /* as sent, for a resend after a rollback */
@@ -134,9 +137,11 @@ typedef struct rr_recv_req {
 
 /* A message that came eagerly before its receive was posted (receiver). */
 enum { EARLY_EMPTY = 0, EARLY_ARRIVING, EARLY_HERE };
+#define EARLY_COPIES 2            /* per slot: see engine_recv.c */
 typedef struct engine_early {
   uint8_t state;            /* EARLY_EMPTY, EARLY_ARRIVING (its bytes are landing), EARLY_HERE */
   uint32_t seq, epoch, len;
+  uint32_t known;           /* the sender's known_seq: receives [known, seq) were assumed to take one message */
   int tag;
 } engine_early;
 
@@ -205,12 +210,14 @@ struct rr_engine {
   /* sender */
   engine_cts_slot cts[RR_NET_MAX_REQUESTS];
   uint32_t send_seq;        /* the receive the next isend matches */
-  /* An eager message was sent into receive send_seq before its clear-to-send:
-   * nothing more is sent until that arrives and says how many messages the
-   * receive takes. The tag decides which sub-receive it took (the first with
-   * it, on both ends). */
-  uint8_t eager_open;
-  int eager_tag;
+  /* Receives [known_seq, send_seq) each took one eager message on the
+   * assumption that it takes only one (n = 1): their clear-to-sends, or
+   * acks, have not said yet. Below known_seq every receive's shape is
+   * known. A message that needs a clear-to-send waits until none is
+   * assumed; a receive found to take more moves the later eager messages
+   * (docs/protocol.md, "Eager writes"). */
+  uint32_t known_seq;
+  uint32_t implied_mask;    /* by slot: an ack says the assumed receive took just its eager message */
   rr_send_req sreq[RR_SEND_POOL];
   uint16_t fifo[RR_SEND_POOL]; /* active sends in posting order */
   uint32_t fifo_head, fifo_tail, fifo_post; /* post: first entry that may have unposted chunks */
@@ -225,8 +232,11 @@ struct rr_engine {
   rr_recv_req rreq[RR_NET_MAX_REQUESTS];
   uint32_t recv_seq;        /* sequence number of the next irecv */
   /* Eager messages for receives not posted yet, by slot (allocated on first use). */
-  char *early_buf;          /* RR_NET_MAX_REQUESTS * RR_BOUNCE_SIZE */
-  engine_early early[RR_NET_MAX_REQUESTS];
+  char *early_buf;          /* RR_NET_MAX_REQUESTS * EARLY_COPIES * RR_BOUNCE_SIZE */
+  engine_early early[RR_NET_MAX_REQUESTS * EARLY_COPIES];
+  uint8_t peer_eager;       /* the sender's last message came eagerly: hold clear-to-sends a while */
+  int cts_held;             /* receives whose clear-to-send is held */
+  int notice_rail;          /* the rail that carried the last notice sent with no rail up */
   /* Completed receives not yet acknowledged: at most one per receive slot
    * (a slot is reposted only after its clear-to-send, which flushes them). */
   uint32_t ack_queue[RR_NET_MAX_REQUESTS];

@@ -21,6 +21,14 @@
  * latest ACK_DEFER_NS after the oldest completed. An ack names sequence
  * numbers, so it stays true even if NCCL reposts the slot before it leaves. */
 #define ACK_DEFER_MAX 16
+/* A sender of eager messages assumes at most 16 receives ahead (EAGER_AHEAD)
+ * and learns they took one message each from our acks: half that. */
+#define ACK_DEFER_EAGER 8
+/* While the sender sends eagerly, the clear-to-send of a receive that takes
+ * one message waits this long for the eager message, which makes it
+ * unnecessary (one frame fewer per message). A sender that needs it (a
+ * large message) waits at most this long for it. */
+#define CTS_HOLD_NS 100000ull
 #define ACK_DEFER_NS 1000000ull
 static void ack_enqueue(rr_engine *e, uint32_t seq);
 static rr_status acks_flush(rr_engine *e);
@@ -139,17 +147,49 @@ static rr_status eager_misfit(rr_engine *e, const rr_recv_req *r, int sub, int t
                      len, r->sub[sub].posted_size, r->seq, tag);
 }
 
+/* The sender chose receive `seq` for an eager message assuming that each
+ * receive from `known` on takes one message: true when every one of them
+ * does (all are posted: seq is). If not, the sender learns it from a
+ * clear-to-send and sends the message again under its right place; this
+ * copy is dropped. */
+static int assumption_holds(const rr_engine *e, uint32_t known, uint32_t seq) {
+  for (uint32_t q = known; q != seq; q++) {
+    const rr_recv_req *p = &e->rreq[q % RR_NET_MAX_REQUESTS];
+    if (p->seq != q || p->n != 1) return 0;
+  }
+  return 1;
+}
+
+/* Early buffer entries: EARLY_COPIES per slot, because a copy chosen on a
+ * later assumption may start arriving (on another stream or rail) while the
+ * earlier copy for the same receive is still being written. */
+static engine_early *early_at(rr_engine *e, uint32_t slot, int copy) { return &e->early[slot * EARLY_COPIES + copy]; }
+static char *early_data(rr_engine *e, uint32_t slot, int copy) {
+  return e->early_buf + ((size_t)slot * EARLY_COPIES + copy) * RR_BOUNCE_SIZE;
+}
+static int early_is(const rr_engine *e, const engine_early *x, uint32_t seq) {
+  return x->state != EARLY_EMPTY && x->seq == seq && x->epoch == e->epoch;
+}
+
 /* An eager message held in the early buffer goes into receive r once both
- * are there (whichever came second calls this). */
+ * are there (whichever came second calls this): the latest copy whose
+ * assumption holds (an earlier one was chosen on a wrong assumption). */
 static rr_status land_early(rr_engine *e, rr_recv_req *r) {
   uint32_t slot = r->seq % RR_NET_MAX_REQUESTS;
-  engine_early *x = &e->early[slot];
-  if (x->state != EARLY_HERE || x->seq != r->seq || x->epoch != e->epoch) return RR_OK;
+  int best = -1;
+  for (int c = 0; c < EARLY_COPIES; c++) {
+    engine_early *x = early_at(e, slot, c);
+    if (!early_is(e, x, r->seq) || x->state != EARLY_HERE || !assumption_holds(e, x->known, r->seq)) continue;
+    if (best < 0 || seq_before(early_at(e, slot, best)->known, x->known)) best = c;
+  }
+  if (best < 0) return RR_OK;
+  engine_early *x = early_at(e, slot, best);
   x->state = EARLY_EMPTY;
+  e->peer_eager = 1;
   int sub = sub_for_tag(r, x->tag);
   if (sub < 0 || x->len > r->sub[sub].posted_size) return eager_misfit(e, r, sub, x->tag, x->len);
   rr_recv_sub *s = &r->sub[sub];
-  if (x->len) memcpy(s->data, e->early_buf + (size_t)slot * RR_BOUNCE_SIZE, x->len);
+  if (x->len) memcpy(s->data, early_data(e, slot, best), x->len);
   chunk_landed(e, r, s, 0, x->len, imm_encode(e->epoch, slot, (uint32_t)sub, 1, 0, 0));
   return RR_OK;
 }
@@ -160,13 +200,15 @@ static rr_status land_early(rr_engine *e, rr_recv_req *r) {
 static rr_status eager_begin(rr_engine *e, int rail, rr_write_hdr *h, void **dst) {
   uint32_t imm = h->imm;
   if (imm_epoch(imm) != (e->epoch & 0xf) || h->fence != (uint16_t)e->epoch) return RR_OK; /* sink it */
-  uint32_t seq = (uint32_t)h->raddr, slot = seq % RR_NET_MAX_REQUESTS;
-  if (h->raddr >> 32 || imm_slot(imm) != slot || imm_sub(imm) || !imm_last(imm) || imm_ack_now(imm) ||
-      imm_chunk(imm) || h->len > RR_BOUNCE_SIZE)
+  uint32_t seq = (uint32_t)h->raddr, known = (uint32_t)(h->raddr >> 32), slot = seq % RR_NET_MAX_REQUESTS;
+  if (seq - known >= RR_NET_MAX_REQUESTS || imm_slot(imm) != slot || imm_sub(imm) || !imm_last(imm) ||
+      imm_ack_now(imm) || imm_chunk(imm) || h->len > RR_BOUNCE_SIZE)
     return engine_violation(e, rail, "a malformed eager write (%u bytes)", h->len);
   int tag = (int)h->rkey;
   rr_recv_req *r = &e->rreq[slot];
   if (r->in_use && r->seq == seq) {
+    if (!assumption_holds(e, known, seq)) return RR_OK; /* sink it: it comes again where it belongs */
+    e->peer_eager = 1;
     int sub = sub_for_tag(r, tag);
     if (sub < 0 || h->len > r->sub[sub].posted_size) return eager_misfit(e, r, sub, tag, h->len);
     *h = (rr_write_hdr){.imm = imm_encode(e->epoch, slot, (uint32_t)sub, 1, 0, 0), .len = h->len,
@@ -175,24 +217,41 @@ static rr_status eager_begin(rr_engine *e, int rail, rr_write_hdr *h, void **dst
   }
   if (seq - e->recv_seq >= RR_NET_MAX_REQUESTS)
     return engine_violation(e, rail, "an eager write for receive %u (the next to be posted is %u)", seq, e->recv_seq);
-  engine_early *x = &e->early[slot];
-  if (x->state != EARLY_EMPTY && x->seq == seq && x->epoch == e->epoch)
-    return engine_violation(e, rail, "eager message %u again in one epoch", seq);
-  if (!e->early_buf && !(e->early_buf = malloc((size_t)RR_NET_MAX_REQUESTS * RR_BOUNCE_SIZE)))
+  /* Copies for the same receive: the same assumption twice is a repeat; an
+   * earlier assumption than one already here is stale (sink it); a later
+   * one supersedes what is here and takes a free entry (an earlier copy
+   * may still be landing in the other). */
+  int free_copy = -1;
+  for (int c = 0; c < EARLY_COPIES; c++) {
+    engine_early *x = early_at(e, slot, c);
+    if (early_is(e, x, seq)) {
+      if (seq_before(known, x->known)) return RR_OK;
+      if (known == x->known) return engine_violation(e, rail, "eager message %u again in one epoch", seq);
+      if (x->state == EARLY_ARRIVING) continue;
+    }
+    if (free_copy < 0) free_copy = c;
+  }
+  if (free_copy < 0)
+    return engine_violation(e, rail, "eager message %u: more copies arriving at once than the early buffer holds", seq);
+  if (!e->early_buf && !(e->early_buf = malloc((size_t)RR_NET_MAX_REQUESTS * EARLY_COPIES * RR_BOUNCE_SIZE)))
     return engine_fail(e, RR_ERR_NOMEM, "no memory to hold messages that arrive before their receive");
-  *x = (engine_early){.state = EARLY_ARRIVING, .seq = seq, .epoch = e->epoch, .len = h->len, .tag = tag};
-  *dst = e->early_buf + (size_t)slot * RR_BOUNCE_SIZE;
+  *early_at(e, slot, free_copy) = (engine_early){.state = EARLY_ARRIVING, .seq = seq, .epoch = e->epoch,
+                                                 .len = h->len, .known = known, .tag = tag};
+  *dst = early_data(e, slot, free_copy);
   return RR_OK;
 }
 
 /* An eager write finished landing in the early buffer. */
 static rr_status eager_arrived(rr_engine *e, const rr_write_hdr *h) {
-  uint32_t seq = (uint32_t)h->raddr, slot = seq % RR_NET_MAX_REQUESTS;
-  engine_early *x = &e->early[slot];
-  if (x->state != EARLY_ARRIVING || x->seq != seq || x->epoch != e->epoch) return RR_OK;
-  x->state = EARLY_HERE;
-  rr_recv_req *r = &e->rreq[slot];
-  return r->in_use && r->seq == seq ? land_early(e, r) : RR_OK;
+  uint32_t seq = (uint32_t)h->raddr, known = (uint32_t)(h->raddr >> 32), slot = seq % RR_NET_MAX_REQUESTS;
+  for (int c = 0; c < EARLY_COPIES; c++) {
+    engine_early *x = early_at(e, slot, c);
+    if (!early_is(e, x, seq) || x->state != EARLY_ARRIVING || x->known != known) continue;
+    x->state = EARLY_HERE;
+    rr_recv_req *r = &e->rreq[slot];
+    return r->in_use && r->seq == seq ? land_early(e, r) : RR_OK;
+  }
+  return RR_OK;
 }
 
 rr_status engine_recv_write_begin(rr_engine *e, int rail, rr_write_hdr *h, void **dst) {
@@ -214,6 +273,9 @@ rr_status engine_recv_write(rr_engine *e, int rail, const rr_write_hdr *h) {
   if (h->flags & RR_WRITE_EAGER) return eager_arrived(e, h);
   rr_status st = check_write(e, rail, h, &r, &s, &k);
   if (st != RR_OK || !s) return st;
+  /* A message the sender did not copy (a large one) needs clear-to-sends:
+   * hold none back for it. */
+  if (imm_ack_now(h->imm)) e->peer_eager = 0;
   chunk_landed(e, r, s, k, h->len, h->imm);
   return RR_OK;
 }
@@ -237,7 +299,7 @@ static void ack_enqueue(rr_engine *e, uint32_t seq) {
   if (e->ack_pending == 0) e->ack_since_ns = rr_now_ns();
   e->ack_queue[(e->ack_head + e->ack_pending) % RR_NET_MAX_REQUESTS] = seq;
   e->ack_pending++;
-  if (e->ack_pending >= ACK_DEFER_MAX) e->ack_flush = 1;
+  if (e->ack_pending >= (e->peer_eager ? ACK_DEFER_EAGER : ACK_DEFER_MAX)) e->ack_flush = 1;
 }
 
 /* Post every waiting ack, as few messages as the sequence numbers allow.
@@ -272,11 +334,16 @@ static int acks_due(const rr_engine *e) {
  * sender, which alone reopens rails: a rail this end gave up on may still
  * carry it (the sender may not have seen it fail at all). */
 static void notice_on_down_rail(rr_engine *e) {
-  for (int i = 0; i < e->nrails; i++) {
+  /* Each repeat tries the next rail: the one that took the last may be a
+   * black hole (silent, yet its endpoint takes everything), while another
+   * we gave up on may be one the sender still uses, idle and unaware. */
+  for (int k = 1; k <= e->nrails; k++) {
+    int i = (e->notice_rail + k) % e->nrails;
     engine_rail *rl = &e->rails[i];
     if (rl->state == RR_RAIL_DEAD) continue;
     engine_msg f = {.type = ENGINE_CTRL_FAIL, .u.fail = {.epoch = e->epoch, .down_mask = engine_down_mask(e)}};
     if (engine_post_msg_on(rl->ep, &f) == RR_OK) {
+      e->notice_rail = i;
       e->fail_notice_pending = 0;
       return;
     }
@@ -287,10 +354,42 @@ static void notice_on_down_rail(rr_engine *e) {
  * RESUME_SLOT per receive posted before the rollback began and not complete,
  * then RESUME_END naming exactly those slots, so the sender knows when it has
  * heard all of them whatever rails they travelled on. */
+static void cts_unhold(rr_engine *e, rr_recv_req *r) {
+  if (!r->cts_held) return;
+  r->cts_held = 0;
+  e->cts_held--;
+}
+
+/* Held clear-to-sends: moot once the eager message is here, sent when it
+ * has not come in time (with the acks, so the sender also learns the
+ * receives it assumed took one message, and may send what needs this one). */
+static rr_status release_held_cts(rr_engine *e) {
+  uint64_t now = rr_now_ns();
+  for (int i = 0; i < RR_NET_MAX_REQUESTS && e->cts_held; i++) {
+    rr_recv_req *r = &e->rreq[i];
+    if (!r->cts_held) continue;
+    if (r->landed || r->complete || r->sub[0].high) {
+      cts_unhold(e, r);
+      continue;
+    }
+    if (now < r->cts_due_ns) continue;
+    rr_status st = acks_flush(e);
+    if (st != RR_OK) return st;
+    engine_msg c = {.type = ENGINE_CTRL_CTS, .u.cts = r->cts};
+    if (engine_post_msg(e, &c) != RR_OK) return RR_OK;
+    cts_unhold(e, r);
+  }
+  return RR_OK;
+}
+
 rr_status engine_recv_outbox(rr_engine *e) {
   if (engine_control_rail(e) < 0) {
     if (e->fail_notice_pending) notice_on_down_rail(e);
     return RR_OK;
+  }
+  if (e->cts_held) {
+    rr_status st = release_held_cts(e);
+    if (st != RR_OK) return st;
   }
   /* Acks first: whatever else leaves now carries them along. */
   if (e->ack_pending && (acks_due(e) || e->fail_notice_pending || e->resume_cursor >= 0)) {
@@ -380,7 +479,11 @@ void engine_recv_rollback(rr_engine *e) {
   }
   /* Eager messages ahead of their receives are forgotten: the sender
    * replays every send of a receive posted after the rollback began. */
-  for (int slot = 0; slot < RR_NET_MAX_REQUESTS; slot++) e->early[slot].state = EARLY_EMPTY;
+  for (int slot = 0; slot < RR_NET_MAX_REQUESTS; slot++) {
+    for (int c = 0; c < EARLY_COPIES; c++) early_at(e, (uint32_t)slot, c)->state = EARLY_EMPTY;
+    /* Its RESUME_SLOT carries the clear-to-send. */
+    cts_unhold(e, &e->rreq[slot]);
+  }
   e->resume_recv_seq = e->recv_seq;
   announce(e);
   /* Receives re-derived as landed may owe no drain at all. */
@@ -477,13 +580,18 @@ static rr_status irecv_locked(rr_engine *e, int n, void **data, const size_t *si
   }
   /* The clear-to-send leaves with the next progress (NCCL tests a posted
    * receive right away), so a receive posted just before a send does not
-   * put an extra system call in front of it; waiting acks go with it. */
-  rr_status st = e->ack_pending ? acks_flush(e) : RR_OK;
-  if (st != RR_OK) return st;
-  st = engine_post_msg(e, &c);
-  if (st == RR_AGAIN) return engine_progress(e); /* no room now: NCCL retries */
-  if (st != RR_OK) return st;
-  e->ctrl_queued = 1;
+   * put an extra system call in front of it; waiting acks go with it.
+   * While the sender sends eagerly, a receive of one message holds it back
+   * (CTS_HOLD_NS): the eager message usually comes first and makes it moot. */
+  int hold = e->peer_eager && n == 1;
+  if (!hold) {
+    rr_status st = e->ack_pending ? acks_flush(e) : RR_OK;
+    if (st != RR_OK) return st;
+    st = engine_post_msg(e, &c);
+    if (st == RR_AGAIN) return engine_progress(e); /* no room now: NCCL retries */
+    if (st != RR_OK) return st;
+    e->ctrl_queued = 1;
+  }
   rr_recv_sub keep[RR_NET_MAX_RECVS];
   memcpy(keep, r->sub, sizeof keep);
   memset(r, 0, sizeof *r);
@@ -501,6 +609,11 @@ static rr_status irecv_locked(rr_engine *e, int n, void **data, const size_t *si
     engine_prof_start(e, &r->prof_event[i], phandles ? phandles[i] : NULL, 1, sizes[i]);
   }
   r->in_use = 1;
+  if (hold) {
+    r->cts_held = 1;
+    r->cts_due_ns = rr_now_ns() + CTS_HOLD_NS;
+    e->cts_held++;
+  }
   e->recv_seq++;
   *request = r;
   return land_early(e, r); /* an eager message may have come first */
@@ -546,6 +659,7 @@ rr_status engine_recv_test(rr_recv_req *r, int *done, size_t *sizes) {
       if (sizes) sizes[i] = r->sub[i].size;
       engine_prof_stop(e, &r->prof_event[i]);
     }
+    cts_unhold(e, r);
     r->in_use = 0;
   }
   return RR_OK;

@@ -94,17 +94,21 @@ rr_status engine_send_post(rr_engine *e, uint64_t now) {
       size_t len = r->size - off < e->cfg.chunk_size ? r->size - off : e->cfg.chunk_size;
       if (!now) now = rr_now_ns();
       rr_rail_ep *ep = e->rails[ri].ep;
+      /* Only a rail whose receiver places writes itself can carry an eager
+       * write; elsewhere it goes as an ordinary one once its place is known
+       * (its receive is no longer assumed), and waits until then. */
+      if (r->eager && !(ep->dev->attr.caps & RR_RAIL_CAP_WRITE_BEGIN)) {
+        if (!seq_before(r->seq, e->known_seq)) return RR_OK;
+        r->eager = 0;
+      }
       rr_write_wr wr;
       if (r->eager) {
-        /* Only a rail whose receiver places writes itself can carry it;
-         * elsewhere it waits for its clear-to-send (which resolves it). */
-        if (!(ep->dev->attr.caps & RR_RAIL_CAP_WRITE_BEGIN)) return RR_OK;
         wr = (rr_write_wr){
             .wr_id = wr_id_make(idx, e->epoch),
             .local = r->data,
             .len = r->size,
             .local_mr = r->size ? e->bounce_reg[ri] : NULL,
-            .remote_addr = r->seq,
+            .remote_addr = r->seq | (uint64_t)r->known << 32,
             .rkey = (uint32_t)r->tag,
             .imm = imm_encode(e->epoch, r->seq % RR_NET_MAX_REQUESTS, 0, 1, 0, 0),
             .fence = (uint16_t)e->epoch,
@@ -201,31 +205,97 @@ static int cts_sub_for_tag(const engine_cts *c, uint8_t matched, int tag) {
   return -1;
 }
 
-/* The clear-to-send of the receive an eager message went into: it says
- * which sub-receive the message took (the receiver chose by the same rule)
- * and how many more messages the receive takes. The message becomes an
- * ordinary one: a replay writes it where the clear-to-send says. A receive
- * that cannot take it is NCCL's error, as it would have been at isend. */
-static rr_status resolve_eager(rr_engine *e, engine_cts_slot *s) {
-  e->eager_open = 0;
-  int sub = cts_sub_for_tag(&s->cts, 0, e->eager_tag);
+static int cts_full(const engine_cts_slot *s) { return s->matched == (1u << s->cts.n) - 1; }
+
+/* Give request r the place a clear-to-send names: sub-receive sub of it. */
+static rr_status place_by_cts(rr_engine *e, rr_send_req *r, engine_cts_slot *s, int sub) {
   if (sub < 0)
-    return engine_fail(e, RR_ERR_INVALID, "message %u (tag %d): the receive has no buffer with its tag",
-                       e->send_seq, e->eager_tag);
+    return engine_fail(e, RR_ERR_INVALID, "message for receive %u (tag %d): the receive has no buffer with its tag",
+                       s->cts.seq, r->tag);
   const engine_cts_entry *ce = &s->cts.e[sub];
+  if (r->size > ce->size)
+    return engine_fail(e, RR_ERR_INVALID, "message of %zu bytes for a receive of %llu bytes (receive %u, tag %d)",
+                       r->size, (unsigned long long)ce->size, s->cts.seq, r->tag);
+  r->eager = 0;
+  r->seq = s->cts.seq;
+  r->sub = (uint8_t)sub;
+  r->raddr = ce->addr;
+  memcpy(r->rkey, ce->rkey, sizeof r->rkey);
+  s->matched |= (uint8_t)(1u << sub);
+  return RR_OK;
+}
+
+static rr_send_req *eager_req_for(rr_engine *e, uint32_t seq) {
   for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
     rr_send_req *r = &e->sreq[e->fifo[i % RR_SEND_POOL]];
-    if (!r->eager || r->seq != s->cts.seq) continue;
-    if (r->size > ce->size)
-      return engine_fail(e, RR_ERR_INVALID, "message %u of %zu bytes for a receive of %llu bytes (tag %d)",
-                         r->seq, r->size, (unsigned long long)ce->size, r->tag);
-    r->eager = 0;
-    r->sub = (uint8_t)sub;
-    r->raddr = ce->addr;
-    memcpy(r->rkey, ce->rkey, sizeof r->rkey);
+    if (r->eager && r->seq == seq) return r;
   }
-  s->matched |= (uint8_t)(1u << sub);
-  if (s->matched == (1u << s->cts.n) - 1) e->send_seq++;
+  return NULL;
+}
+
+/* Receive `at` takes more than the one message assumed: every eager message
+ * chosen after it went under a wrong sequence number. The receiver drops
+ * those (their frames name an assumption it can check), so they are placed
+ * again in posting order, as isend would have placed them knowing this:
+ * into the rest of `at` while it has room, then eagerly into the receives
+ * after it, each carrying a known_seq past `at`. */
+static rr_status relabel_after(rr_engine *e, uint32_t at) {
+  e->send_seq = at;
+  e->known_seq = at;
+  e->implied_mask = 0;
+  for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
+    rr_send_req *r = &e->sreq[e->fifo[i % RR_SEND_POOL]];
+    if (!r->eager || !seq_before(at, r->seq)) continue;
+    r->posted = r->transmitted = 0;
+    r->rail = -1;
+    r->resumed = 0;
+    engine_cts_slot *s = &e->cts[e->send_seq % RR_NET_MAX_REQUESTS];
+    if (e->known_seq == e->send_seq && s->valid && s->cts.seq == e->send_seq) {
+      rr_status st = place_by_cts(e, r, s, cts_sub_for_tag(&s->cts, s->matched, r->tag));
+      if (st != RR_OK) return st;
+      if (cts_full(s)) e->known_seq = ++e->send_seq;
+    } else {
+      r->seq = e->send_seq++;
+      r->known = e->known_seq;
+    }
+  }
+  e->fifo_post = e->fifo_head;
+  return RR_OK;
+}
+
+/* Learn the shapes of assumed receives, oldest first (an eager message's
+ * place depends on every receive before it): a clear-to-send says which
+ * sub-receive the message took (the receiver chose by the same rule) and
+ * makes it an ordinary one, so a replay goes where the clear-to-send says;
+ * an ack says the receive completed with it alone. A receive that cannot
+ * take the message is NCCL's error, as it would have been at isend. */
+static rr_status settle_assumed(rr_engine *e) {
+  while (e->known_seq != e->send_seq) {
+    uint32_t at = e->known_seq, bit = 1u << (at % RR_NET_MAX_REQUESTS);
+    engine_cts_slot *s = &e->cts[at % RR_NET_MAX_REQUESTS];
+    if (!(s->valid && s->cts.seq == at)) {
+      if (!(e->implied_mask & bit)) return RR_OK;
+      e->implied_mask &= ~bit;
+      e->known_seq++;
+      continue;
+    }
+    e->implied_mask &= ~bit;
+    rr_send_req *r = eager_req_for(e, at);
+    if (r) {
+      rr_status st = place_by_cts(e, r, s, cts_sub_for_tag(&s->cts, 0, r->tag));
+      if (st != RR_OK) return st;
+    } else if (s->cts.n == 1) {
+      s->matched = 1; /* acked and gone: it took the only buffer */
+    } else {
+      return engine_fail(e, RR_ERR_INTERNAL, "receive %u: its eager message is gone before its place is known", at);
+    }
+    if (cts_full(s)) {
+      e->known_seq++;
+      continue;
+    }
+    rr_status st = relabel_after(e, at);
+    if (st != RR_OK) return st;
+  }
   return RR_OK;
 }
 
@@ -234,8 +304,8 @@ static rr_status resolve_eager(rr_engine *e, engine_cts_slot *s) {
  * its slot is free, or holds an older receive whose messages were all
  * matched: the receiver reuses a slot only after its receive completed. */
 static rr_status install_cts(rr_engine *e, int rail, const engine_cts *c) {
-  if (seq_before(c->seq, e->send_seq)) return RR_OK; /* a repeat of one already used */
-  if (!seq_before(c->seq, e->send_seq + RR_NET_MAX_REQUESTS))
+  if (seq_before(c->seq, e->known_seq)) return RR_OK; /* a repeat of one already used */
+  if (!seq_before(c->seq, e->known_seq + RR_NET_MAX_REQUESTS))
     return engine_violation(e, rail, "clear-to-send %u beyond the receive window", c->seq);
   engine_cts_slot *s = &e->cts[c->seq % RR_NET_MAX_REQUESTS];
   if (s->valid && s->cts.seq == c->seq) return RR_OK; /* a repeat */
@@ -244,10 +314,17 @@ static rr_status install_cts(rr_engine *e, int rail, const engine_cts *c) {
   s->cts = *c;
   s->matched = 0;
   s->valid = 1;
-  return c->seq == e->send_seq && e->eager_open ? resolve_eager(e, s) : RR_OK;
+  return settle_assumed(e);
+}
+
+/* Receive seq completed: if it was assumed, it took its eager message alone. */
+static void implied_one(rr_engine *e, uint32_t seq) {
+  if (seq_before(seq, e->known_seq) || !seq_before(seq, e->send_seq)) return;
+  e->implied_mask |= 1u << (seq % RR_NET_MAX_REQUESTS);
 }
 
 static void on_ack(rr_engine *e, uint32_t seq) {
+  implied_one(e, seq);
   for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
     rr_send_req *r = &e->sreq[e->fifo[i % RR_SEND_POOL]];
     if (r->seq == seq) r->acked = 1;
@@ -262,8 +339,12 @@ static void on_ack(rr_engine *e, uint32_t seq) {
 static void on_resume_slot(rr_engine *e, uint32_t epoch, const uint32_t *prefix, const engine_cts *c) {
   for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
     rr_send_req *r = &e->sreq[e->fifo[i % RR_SEND_POOL]];
-    if (r->seq != c->seq || r->acked || r->eager || (r->resumed && r->resumed_epoch == epoch)) continue;
-    uint32_t held = prefix[r->sub] < r->nchunks ? prefix[r->sub] : r->nchunks;
+    if (r->seq != c->seq || r->acked || (r->resumed && r->resumed_epoch == epoch)) continue;
+    /* An eager message not settled yet took the first buffer with its tag,
+     * if its receive was the right one (else nothing of it is held there). */
+    int sub = r->eager ? cts_sub_for_tag(c, 0, r->tag) : r->sub;
+    uint32_t got = sub >= 0 ? prefix[sub] : 0;
+    uint32_t held = got < r->nchunks ? got : r->nchunks;
     r->posted = r->transmitted = held;
     r->resumed = 1;
     r->resumed_epoch = epoch;
@@ -283,12 +364,10 @@ static void on_resume_end(rr_engine *e, uint32_t epoch, uint32_t recv_seq, uint3
      * completed; its ack was lost. */
     if (!(mask & (1u << (r->seq % RR_NET_MAX_REQUESTS))) && seq_before(r->seq, recv_seq)) r->acked = 1;
   }
-  /* Likewise the receive our eager message went into, whose clear-to-send
-   * went down with a rail: it completed, so it took that one message. */
-  if (e->eager_open && seq_before(e->send_seq, recv_seq) && !(mask & (1u << (e->send_seq % RR_NET_MAX_REQUESTS)))) {
-    e->eager_open = 0;
-    e->send_seq++;
-  }
+  /* Likewise an assumed receive: it completed with its eager message. */
+  for (uint32_t q = e->known_seq; q != e->send_seq && seq_before(q, recv_seq); q++)
+    if (!(mask & (1u << (q % RR_NET_MAX_REQUESTS)))) implied_one(e, q);
+  if (settle_assumed(e) != RR_OK) return;
   e->fifo_post = e->fifo_head;
   fifo_retire(e);
   (void)epoch;
@@ -334,7 +413,7 @@ rr_status engine_send_on_msg(rr_engine *e, int rail, const engine_msg *m) {
     on_ack(e, m->u.ack.seq);
     for (uint32_t i = 0, more = m->u.ack.more; more; i++, more >>= 1)
       if (more & 1) on_ack(e, m->u.ack.seq + 1 + i);
-    return RR_OK;
+    return settle_assumed(e);
   case ENGINE_CTRL_FAIL:
     /* The receiver's word: adopt its epoch first, then take its rails down.
      * While we wait for an announcement nothing of this epoch has been
@@ -382,9 +461,17 @@ static void bounce_setup(rr_engine *e) {
 }
 
 /* An eager message must be replayable from our own copy (a bounce buffer,
- * or nothing at all), and go where the receiver places writes itself. */
+ * or nothing at all), and go where the receiver places writes itself. At
+ * most EAGER_AHEAD receives are assumed at once, and the receiver's slot
+ * for this one must be past every receive we still wait to hear from (its
+ * early buffer holds one message per slot). */
+#define EAGER_AHEAD 16
 static int eager_allowed(rr_engine *e, size_t size) {
-  if (size > e->cfg.eager_max || size > RR_BOUNCE_SIZE) return 0;
+  if (!e->cfg.eager_max || size > e->cfg.eager_max || size > RR_BOUNCE_SIZE) return 0;
+  if (e->send_seq - e->known_seq >= EAGER_AHEAD) return 0;
+  if (e->fifo_head != e->fifo_tail &&
+      e->send_seq - e->sreq[e->fifo[e->fifo_head % RR_SEND_POOL]].seq >= RR_NET_MAX_REQUESTS)
+    return 0;
   int r = engine_control_rail(e);
   if (r < 0 || !(e->rails[r].ep->dev->attr.caps & RR_RAIL_CAP_WRITE_BEGIN)) return 0;
   if (size == 0) return 1;
@@ -396,19 +483,16 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
                               void *phandle, void **request) {
   if (e->failed) return e->failed;
   engine_cts_slot *s = &e->cts[e->send_seq % RR_NET_MAX_REQUESTS];
-  int have_cts = s->valid && s->cts.seq == e->send_seq;
-  if (!have_cts && e->eager_open) {
-    /* The clear-to-send of the last eager message's receive says where this
-     * one goes: it is usually here already. */
-    rr_status st = engine_progress(e);
-    if (st != RR_OK) return st;
-    s = &e->cts[e->send_seq % RR_NET_MAX_REQUESTS];
-    have_cts = s->valid && s->cts.seq == e->send_seq;
-  }
-  /* Without a clear-to-send a small message still leaves at once (the
-   * receiver places it; polling for one first would put a system call in
-   * front of it); else look for one, then let NCCL retry. */
-  if (!have_cts && (e->eager_open || !eager_allowed(e, size))) return engine_progress(e);
+  /* With a clear-to-send and no receive assumed, the message goes where it
+   * says. Without one, a small message still leaves at once (the receiver
+   * places it; polling for a clear-to-send first would put a system call in
+   * front of it). Else look for what is missing, and let NCCL retry. A
+   * small message for a receive of one buffer goes eagerly even when its
+   * clear-to-send is here: that tells the receiver we send eagerly, and it
+   * holds back the clear-to-sends eager messages make moot. */
+  int have_cts = s->valid && s->cts.seq == e->send_seq && e->known_seq == e->send_seq;
+  int eager = eager_allowed(e, size) && (!have_cts || (s->cts.n == 1 && s->matched == 0));
+  if (!have_cts && !eager) return engine_progress(e);
   int sub = -1;
   const engine_cts_entry *ce = NULL;
   if (have_cts) {
@@ -439,7 +523,7 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
   }
   if (idx < 0) return engine_progress(e);
   rr_send_req *r = &e->sreq[idx];
-  *r = (rr_send_req){.kind = RR_REQ_SEND, .in_use = 1, .sub = 0, .eager = !have_cts, .rail = -1,
+  *r = (rr_send_req){.kind = RR_REQ_SEND, .in_use = 1, .sub = 0, .eager = (uint8_t)eager, .known = e->known_seq, .rail = -1,
                      .bounce = -1, .engine = e, .seq = e->send_seq, .tag = tag, .data = data,
                      .size = size, .mr = mr, .nchunks = (uint32_t)nchunks};
   if (have_cts) {
@@ -461,10 +545,9 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
   }
   if (have_cts) {
     s->matched |= (uint8_t)(1u << sub);
-    if (s->matched == (1u << s->cts.n) - 1) e->send_seq++;
+    if (cts_full(s)) e->known_seq = ++e->send_seq; /* nothing was assumed (have_cts) */
   } else {
-    e->eager_open = 1;
-    e->eager_tag = tag;
+    e->send_seq++; /* assumed: the receive takes only this message */
   }
   e->fifo[e->fifo_tail++ % RR_SEND_POOL] = (uint16_t)idx;
   engine_prof_start(e, &r->prof_event, phandle, 0, size);
