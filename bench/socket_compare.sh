@@ -46,7 +46,8 @@ for a in "$@"; do
     *) echo "socket_compare.sh: unknown argument $a" >&2; exit 2 ;;
   esac
 done
-CMDLINE="bench/socket_compare.sh BUILD_DIR$([[ $QUICK == 1 ]] && echo " --quick" || true)"
+CMDLINE="bench/socket_compare.sh BUILD_DIR"
+if [[ $QUICK == 1 ]]; then CMDLINE+=" --quick"; fi
 
 RAW="$BUILD/bench/rerail-raw-socket-bench"
 NET="$BUILD/bench/rerail-net-bench"
@@ -103,8 +104,10 @@ restore_cc() {
     CC_SWITCHED=0
   fi
 }
-trap restore_cc EXIT
-trap 'restore_cc; exit 130' INT TERM
+BG_PID=""   # NCCL's run, in the background while its threads are counted
+stop_bg() { if [[ -n $BG_PID ]]; then kill "$BG_PID" 2>/dev/null || true; BG_PID=""; fi; }
+trap 'stop_bg; restore_cc' EXIT
+trap 'stop_bg; restore_cc; exit 130' INT TERM
 set_system_cc() {   # for NCCL's runs only
   local cc=$1
   [[ $cc == system || $cc == "$ORIG_CC" ]] && return 0
@@ -117,7 +120,7 @@ set_system_cc() {   # for NCCL's runs only
 tree_threads() {
   local n=0 p
   for p in "$1" $(cat /proc/"$1"/task/*/children 2>/dev/null); do
-    n=$((n + $(ls /proc/"$p"/task 2>/dev/null | wc -l)))
+    n=$((n + $(find /proc/"$p"/task -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)))
   done
   echo "$n"
 }
@@ -136,11 +139,13 @@ run_side() {   # side cc round
       # shellcheck disable=SC2086
       "$NET" "${NET_COMMON[@]}" --plugin "nccl-socket:$NCCL_LIB" ${NET_ARGS:-} >"$out" &
       local pid=$! peak=0 t
+      BG_PID=$pid
       # the most threads seen (looked at every 0.2 s): NCCL's helper threads live as long as its connections
       while kill -0 $pid 2>/dev/null; do
         t=$(tree_threads $pid); ((t > peak)) && peak=$t
         sleep 0.2
       done
+      BG_PID=""
       wait $pid || { restore_cc; echo "socket_compare.sh: NCCL socket run failed (cc $cc, round $r)" >&2; exit 1; }
       restore_cc
       echo "$peak" >"$OUT_DIR/nccl.$cc.$r.threads" ;;
