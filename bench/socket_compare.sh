@@ -11,6 +11,7 @@
 #
 # usage: bench/socket_compare.sh BUILD_DIR [--quick]
 #   --quick      sizes 64K,1M,16M, 64 MiB per figure, 2000 round trips, 1 round
+#   --report-only  no runs: print the tables again from OUT_DIR (its CSV files)
 # environment:
 #   ROUNDS=N       alternating rounds per congestion control (default 2)
 #   SIZES=LIST     message sizes (default 64K,256K,1M,4M,16M,64M)
@@ -40,9 +41,11 @@ case "$1" in -h|--help) usage; exit 0 ;; esac
 BUILD=$(cd "$1" && pwd)
 shift
 QUICK=0
+REPORT_ONLY=0
 for a in "$@"; do
   case "$a" in
     --quick) QUICK=1 ;;
+    --report-only) REPORT_ONLY=1 ;;
     *) echo "socket_compare.sh: unknown argument $a" >&2; exit 2 ;;
   esac
 done
@@ -163,6 +166,12 @@ run_side() {   # side cc round
 
 SIDES=(raw nccl rerail)
 [[ -n "$PLUGIN_B" ]] && SIDES+=(rerailB)
+if [[ $REPORT_ONLY == 1 ]]; then
+  [[ -r "$OUT_DIR/meta" ]] || { echo "socket_compare.sh: --report-only: no $OUT_DIR/meta (set OUT_DIR)" >&2; exit 2; }
+  # shellcheck disable=SC1091
+  . "$OUT_DIR/meta"
+  read -r -a SIDES <<<"$SIDES_RUN"
+else
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 START=$(date -u +%Y-%m-%dT%H:%MZ)
 for cc in $CCS; do
@@ -174,7 +183,14 @@ for cc in $CCS; do
   done
 done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+{
+  printf 'START=%q\nLOAD_BEFORE=%q\nLOAD_AFTER=%q\nROUNDS=%q\nCCS=%q\nSIZES=%q\nBYTES=%q\n' \
+    "$START" "$LOAD_BEFORE" "$LOAD_AFTER" "$ROUNDS" "$CCS" "$SIZES" "$BYTES"
+  printf 'LAT_ITERS=%q\nSIDES_RUN=%q\nORIG_CC=%q\nNCCL_THREADS_ENV=%q\nRAW_ARGS=%q\nNET_ARGS=%q\n' \
+    "$LAT_ITERS" "${SIDES[*]}" "$ORIG_CC" "$NCCL_THREADS_ENV" "${RAW_ARGS:-}" "${NET_ARGS:-}"
+} >"$OUT_DIR/meta"
 echo "socket_compare.sh: CSV in $OUT_DIR" >&2
+fi
 
 CPU=$(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo 2>/dev/null || echo unknown)
 python3 - "$OUT_DIR" "$ROUNDS" "$CCS" "${SIDES[*]}" <<PY
@@ -200,7 +216,8 @@ def load(side, cc):
         if len(v) != rounds: sys.exit(f"socket_compare.sh: {side} {cc}: {human(s)} measured in {len(v)} of {rounds} rounds")
     if len(p50) != rounds: sys.exit(f"socket_compare.sh: {side} {cc}: round trip missing")
     # best of the rounds: the highest bandwidth, the lowest round trip (p50 and p99 each)
-    return {s: max(v) for s, v in bw.items()}, min(p50), min(p99)
+    spread = sorted(max(v) / min(v) for v in bw.values() if min(v) > 0)
+    return {s: max(v) for s, v in bw.items()}, min(p50), min(p99), spread[len(spread) // 2] if spread else 0
 name = {"raw": "raw TCP best of 1/2/4 streams", "nccl": "NCCL socket", "rerail": "rerail", "rerailB": "rerail B"}
 print(f"Measured $START on \`$(hostname)\` ($CPU, $(nproc) cores, Linux $(uname -r)); load average "
       f"$LOAD_BEFORE before, $LOAD_AFTER after. NCCL ${NCCL_VERSION:-?} (\`$NCCL_LIB\`), "
@@ -231,6 +248,9 @@ for cc in ccs:
             b = data["rerailB"][k]
             cells += [f"{b:.2f}", f"{b / n:.2f}× NCCL's", f"{b / r:.2f}× raw", f"{b / a:.2f}× rerail's"]
         print("| " + " | ".join(cells) + " |")
+    if rounds > 1:
+        print("\nSpread between rounds (the highest GB/s over the lowest of a size, median over sizes): " +
+              ", ".join(f"{name[x]} {data[x][3]:.2f}" for x in sides) + ".")
     print(f"\nNCCL's two benchmark processes held at most {' or '.join(threads) or '?'} thread(s) in all "
           f"during its runs (looked at every 0.2 s; 2 = each rank's main thread, no helpers).\n")
 print("Command: \`" + ("RERAIL_B=BUILD_DIR_B " if "rerailB" in sides else "") +
