@@ -119,13 +119,19 @@ set_system_cc() {   # for NCCL's runs only
   CC_SWITCHED=1
 }
 
-# Threads of a process and its children (NCCL's transport may start helpers).
+# Threads of a process and its children (NCCL's transport may start helpers),
+# into TREE_THREADS. Bash builtins only: no process is started while NCCL's
+# run is being measured, so the look costs it next to nothing.
 tree_threads() {
-  local n=0 p
-  for p in "$1" $(cat /proc/"$1"/task/*/children 2>/dev/null); do
-    n=$((n + $(find /proc/"$p"/task -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)))
+  local p kids="" tasks more
+  TREE_THREADS=0
+  shopt -s nullglob
+  for tasks in /proc/"$1"/task/*/children; do read -r -a more <"$tasks" || true; kids+=" ${more[*]}"; done
+  for p in "$1" $kids; do
+    tasks=(/proc/"$p"/task/*)
+    TREE_THREADS=$((TREE_THREADS + ${#tasks[@]}))
   done
-  echo "$n"
+  shopt -u nullglob
 }
 
 NET_COMMON=(--fork --csv --sizes "$SIZES" --bytes "$BYTES" --lat-iters "$LAT_ITERS" --lat-warmup "$LAT_WARMUP" --no-multi)
@@ -143,10 +149,12 @@ run_side() {   # side cc round
       "$NET" "${NET_COMMON[@]}" --plugin "nccl-socket:$NCCL_LIB" ${NET_ARGS:-} >"$out" &
       local pid=$! peak=0 t
       BG_PID=$pid
-      # the most threads seen (looked at every 0.2 s): NCCL's helper threads live as long as its connections
+      # the most threads seen (looked at every 0.5 s): NCCL's helper threads live as long as its connections
       while kill -0 $pid 2>/dev/null; do
-        t=$(tree_threads $pid); ((t > peak)) && peak=$t
-        sleep 0.2
+        tree_threads $pid
+        t=$TREE_THREADS
+        ((t > peak)) && peak=$t
+        sleep 0.5
       done
       BG_PID=""
       wait $pid || { restore_cc; echo "socket_compare.sh: NCCL socket run failed (cc $cc, round $r)" >&2; exit 1; }
@@ -252,7 +260,7 @@ for cc in ccs:
         print("\nSpread between rounds (the highest GB/s over the lowest of a size, median over sizes): " +
               ", ".join(f"{name[x]} {data[x][3]:.2f}" for x in sides) + ".")
     print(f"\nNCCL's two benchmark processes held at most {' or '.join(threads) or '?'} thread(s) in all "
-          f"during its runs (looked at every 0.2 s; 2 = each rank's main thread, no helpers).\n")
+          f"during its runs (looked at every 0.5 s; 2 = each rank's main thread, no helpers).\n")
 print("Command: \`" + ("RERAIL_B=BUILD_DIR_B " if "rerailB" in sides else "") +
       "CCS='$CCS' ROUNDS=$ROUNDS SIZES=$SIZES BYTES=$BYTES LAT_ITERS=$LAT_ITERS " +
       ("RAW_ARGS='${RAW_ARGS:-}' " if "${RAW_ARGS:-}" else "") + ("NET_ARGS='${NET_ARGS:-}' " if "${NET_ARGS:-}" else "") +
