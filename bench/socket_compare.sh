@@ -66,24 +66,17 @@ fi
 
 # libnccl.so.2: NCCL_LIB, else what the dynamic loader would find, else the
 # file CMake found. It must exist: this benchmark is about NCCL's transport.
-if [[ -z "${NCCL_LIB:-}" ]]; then
-  IFS=: read -r -a ldp <<<"${LD_LIBRARY_PATH:-}"
-  for d in "${ldp[@]}"; do [[ -n "$d" && -e "$d/libnccl.so.2" ]] && { NCCL_LIB="$d/libnccl.so.2"; break; }; done
-fi
-if [[ -z "${NCCL_LIB:-}" ]]; then
-  NCCL_LIB=$(ldconfig -p 2>/dev/null | awk '$1 == "libnccl.so.2" {print $NF; exit}')
-fi
-if [[ -z "${NCCL_LIB:-}" && -r "$BUILD/CMakeCache.txt" ]]; then
-  NCCL_LIB=$(sed -n 's/^RERAIL_NCCL_LIB:FILEPATH=//p' "$BUILD/CMakeCache.txt")
-  [[ $NCCL_LIB == *NOTFOUND ]] && NCCL_LIB=""
-fi
-if [[ -z "${NCCL_LIB:-}" || ! -r "$NCCL_LIB" ]]; then
-  echo "socket_compare.sh: libnccl.so.2 not found${NCCL_LIB:+ ($NCCL_LIB unreadable)}: NCCL's socket transport" \
+# shellcheck source=bench/find_libnccl.sh
+. "$(dirname "$0")/find_libnccl.sh"
+WANT_LIB=${NCCL_LIB:-}
+find_libnccl "$BUILD"
+if [[ -z "$NCCL_LIB" ]]; then
+  echo "socket_compare.sh: libnccl.so.2 not found${WANT_LIB:+ ($WANT_LIB unreadable)}: NCCL's socket transport" \
        "is half of this benchmark. Install NCCL (e.g. the CUDA toolkit's or pip nvidia-nccl-cu13) and set" \
        "NCCL_LIB=/path/to/libnccl.so.2" >&2
   exit 1
 fi
-NCCL_VERSION=$(grep -a -o -m1 'NCCL version [0-9][0-9.]*[-+a-z0-9.]*' "$NCCL_LIB" | head -1 | sed 's/NCCL version //' || true)
+NCCL_VERSION=$(libnccl_version "$NCCL_LIB")
 
 ROUNDS=${ROUNDS:-$([[ $QUICK == 1 ]] && echo 1 || echo 2)}
 SIZES=${SIZES:-$([[ $QUICK == 1 ]] && echo 64K,1M,16M || echo 64K,256K,1M,4M,16M,64M)}
