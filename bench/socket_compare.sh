@@ -177,7 +177,10 @@ LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 START=$(date -u +%Y-%m-%dT%H:%MZ)
 for cc in $CCS; do
   for ((r = 0; r < ROUNDS; r++)); do
-    for side in "${SIDES[@]}"; do
+    order=("${SIDES[@]}")
+    # with a second rerail build, the two swap places every other round (no position bias)
+    if [[ -n "$PLUGIN_B" ]] && ((r % 2)); then order=(raw nccl rerailB rerail); fi
+    for side in "${order[@]}"; do
       echo "socket_compare.sh: cc $cc round $((r + 1))/$ROUNDS: $side ..." >&2
       run_side "$side" "$cc" "$r" || { echo "socket_compare.sh: $side failed (cc $cc, round $r)" >&2; exit 1; }
     done
@@ -195,7 +198,7 @@ fi
 
 CPU=$(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo 2>/dev/null || echo unknown)
 python3 - "$OUT_DIR" "$ROUNDS" "$CCS" "${SIDES[*]}" <<PY
-import csv, glob, os, sys
+import csv, glob, os, statistics, sys
 out, rounds, ccs, sides = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
 def human(n):
     for u, s in ((1 << 20, "MiB"), (1 << 10, "KiB")):
@@ -218,7 +221,7 @@ def load(side, cc):
     if len(p50) != rounds: sys.exit(f"socket_compare.sh: {side} {cc}: round trip missing")
     # best of the rounds: the highest bandwidth, the lowest round trip (p50 and p99 each)
     spread = sorted(max(v) / min(v) for v in bw.values() if min(v) > 0)
-    return {s: max(v) for s, v in bw.items()}, min(p50), min(p99), spread[len(spread) // 2] if spread else 0
+    return {s: max(v) for s, v in bw.items()}, min(p50), min(p99), spread[len(spread) // 2] if spread else 0, bw, p50
 name = {"raw": "raw TCP best of 1/2/4 streams", "nccl": "NCCL socket", "rerail": "rerail", "rerailB": "rerail B"}
 print(f"Measured $START on \`$(hostname)\` ($CPU, $(nproc) cores, Linux $(uname -r)); load average "
       f"$LOAD_BEFORE before, $LOAD_AFTER after. NCCL ${NCCL_VERSION:-?} (\`$NCCL_LIB\`), "
@@ -229,7 +232,7 @@ for cc in ccs:
     label = "the host's default ($ORIG_CC)" if cc == "system" else cc
     print(f"### Congestion control: {label}\n")
     hdr = ["size", name["raw"], "NCCL socket", "rerail", "rerail / NCCL", "rerail / raw"]
-    if "rerailB" in sides: hdr += ["rerail B", "B / NCCL", "B / raw", "B / rerail"]
+    if "rerailB" in sides: hdr += ["rerail B", "B / NCCL", "B / raw", "B / rerail", "B / rerail, paired median"]
     print("| " + " | ".join(hdr) + " |")
     print("|" + "---:|" * len(hdr))
     raw, nc, ra = data["raw"][0], data["nccl"][0], data["rerail"][0]
@@ -238,8 +241,10 @@ for cc in ccs:
                  f"{ra[s] / raw[s]:.2f}" if raw.get(s) else "—"]
         if "rerailB" in sides:
             rb = data["rerailB"][0]
+            # per round B over A (the two ran next to each other), median over rounds
+            pairs = sorted(y / x for x, y in zip(data["rerail"][4][s], data["rerailB"][4][s]) if x > 0)
             cells += [f"{rb[s]:.2f}", f"{rb[s] / nc[s]:.2f}", f"{rb[s] / raw[s]:.2f}" if raw.get(s) else "—",
-                      f"{rb[s] / ra[s]:.2f}"]
+                      f"{rb[s] / ra[s]:.2f}", f"{statistics.median(pairs):.2f}" if pairs else "—"]
         print("| " + " | ".join(cells) + " |")
     for k, what in ((1, "p50"), (2, "p99")):
         r, n, a = data["raw"][k], data["nccl"][k], data["rerail"][k]
@@ -248,6 +253,11 @@ for cc in ccs:
         if "rerailB" in sides:
             b = data["rerailB"][k]
             cells += [f"{b:.2f}", f"{b / n:.2f}× NCCL's", f"{b / r:.2f}× raw", f"{b / a:.2f}× rerail's"]
+            if k == 1:
+                pairs = [y / x for x, y in zip(data["rerail"][5], data["rerailB"][5]) if x > 0]
+                cells += [f"{statistics.median(pairs):.2f}× rerail's" if pairs else "—"]
+            else:
+                cells += [""]
         print("| " + " | ".join(cells) + " |")
     if rounds > 1:
         print("\nSpread between rounds (the highest GB/s over the lowest of a size, median over sizes): " +
