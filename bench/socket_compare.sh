@@ -113,8 +113,8 @@ set_system_cc() {   # for NCCL's runs only
 }
 
 # Threads of a process and its children (NCCL's transport may start helpers),
-# into TREE_THREADS. Bash builtins only: no process is started while NCCL's
-# run is being measured, so the look costs it next to nothing.
+# into TREE_THREADS. Bash builtins only (the loop around it starts one `sleep`
+# per look), so looking costs NCCL's timed run next to nothing.
 tree_threads() {
   local p kids="" tasks more
   TREE_THREADS=0
