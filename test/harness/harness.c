@@ -88,6 +88,8 @@ static void usage(FILE *f) {
 "                         single receives are always mixed in\n"
 "  --min-size S, --max-size S   message sizes (default 0 .. 8M; K/M/G suffixes)\n"
 "  --iters N              ops per connection and direction (default 256)\n"
+"  --no-flush             never iflush, as NCCL for host memory (default: once per received op;\n"
+"                         NCCL's own socket transport, --plugin nccl-socket, refuses iflush)\n"
 "  --duration SECONDS     the sender stops after this long and ends the schedule in-band\n"
 "  --seed S               schedule seed (default 1)\n"
 "  --no-recv-hint         never pass NCCL's optional-completion hint to irecv\n"
@@ -155,7 +157,7 @@ static int parse_int(const char *s, long lo, long hi, long *out) {
 enum {
   O_PLUGIN = 256, O_NETVER, O_DEV, O_ROLE, O_RDV, O_CONNS, O_INFLIGHT, O_GROUP, O_MIN, O_MAX, O_DURATION,
   O_ITERS, O_SEED, O_BIDIR, O_THREADS, O_TIMEOUT, O_QUIET, O_JSON, O_BADHANDLE, O_WRONGTOKEN, O_KEEP,
-  O_DIE, O_DIESIZE, O_DIEAFTER, O_DIEBOUND, O_BADBOUND, O_PROBE, O_NOHINT, O_RDVTIMEOUT, O_MAXCALL, O_SELFTEST, O_CONTEXTS, O_ACCEPTDELAY, O_CLOSEDELAY, O_STALL, O_TIMELINE, O_NOPEERABORT, O_CLOG, O_HELP
+  O_DIE, O_DIESIZE, O_DIEAFTER, O_DIEBOUND, O_BADBOUND, O_PROBE, O_NOHINT, O_RDVTIMEOUT, O_MAXCALL, O_SELFTEST, O_CONTEXTS, O_ACCEPTDELAY, O_CLOSEDELAY, O_STALL, O_TIMELINE, O_NOPEERABORT, O_CLOG, O_NOFLUSH, O_HELP
 };
 
 static int parse_args(int argc, char **argv) {
@@ -174,7 +176,7 @@ static int parse_args(int argc, char **argv) {
       {"contexts", 1, 0, O_CONTEXTS}, {"accept-delay-ms", 1, 0, O_ACCEPTDELAY},
       {"close-delay-ms", 1, 0, O_CLOSEDELAY}, {"stall-report", 0, 0, O_STALL},
       {"timeline", 1, 0, O_TIMELINE}, {"no-peer-abort", 0, 0, O_NOPEERABORT},
-      {"completion-log", 1, 0, O_CLOG},
+      {"completion-log", 1, 0, O_CLOG}, {"no-flush", 0, 0, O_NOFLUSH},
       {"help", 0, 0, O_HELP},
       {0, 0, 0, 0}};
   int c, have_iters = 0;
@@ -241,6 +243,7 @@ static int parse_args(int argc, char **argv) {
     case O_CONTEXTS: if (parse_int(a, 1, H_MAX_CONTEXTS, &v)) goto bad; g_opt.contexts = (int)v; break;
     case O_ACCEPTDELAY: if (parse_int(a, 0, 600000, &v)) goto bad; g_opt.accept_delay_ms = (int)v; break;
     case O_CLOSEDELAY: if (parse_int(a, 0, 600000, &v)) goto bad; g_opt.close_delay_ms = (int)v; break;
+    case O_NOFLUSH: g_opt.no_flush = 1; break;
     case O_STALL: g_opt.stall_report = 1; break;
     case O_NOPEERABORT: g_opt.no_peer_abort = 1; break;
     case O_CLOG: if (!*a) goto bad; g_opt.completion_log = a; break;

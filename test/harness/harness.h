@@ -65,6 +65,7 @@ typedef struct h_opts {
   const char *timeline;     /* receiver: bytes per 50 ms bucket to this file */
   const char *completion_log; /* receiver: every completion to this file */
   int no_peer_abort;        /* traffic: ignore the peer's abort flag (learn failures from the plugin) */
+  int no_flush;             /* receiver: no iflush, as NCCL for host memory (its socket transport refuses one) */
 } h_opts;
 
 extern h_opts g_opt;

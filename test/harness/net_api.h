@@ -104,7 +104,10 @@ typedef struct hnet {
  * Returns 0 and fills *out, or prints why and returns -1.
  * Loading the same library again gives another hnet: v11+ gets a fresh init()
  * (another context, like a second NCCL communicator); v8-v10 are initialised
- * once per process, as NCCL's compatibility layer does. */
+ * once per process, as NCCL's compatibility layer does.
+ * "nccl-socket" or "nccl-socket:PATH" binds NCCL's own socket transport (the
+ * one NCCL_NET=Socket selects) from libnccl.so.2 instead (see
+ * nccl_builtin_loader.h). */
 int hnet_load(const char *name_or_path, int version, hnet *out);
 void hnet_unload(hnet *n);
 

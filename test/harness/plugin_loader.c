@@ -31,6 +31,7 @@
  * the optional-completion hint; v10+ get profiler parent handles that point at
  * NULL slots (no profiler); test() always takes int sizes. */
 #include "net_api.h"
+#include "nccl_builtin_loader.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -511,9 +512,11 @@ static uint64_t new_comm_id(void) {
   return x ^ (x >> 31);
 }
 
+/* n->table may be set already (NCCL's built-in transport, found by
+ * nccl_builtin_loader.c): then n->version says what it is. */
 static int bind_and_init(hnet *n, int version) {
   int first = version ? version : 12, lastv = version ? version : 8;
-  for (int v = first; v >= lastv; v--) {
+  for (int v = first; v >= lastv && !n->table; v--) {
     char sym[32];
     snprintf(sym, sizeof sym, "ncclNetPlugin_v%d", v);
     const void *t = dlsym(n->dl, sym);
@@ -597,6 +600,31 @@ static void fill_entries(hnet *n) {
   n->irecv_consumed = has_consumed ? a_irecv_consumed : NULL;
 }
 
+/* "nccl-socket[:PATH]": NCCL's own socket transport from libnccl.so.2,
+ * bound as the ncclNet_v11_t it is and then driven like any plugin. */
+static int load_builtin(const char *spec, int version, hnet *out) {
+  if (version && version != 11) {
+    fprintf(stderr, "hnet: %s is an ncclNet_v11_t; it cannot be bound as v%d\n", spec, version);
+    return -1;
+  }
+  hnet_builtin b;
+  if (hnet_builtin_open(spec, &b)) return -1;
+  hnet n;
+  memset(&n, 0, sizeof n);
+  n.dl = b.dl;
+  n.base = b.base;
+  n.table = b.table;
+  n.version = 11;
+  snprintf(n.path, sizeof n.path, "%s", b.path);
+  if (bind_and_init(&n, 11)) {
+    dlclose(b.dl);
+    return -1;
+  }
+  fill_entries(&n);
+  *out = n;
+  return 0;
+}
+
 int hnet_load(const char *name_or_path, int version, hnet *out) {
   memset(out, 0, sizeof *out);
   if (version && (version < 8 || version > 12)) {
@@ -608,6 +636,7 @@ int hnet_load(const char *name_or_path, int version, hnet *out) {
     fprintf(stderr, "hnet: plugin \"none\": external net plugins disabled, nothing to load\n");
     return -1;
   }
+  if (hnet_builtin_spec(spec)) return load_builtin(spec, version, out);
   char list[1024], tried[4096] = "";
   snprintf(list, sizeof list, "%s", spec);
   char *save = NULL;

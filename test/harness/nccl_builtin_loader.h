@@ -1,0 +1,27 @@
+/* NCCL's own net transports, found inside libnccl.so.2, for the harness and
+ * the benchmarks: "--plugin nccl-socket[:PATH]" binds the socket transport
+ * that NCCL_NET=Socket selects, so that it is measured through the same
+ * driver as a plugin. See nccl_builtin_loader.c for how it is found. */
+#ifndef RERAIL_HARNESS_NCCL_BUILTIN_LOADER_H
+#define RERAIL_HARNESS_NCCL_BUILTIN_LOADER_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* Whether spec names a built-in transport ("nccl-socket" or "nccl-socket:PATH"). */
+int hnet_builtin_spec(const char *spec);
+
+typedef struct hnet_builtin {
+  void *dl;              /* dlopen handle of libnccl */
+  const void *table;     /* the transport's ncclNet_v11_t, relocated */
+  uintptr_t base;        /* load address of libnccl */
+  char path[512];        /* the file that was opened */
+} hnet_builtin;
+
+/* Opens the library (PATH from the spec, else $NCCL_LIB, else "libnccl.so.2"
+ * through the dynamic loader's search, else the one the build found), finds
+ * the transport's table in the file's symbol table and checks that it is the
+ * transport asked for. Returns 0 and fills *out, or prints why and returns -1
+ * (nothing left open). The table is an ncclNet_v11_t: bind it as version 11. */
+int hnet_builtin_open(const char *spec, hnet_builtin *out);
+
+#endif
