@@ -114,6 +114,73 @@ static void test_single_sizes(void **state) {
   close_pair(&p);
 }
 
+/* Small messages sent before their receive is posted go eagerly, each
+ * assumed to be the only message of the next receive. Here the receive
+ * takes three: the first lands from the early buffer, the receiver drops the
+ * copies of the other two (their assumption is wrong), and the sender,
+ * learning the receive's shape from its clear-to-send, sends them again into
+ * the rest of it. Everything arrives once, in the right buffers; the
+ * connection goes on working. */
+static void test_eager_before_grouped_receive(void **state) {
+  (void)state;
+  pair p;
+  connect_pair(&p);
+  enum { N = 3 };
+  const size_t sizes[N] = {100, 0, 4096};
+  static unsigned char sbuf[N][4096], rbuf[N][4097];
+  void *smr[N], *rmr[N], *sreq[N], *rptr[N];
+  size_t rsizes[N];
+  int tags[N];
+  for (int i = 0; i < N; i++) {
+    for (size_t k = 0; k < sizes[i]; k++) sbuf[i][k] = pattern(k, 50 + i);
+    memset(rbuf[i], 0xee, sizeof rbuf[i]);
+    assert_int_equal(rr_net_reg_mr(p.send, sbuf[i], sizeof sbuf[i], RR_PTR_HOST, &smr[i]), RR_OK);
+    assert_int_equal(rr_net_reg_mr(p.recv, rbuf[i], 4096, RR_PTR_HOST, &rmr[i]), RR_OK);
+    tags[i] = 100 + i;
+    rsizes[i] = 4096;
+    rptr[i] = rbuf[i];
+  }
+  int sdone[N] = {0};
+  for (int i = 0; i < N; i++) {
+    sreq[i] = NULL;
+    assert_int_equal(rr_net_isend(p.send, sbuf[i], sizes[i], tags[i], smr[i], NULL, &sreq[i]), RR_OK);
+    assert_non_null(sreq[i]); /* eager: no clear-to-send needed */
+    assert_int_equal(rr_net_test(sreq[i], &sdone[i], NULL), RR_OK);
+    if (sizes[i]) assert_true(sdone[i]); /* copied: NCCL's buffer is free at once */
+  }
+  /* The monitor thread reads them into the early buffer meanwhile. */
+  usleep(50 * 1000);
+  void *rreq = NULL;
+  assert_int_equal(rr_net_irecv(p.recv, N, rptr, rsizes, tags, rmr, NULL, &rreq), RR_OK);
+  assert_non_null(rreq);
+  int rdone = 0;
+  size_t got[N];
+  int alldone = 0;
+  for (int iter = 0; iter < 10000000 && !(rdone && alldone); iter++) {
+    if (!rdone) assert_int_equal(rr_net_test(rreq, &rdone, got), RR_OK);
+    alldone = 1;
+    for (int i = 0; i < N; i++) {
+      if (!sdone[i]) assert_int_equal(rr_net_test(sreq[i], &sdone[i], NULL), RR_OK);
+      alldone &= sdone[i];
+    }
+  }
+  assert_true(rdone && alldone);
+  for (int i = 0; i < N; i++) {
+    assert_int_equal(got[i], sizes[i]);
+    for (size_t k = 0; k < sizes[i]; k++)
+      if (rbuf[i][k] != pattern(k, 50 + i)) fail_msg("byte %zu of message %d", k, i);
+    assert_int_equal(rbuf[i][sizes[i] == 4096 ? 4096 : sizes[i]], 0xee);
+  }
+  for (int i = 0; i < N; i++) {
+    assert_int_equal(rr_net_dereg_mr(p.send, smr[i]), RR_OK);
+    assert_int_equal(rr_net_dereg_mr(p.recv, rmr[i]), RR_OK);
+  }
+  /* Traffic goes on: receives of one and of several messages. */
+  const size_t more[3] = {10, 70000, 5};
+  for (int rep = 0; rep < 6; rep++) roundtrip(&p, 1 + rep % 3, more, more, rep);
+  close_pair(&p);
+}
+
 static void test_grouped(void **state) {
   (void)state;
   pair p;
@@ -389,6 +456,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_single_sizes),
       cmocka_unit_test(test_grouped),
+      cmocka_unit_test(test_eager_before_grouped_receive),
       cmocka_unit_test(test_full_queue_gives_null),
       cmocka_unit_test(test_bad_handle),
       cmocka_unit_test(test_wrong_token_refused),
