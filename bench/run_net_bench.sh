@@ -27,21 +27,9 @@
 #   OUT_DIR            where the raw CSV files go (default: a fresh temp dir)
 set -euo pipefail
 
-usage() { sed -n '2,/^set -e/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
-
-[[ $# -ge 1 ]] || { usage >&2; exit 2; }
-case "$1" in -h|--help) usage; exit 0 ;; esac
-BUILD=$(cd "$1" && pwd)
-shift
-QUICK=0
-REPORT_ONLY=0
-for a in "$@"; do
-  case "$a" in
-    --quick) QUICK=1 ;;
-    --report-only) REPORT_ONLY=1 ;;
-    *) echo "run_net_bench.sh: unknown argument $a" >&2; exit 2 ;;
-  esac
-done
+# shellcheck source=bench/bench_cli.sh
+. "$(dirname "$0")/bench_cli.sh"
+bench_cli_parse run_net_bench.sh "$@"
 
 RAW="$BUILD/bench/rerail-raw-socket-bench"
 NET="$BUILD/bench/rerail-net-bench"

@@ -34,21 +34,9 @@
 # restored right after each run and on any exit (trap).
 set -euo pipefail
 
-usage() { sed -n '2,/^set -e/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
-[[ $# -ge 1 ]] || { usage >&2; exit 2; }
-case "$1" in -h|--help) usage; exit 0 ;; esac
-[[ -d "$1" ]] || { echo "socket_compare.sh: $1: no such build directory" >&2; exit 2; }
-BUILD=$(cd "$1" && pwd)
-shift
-QUICK=0
-REPORT_ONLY=0
-for a in "$@"; do
-  case "$a" in
-    --quick) QUICK=1 ;;
-    --report-only) REPORT_ONLY=1 ;;
-    *) echo "socket_compare.sh: unknown argument $a" >&2; exit 2 ;;
-  esac
-done
+# shellcheck source=bench/bench_cli.sh
+. "$(dirname "$0")/bench_cli.sh"
+bench_cli_parse socket_compare.sh "$@"
 CMDLINE="bench/socket_compare.sh BUILD_DIR"
 if [[ $QUICK == 1 ]]; then CMDLINE+=" --quick"; fi
 
