@@ -103,7 +103,10 @@ for kind in "${kinds[@]}"; do
   # the receiver writes its completion log when the schedule ends
   wait "$cpid"; crc=$?
   wait "$spid"; src=$?
-  [[ $crc -eq 0 && $src -eq 0 ]] || echo "verbs_failover_bench: $kind: sender exit $crc, receiver exit $src (errors: see $d)"
+  if [[ $crc -ne 0 || $src -ne 0 ]]; then
+    echo "verbs_failover_bench: $kind: sender exit $crc, receiver exit $src; the plugin's events and errors:"
+    grep -hE 'health: |ERROR|WARN' "$d/client.log" "$d/server.log" | tail -40
+  fi
   [[ -n ${FOB_DEBUG:-} ]] && { grep -E 'health:|harness' "$d/client.log" | head -30; head -3 "$d/clog"; wc -l "$d/clog"; }
   stalls=() rb=() ra=() plug=()
   echo "verbs_failover_bench: $kind, ${#tbs[@]} trials (δ = $delta ms)"

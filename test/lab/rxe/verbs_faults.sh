@@ -3,7 +3,7 @@
 # rxelab.sh, one boot for every case): the NCCL-faithful harness as two "hosts" A (client,
 # sends) and B (server, receives), each pooling its two rxe NICs with RERAIL_TRANSPORT=verbs,
 # every byte and sequence number checked. Cases (a PASS/FAIL line each):
-#   flaps      60 s (x RERAIL_TEST_SCALE, at least 10 s) of random faults on both rails in turn,
+#   flaps      60 s (x RERAIL_TEST_SCALE, at least 20 s) of random faults on both rails in turn,
 #              one at a time, each healed before the next: a NIC down (host A or B), a cable / switch
 #              port down, a silent rail (RoCE dropped, links up). Passes with zero errors, every
 #              message the sender completed received exactly once and intact (the receiver
@@ -108,12 +108,13 @@ verdict() { # verdict CASE WHY-NOT FIGURES: PASS when WHY-NOT is empty
 
 # ---- flaps ---------------------------------------------------------------------------------
 # One fault at a time, on rail 0 and rail 1 in turn (rail 0 carries the traffic when nothing is
-# wrong, so every other fault moves it), its kind and length random; the healed rail gets
-# 0.8-1.5 s to reconnect and show life before the next fault. δ is 1 s: under TCG a loaded
+# wrong, so every other fault moves it), its kind and length random; the next fault waits until
+# the healed rail is back in service (its rail_state up in either plugin's log, at most 8 s)
+# and 0.3-1 s more. δ is 1 s: under TCG a loaded
 # guest can leave a healthy rail's probe unanswered for half a second.
 case_flaps() {
-  local secs delta=1000 seed end n=0 r kind hold gap why="" fo fb sent recv
-  secs=$(scaled 60 10)
+  local secs delta=1000 seed end n=0 r kind hold gap why="" fo fb sent recv up i
+  secs=$(scaled 60 20)
   seed=${RERAIL_FLAPS_SEED:-$((${EPOCHREALTIME/./} % 1000000))}
   RANDOM=$seed
   PAIR_ENV=("RERAIL_PROGRESS_TIMEOUT=$delta" RERAIL_FAILBACK_HOLD=500)
@@ -125,6 +126,7 @@ case_flaps() {
   end=$((${EPOCHREALTIME/./} / 1000 + (secs - 2) * 1000))
   while [ $((${EPOCHREALTIME/./} / 1000)) -lt $end ]; do
     r=$((n % 2)) kind=$((RANDOM % 4))
+    up=$(count "health: rail_state veth[AB]$r up" "$DIR"/client.log "$DIR"/server.log)
     hold=$(calc "0.3 + $((RANDOM % 900)) / 1000")
     case $kind in
       0) echo "$EPOCHREALTIME rail $r NIC A down $hold s"
@@ -137,7 +139,13 @@ case_flaps() {
          rxefault drop "$r" on; sleep "$hold"; rxefault drop "$r" off ;;
     esac >>"$DIR/faults.log"
     n=$((n + 1))
-    gap=$(calc "0.8 + $((RANDOM % 700)) / 1000")
+    # the healed rail back in service on either end before the other one may fail (the
+    # reconnect takes 0.2-3 s under TCG); then a random pause
+    for ((i = 0; i < 80; i++)); do
+      [ "$(count "health: rail_state veth[AB]$r up" "$DIR"/client.log "$DIR"/server.log)" -gt "$up" ] && break
+      sleep 0.1
+    done
+    gap=$(calc "0.3 + $((RANDOM % 700)) / 1000")
     sleep "$gap"
   done
   pair_wait $((secs + 90))
