@@ -3,7 +3,7 @@
 # rxelab.sh, one boot for every case): the NCCL-faithful harness as two "hosts" A (client,
 # sends) and B (server, receives), each pooling its two rxe NICs with RERAIL_TRANSPORT=verbs,
 # every byte and sequence number checked. Cases (a PASS/FAIL line each):
-#   flaps      60 s (x RERAIL_TEST_SCALE, at least 20 s) of random faults on both rails in turn,
+#   flaps      60 s (x RERAIL_TEST_SCALE, at least 15 s) of random faults on both rails in turn,
 #              one at a time, each healed before the next: a NIC down (host A or B), a cable / switch
 #              port down, a silent rail (RoCE dropped, links up). Passes with zero errors, every
 #              message the sender completed received exactly once and intact (the receiver
@@ -117,7 +117,7 @@ verdict() { # verdict CASE WHY-NOT FIGURES: PASS when WHY-NOT is empty
 # guest can leave a healthy rail's probe unanswered for half a second.
 case_flaps() {
   local secs delta=${RERAIL_FLAPS_DELTA:-1000} seed end n=0 r kind hold gap why="" fo fb sent recv up i back
-  secs=$(scaled 60 20)
+  secs=$(scaled 60 15)
   seed=${RERAIL_FLAPS_SEED:-$((${EPOCHREALTIME/./} % 1000000))}
   RANDOM=$seed
   PAIR_ENV=("RERAIL_PROGRESS_TIMEOUT=$delta" RERAIL_FAILBACK_HOLD=500)
@@ -163,7 +163,7 @@ case_flaps() {
   [ "$(jget "$DIR/client.json" 'd["errors"]')" = 0 ] && [ "$(jget "$DIR/server.json" 'd["errors"]')" = 0 ] ||
     why+="errors reported (lost, duplicate or corrupt data, or a failed call); "
   [ "$sent" != "?" ] && [ "$sent" = "$recv" ] || why+="the sender completed $sent messages, the receiver got $recv; "
-  [ "$n" -ge 3 ] || why+="only $n faults injected; "
+  [ "$n" -ge 2 ] || why+="only $n faults injected; "
   [ "$fo" -ge 2 ] || why+="$fo failovers in the plugin's log (the faults did nothing?); "
   [ "$fb" -ge 1 ] || why+="no fail-back in the plugin's log; "
   verdict flaps "$why" "$n faults ($(grep -c silent "$DIR/faults.log") silent), $fo failovers, $fb fail-backs (both sides' logs); $recv messages received exactly once, intact; longest stall $(jget "$DIR/server.json" 'd["stall"]["longest"]["ms"]') ms"
