@@ -15,6 +15,7 @@
 #              (docs/failover.md, "Giving up"); each side must learn it from the plugin.
 #   dead_peer  SIGKILL the sending process: the receiver ends with a clean error within
 #              δ + 1 s, no replay loop.
+#              (all_down and dead_peer run once more when they miss only the time bound.)
 #   telemetry  telemetry on, host A's rail-0 NIC down: `rerail status` (text and JSON), the
 #              Prometheus file and the event log show the NIC down and the failover off it;
 #              the .prom file (rerail_nic_info) and the event log also name its transport
@@ -66,6 +67,7 @@ PAIR_ENV=() A_ENV=() B_ENV=()
 pair_start() {
   DIR=$WORK/$1
   shift
+  rm -rf "$DIR"   # a rerun's rendezvous starts empty
   mkdir -p "$DIR/rdv"
   env "${PAIR_ENV[@]}" "${B_ENV[@]}" RERAIL_SOCKET_IFNAME==vethB0,vethB1 RERAIL_IB_HCA==rxe2,rxe3 \
     RERAIL_HEALTH_PATH=/dev/shm/rr-health-B "$HARNESS" --role server --rendezvous "$DIR/rdv" --json "$@" \
@@ -106,6 +108,17 @@ verdict() { # verdict CASE WHY-NOT FIGURES: PASS when WHY-NOT is empty
     local f
     for f in "$DIR"/client.log "$DIR"/server.log; do echo "---- $f (tail)"; tail -n 25 "$f"; done
   fi
+}
+# verdict_timed CASE WHY-NOT LATE FIGURES: as verdict, but a case that failed only on a timing
+# bound (LATE) is run once more: the machine running CI is shared, and a regression fails twice.
+ATTEMPT=0 RETRY=0
+verdict_timed() {
+  if [ -z "$2" ] && [ -n "$3" ] && [ "$ATTEMPT" -eq 0 ]; then
+    echo "verbs_faults: $1: timing bound missed ($3$4); running it once more"
+    RETRY=1
+    return
+  fi
+  verdict "$1" "$2$3" "$4$([ "$ATTEMPT" -gt 0 ] && echo " (second run)")"
 }
 
 # ---- flaps ---------------------------------------------------------------------------------
@@ -171,7 +184,7 @@ case_flaps() {
 
 # ---- all rails down ------------------------------------------------------------------------
 case_all_down() {
-  local delta=1000 limit tl se ce sdt cdt why="" f
+  local delta=1000 limit tl se ce sdt cdt why="" late="" f
   limit=$((delta + 1000))
   PAIR_ENV=("RERAIL_PROGRESS_TIMEOUT=$delta")
   pair_start all_down --conns 2 --duration 60 --max-size 256K --inflight 4 --stall-report \
@@ -191,16 +204,16 @@ case_all_down() {
   for f in client server; do
     grep -qE 'WARN.*(failed|error).*rail0.*rail1' "$DIR/$f.log" || why+="the $f's plugin error does not name rail0 and rail1; "
   done
-  { [ "$cdt" != "?" ] && is_true "$cdt <= $limit"; } || why+="the sender's error came $cdt ms after (limit $limit); "
-  { [ "$sdt" != "?" ] && is_true "$sdt <= $limit"; } || why+="the receiver's error came $sdt ms after (limit $limit); "
-  verdict all_down "$why" "δ = $delta ms; the sender's error $cdt ms, the receiver's $sdt ms after both NICs went down (limit $limit ms); exits $CRC/$SRC; plugin: $(grep -hE 'WARN.*failed' "$DIR/client.log" | head -1 | sed 's/.*NET\/rerail: //' | cut -c1-150)"
+  { [ "$cdt" != "?" ] && is_true "$cdt <= $limit"; } || late+="the sender's error came $cdt ms after (limit $limit); "
+  { [ "$sdt" != "?" ] && is_true "$sdt <= $limit"; } || late+="the receiver's error came $sdt ms after (limit $limit); "
+  verdict_timed all_down "$why" "$late" "δ = $delta ms; the sender's error $cdt ms, the receiver's $sdt ms after both NICs went down (limit $limit ms); exits $CRC/$SRC; plugin: $(grep -hE 'WARN.*failed' "$DIR/client.log" | head -1 | sed 's/.*NET\/rerail: //' | cut -c1-150)"
   rxefault link 0 up A
   rxefault link 1 up A
 }
 
 # ---- dead peer ------------------------------------------------------------------------------
 case_dead_peer() {
-  local delta=1000 limit tk se sdt loops why=""
+  local delta=1000 limit tk se sdt loops why="" late=""
   limit=$((delta + 1000))
   PAIR_ENV=("RERAIL_PROGRESS_TIMEOUT=$delta")
   pair_start dead_peer --conns 2 --duration 60 --max-size 256K --inflight 4 --stall-report \
@@ -215,8 +228,8 @@ case_dead_peer() {
   loops=$(count 'failover|resumed in epoch' "$DIR/server.log")
   [ "$SRC" -eq 1 ] || why+="the receiver did not end with a clean error (exit $SRC); "
   [ "$loops" -le 4 ] || why+="$loops failover lines after the peer died (a replay loop?); "
-  { [ "$sdt" != "?" ] && is_true "$sdt <= $limit"; } || why+="the error came $sdt ms after SIGKILL (limit $limit); "
-  verdict dead_peer "$why" "δ = $delta ms; the receiver's error $sdt ms after SIGKILL (limit $limit ms), exit $SRC; plugin: $(grep -hE 'WARN.*failed' "$DIR/server.log" | head -1 | sed 's/.*NET\/rerail: //' | cut -c1-150)"
+  { [ "$sdt" != "?" ] && is_true "$sdt <= $limit"; } || late+="the error came $sdt ms after SIGKILL (limit $limit); "
+  verdict_timed dead_peer "$why" "$late" "δ = $delta ms; the receiver's error $sdt ms after SIGKILL (limit $limit ms), exit $SRC; plugin: $(grep -hE 'WARN.*failed' "$DIR/server.log" | head -1 | sed 's/.*NET\/rerail: //' | cut -c1-150)"
 }
 
 # ---- telemetry -----------------------------------------------------------------------------
@@ -289,8 +302,9 @@ for c in "${CASES[@]}"; do
   declare -f "case_$c" >/dev/null || { echo "unknown case '$c'" >&2; exit 2; }
 done
 for c in "${CASES[@]}"; do
-  t0=$SECONDS
+  t0=$SECONDS ATTEMPT=0 RETRY=0
   "case_$c"
+  if [ "$RETRY" = 1 ]; then ATTEMPT=1 RETRY=0; "case_$c"; fi
   echo "verbs_faults: ($c took $((SECONDS - t0)) s)"
 done
 echo "verbs_faults: $FAILS failure(s)"
