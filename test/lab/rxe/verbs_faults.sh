@@ -17,10 +17,8 @@
 #              δ + 1 s, no replay loop.
 #              (all_down and dead_peer run once more when they miss only the time bound.)
 #   telemetry  telemetry on, host A's rail-0 NIC down: `rerail status` (text and JSON), the
-#              Prometheus file and the event log show the NIC down and the failover off it;
-#              the .prom file (rerail_nic_info) and the event log also name its transport
-#              (verbs) and RDMA device (the health table behind `rerail status` has no field
-#              for them).
+#              Prometheus file and the event log show the NIC down, the failover off it, and
+#              its transport (verbs) and RDMA device (status reads them from the .prom file).
 #
 # usage: verbs_faults.sh HARNESS PLUGIN_DIR RERAIL CASE...
 #   RERAIL_TEST_SCALE        scales the flapping time (default 1; the sanitizer pass uses 0.25)
@@ -249,8 +247,8 @@ case_telemetry() {
   sleep 1
   kill -0 "$CPID" 2>/dev/null || why+="the sender ended before the checks (raise --duration); "
   st=$DIR/status.txt js=$DIR/status.json
-  "$RERAIL" status --path /dev/shm/rr-health-A >"$st" 2>&1
-  "$RERAIL" status --json --path /dev/shm/rr-health-A >"$js" 2>&1
+  "$RERAIL" status --path /dev/shm/rr-health-A --dir "$WORK/telemetry/telA" >"$st" 2>&1
+  "$RERAIL" status --json --path /dev/shm/rr-health-A --dir "$WORK/telemetry/telA" >"$js" 2>&1
   prom=$(ls "$WORK"/telemetry/telA/rerail-*.prom 2>/dev/null | head -1)
   # the file goes when the process unloads the plugin: keep a copy
   if [ -n "$prom" ] && cp "$prom" "$DIR/a.prom"; then prom=$DIR/a.prom; else prom=""; fi
@@ -258,16 +256,18 @@ case_telemetry() {
   pair_wait 60
   ev=$(ls "$WORK"/telemetry/telA/rerail-events-*.jsonl 2>/dev/null | head -1)
   [ "$CRC" -eq 0 ] && [ "$SRC" -eq 0 ] || why+="client exit $CRC, server exit $SRC; "
-  # rerail status: the NIC down and the failover off it. The health table it reads has no
-  # transport field (its layout is versioned, include/rerail/health_table.h): the transport
-  # and RDMA device are checked in the .prom file and the event log below.
-  grep -qE '^vethA0 .* down ' "$st" || why+="rerail status: no 'vethA0 ... down' row; "
-  python3 - "$js" <<'EOF' || why+="rerail status --json: vethA0 is not down with a failover off it onto vethA1; "
+  # rerail status: the NIC down, the failover off it, and its transport (read from the .prom
+  # file of the row's process: the health table has no field for it)
+  grep -qE '^vethA0 .* down .* verbs rxe0:1 ' "$st" || why+="rerail status: no 'vethA0 ... down ... verbs rxe0:1' row; "
+  grep -qE '^vethA1 .* up .* verbs rxe1:1 ' "$st" || why+="rerail status: no 'vethA1 ... up ... verbs rxe1:1' row; "
+  python3 - "$js" <<'EOF' || why+="rerail status --json: vethA0 (verbs, rxe0 port 1) is not down with a failover off it onto vethA1 (verbs, rxe1); "
 import json, sys
 d = json.load(open(sys.argv[1]))
 n = {x["ifname"]: x for x in d["nics"]}
 a0, a1 = n["vethA0"], n["vethA1"]
 assert a0["state"] == "down" and a0["failovers_from"] >= 1 and a1["failovers_to"] >= 1 and a1["state"] == "up"
+assert a0["transport"] == "verbs" and a0["rdma_device"] == "rxe0" and a0["rdma_port"] == 1
+assert a1["transport"] == "verbs" and a1["rdma_device"] == "rxe1"
 EOF
   # the Prometheus file
   if [ -z "$prom" ]; then why+="no .prom file; "
