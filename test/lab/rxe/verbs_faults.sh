@@ -127,7 +127,7 @@ verdict_timed() {
 # and 0.3-1 s more. δ is 1 s: under TCG a loaded
 # guest can leave a healthy rail's probe unanswered for half a second.
 case_flaps() {
-  local secs delta=${RERAIL_FLAPS_DELTA:-1000} seed end n=0 r kind hold gap why="" fo fb sent recv up i back
+  local secs delta=${RERAIL_FLAPS_DELTA:-1000} seed end n=0 r kind hold gap hold_ms gap_ms why="" fo fb sent recv up i back
   secs=$(scaled 60 15)
   seed=${RERAIL_FLAPS_SEED:-$((${EPOCHREALTIME/./} % 1000000))}
   RANDOM=$seed
@@ -139,11 +139,12 @@ case_flaps() {
   # Faults until 2 s before the end, so the last one heals while traffic still runs.
   end=$((${EPOCHREALTIME/./} / 1000 + (secs - 2) * 1000))
   while [ $((${EPOCHREALTIME/./} / 1000)) -lt $end ]; do
-    r=$((n % 2)) kind=$((RANDOM % 4))
+    # drawn here, not inside $(...): a subshell's RANDOM would not follow the seed
+    r=$((n % 2)) kind=$((RANDOM % 4)) hold_ms=$((RANDOM % 900)) gap_ms=$((RANDOM % 700))
     # a rail back in service: up again (a backup), or traffic failed back onto it
     back="health: (rail_state veth[AB]$r up|failback veth[AB][01] -> veth[AB]$r,)"
     up=$(count "$back" "$DIR"/client.log "$DIR"/server.log)
-    hold=$(calc "0.3 + $((RANDOM % 900)) / 1000")
+    hold=$(calc "0.3 + $hold_ms / 1000")
     case $kind in
       0) echo "$EPOCHREALTIME rail $r NIC A down $hold s"
          rxefault link "$r" down A; sleep "$hold"; rxefault link "$r" up A ;;
@@ -161,7 +162,7 @@ case_flaps() {
     while [ $SECONDS -lt $i ] && [ "$(count "$back" "$DIR"/client.log "$DIR"/server.log)" -le "$up" ]; do
       sleep 0.2
     done
-    gap=$(calc "0.3 + $((RANDOM % 700)) / 1000")
+    gap=$(calc "0.3 + $gap_ms / 1000")
     sleep "$gap"
   done
   pair_wait $((secs + 90))
