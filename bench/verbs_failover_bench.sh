@@ -71,10 +71,10 @@ for kind in "${kinds[@]}"; do
   secs=$((trials * per + 5))   # the trials fit in the schedule, which then ends on its own
   common=(--rendezvous "$d/rdv" --conns 2 --duration "$secs" --max-size 256K --inflight 4 --timeout $((secs + 120))
           --stall-report)
-  RERAIL_SOCKET_IFNAME==vethB0,vethB1 RERAIL_IB_HCA==rxe2,rxe3 RERAIL_HEALTH_PATH=/dev/shm/rr-fob-B \
+  RERAIL_SOCKET_IFNAME='=vethB0,vethB1' RERAIL_IB_HCA='=rxe2,rxe3' RERAIL_HEALTH_PATH=/dev/shm/rr-fob-B \
     "$H" --role server "${common[@]}" --completion-log "$d/clog" >"$d/server.log" 2>&1 &
   spid=$!
-  RERAIL_SOCKET_IFNAME==vethA0,vethA1 RERAIL_IB_HCA==rxe0,rxe1 RERAIL_HEALTH_PATH=/dev/shm/rr-fob-A \
+  RERAIL_SOCKET_IFNAME='=vethA0,vethA1' RERAIL_IB_HCA='=rxe0,rxe1' RERAIL_HEALTH_PATH=/dev/shm/rr-fob-A \
     "$H" --role client "${common[@]}" >"$d/client.log" 2>&1 &
   cpid=$!
   for ((i = 0; i < 600; i++)); do [[ -e $d/rdv/client.traffic && -e $d/rdv/server.traffic ]] && break; sleep 0.1; done

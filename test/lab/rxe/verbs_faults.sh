@@ -25,6 +25,7 @@
 #   RERAIL_FLAPS_SEED        seed of the fault sequence (default: random, printed for a rerun)
 #   RERAIL_FLAPS_DELTA       δ (RERAIL_PROGRESS_TIMEOUT) of the flaps case, default 1000 ms; the
 #                            sanitizer build sets 2000 (its processes are 2-3 times slower)
+# shellcheck disable=SC2317  # the cases are called by name
 set -uo pipefail
 HARNESS=${1:?usage: $0 HARNESS PLUGIN_DIR RERAIL CASE...}
 PLUGIN_DIR=${2:?usage}
@@ -80,7 +81,7 @@ pair_start() {
 started() {
   local end=$((SECONDS + 60))
   while [ ! -e "$DIR/rdv/server.traffic" ] || [ ! -e "$DIR/rdv/client.traffic" ]; do
-    if [ $SECONDS -ge $end ] || ! kill -0 "$SPID" 2>/dev/null || ! kill -0 "$CPID" 2>/dev/null; then return 1; fi
+    if [ "$SECONDS" -ge "$end" ] || ! kill -0 "$SPID" 2>/dev/null || ! kill -0 "$CPID" 2>/dev/null; then return 1; fi
     sleep 0.1
   done
 }
@@ -88,7 +89,7 @@ started() {
 wait_pid() {
   local end=$((SECONDS + $2))
   while kill -0 "$1" 2>/dev/null; do
-    if [ $SECONDS -ge $end ]; then
+    if [ "$SECONDS" -ge "$end" ]; then
       echo "backstop: process $1 still running after $2 s: killed"
       kill -9 "$1" 2>/dev/null
       break
@@ -138,7 +139,7 @@ case_flaps() {
   if ! started; then pair_wait 30; verdict flaps "traffic never started (client $CRC, server $SRC)" ""; return; fi
   # Faults until 2 s before the end, so the last one heals while traffic still runs.
   end=$((${EPOCHREALTIME/./} / 1000 + (secs - 2) * 1000))
-  while [ $((${EPOCHREALTIME/./} / 1000)) -lt $end ]; do
+  while [ $((${EPOCHREALTIME/./} / 1000)) -lt "$end" ]; do
     # drawn here, not inside $(...): a subshell's RANDOM would not follow the seed
     r=$((n % 2)) kind=$((RANDOM % 4)) hold_ms=$((RANDOM % 900)) gap_ms=$((RANDOM % 700))
     # a rail back in service: up again (a backup), or traffic failed back onto it
@@ -159,7 +160,7 @@ case_flaps() {
     # the healed rail back in service on either end before the other one may fail (the
     # reconnect takes 0.2-3 s under TCG); then a random pause
     i=$((SECONDS + 8))   # a deadline, not a count: a process start costs 0.1-1 s in the guest
-    while [ $SECONDS -lt $i ] && [ "$(count "$back" "$DIR"/client.log "$DIR"/server.log)" -le "$up" ]; do
+    while [ "$SECONDS" -lt "$i" ] && [ "$(count "$back" "$DIR"/client.log "$DIR"/server.log)" -le "$up" ]; do
       sleep 0.2
     done
     gap=$(calc "0.3 + $gap_ms / 1000")
@@ -250,12 +251,12 @@ case_telemetry() {
   st=$DIR/status.txt js=$DIR/status.json
   "$RERAIL" status --path /dev/shm/rr-health-A --dir "$WORK/telemetry/telA" >"$st" 2>&1
   "$RERAIL" status --json --path /dev/shm/rr-health-A --dir "$WORK/telemetry/telA" >"$js" 2>&1
-  prom=$(ls "$WORK"/telemetry/telA/rerail-*.prom 2>/dev/null | head -1)
+  prom=$(compgen -G "$WORK/telemetry/telA/rerail-*.prom" | head -1)
   # the file goes when the process unloads the plugin: keep a copy
   if [ -n "$prom" ] && cp "$prom" "$DIR/a.prom"; then prom=$DIR/a.prom; else prom=""; fi
   rxefault link 0 up A
   pair_wait 60
-  ev=$(ls "$WORK"/telemetry/telA/rerail-events-*.jsonl 2>/dev/null | head -1)
+  ev=$(compgen -G "$WORK/telemetry/telA/rerail-events-*.jsonl" | head -1)
   [ "$CRC" -eq 0 ] && [ "$SRC" -eq 0 ] || why+="client exit $CRC, server exit $SRC; "
   # rerail status: the NIC down, the failover off it, and its transport (read from the .prom
   # file of the row's process: the health table has no field for it)
