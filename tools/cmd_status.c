@@ -1,11 +1,13 @@
-/* rerail status [--json] [--all] [--path P]
+/* rerail status [--json] [--all] [--path P] [--dir D]
  *
  * The host's shared health table as an operator reads it: one line per NIC
  * of every process running the rerail net plugin (state, how long, failovers,
  * throughput, latency, why) and the rails to remote peers this host saw
  * degrade or fail. Rows of processes that exited or stopped reporting are
  * counted, not shown (--all shows them, marked). --json prints the same as
- * one JSON object for scripts.
+ * one JSON object for scripts. Each NIC's transport (verbs with its RDMA
+ * device, or tcp) comes from its process's telemetry file in D, when that
+ * process exports one there (status_transport.c).
  *
  * Exit status: 0 when the table was read, or when there is no job on this
  * host (no table, or only rows of processes that are gone): that is a normal
@@ -13,6 +15,8 @@
  * or cannot be trusted; 2 for bad usage. */
 #include "rr_health.h"
 #include "rr_health_table.h"
+#include "status_transport.h"
+#include "tel_files.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -21,10 +25,12 @@
 int cmd_status(int argc, char **argv);
 
 static int status_usage(FILE *out) {
-  fprintf(out, "usage: rerail status [--json] [--all] [--path P]\n"
+  fprintf(out, "usage: rerail status [--json] [--all] [--path P] [--dir D]\n"
                "  --json    one JSON object instead of tables\n"
                "  --all     also rows of processes that exited or stopped reporting\n"
-               "  --path P  the health table (default: RERAIL_HEALTH_PATH or %s)\n",
+               "  --path P  the health table (default: RERAIL_HEALTH_PATH or %s)\n"
+               "  --dir D   telemetry files to read each NIC's transport from (default:\n"
+               "            RERAIL_TELEMETRY_DIR or the node_exporter textfile directory)\n",
           RR_HT_DEFAULT_PATH);
   return out == stderr ? 2 : 0;
 }
@@ -66,29 +72,39 @@ static void state_cell(char *buf, size_t len, int torn, uint32_t st, rr_ht_liven
            l == RR_HT_LIVE ? "" : liveness_str(l));
 }
 
-static void print_text(const char *path, const rr_ht_snapshot *s, int all) {
+/* "verbs rxe0:1", "tcp", or "-" when the process exports no telemetry to dir. */
+static const char *transport_cell(const char *dir, const rr_ht_nic_row *r, char *buf, size_t len) {
+  status_transport t;
+  if (!status_transport_of(dir, r->pid, r->ifname, &t)) return "-";
+  if (t.rdma_device[0]) snprintf(buf, len, "%s %s:%d", t.transport, t.rdma_device, t.rdma_port);
+  else snprintf(buf, len, "%s", t.transport);
+  return buf;
+}
+
+static void print_text(const char *path, const char *dir, const rr_ht_snapshot *s, int all) {
   int stale_nics = s->nic_count - s->live_nics, stale_peers = s->peer_count - s->live_peers;
   printf("health table %s: %d NIC row(s) live, %d peer rail(s) live\n", path, s->live_nics,
          s->live_peers);
   char a[32], b[32], c[32], d[32], e2[32];
   if (s->live_nics || (all && s->nic_count)) {
-    printf("\n%-10s %-4s %-8s %-10s %-8s %-9s %-9s %-6s %-9s %-9s %-13s %-13s %s\n", "NIC", "DEV",
+    printf("\n%-10s %-4s %-8s %-10s %-8s %-9s %-9s %-6s %-9s %-9s %-13s %-13s %-15s %s\n", "NIC", "DEV",
            "PID", "STATE", "SINCE", "FAILOVERS", "FAILBACKS", "ERRORS", "TX_MB/s", "RX_MB/s",
-           "TX_p50/p99us", "RX_p50/p99us", "REASON");
+           "TX_p50/p99us", "RX_p50/p99us", "TRANSPORT", "REASON");
     for (int i = 0; i < s->nic_count; i++) {
       const rr_ht_nic_entry *e = &s->nic[i];
       if (e->liveness != RR_HT_LIVE && !all) continue;
       const rr_ht_nic_row *r = &e->row;
-      char st[32], fo[48];
+      char st[32], fo[48], tr[64];
       state_cell(st, sizeof st, e->torn, r->state, e->liveness);
       snprintf(fo, sizeof fo, "%" PRIu64 "/%" PRIu64, r->failovers_from, r->failovers_to);
-      printf("%-10s %-4d %-8u %-10s %-8s %-9s %-9" PRIu64 " %-6" PRIu64 " %-9s %-9s %-13s %-13s %s\n",
+      printf("%-10s %-4d %-8u %-10s %-8s %-9s %-9" PRIu64 " %-6" PRIu64 " %-9s %-9s %-13s %-13s %-15s %s\n",
              r->ifname[0] ? r->ifname : "?", r->dev, r->pid, st, ago(r->since_ns, s->taken_ns, a, sizeof a),
              fo, r->failbacks, r->errors, mbps(r->tx.bytes_per_s, b, sizeof b),
              mbps(r->rx.bytes_per_s, c, sizeof c), lat(&r->tx, d, sizeof d),
-             lat(&r->rx, e2, sizeof e2), r->reason[0] ? r->reason : "-");
+             lat(&r->rx, e2, sizeof e2), transport_cell(dir, r, tr, sizeof tr), r->reason[0] ? r->reason : "-");
     }
-    printf("(FAILOVERS: traffic moved off/onto the NIC; SINCE: time in this state)\n");
+    printf("(FAILOVERS: traffic moved off/onto the NIC; SINCE: time in this state; TRANSPORT: from\n"
+           " the process's telemetry file in %s, \"-\" when it exports none there)\n", dir);
   }
   if (s->live_peers || (all && s->peer_count)) {
     printf("\nPEER RAILS (rails to remote peers this host saw degrade or fail)\n");
@@ -131,7 +147,7 @@ static void json_figures(const char *name, const rr_ht_figures *f) {
          f->bytes_per_s, f->p50_ns, f->p99_ns);
 }
 
-static void print_json(const char *path, const rr_ht_snapshot *s, int all) {
+static void print_json(const char *path, const char *dir, const rr_ht_snapshot *s, int all) {
   printf("{\"path\":");
   json_str(path);
   printf(",\"job\":%s,\"layout_version\":%u,\"created_ns\":%" PRIu64 ",\"taken_ns\":%" PRIu64
@@ -159,6 +175,17 @@ static void print_json(const char *path, const rr_ht_snapshot *s, int all) {
     json_figures("tx", &r->tx);
     putchar(',');
     json_figures("rx", &r->rx);
+    status_transport t;
+    if (status_transport_of(dir, r->pid, r->ifname, &t)) {
+      printf(",\"transport\":");
+      json_str(t.transport);
+      printf(",\"rdma_device\":");
+      if (t.rdma_device[0]) json_str(t.rdma_device);
+      else printf("null");
+      printf(",\"rdma_port\":%d", t.rdma_port);
+    } else {
+      printf(",\"transport\":null,\"rdma_device\":null,\"rdma_port\":null");
+    }
     printf(",\"reason\":");
     json_str(r->reason);
     putchar('}');
@@ -188,11 +215,12 @@ static void print_json(const char *path, const rr_ht_snapshot *s, int all) {
 
 int cmd_status(int argc, char **argv) {
   int json = 0, all = 0;
-  const char *path = NULL;
+  const char *path = NULL, *dir = tel_dir(NULL);
   for (int i = 2; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) json = 1;
     else if (!strcmp(argv[i], "--all")) all = 1;
     else if (!strcmp(argv[i], "--path") && i + 1 < argc) path = argv[++i];
+    else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = tel_dir(argv[++i]);
     else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return status_usage(stdout);
     else {
       fprintf(stderr, "rerail status: unknown argument '%s'\n", argv[i]);
@@ -219,15 +247,15 @@ int cmd_status(int argc, char **argv) {
     }
     rc = no_job ? 0 : 1;
   } else if (json) {
-    print_json(path, &s, all);
+    print_json(path, dir, &s, all);
   } else if (!s.live_nics && !s.live_peers) {
     printf("no rerail job on this host (%s holds %s)\n", path,
            s.nic_count || s.peer_count
                ? "only rows of processes that exited or stopped reporting"
                : "no rows");
-    if (all && (s.nic_count || s.peer_count)) print_text(path, &s, all);
+    if (all && (s.nic_count || s.peer_count)) print_text(path, dir, &s, all);
   } else {
-    print_text(path, &s, all);
+    print_text(path, dir, &s, all);
   }
   rr_health_table_snapshot_free(&s);
   return rc;

@@ -18,6 +18,8 @@ static _Atomic int nic_state[MAX_NICS];
 static pthread_mutex_t names_lock = PTHREAD_MUTEX_INITIALIZER;
 static char nic_names[MAX_NICS][16];
 static int nnic_names;
+/* Their transports (rr_health_nic_transport_set), under names_lock too. */
+static struct { char transport[8]; char rdma_dev[32]; int rdma_port; } nic_transport[MAX_NICS];
 
 const char *rr_link_state_str(rr_link_state st) {
   switch (st) {
@@ -125,6 +127,24 @@ int rr_health_nic_count(void) {
   int n = nnic_names;
   pthread_mutex_unlock(&names_lock);
   return n;
+}
+
+void rr_health_nic_transport_set(int dev, const char *transport, const char *rdma_dev, int rdma_port) {
+  if (dev < 0 || dev >= MAX_NICS) return;
+  pthread_mutex_lock(&names_lock);
+  snprintf(nic_transport[dev].transport, sizeof nic_transport[dev].transport, "%s", transport ? transport : "");
+  snprintf(nic_transport[dev].rdma_dev, sizeof nic_transport[dev].rdma_dev, "%s", rdma_dev ? rdma_dev : "");
+  nic_transport[dev].rdma_port = rdma_port > 0 ? rdma_port : 0;
+  pthread_mutex_unlock(&names_lock);
+}
+
+void rr_health_nic_transport(int dev, char *transport, int tlen, char *rdma_dev, int dlen, int *rdma_port) {
+  int in = dev >= 0 && dev < MAX_NICS;
+  pthread_mutex_lock(&names_lock);
+  if (transport && tlen > 0) snprintf(transport, (size_t)tlen, "%s", in ? nic_transport[dev].transport : "");
+  if (rdma_dev && dlen > 0) snprintf(rdma_dev, (size_t)dlen, "%s", in ? nic_transport[dev].rdma_dev : "");
+  if (rdma_port) *rdma_port = in ? nic_transport[dev].rdma_port : 0;
+  pthread_mutex_unlock(&names_lock);
 }
 
 void rr_health_nic_name(int dev, char *buf, int len) {

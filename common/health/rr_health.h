@@ -67,6 +67,12 @@ void rr_health_nics_set(const char *const *names, int count);
 /* How many NICs were set (0 before), and the name of device dev ("" when none). */
 int rr_health_nic_count(void);
 void rr_health_nic_name(int dev, char *buf, int len);
+/* The transport serving pooled NIC dev ("verbs" or "tcp") and, on the verbs
+ * rail, its RDMA device and port, for the publishers to show beside the
+ * NIC's name. Set by the plugin once it has opened its devices; kept across
+ * rr_health_nics_set. Unknown until then: "", "" and 0. */
+void rr_health_nic_transport_set(int dev, const char *transport, const char *rdma_dev, int rdma_port);
+void rr_health_nic_transport(int dev, char *transport, int tlen, char *rdma_dev, int dlen, int *rdma_port);
 
 const char *rr_link_state_str(rr_link_state st);
 const char *rr_health_event_str(rr_health_event_kind kind);

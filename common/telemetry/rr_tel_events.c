@@ -172,7 +172,17 @@ void rr_tel_event_json(rr_tel_buf *b, const rr_tel_config *cfg, const rr_health_
     rr_tel_buf_printf(b, ",\"stall_ms\":%.3f", (double)ev->stall_ns / 1e6);
   else
     rr_tel_buf_printf(b, ",\"stall_ms\":null");
-  rr_tel_buf_printf(b, ",\"dev\":%d,\"to_dev\":%d}\n", ev->dev, ev->to_dev);
+  rr_tel_buf_printf(b, ",\"dev\":%d,\"to_dev\":%d", ev->dev, ev->to_dev);
+  /* What serves nic and to_nic (rr_health_nic_transport: "verbs" with its RDMA
+   * device, or "tcp"); null when unknown. */
+  char tr[8], rd[32];
+  rr_health_nic_transport(ev->dev, tr, sizeof tr, rd, sizeof rd, NULL);
+  json_str_or_null(b, "transport", tr);
+  json_str_or_null(b, "rdma_device", rd);
+  rr_health_nic_transport(ev->to_dev, tr, sizeof tr, rd, sizeof rd, NULL);
+  json_str_or_null(b, "to_transport", tr);
+  json_str_or_null(b, "to_rdma_device", rd);
+  rr_tel_buf_put(b, "}\n", 2);
 }
 
 /* ---- the event log */

@@ -41,6 +41,8 @@
 #define RR_TEL_M_FAILBACKS "rerail_failbacks_total"
 /* host, pid, nic */
 #define RR_TEL_M_NIC_STATE "rerail_nic_state"
+/* host, pid, nic, transport, rdma_device, rdma_port: always 1 */
+#define RR_TEL_M_NIC_INFO "rerail_nic_info"
 /* host, pid, peer */
 #define RR_TEL_M_ERRORS "rerail_connection_errors_total"
 /* host, pid, kind */

@@ -57,6 +57,30 @@ static void rail_u64(rr_tel_buf *b, const char *name, const rr_tel_config *cfg, 
   }
 }
 
+/* Which transport serves each pooled NIC (rr_health_nic_transport), an info
+ * series per NIC whose transport the plugin set: dashboards join it on nic. */
+static void nic_info(rr_tel_buf *b, const rr_tel_config *cfg) {
+  int n = rr_health_nic_count(), head = 0;
+  for (int dev = 0; dev < n; dev++) {
+    char nic[16], tr[8], rd[32], port[16];
+    int p = 0;
+    rr_health_nic_name(dev, nic, sizeof nic);
+    rr_health_nic_transport(dev, tr, sizeof tr, rd, sizeof rd, &p);
+    if (!nic[0] || !tr[0]) continue;
+    if (!head++)
+      family(b, RR_TEL_M_NIC_INFO, "gauge",
+             "Always 1: the transport serving the local NIC (verbs or tcp) and, on verbs, its RDMA device and port.");
+    snprintf(port, sizeof port, "%d", p);
+    rr_tel_buf_printf(b, "%s{", RR_TEL_M_NIC_INFO);
+    proc_labels(b, cfg);
+    label(b, "nic", nic, 0);
+    label(b, "transport", tr, 0);
+    label(b, "rdma_device", rd, 0);
+    label(b, "rdma_port", port, 0);
+    rr_tel_buf_put(b, "} 1\n", 4);
+  }
+}
+
 void rr_tel_prom_name(const rr_tel_config *cfg, char *buf, size_t len) {
   snprintf(buf, len, RR_TEL_PROM_PREFIX "%s-%d" RR_TEL_PROM_SUFFIX, cfg->host, cfg->pid);
 }
@@ -132,6 +156,7 @@ void rr_tel_prom_render(rr_tel_buf *b, const rr_tel_config *cfg, rr_tel_series *
       rr_tel_buf_printf(b, "} %d\n", t->nics[i].state);
     }
   }
+  nic_info(b, cfg);
   if (t->npeers) {
     family(b, RR_TEL_M_ERRORS, "counter", "Connections to peer that failed for good (no rail left, peer dead).");
     for (int i = 0; i < t->npeers; i++) {

@@ -54,6 +54,8 @@ static void discover_devices(void) {
     }
     devices.nif[kept] = devices.nif[i];
     devices.verbs[kept] = vp;
+    /* status, the .prom file and the event log name the transport beside the NIC */
+    rr_health_nic_transport_set(kept, vp ? "verbs" : "tcp", vp ? vp->dev_name : "", vp ? vp->port : 0);
     devices.rail[kept++] = rd;
   }
   devices.count = n = kept;

@@ -66,6 +66,24 @@ json ".job == true and (.nics | length) == 2 and (.peer_rails | length) == 1
 echo "--- rerail status with a live job:"
 "$RERAIL" status --path "$T"
 
+# ---- each NIC's transport, from the telemetry file of the row's process (--dir)
+mkdir -p "$WORK/tel"
+run status --path "$T" --dir "$WORK/tel"
+expect_rc 0 "no telemetry file"
+json_rows() { grep -E "^$1 " "$WORK/out"; }
+json_rows rrtest0 | grep -q ' - ' || fail "no telemetry file: rrtest0's transport is not '-'"
+{
+  echo "# a hostile or truncated file is only input: a bad line reads as unknown"
+  echo "rerail_nic_info{host=\"h\",pid=\"$wpid\",nic=\"rrtest1\",transport=\"verbs"
+  echo "rerail_nic_info{host=\"h\",pid=\"$wpid\",nic=\"rrtest0\",transport=\"verbs\",rdma_device=\"mlx5_0\",rdma_port=\"1\"} 1"
+} >"$WORK/tel/rerail-h-$wpid.prom"
+run status --path "$T" --dir "$WORK/tel"
+expect_rc 0 "telemetry file"
+expect_out "verbs mlx5_0:1" "telemetry file"
+run status --json --path "$T" --dir "$WORK/tel"
+json "any(.nics[]; .ifname == \"rrtest0\" and .transport == \"verbs\" and .rdma_device == \"mlx5_0\" and .rdma_port == 1)
+  and any(.nics[]; .ifname == \"rrtest1\" and .transport == null)" "telemetry file, JSON"
+
 # ---- the job ends cleanly: its rows are released
 exec 3>&-
 wait "$wpid"

@@ -381,6 +381,48 @@ static void report(rr_health_event_kind kind, const char *nic, const char *to, c
   rr_health_report(&ev);
 }
 
+/* What serves each NIC: an info series per NIC whose transport the plugin set
+ * (rr_health_nic_transport_set), and the transport and RDMA device of nic and
+ * to_nic in every event; null where unknown. */
+static void nic_transport(void **state) {
+  (void)state;
+  const char *names[] = {"eth0", "eth1", "eth2"};
+  rr_health_nics_set(names, 3);
+  rr_health_nic_transport_set(0, "verbs", "mlx5_0", 1);
+  rr_health_nic_transport_set(1, "tcp", "", 0);
+  /* device 2: never set */
+  rr_tel_rail *a = rr_tel_rail_open(0, "eth0", "10.0.0.2", 0, RR_TEL_TX);
+  assert_non_null(a);
+  report(RR_HEV_FAILOVER, "eth0", "eth1", "10.0.0.2", RR_LINK_UP, 1000000, "resumed");
+  rr_health_event ev = {.kind = RR_HEV_NIC_STATE, .dev = 2, .to_dev = -1, .state = RR_LINK_DOWN};
+  snprintf(ev.ifname, sizeof ev.ifname, "eth2");
+  rr_health_report(&ev);
+  assert_int_equal(rr_tel_flush(), 0);
+  char *text = prom_text(g_dir);
+  check_structure(text);
+  char pre[256];
+  int pid = (int)getpid();
+  snprintf(pre, sizeof pre, RR_TEL_M_NIC_INFO "{host=\"%s\",pid=\"%d\",nic=\"eth0\",transport=\"verbs\","
+           "rdma_device=\"mlx5_0\",rdma_port=\"1\"}", g_host, pid);
+  assert_int_equal(must_sample(text, pre), 1);
+  snprintf(pre, sizeof pre, RR_TEL_M_NIC_INFO "{host=\"%s\",pid=\"%d\",nic=\"eth1\",transport=\"tcp\","
+           "rdma_device=\"\",rdma_port=\"0\"}", g_host, pid);
+  assert_int_equal(must_sample(text, pre), 1);
+  assert_null(strstr(text, "nic=\"eth2\",transport="));
+  free(text);
+  text = events_text(g_dir, "");
+  assert_non_null(text);
+  assert_non_null(strstr(text, "\"kind\":\"failover\""));
+  assert_non_null(strstr(text, "\"dev\":0,\"to_dev\":1,\"transport\":\"verbs\",\"rdma_device\":\"mlx5_0\","
+                               "\"to_transport\":\"tcp\",\"to_rdma_device\":null}"));
+  assert_non_null(strstr(text, "\"dev\":2,\"to_dev\":-1,\"transport\":null,\"rdma_device\":null,"
+                               "\"to_transport\":null,\"to_rdma_device\":null}"));
+  free(text);
+  rr_tel_rail_close(a);
+  for (int i = 0; i < 3; i++) rr_health_nic_transport_set(i, "", "", 0);
+  rr_health_nics_set(NULL, 0);
+}
+
 static void events_json(void **state) {
   (void)state;
   rr_tel_rail *a = rr_tel_rail_open(0, "eth0", "10.0.0.2", 0, RR_TEL_TX); /* the exporter runs */
@@ -714,6 +756,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(ring_drops_counted, setup, teardown),
       cmocka_unit_test_setup_teardown(ring_keeps_up_with_fast_rail, setup, teardown),
       cmocka_unit_test_setup_teardown(events_json, setup, teardown),
+      cmocka_unit_test_setup_teardown(nic_transport, setup, teardown),
       cmocka_unit_test_setup_teardown(events_rotation, setup, teardown),
       cmocka_unit_test_setup_teardown(anomaly_snapshots, setup, teardown),
       cmocka_unit_test_setup_teardown(anomaly_not_small_or_single, setup, teardown),
