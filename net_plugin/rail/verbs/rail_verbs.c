@@ -26,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #define SEND_SLOTS 96             /* control messages and markers in flight */
 #define MSG_HDR 8                 /* type u8, 3 x 0, value u32 (length or epoch) */
@@ -63,6 +65,11 @@ struct verbs_ep {
   int nsend_free;
   verbs_inbox inbox;
   uint64_t last_rx_ns, last_tx_ns;
+  /* The setup socket of stream 0, kept after connect only to learn that the
+   * peer's process is gone: its kernel closes the socket (a QP of a dead
+   * process just stops answering, which only δ of silence would tell). */
+  int watch_fd;
+  uint32_t progress_calls;
 };
 
 static verbs_ep *to_ep(rr_rail_ep *ep) { return rr_container_of(ep, verbs_ep, base); }
@@ -78,6 +85,20 @@ static rr_status ep_fail(verbs_ep *ep, rr_status st, const char *what) {
     RR_INFO(RR_SUB_NET, "verbs rail %s: %s (%s)", ep->hca->port.dev_name, what, rr_status_str(st));
   }
   return ep->failed;
+}
+
+/* Every WATCH_EVERY progress calls, one non-blocking read of the setup
+ * socket: end of file or a reset is the peer's process gone (or its end of
+ * this rail closed, as when it reopens the rail). Nothing else is expected
+ * on it; stray bytes are read and dropped. */
+#define WATCH_EVERY 64
+static rr_status watch_peer(verbs_ep *ep) {
+  if (ep->watch_fd < 0 || ++ep->progress_calls % WATCH_EVERY) return RR_OK;
+  char buf[64];
+  ssize_t n = recv(ep->watch_fd, buf, sizeof buf, MSG_DONTWAIT);
+  if (n == 0) return ep_fail(ep, RR_ERR_PEER, "the peer closed its end of the rail");
+  if (n < 0 && (errno == ECONNRESET || errno == EPIPE)) return ep_fail(ep, RR_ERR_PEER, "the peer reset its end of the rail");
+  return RR_OK; /* data (dropped), nothing yet, or an error that says nothing of the peer */
 }
 
 /* ------------------------------------------------------------------ posting */
@@ -220,6 +241,8 @@ static rr_status verbs_progress(rr_rail_ep *rep) {
   verbs_ep *ep = to_ep(rep);
   if (ep->failed) return ep->failed;
   if (!ep->connected) return RR_OK;
+  rr_status wst = watch_peer(ep);
+  if (wst != RR_OK) return wst;
   verbs_hca_poll(ep->hca);
   for (;;) {
     struct ibv_wc wc[32];
@@ -278,6 +301,7 @@ static void verbs_destroy(rr_rail_ep *rep) {
   const rr_ibv_api *api = ep->hca->api;
   if (ep->attached) verbs_hca_detach(ep->hca, ep);
   if (ep->qp) api->destroy_qp(ep->qp);
+  if (ep->watch_fd >= 0) close(ep->watch_fd);
   if (ep->bufs_mr) api->dereg_mr(ep->bufs_mr);
   free(ep->bufs);
   free(ep);
@@ -291,6 +315,7 @@ static rr_status verbs_ep_open(rr_rail_dev *dev, const rr_rail_events *events, v
   verbs_ep *ep = calloc(1, sizeof *ep);
   if (!ep) return RR_ERR_NOMEM;
   ep->base = (rr_rail_ep){.ops = &rr_verbs_rail_ops, .dev = dev, .events = events, .events_arg = events_arg, .rail = -1};
+  ep->watch_fd = -1;
   ep->hca = h;
   for (int i = 0; i < SEND_SLOTS; i++) ep->send_free[i] = (int16_t)i;
   ep->nsend_free = SEND_SLOTS;
@@ -378,6 +403,10 @@ static rr_status verbs_ep_connect(rr_rail_ep *rep, const rr_rail_connect_args *a
   }
   ep->connected = 1;
   ep->last_rx_ns = ep->last_tx_ns = rr_now_ns();
+  if (args->nfds >= 1 && args->fds[0] >= 0) {
+    ep->watch_fd = args->fds[0];
+    args->fds[0] = -1; /* ours now */
+  }
   return RR_OK;
 }
 
