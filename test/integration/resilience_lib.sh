@@ -223,23 +223,8 @@ pair_wait() {
   SRC=$?
 }
 
-# jget FILE PYEXPR: a value from a harness JSON summary (d = the object); "?" when absent.
-jget() {
-  python3 - "$1" "$2" <<'EOF' 2>/dev/null || echo "?"
-import json, sys
-try:
-    d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
-    v = eval(sys.argv[2], {}, {"d": d})
-except Exception:
-    v = None
-if v is None:
-    print("?")
-elif isinstance(v, float):
-    print("%.3f" % v)
-else:
-    print(v)
-EOF
-}
+# shellcheck source=../harness/harness_json.sh disable=SC1091
+. "$RES_TOP/test/harness/harness_json.sh"
 
 # clog_stall FILE T_FAULT: from a --completion-log, the stall a fault caused: the longest
 # gap between consecutive completions (all connections) that starts between 50 ms before

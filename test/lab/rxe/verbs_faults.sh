@@ -46,18 +46,8 @@ calc() { awk "BEGIN { printf \"%.3f\", $* }"; }
 is_true() { awk "BEGIN { exit !($*) }"; }
 # scaled SECONDS MIN: SECONDS x scale, at least MIN (whole seconds)
 scaled() { awk -v v="$1" -v s="$SCALE" -v m="$2" 'BEGIN { x = int(v * s + 0.5); if (x < m) x = m; print x }'; }
-# jget FILE PYEXPR: a value from a harness JSON summary (d = the object); "?" when absent
-jget() {
-  python3 - "$1" "$2" <<'EOF' 2>/dev/null || echo "?"
-import json, sys
-try:
-    d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
-    v = eval(sys.argv[2], {}, {"d": d})
-except Exception:
-    v = None
-print("?" if v is None else ("%.3f" % v if isinstance(v, float) else v))
-EOF
-}
+# shellcheck source=../../harness/harness_json.sh disable=SC1091
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")/../../harness" && pwd)/harness_json.sh"
 count() { cat "${@:2}" 2>/dev/null | grep -cE "$1"; }
 
 # pair_start NAME ARGS...: server on host B, client on host A, with ARGS; the environment
