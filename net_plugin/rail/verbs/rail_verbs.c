@@ -23,6 +23,7 @@
 #include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -53,6 +54,7 @@ struct verbs_ep {
   int connected;
   int fenced;
   rr_status failed;
+  _Atomic int async_event;        /* ibv_event_type + 1 of an async error, 0 when none */
   sq_entry sq[VERBS_SQ_DEPTH];
   uint64_t sq_head, sq_tail;      /* sequence numbers: posted = tail, retired = head */
   uint64_t last_signaled;         /* sequence number + 1 of the last signalled request */
@@ -77,6 +79,19 @@ static rr_status ep_fail(verbs_ep *ep, rr_status st, const char *what) {
     ep->failed = st;
     RR_INFO(RR_SUB_NET, "verbs rail %s: %s (%s)", ep->hca->port.dev_name, what, rr_status_str(st));
   }
+  return ep->failed;
+}
+
+void verbs_ep_async_error(verbs_ep *ep, enum ibv_event_type t) {
+  int none = 0;
+  atomic_compare_exchange_strong(&ep->async_event, &none, (int)t + 1);
+}
+
+/* The monitor thread's word that the QP (or the CQ, or the device) is in
+ * error becomes the endpoint's failure on the owner's thread. */
+static rr_status check_async(verbs_ep *ep) {
+  int ev = atomic_load_explicit(&ep->async_event, memory_order_relaxed);
+  if (ev && !ep->failed) ep_fail(ep, RR_ERR_RAIL, ep->hca->api->event_type_str((enum ibv_event_type)(ev - 1)));
   return ep->failed;
 }
 
@@ -108,7 +123,7 @@ static rr_status post_send(verbs_ep *ep, struct ibv_send_wr *wr, uint64_t wr_id,
 static int sq_full(const verbs_ep *ep) { return ep->sq_tail - ep->sq_head >= VERBS_SQ_DEPTH - 1; }
 
 static rr_status usable(verbs_ep *ep) {
-  if (ep->failed) return ep->failed;
+  if (check_async(ep)) return ep->failed;
   if (ep->fenced) return RR_ERR_RAIL;
   return ep->connected ? RR_OK : RR_ERR_INVALID;
 }
@@ -218,7 +233,7 @@ static rr_status on_recv(verbs_ep *ep, const struct ibv_wc *wc, uint64_t now) {
 
 static rr_status verbs_progress(rr_rail_ep *rep) {
   verbs_ep *ep = to_ep(rep);
-  if (ep->failed) return ep->failed;
+  if (check_async(ep)) return ep->failed;
   if (!ep->connected) return RR_OK;
   verbs_hca_poll(ep->hca);
   for (;;) {
