@@ -32,7 +32,6 @@
 #define MSG_HDR 8                 /* type u8, 3 x 0, value u32 (length or epoch) */
 #define SLOT_BYTES (MSG_HDR + RR_RAIL_CTRL_MAX)
 #define SIGNAL_EVERY 16
-#define NOP_AFTER_NS 20000ull     /* unsignalled writes older than this get a NOP behind them */
 #define RECV_TAG (1ull << 63)
 
 enum verbs_msg_type { MSG_CTRL = 1, MSG_DRAIN = 2, MSG_NOP = 3 };
@@ -50,6 +49,7 @@ struct verbs_ep {
   verbs_hca *hca;
   struct ibv_qp *qp;
   uint32_t psn;
+  uint32_t max_inline;            /* bytes a request may carry inline (the QP's cap) */
   int attached;
   int connected;
   int fenced;
@@ -58,6 +58,7 @@ struct verbs_ep {
   sq_entry sq[VERBS_SQ_DEPTH];
   uint64_t sq_head, sq_tail;      /* sequence numbers: posted = tail, retired = head */
   uint64_t last_signaled;         /* sequence number + 1 of the last signalled request */
+  uint64_t tail_seen;             /* sq_tail when progress last looked */
   size_t backlog;                 /* bytes of writes posted and not completed */
   char *bufs;                     /* SEND_SLOTS send slots, then VERBS_RQ_DEPTH receive slots */
   struct ibv_mr *bufs_mr;
@@ -109,7 +110,7 @@ static rr_status post_send(verbs_ep *ep, struct ibv_send_wr *wr, uint64_t wr_id,
   uint64_t seq = ep->sq_tail;
   int signaled = slot >= 0 || seq % SIGNAL_EVERY == SIGNAL_EVERY - 1;
   wr->wr_id = seq;
-  wr->send_flags = signaled ? IBV_SEND_SIGNALED : 0;
+  wr->send_flags |= signaled ? IBV_SEND_SIGNALED : 0;
   struct ibv_send_wr *bad;
   if (ibv_post_send(ep->qp, wr, &bad) != 0) return ep_fail(ep, RR_ERR_RAIL, "ibv_post_send failed");
   ep->sq[seq % VERBS_SQ_DEPTH] = (sq_entry){.wr_id = wr_id, .post_ns = post_ns, .len = len, .slot = slot,
@@ -118,6 +119,13 @@ static rr_status post_send(verbs_ep *ep, struct ibv_send_wr *wr, uint64_t wr_id,
   if (signaled) ep->last_signaled = ep->sq_tail;
   if (slot < 0) ep->backlog += len;
   return RR_OK;
+}
+
+/* Small requests travel inside the work request: the NIC need not read
+ * them from memory (one DMA read less on the way out, which is most of a
+ * clear-to-send's or an ack's cost on real hardware). */
+static unsigned inline_flag(const verbs_ep *ep, size_t len) {
+  return len > 0 && len <= ep->max_inline ? IBV_SEND_INLINE : 0;
 }
 
 static int sq_full(const verbs_ep *ep) { return ep->sq_tail - ep->sq_head >= VERBS_SQ_DEPTH - 1; }
@@ -137,7 +145,7 @@ static rr_status verbs_post_write(rr_rail_ep *rep, const rr_write_wr *w) {
   struct ibv_sge sge = {.addr = (uintptr_t)w->local, .length = (uint32_t)w->len,
                         .lkey = w->local_mr ? w->local_mr->lkey : 0};
   struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = w->len ? 1 : 0, .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
-                           .imm_data = htonl(w->imm)};
+                           .imm_data = htonl(w->imm), .send_flags = inline_flag(ep, w->len)};
   wr.wr.rdma.remote_addr = w->remote_addr;
   wr.wr.rdma.rkey = w->rkey;
   return post_send(ep, &wr, w->wr_id, (uint32_t)w->len, -1, w->post_ns);
@@ -158,7 +166,8 @@ static rr_status post_msg(verbs_ep *ep, uint8_t type, uint32_t value, const void
   memcpy(b + 4, &v, 4);
   if (len) memcpy(b + MSG_HDR, body, len);
   struct ibv_sge sge = {.addr = (uintptr_t)b, .length = MSG_HDR + len, .lkey = ep->bufs_mr->lkey};
-  struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND};
+  struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+                           .send_flags = inline_flag(ep, MSG_HDR + len)};
   st = post_send(ep, &wr, 0, MSG_HDR + len, slot, 0);
   if (st != RR_OK) ep->send_free[ep->nsend_free++] = slot;
   return st;
@@ -255,14 +264,15 @@ static rr_status verbs_progress(rr_rail_ep *rep) {
     }
   }
   /* Unsignalled writes with nothing behind them: a NOP brings their
-   * completions. */
-  if (!ep->fenced && ep->sq_tail > ep->last_signaled && ep->sq_tail > ep->sq_head) {
-    const sq_entry *last = &ep->sq[(ep->sq_tail - 1) % VERBS_SQ_DEPTH];
-    if (rr_now_ns() - last->post_ns > NOP_AFTER_NS) {
-      rr_status st = post_msg(ep, MSG_NOP, 0, NULL, 0, 0);
-      if (st != RR_OK && st != RR_AGAIN) return st;
-    }
+   * completions. "Nothing behind them" is a whole progress cycle in which the
+   * owner posted nothing (its burst is over), not an age: reading the clock
+   * on every poll costs more than the NOP where the clock is not in the vDSO
+   * (a virtual machine's HPET is a trap per read). */
+  if (!ep->fenced && ep->sq_tail > ep->last_signaled && ep->sq_tail > ep->sq_head && ep->sq_tail == ep->tail_seen) {
+    rr_status st = post_msg(ep, MSG_NOP, 0, NULL, 0, 0);
+    if (st != RR_OK && st != RR_AGAIN) return st;
   }
+  ep->tail_seen = ep->sq_tail;
   return RR_OK;
 }
 
@@ -314,10 +324,17 @@ static rr_status verbs_ep_open(rr_rail_dev *dev, const rr_rail_events *events, v
   ep->bufs = aligned_alloc(4096, (bytes + 4095) & ~(size_t)4095);
   if (!ep->bufs) goto fail;
   ep->bufs_mr = api->reg_mr(h->pd, ep->bufs, bytes, IBV_ACCESS_LOCAL_WRITE);
-  struct ibv_qp_init_attr qa = {.send_cq = h->cq, .recv_cq = h->cq, .qp_type = IBV_QPT_RC, .sq_sig_all = 0,
-                                .cap = {.max_send_wr = VERBS_SQ_DEPTH, .max_recv_wr = VERBS_RQ_DEPTH,
-                                        .max_send_sge = 1, .max_recv_sge = 1}};
-  ep->qp = ep->bufs_mr ? api->create_qp(h->pd, &qa) : NULL;
+  /* As much inline data as a control message, or what the device allows. */
+  static const uint32_t inline_tries[] = {SLOT_BYTES, 256, 64, 0};
+  struct ibv_qp_init_attr qa;
+  for (size_t t = 0; ep->bufs_mr && !ep->qp && t < sizeof inline_tries / sizeof *inline_tries; t++) {
+    qa = (struct ibv_qp_init_attr){.send_cq = h->cq, .recv_cq = h->cq, .qp_type = IBV_QPT_RC, .sq_sig_all = 0,
+                                   .cap = {.max_send_wr = VERBS_SQ_DEPTH, .max_recv_wr = VERBS_RQ_DEPTH,
+                                           .max_send_sge = 1, .max_recv_sge = 1,
+                                           .max_inline_data = inline_tries[t]}};
+    ep->qp = api->create_qp(h->pd, &qa);
+  }
+  if (ep->qp) ep->max_inline = qa.cap.max_inline_data;
   if (!ep->qp) {
     RR_WARN("verbs %s: cannot create a queue pair: %s", h->port.dev_name, strerror(errno));
     goto fail;

@@ -1,10 +1,16 @@
-/* The verbs rail's async events, on any host: a device whose libibverbs is a table of fakes
- * (its QPs, CQ and async event queue are plain structs) so that a QP fatal, a CQ error or a
- * fatal device can be raised at will. What must hold: the event names the endpoint it
- * concerns and that endpoint alone fails (progress and posts return RR_ERR_RAIL, the rail
- * failure the engine handles), a CQ or device error fails every endpoint of the device and
- * is reported as a fatal device event, a port event still reads as before, and every event
- * is acknowledged (libibverbs' destroy_qp waits for that). */
+/* The verbs rail's endpoints on any host: a device whose libibverbs is a table of fakes (its
+ * QPs, CQ and async event queue are plain structs, posts are recorded) so that a QP fatal, a
+ * CQ error or a fatal device can be raised at will and what is posted can be read back.
+ *
+ * Async events: the event names the endpoint it concerns and that endpoint alone fails
+ * (progress and posts return RR_ERR_RAIL, the rail failure the engine handles), a CQ or
+ * device error fails every endpoint of the device and is reported as a fatal device event, a
+ * port event still reads as before, and every event is acknowledged (libibverbs' destroy_qp
+ * waits for that).
+ *
+ * Posting: small writes and control messages go inline, large writes do not; unsignalled
+ * writes get a signalled NOP behind them once a progress cycle passes with nothing posted,
+ * not while the owner is still posting. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -37,6 +43,24 @@ static int f_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_rec
   (void)qp, (void)wr, (void)bad;
   return 0;
 }
+#define MAX_POSTS 64
+static struct {
+  enum ibv_wr_opcode opcode;
+  unsigned flags;
+  uint32_t len;
+} posts[MAX_POSTS];
+static int nposts;
+
+static int f_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad) {
+  (void)qp, (void)bad;
+  if (nposts == MAX_POSTS) return ENOMEM;
+  posts[nposts].opcode = wr->opcode;
+  posts[nposts].flags = wr->send_flags;
+  posts[nposts].len = wr->num_sge ? wr->sg_list[0].length : 0;
+  nposts++;
+  return 0;
+}
+
 static int f_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
   (void)cq, (void)n, (void)wc;
   return 0;
@@ -125,6 +149,8 @@ static int setup(void **state) {
   memset(&fake_ctx, 0, sizeof fake_ctx);
   fake_ctx.ops.post_recv = f_post_recv;
   fake_ctx.ops.poll_cq = f_poll_cq;
+  fake_ctx.ops.post_send = f_post_send;
+  nposts = 0;
   fake_cq.context = &fake_ctx;
   fake_cq.cqe = 1 << 15;
   nqps = nevents = next_event = nacked = 0;
@@ -240,6 +266,49 @@ static void test_event_for_unknown_qp_is_ignored(void **state) {
   assert_int_equal(nacked, 1);
 }
 
+static rr_status post_write(world *w, int i, size_t len) {
+  static char buf[1 << 16];
+  static rr_rail_mr rmr = {.lkey = 7};
+  rr_write_wr wr = {.wr_id = 1, .local = buf, .len = len, .local_mr = &rmr, .remote_addr = 0x1000, .rkey = 9};
+  return w->ep[i]->ops->post_write(w->ep[i], &wr);
+}
+
+static void test_small_requests_inline(void **state) {
+  world *w = *state;
+  char msg[40] = {0};
+  assert_int_equal(post_write(w, 0, 16), RR_OK);
+  assert_int_equal(post_write(w, 0, 1 << 16), RR_OK);
+  assert_int_equal(w->ep[0]->ops->post_ctrl(w->ep[0], msg, sizeof msg), RR_OK);
+  assert_int_equal(nposts, 3);
+  assert_int_equal(posts[0].opcode, IBV_WR_RDMA_WRITE_WITH_IMM);
+  assert_true(posts[0].flags & IBV_SEND_INLINE);
+  assert_false(posts[1].flags & IBV_SEND_INLINE);
+  assert_int_equal(posts[2].opcode, IBV_WR_SEND);
+  assert_true(posts[2].flags & IBV_SEND_INLINE);
+  assert_true(posts[2].flags & IBV_SEND_SIGNALED); /* its slot comes back with its completion */
+}
+
+static void test_nop_after_an_idle_cycle_only(void **state) {
+  world *w = *state;
+  /* A burst of unsignalled writes, then progress while the owner still
+   * posts: no NOP. */
+  for (int k = 0; k < 3; k++) assert_int_equal(post_write(w, 0, 1 << 16), RR_OK);
+  assert_int_equal(progress(w, 0), RR_OK);
+  assert_int_equal(post_write(w, 0, 1 << 16), RR_OK);
+  assert_int_equal(progress(w, 0), RR_OK);
+  assert_int_equal(nposts, 4);
+  for (int k = 0; k < 4; k++) assert_false(posts[k].flags & IBV_SEND_SIGNALED);
+  /* A cycle with nothing posted: one signalled NOP behind the writes, and
+   * no second one while nothing new sits unsignalled. */
+  assert_int_equal(progress(w, 0), RR_OK);
+  assert_int_equal(nposts, 5);
+  assert_int_equal(posts[4].opcode, IBV_WR_SEND);
+  assert_true(posts[4].flags & IBV_SEND_SIGNALED);
+  assert_int_equal(progress(w, 0), RR_OK);
+  assert_int_equal(progress(w, 0), RR_OK);
+  assert_int_equal(nposts, 5);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_qp_fatal_fails_its_endpoint_only, setup, teardown),
@@ -248,6 +317,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_device_fatal_fails_every_endpoint, setup, teardown),
       cmocka_unit_test_setup_teardown(test_port_events_fail_no_endpoint, setup, teardown),
       cmocka_unit_test_setup_teardown(test_event_for_unknown_qp_is_ignored, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_small_requests_inline, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_nop_after_an_idle_cycle_only, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
