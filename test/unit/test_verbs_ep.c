@@ -8,9 +8,10 @@
  * port event still reads as before, and every event is acknowledged (libibverbs' destroy_qp
  * waits for that).
  *
- * Posting: small writes and control messages go inline, large writes do not; unsignalled
- * writes get a signalled NOP behind them once a progress cycle passes with nothing posted,
- * not while the owner is still posting. */
+ * Posting: small writes and control messages go inline, large writes do not; a write is
+ * signalled every 16 requests or every quarter MiB; unsignalled writes get a signalled NOP
+ * behind them once a progress cycle passes with nothing posted, not while the owner is
+ * still posting. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -292,9 +293,9 @@ static void test_nop_after_an_idle_cycle_only(void **state) {
   world *w = *state;
   /* A burst of unsignalled writes, then progress while the owner still
    * posts: no NOP. */
-  for (int k = 0; k < 3; k++) assert_int_equal(post_write(w, 0, 1 << 16), RR_OK);
+  for (int k = 0; k < 3; k++) assert_int_equal(post_write(w, 0, 1 << 14), RR_OK);
   assert_int_equal(progress(w, 0), RR_OK);
-  assert_int_equal(post_write(w, 0, 1 << 16), RR_OK);
+  assert_int_equal(post_write(w, 0, 1 << 14), RR_OK);
   assert_int_equal(progress(w, 0), RR_OK);
   assert_int_equal(nposts, 4);
   for (int k = 0; k < 4; k++) assert_false(posts[k].flags & IBV_SEND_SIGNALED);
@@ -309,6 +310,21 @@ static void test_nop_after_an_idle_cycle_only(void **state) {
   assert_int_equal(nposts, 5);
 }
 
+static void test_signalled_by_count_and_by_bytes(void **state) {
+  world *w = *state;
+  /* Small writes: every 16th is signalled. */
+  for (int k = 0; k < 16; k++) assert_int_equal(post_write(w, 0, 64), RR_OK);
+  for (int k = 0; k < 15; k++) assert_false(posts[k].flags & IBV_SEND_SIGNALED);
+  assert_true(posts[15].flags & IBV_SEND_SIGNALED);
+  /* Large ones: no more than a quarter MiB goes unsignalled, so completions
+   * (the sender's proof of life) keep coming on a slow path. */
+  for (int k = 0; k < 4; k++) assert_int_equal(post_write(w, 1, 1 << 16), RR_OK);
+  for (int k = 16; k < 19; k++) assert_false(posts[k].flags & IBV_SEND_SIGNALED);
+  assert_true(posts[19].flags & IBV_SEND_SIGNALED);
+  for (int k = 0; k < 3; k++) assert_int_equal(post_write(w, 1, 1 << 16), RR_OK);
+  for (int k = 20; k < 23; k++) assert_false(posts[k].flags & IBV_SEND_SIGNALED);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_qp_fatal_fails_its_endpoint_only, setup, teardown),
@@ -319,6 +335,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_event_for_unknown_qp_is_ignored, setup, teardown),
       cmocka_unit_test_setup_teardown(test_small_requests_inline, setup, teardown),
       cmocka_unit_test_setup_teardown(test_nop_after_an_idle_cycle_only, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_signalled_by_count_and_by_bytes, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

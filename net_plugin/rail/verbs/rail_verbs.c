@@ -2,7 +2,8 @@
  *
  * Send queue: every work request takes a credit (a slot of the send ring)
  * before it is posted, so a full queue is RR_AGAIN, never an error. Writes
- * are signalled every SIGNAL_EVERY requests; RC completes in order, so a
+ * are signalled every SIGNAL_EVERY requests or SIGNAL_BYTES, whichever comes
+ * first; RC completes in order, so a
  * signalled completion retires everything posted before it. When writes sit
  * unsignalled and nothing follows them, progress() posts a signalled NOP
  * behind them so their completions (and the rail's liveness) do not wait.
@@ -32,6 +33,7 @@
 #define MSG_HDR 8                 /* type u8, 3 x 0, value u32 (length or epoch) */
 #define SLOT_BYTES (MSG_HDR + RR_RAIL_CTRL_MAX)
 #define SIGNAL_EVERY 16
+#define SIGNAL_BYTES (256u << 10) /* ... or as soon as this much was written unsignalled */
 #define RECV_TAG (1ull << 63)
 
 enum verbs_msg_type { MSG_CTRL = 1, MSG_DRAIN = 2, MSG_NOP = 3 };
@@ -58,6 +60,7 @@ struct verbs_ep {
   sq_entry sq[VERBS_SQ_DEPTH];
   uint64_t sq_head, sq_tail;      /* sequence numbers: posted = tail, retired = head */
   uint64_t last_signaled;         /* sequence number + 1 of the last signalled request */
+  uint64_t unsignaled_bytes;      /* written since the last signalled request */
   uint64_t tail_seen;             /* sq_tail when progress last looked */
   size_t backlog;                 /* bytes of writes posted and not completed */
   char *bufs;                     /* SEND_SLOTS send slots, then VERBS_RQ_DEPTH receive slots */
@@ -108,7 +111,13 @@ static rr_status post_recv(verbs_ep *ep, int i) {
 static rr_status post_send(verbs_ep *ep, struct ibv_send_wr *wr, uint64_t wr_id, uint32_t len, int16_t slot,
                            uint64_t post_ns) {
   uint64_t seq = ep->sq_tail;
-  int signaled = slot >= 0 || seq % SIGNAL_EVERY == SIGNAL_EVERY - 1;
+  /* Completions are the sender's proof of life: while writes wait, only
+   * theirs count (a probe queues behind them on the QP). Signalling by
+   * count alone spaced them 16 chunks apart, 2 MiB at 128 KiB chunks, which a
+   * slow path (the emulated lab under load: 2 MB/s) takes longer than the
+   * silence limit δ to carry: the only rail was declared silent while
+   * moving data. A byte limit keeps them a quarter MiB apart. */
+  int signaled = slot >= 0 || seq % SIGNAL_EVERY == SIGNAL_EVERY - 1 || ep->unsignaled_bytes + len >= SIGNAL_BYTES;
   wr->wr_id = seq;
   wr->send_flags |= signaled ? IBV_SEND_SIGNALED : 0;
   struct ibv_send_wr *bad;
@@ -116,7 +125,8 @@ static rr_status post_send(verbs_ep *ep, struct ibv_send_wr *wr, uint64_t wr_id,
   ep->sq[seq % VERBS_SQ_DEPTH] = (sq_entry){.wr_id = wr_id, .post_ns = post_ns, .len = len, .slot = slot,
                                            .signaled = (uint8_t)signaled};
   ep->sq_tail++;
-  if (signaled) ep->last_signaled = ep->sq_tail;
+  if (signaled) ep->last_signaled = ep->sq_tail, ep->unsignaled_bytes = 0;
+  else ep->unsignaled_bytes += len;
   if (slot < 0) ep->backlog += len;
   return RR_OK;
 }
