@@ -47,6 +47,6 @@ for s in "${sizes[@]}"; do
     mbs=$(awk -v g="${gbs:-0}" 'BEGIN {printf "%.1f", g * 1000}')
     ratio=$(awk -v a="$mbs" -v b="${base:-0}" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "-"}')
     echo "| $s | $r | ${base:--} | $mbs | $ratio |"
-    [[ -n $gbs ]] || { echo "verbs_bench: rerail run failed:"; tail -5 "$work/a.err" "$work/b.err"; }
+    [[ -n $gbs ]] || { echo "verbs_bench: rerail run failed:"; tail -n 5 "$work/a.err" "$work/b.err"; }
   done
 done

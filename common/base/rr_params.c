@@ -112,11 +112,14 @@ static void params_parse(void) {
     else
       params.ib_gid_index = atoi(gid);
   }
-  /* 4.096 us x 2^18 = 1.07 s per try, 6 retries: the hardware gives up after ~7 s, long after
-   * rerail's own progress timeout (1 s) has moved traffic to a backup QP, and long enough to
-   * ride out a short blip on a rail nobody has given up on. 7 would mean "retry forever" on
-   * Soft-RoCE. */
-  params.ib_timeout = (int)rr_param_parse_u64("RERAIL_IB_TIMEOUT", getenv("RERAIL_IB_TIMEOUT"), 18,
+  /* 4.096 us x 2^16 = 268 ms per try, 6 retries: the hardware gives up after ~1.9 s, after
+   * rerail's own progress timeout (1 s) has moved traffic to a backup QP. One try must stay
+   * well under that timeout: a lost packet with nothing behind it (the tail of a burst: no
+   * later packet draws a sequence NAK) waits one try, and while it waits the busy rail shows
+   * no life (its probe queues behind the data). At 2^18 (1.07 s) such a loss is the likely
+   * cause of the Soft-RoCE lab's only rail going "silent" and failing the connection. 7 would
+   * mean "retry forever" on Soft-RoCE. */
+  params.ib_timeout = (int)rr_param_parse_u64("RERAIL_IB_TIMEOUT", getenv("RERAIL_IB_TIMEOUT"), 16,
                                               1, 31);
   params.ib_retry_cnt = (int)rr_param_parse_u64("RERAIL_IB_RETRY_CNT",
                                                 getenv("RERAIL_IB_RETRY_CNT"), 6, 0, 7);

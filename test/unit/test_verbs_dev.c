@@ -314,7 +314,7 @@ static void test_params(void **state) {
   const rr_params *p = rr_params_get();
   assert_string_equal(p->ib_hca, "");
   assert_int_equal(p->ib_gid_index, -1);
-  assert_int_equal(p->ib_timeout, 18);
+  assert_int_equal(p->ib_timeout, 16);
   assert_int_equal(p->ib_retry_cnt, 6);
   assert_int_equal(p->ib_qps_per_rail, 1);
   setenv("RERAIL_IB_HCA", "^mlx5_0:1", 1), setenv("RERAIL_IB_GID_INDEX", "3", 1);
@@ -340,7 +340,7 @@ static void test_params(void **state) {
   longspec[sizeof longspec - 1] = '\0';
   setenv("RERAIL_IB_HCA", longspec, 1);
   rr_params_reload();
-  assert_int_equal(p->ib_timeout, 18);
+  assert_int_equal(p->ib_timeout, 16);
   assert_int_equal(p->ib_retry_cnt, 6);
   assert_int_equal(p->ib_qps_per_rail, 1);
   assert_string_equal(p->ib_hca, "");

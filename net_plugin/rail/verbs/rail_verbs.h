@@ -69,6 +69,10 @@ rr_status verbs_hca_poll(verbs_hca *h);
 /* The inbox and QP number of an endpoint (rail_verbs.c owns the struct). */
 verbs_inbox *verbs_ep_inbox(verbs_ep *ep);
 uint32_t verbs_ep_qpn(const verbs_ep *ep);
+/* An async event (QP fatal, CQ error, device fatal) concerning ep: the
+ * endpoint fails with RR_ERR_RAIL on its next progress or post. Thread safe
+ * (the monitor thread calls it, the endpoint's owner acts on it). */
+void verbs_ep_async_error(verbs_ep *ep, enum ibv_event_type t);
 
 rr_status verbs_reg_mr(rr_rail_dev *dev, void *base, size_t len, uint32_t kind, int dmabuf_fd,
                        uint64_t dmabuf_offset, rr_rail_mr **mr);

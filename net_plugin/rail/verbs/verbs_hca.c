@@ -168,6 +168,22 @@ rr_status verbs_dev_progress(rr_rail_dev *dev) { return verbs_hca_poll(to_hca(de
 
 /* --------------------------------------------------------------- events */
 
+/* A QP in error, or the CQ every endpoint shares, fails the endpoints
+ * concerned now rather than when their next completion (or the silence
+ * detector) says so: an idle endpoint may have nothing outstanding to
+ * complete in error. The endpoint itself turns the mark into a rail failure
+ * on its owner's thread. Called under the device lock, with the event not yet
+ * acknowledged, so its QP is still alive and its endpoint still attached. */
+static void fail_eps_locked(verbs_hca *h, const struct ibv_async_event *ae) {
+  enum ibv_event_type t = ae->event_type;
+  if (t == IBV_EVENT_QP_FATAL || t == IBV_EVENT_QP_REQ_ERR || t == IBV_EVENT_QP_ACCESS_ERR) {
+    verbs_ep *ep = ae->element.qp ? ep_by_qpn(h, ae->element.qp->qp_num) : NULL;
+    if (ep) verbs_ep_async_error(ep, t);
+  } else if (t == IBV_EVENT_CQ_ERR || t == IBV_EVENT_DEVICE_FATAL) {
+    for (int i = 0; i < h->neps; i++) verbs_ep_async_error(h->eps[i], t);
+  }
+}
+
 rr_rail_dev_event_kind verbs_dev_event(rr_rail_dev *dev, rr_rail_dev_event *ev) {
   verbs_hca *h = to_hca(dev);
   memset(ev, 0, sizeof *ev);
@@ -175,12 +191,17 @@ rr_rail_dev_event_kind verbs_dev_event(rr_rail_dev *dev, rr_rail_dev_event *ev) 
   while (h->api->get_async_event(h->ctx, &ae) == 0) {
     enum ibv_event_type t = ae.event_type;
     int port = ae.element.port_num;
+    pthread_mutex_lock(&h->lock);
+    fail_eps_locked(h, &ae);
+    pthread_mutex_unlock(&h->lock);
     h->api->ack_async_event(&ae);
     if ((t == IBV_EVENT_PORT_ERR || t == IBV_EVENT_PORT_ACTIVE) && port != h->port.port) continue;
     if (t == IBV_EVENT_PORT_ERR) ev->kind = RR_RAIL_DEV_EV_PORT_DOWN;
     else if (t == IBV_EVENT_PORT_ACTIVE) ev->kind = RR_RAIL_DEV_EV_PORT_UP;
-    else if (t == IBV_EVENT_DEVICE_FATAL) ev->kind = RR_RAIL_DEV_EV_FATAL;
-    else continue; /* QP and CQ events show up as completion errors too */
+    /* The shared CQ in error loses every completion of the device: as
+     * unusable as a fatal device until it is opened again. */
+    else if (t == IBV_EVENT_DEVICE_FATAL || t == IBV_EVENT_CQ_ERR) ev->kind = RR_RAIL_DEV_EV_FATAL;
+    else continue; /* a QP's event concerns its endpoint only (marked above) */
     snprintf(ev->why, sizeof ev->why, "%.24s port %d: %.28s", h->port.dev_name, h->port.port, h->api->event_type_str(t));
     h->port_down = ev->kind != RR_RAIL_DEV_EV_PORT_UP;
     return ev->kind;
