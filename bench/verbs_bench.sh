@@ -1,9 +1,11 @@
 #!/bin/bash
 # The verbs rail against ib_write_bw on the same pair of rxe devices, in the same lab run: for
-# each size, ib_write_bw (perftest, RC RDMA WRITE, one QP) from host B's rxe2 to host A's rxe0,
-# then rerail-net-bench from host A to host B with RERAIL_TRANSPORT=verbs on one rail (rxe0 <->
-# rxe2, so both measure the same wire), alternating ROUNDS times. Both are emulated (rdma_rxe
-# under QEMU/TCG): the ratio is rerail's own overhead over a verbs data path, not a speed.
+# each size, ib_write_bw (perftest, RC RDMA WRITE, one QP) from host A's rxe0 to host B's rxe2,
+# then rerail-net-bench from host A to host B with RERAIL_TRANSPORT=verbs on one rail: the same
+# devices in the same direction, alternating ROUNDS times. Both are emulated (rdma_rxe under
+# QEMU/TCG): the ratio is rerail's own overhead over a verbs data path, not a speed.
+# Units: perftest's "MB/sec" is MiB/s (2^20 bytes); it is converted to MB/s (10^6 bytes), the
+# unit rerail-net-bench's GB/s (10^9) is in, before the ratio is taken.
 # Run inside the Soft-RoCE lab:
 #   test/lab/rxe/rxelab.sh run -- bench/verbs_bench.sh BUILD_DIR [SIZES...]
 # Environment: ROUNDS (default 3), BYTES (per rerail measurement, default 64M), ITERS
@@ -18,10 +20,11 @@ work=$(mktemp -d /tmp/verbs-bench.XXXXXX)
 port=18700
 ibw() {  # SIZE -> average MB/s
   port=$((port + 1))
-  ib_write_bw -d rxe0 -x 1 -s "$1" -n "$iters" -F -p "$port" >/dev/null 2>&1 &
+  ib_write_bw -d rxe2 -x 1 -s "$1" -n "$iters" -F -p "$port" >/dev/null 2>&1 &
   local srv=$! i
   for ((i = 0; i < 100; i++)); do [[ -n $(ss -Hltn "sport = :$port") ]] && break; sleep 0.1; done
-  timeout 300 ib_write_bw -d rxe2 -x 1 -s "$1" -n "$iters" -F -p "$port" 10.55.0.1 | awk -v s="$1" '$1 == s {print $4}'
+  timeout 300 ib_write_bw -d rxe0 -x 1 -s "$1" -n "$iters" -F -p "$port" 10.55.0.2 |
+    awk -v s="$1" '$1 == s {printf "%.1f\n", $4 * 1.048576}'
   wait "$srv"
 }
 rr() {  # SIZE -> GB/s of rerail's verbs rail
@@ -38,7 +41,7 @@ rr() {  # SIZE -> GB/s of rerail's verbs rail
   awk -F, -v s="$1" '$1 == "bw" && $2 == s {print $4}' "$work/a.csv"
 }
 echo "verbs_bench: rxe0 <-> rxe2, MTU $(cat /sys/class/net/vethA0/mtu), $rounds rounds, $(nproc) vCPUs"
-echo "| size | round | ib_write_bw MB/s | rerail verbs MB/s | rerail / ib_write_bw |"
+echo "| size | round | ib_write_bw MB/s (10^6) | rerail verbs MB/s | rerail / ib_write_bw |"
 echo "|---:|---:|---:|---:|---:|"
 for s in "${sizes[@]}"; do
   for ((r = 1; r <= rounds; r++)); do
