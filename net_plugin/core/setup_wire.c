@@ -38,8 +38,11 @@ static void put_hdr(uint8_t *p, int type) {
   p[7] = 0;
 }
 
-/* Checks the header once its 8 bytes are in; RR_AGAIN before. */
-static rr_status check_hdr(const uint8_t *buf, size_t len, int type, size_t *need, const char **why) {
+/* Checks the header once its 8 bytes are in, then waits for the message's
+ * fixed part (`fixed` bytes, header included): RR_AGAIN with *need set
+ * until both are there. */
+static rr_status check_hdr(const uint8_t *buf, size_t len, int type, size_t fixed, size_t *need,
+                           const char **why) {
   if (len < RR_HS_HDR_LEN) {
     *need = RR_HS_HDR_LEN;
     return RR_AGAIN;
@@ -55,6 +58,10 @@ static rr_status check_hdr(const uint8_t *buf, size_t len, int type, size_t *nee
   if (buf[6] != type || buf[7] != 0) {
     *why = "unexpected message type";
     return RR_ERR_PROTOCOL;
+  }
+  if (len < fixed) {
+    *need = fixed;
+    return RR_AGAIN;
   }
   return RR_OK;
 }
@@ -75,12 +82,8 @@ size_t rr_hs_hello_encode(const rr_hs_hello *h, uint8_t out[RR_HS_HELLO_LEN]) {
 
 rr_status rr_hs_hello_decode(const uint8_t *buf, size_t len, rr_hs_hello *out, size_t *need,
                              const char **why) {
-  rr_status st = check_hdr(buf, len, RR_HS_HELLO, need, why);
+  rr_status st = check_hdr(buf, len, RR_HS_HELLO, RR_HS_HELLO_LEN, need, why);
   if (st != RR_OK) return st;
-  if (len < RR_HS_HELLO_LEN) {
-    *need = RR_HS_HELLO_LEN;
-    return RR_AGAIN;
-  }
   rr_hs_hello h;
   h.conn_id = get64(buf + 8);
   h.rail = buf[16];
@@ -118,12 +121,8 @@ size_t rr_hs_challenge_encode(const rr_hs_challenge *c, uint8_t out[RR_HS_CHALLE
 
 rr_status rr_hs_challenge_decode(const uint8_t *buf, size_t len, rr_hs_challenge *out, size_t *need,
                                  const char **why) {
-  rr_status st = check_hdr(buf, len, RR_HS_CHALLENGE, need, why);
+  rr_status st = check_hdr(buf, len, RR_HS_CHALLENGE, RR_HS_CHALLENGE_LEN, need, why);
   if (st != RR_OK) return st;
-  if (len < RR_HS_CHALLENGE_LEN) {
-    *need = RR_HS_CHALLENGE_LEN;
-    return RR_AGAIN;
-  }
   memcpy(out->nonce, buf + 8, RR_HS_NONCE_LEN);
   out->gen_floor = get32(buf + 40);
   memcpy(out->mac, buf + 44, RR_HS_MAC_LEN);
@@ -146,12 +145,8 @@ rr_status rr_hs_proof_decode(int type, const uint8_t *buf, size_t len, rr_hs_pro
     *why = "not a proof or accept";
     return RR_ERR_INVALID;
   }
-  rr_status st = check_hdr(buf, len, type, need, why);
+  rr_status st = check_hdr(buf, len, type, RR_HS_PROOF_FIXED, need, why);
   if (st != RR_OK) return st;
-  if (len < RR_HS_PROOF_FIXED) {
-    *need = RR_HS_PROOF_FIXED;
-    return RR_AGAIN;
-  }
   uint16_t n = get16(buf + 40);
   if (n > RR_HS_BLOB_MAX || get16(buf + 42) != 0) {
     *why = "malformed proof (endpoint address length)";
@@ -177,12 +172,8 @@ size_t rr_hs_commit_encode(uint32_t rails_mask, uint8_t out[RR_HS_COMMIT_LEN]) {
 
 rr_status rr_hs_commit_decode(const uint8_t *buf, size_t len, uint32_t *rails_mask, size_t *need,
                               const char **why) {
-  rr_status st = check_hdr(buf, len, RR_HS_COMMIT, need, why);
+  rr_status st = check_hdr(buf, len, RR_HS_COMMIT, RR_HS_COMMIT_LEN, need, why);
   if (st != RR_OK) return st;
-  if (len < RR_HS_COMMIT_LEN) {
-    *need = RR_HS_COMMIT_LEN;
-    return RR_AGAIN;
-  }
   uint32_t m = get32(buf + 8);
   if (!m || (m >> RR_HS_MAX_RAILS) || get32(buf + 12) != 0) {
     *why = "malformed commit (rails)";
