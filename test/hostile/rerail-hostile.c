@@ -20,8 +20,10 @@
  *   frame CONN RAIL KIND  reopen RAIL of CONN with a valid generation, then
  *                       send forged TCP frames of KIND: key (writes with
  *                       unknown keys), outside (writes far outside any
- *                       receive), type, flags, ctrl (oversized), drainlen (a
- *                       drain with a payload), truncated (half a header)
+ *                       receive), eager (eager writes naming a receive
+ *                       far past the window the sender may assume), type,
+ *                       flags, ctrl (oversized), drainlen (a drain with a
+ *                       payload), truncated (half a header)
  *
  * Prints one "RESULT attack=... ok=0|1 ..." line; exits 0 when the listener
  * behaved (refused, dropped in time, or failed only the forged rail). */
@@ -317,14 +319,18 @@ static int attack_frame(uint64_t conn, int rail, const char *kind) {
    * and fails the rail, which ends the sweep. */
   uint8_t hb[TCP_FRAME_BYTES];
   tcp_frame_hdr h = {.type = TCP_FRAME_WRITE};
-  if (!strcmp(kind, "key") || !strcmp(kind, "outside")) {
+  if (!strcmp(kind, "key") || !strcmp(kind, "outside") || !strcmp(kind, "eager")) {
+    int eager = !strcmp(kind, "eager");
     rr_hs_random(&h.raddr, sizeof h.raddr);
     uint32_t chunk = !strcmp(kind, "outside") ? (1u << 18) - 1 : 0; /* far past any receive */
+    if (eager) h.flags = TCP_FRAME_F_EAGER;
     static uint8_t batch[32 * TCP_FRAME_BYTES];
     for (uint32_t f = 0; f < 65536; f++) {
       for (uint32_t slot = 0; slot < 32; slot++) {
         h.fence = (uint16_t)f;
-        h.imm = (f & 0xf) << 28 | slot << 23 | chunk;
+        h.imm = (f & 0xf) << 28 | slot << 23 | chunk | (eager ? 1u << 19 : 0);
+        /* eager: receive 3200 + slot assumed from receive 0, far past the 32 a sender may assume */
+        if (eager) h.raddr = 3200u + slot;
         rr_hs_random(&h.rkey, sizeof h.rkey);
         tcp_frame_encode(&h, batch + slot * TCP_FRAME_BYTES);
       }

@@ -90,10 +90,10 @@ done
 
 # 3. A peer holding the handle: a runaway generation on conn 2's backup.
 ID=()
-for k in 0 1 2 3 4 5 6; do ID[k]=$(conn_id $k); done
-if [ ${#ID[@]} -ne 7 ] || printf '%s\n' "${ID[@]}" | grep -qx ''; then
+for k in 0 1 2 3 4 5 6 7; do ID[k]=$(conn_id $k); done
+if [ ${#ID[@]} -ne 8 ] || printf '%s\n' "${ID[@]}" | grep -qx ''; then
   BAD+=("connection ids not found in the server's log")
-  ID=(0 0 0 0 0 0 0)
+  ID=(0 0 0 0 0 0 0 0)
 fi
 # shellcheck disable=SC2046
 expect_ok $(H 2) --addr 1 --src "$SRC1" runaway "${ID[2]}" 1
@@ -109,8 +109,8 @@ nap 1.0
 #    connection each, primaries and backups. (The real sender reopens a rail
 #    the attacker took over, since it closed only that rail; one attack per
 #    connection keeps the run short.)
-KINDS=(key outside ctrl type flags drainlen truncated)
-for k in 0 1 2 3 4 5 6; do
+KINDS=(key outside ctrl type flags drainlen truncated eager)
+for k in 0 1 2 3 4 5 6 7; do
   r=$((k % 2))
   src=$SRC0
   [ $r = 1 ] && src=$SRC1
@@ -136,7 +136,7 @@ once "from ${SRC1}[^ ]*: a runaway reconnect generation" "a runaway generation"
 # Forged frames: each connection's first violation is logged, later ones
 # counted (the engine); a frame the rail itself refuses is named by the rail.
 VIOL=$(count_lines "rail [0-9]+ broke the protocol" "$SLOG")
-[ "$VIOL" = 2 ] || BAD+=("forged frames: $VIOL engine violation warnings (want 2: key and outside, once per connection)")
+[ "$VIOL" = 3 ] || BAD+=("forged frames: $VIOL engine violation warnings (want 3: key, outside and eager, once per connection)")
 for what in "an unknown frame type" "an oversized control frame" "a frame with unknown flags" \
   "a drain marker with a payload"; do
   once "TCP rail dev [0-9]+: $what" "$what"
@@ -149,6 +149,6 @@ elif [ ${#BAD[@]} -gt 0 ]; then
   fail hostile "$(printf '%s; ' "${BAD[@]}")"
   cat "$ALOG"
 else
-  pass hostile "${SECS}s of checked traffic with rail flaps through 1,000 idle connections, 4 kinds of garbage, a wrong secret, a runaway generation and 7 kinds of forged frames; each refusal logged once"
+  pass hostile "${SECS}s of checked traffic with rail flaps through 1,000 idle connections, 4 kinds of garbage, a wrong secret, a runaway generation and 8 kinds of forged frames; each refusal logged once"
 fi
 finish
