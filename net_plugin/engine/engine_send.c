@@ -101,33 +101,25 @@ rr_status engine_send_post(rr_engine *e, uint64_t now) {
         if (!seq_before(r->seq, e->known_seq)) return RR_OK;
         r->eager = 0;
       }
-      rr_write_wr wr;
+      rr_write_wr wr = {
+          .wr_id = wr_id_make(idx, e->epoch),
+          .local = r->data + off,
+          .len = len,
+          .local_mr = r->mr ? r->mr->reg[ep->dev->index] : e->bounce_reg[ri],
+          .remote_addr = r->raddr + off,
+          .rkey = r->rkey[ri],
+          .imm = imm_encode(e->epoch, r->seq % RR_NET_MAX_REQUESTS, r->sub, k + 1 == r->nchunks,
+                            r->bounce < 0, k),
+          .fence = (uint16_t)e->epoch,
+          .post_ns = now,
+      };
       if (r->eager) {
-        wr = (rr_write_wr){
-            .wr_id = wr_id_make(idx, e->epoch),
-            .local = r->data,
-            .len = r->size,
-            .local_mr = r->size ? e->bounce_reg[ri] : NULL,
-            .remote_addr = r->seq | (uint64_t)r->known << 32,
-            .rkey = (uint32_t)r->tag,
-            .imm = imm_encode(e->epoch, r->seq % RR_NET_MAX_REQUESTS, 0, 1, 0, 0),
-            .fence = (uint16_t)e->epoch,
-            .post_ns = now,
-            .flags = RR_WRITE_EAGER,
-        };
-      } else {
-        wr = (rr_write_wr){
-            .wr_id = wr_id_make(idx, e->epoch),
-            .local = r->data + off,
-            .len = len,
-            .local_mr = r->mr ? r->mr->reg[ep->dev->index] : e->bounce_reg[ri],
-            .remote_addr = r->raddr + off,
-            .rkey = r->rkey[ri],
-            .imm = imm_encode(e->epoch, r->seq % RR_NET_MAX_REQUESTS, r->sub, k + 1 == r->nchunks,
-                              r->bounce < 0, k),
-            .fence = (uint16_t)e->epoch,
-            .post_ns = now,
-        };
+        /* One chunk (at most the bounce size) naming its receive and what
+         * the choice of it assumed, instead of a buffer. */
+        wr.remote_addr = r->seq | (uint64_t)r->known << 32;
+        wr.rkey = (uint32_t)r->tag;
+        wr.imm = imm_encode(e->epoch, r->seq % RR_NET_MAX_REQUESTS, 0, 1, 0, 0);
+        wr.flags = RR_WRITE_EAGER;
       }
       rr_status st = ep->ops->post_write(ep, &wr);
       if (st == RR_AGAIN) return RR_OK;
@@ -207,21 +199,27 @@ static int cts_sub_for_tag(const engine_cts *c, uint8_t matched, int tag) {
 
 static int cts_full(const engine_cts_slot *s) { return s->matched == (1u << s->cts.n) - 1; }
 
-/* Give request r the place a clear-to-send names: sub-receive sub of it. */
-static rr_status place_by_cts(rr_engine *e, rr_send_req *r, engine_cts_slot *s, int sub) {
-  if (sub < 0)
-    return engine_fail(e, RR_ERR_INVALID, "message for receive %u (tag %d): the receive has no buffer with its tag",
-                       s->cts.seq, r->tag);
+/* Request r takes sub-receive sub of the receive s names (checked: it fits). */
+static void take_place(rr_send_req *r, engine_cts_slot *s, int sub) {
   const engine_cts_entry *ce = &s->cts.e[sub];
-  if (r->size > ce->size)
-    return engine_fail(e, RR_ERR_INVALID, "message of %zu bytes for a receive of %llu bytes (receive %u, tag %d)",
-                       r->size, (unsigned long long)ce->size, s->cts.seq, r->tag);
-  r->eager = 0;
   r->seq = s->cts.seq;
   r->sub = (uint8_t)sub;
   r->raddr = ce->addr;
   memcpy(r->rkey, ce->rkey, sizeof r->rkey);
   s->matched |= (uint8_t)(1u << sub);
+}
+
+/* An eager request learns its place from a clear-to-send and becomes an
+ * ordinary one. */
+static rr_status place_by_cts(rr_engine *e, rr_send_req *r, engine_cts_slot *s, int sub) {
+  if (sub < 0)
+    return engine_fail(e, RR_ERR_INVALID, "message for receive %u (tag %d): the receive has no buffer with its tag",
+                       s->cts.seq, r->tag);
+  if (r->size > s->cts.e[sub].size)
+    return engine_fail(e, RR_ERR_INVALID, "message of %zu bytes for a receive of %llu bytes (receive %u, tag %d)",
+                       r->size, (unsigned long long)s->cts.e[sub].size, s->cts.seq, r->tag);
+  r->eager = 0;
+  take_place(r, s, sub);
   return RR_OK;
 }
 
@@ -494,17 +492,15 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
   int eager = eager_allowed(e, size) && (!have_cts || (s->cts.n == 1 && s->matched == 0));
   if (!have_cts && !eager) return engine_progress(e);
   int sub = -1;
-  const engine_cts_entry *ce = NULL;
   if (have_cts) {
     sub = cts_sub_for_tag(&s->cts, s->matched, tag);
     if (sub < 0) {
       RR_WARN("isend: no receive posted with tag %d for message %u", tag, e->send_seq);
       return RR_ERR_INVALID;
     }
-    ce = &s->cts.e[sub];
-    if (size > ce->size) {
+    if (size > s->cts.e[sub].size) {
       RR_WARN("isend: message of %zu bytes for a receive of %llu bytes (tag %d)", size,
-              (unsigned long long)ce->size, tag);
+              (unsigned long long)s->cts.e[sub].size, tag);
       return RR_ERR_INVALID;
     }
   }
@@ -526,11 +522,6 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
   *r = (rr_send_req){.kind = RR_REQ_SEND, .in_use = 1, .sub = 0, .eager = (uint8_t)eager, .known = e->known_seq, .rail = -1,
                      .bounce = -1, .engine = e, .seq = e->send_seq, .tag = tag, .data = data,
                      .size = size, .mr = mr, .nchunks = (uint32_t)nchunks};
-  if (have_cts) {
-    r->sub = (uint8_t)sub;
-    r->raddr = ce->addr;
-    memcpy(r->rkey, ce->rkey, sizeof r->rkey);
-  }
   /* The bounce arena is registered on every rail's device the first time
    * it is used (verbs writes need a local key on the NIC they leave by). */
   if (size <= RR_BOUNCE_SIZE && size > 0) {
@@ -544,7 +535,7 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
     }
   }
   if (have_cts) {
-    s->matched |= (uint8_t)(1u << sub);
+    take_place(r, s, sub); /* an eager one too: its place is known, a replay may use it */
     if (cts_full(s)) e->known_seq = ++e->send_seq; /* nothing was assumed (have_cts) */
   } else {
     e->send_seq++; /* assumed: the receive takes only this message */
