@@ -27,9 +27,8 @@
 enum { LEG_WAITING = -1 }; /* not posted yet: its device's flush queue was full */
 
 typedef struct flush_leg {
-  rr_rail_dev *dev;
-  int posted;                /* f is the device's until it is DONE or FAILED */
-  rr_rail_flush f;
+  rr_rail_dev *dev;          /* NULL once the leg is over */
+  rr_rail_flush f;           /* the device's while PENDING */
 } flush_leg;
 
 typedef struct rr_flush_req {
@@ -59,8 +58,8 @@ static int dev_can_flush(const rr_mr *mr, const rr_rail_dev *dev) {
 /* Post leg's read on its device; a device that cannot take it is marked FAILED. */
 static void leg_post(rr_flush_req *q, flush_leg *l) {
   rr_status st = l->dev->ops->flush_post(l->dev, q->mr->reg[l->dev->index], q->addr, &l->f);
-  if (st == RR_OK) l->posted = 1;
-  else if (st == RR_AGAIN) l->f.state = LEG_WAITING;
+  if (st == RR_OK) return; /* PENDING */
+  if (st == RR_AGAIN) l->f.state = LEG_WAITING;
   else l->f.state = RR_FLUSH_FAILED;
 }
 
