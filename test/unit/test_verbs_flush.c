@@ -41,7 +41,7 @@ static struct ibv_pd fake_pd;
 static struct ibv_mr fake_mr = {.lkey = 0x11, .rkey = 0x22};
 static struct ibv_qp qps[FAKE_QPS];
 static struct ibv_cq cqs[FAKE_CQS];
-static int nqps, ncqs, qps_destroyed, cqs_destroyed, fail_create_qp;
+static int nqps, ncqs, qps_destroyed, cqs_destroyed, fail_create_qp, reg_calls;
 static uint32_t self_dest_qpn[FAKE_QPS]; /* the dest QP number each QP was connected to */
 
 /* Posted reads, in order; `done` marks those completed with `status` (polled later). */
@@ -93,6 +93,7 @@ static int complete_next(verbs_hca *h, enum ibv_wc_status st) {
 
 static struct ibv_mr *f_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access) {
   (void)pd, (void)addr, (void)len, (void)access;
+  reg_calls++;
   return &fake_mr;
 }
 static int f_dereg_mr(struct ibv_mr *mr) {
@@ -143,11 +144,18 @@ static const char *f_wc_status_str(enum ibv_wc_status s) {
 /* The DMA-BUF probe: errno of the next reg_dmabuf_mr (0: it "succeeds"). */
 static int dmabuf_errno;
 static int dmabuf_calls;
+static struct {
+  uint64_t off, iova;
+  size_t len;
+  int fd, access;
+} dmabuf_last;
 static struct ibv_mr *f_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t off, size_t len, uint64_t iova, int fd,
                                       int access) {
-  (void)pd, (void)off, (void)len, (void)iova, (void)access;
+  (void)pd;
   dmabuf_calls++;
-  assert_int_equal(fd, -1); /* the probe never names a real buffer */
+  dmabuf_last.off = off, dmabuf_last.iova = iova, dmabuf_last.len = len, dmabuf_last.fd = fd;
+  dmabuf_last.access = access;
+  if (fd >= 0) return &fake_mr; /* a registration NCCL asked for */
   if (!dmabuf_errno) return &fake_mr;
   errno = dmabuf_errno;
   return NULL;
@@ -321,6 +329,35 @@ static void test_mem_kinds(void **state) {
   assert_int_equal(verbs_mem_kinds(&fake_api, &fake_ctx, sysroot), RR_MEM_HOST);
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", sysroot);
   assert_int_equal(system(cmd), 0);
+}
+
+/* regMrDmaBuf reaches ibv_reg_dmabuf_mr with NCCL's descriptor and offset, and the buffer's
+ * address as the I/O address (the address writes name); CUDA memory by address (GPUDirect
+ * RDMA) is a plain ibv_reg_mr, as in NCCL. */
+static void test_reg_kinds(void **state) {
+  world *w = *state;
+  rr_rail_dev *d = &w->h[1]->base;
+  fake_api.reg_dmabuf_mr = f_reg_dmabuf_mr;
+  dmabuf_calls = reg_calls = 0;
+  rr_rail_mr *m = NULL;
+  assert_int_equal(verbs_reg_mr(d, w->buf, 2048, RR_MEM_DMABUF, 7, 4096, &m), RR_OK);
+  assert_int_equal(dmabuf_calls, 1);
+  assert_int_equal(reg_calls, 0);
+  assert_int_equal(dmabuf_last.fd, 7);
+  assert_int_equal(dmabuf_last.off, 4096);
+  assert_int_equal(dmabuf_last.len, 2048);
+  assert_int_equal(dmabuf_last.iova, (uint64_t)(uintptr_t)w->buf);
+  assert_true(dmabuf_last.access & IBV_ACCESS_REMOTE_WRITE);
+  assert_true(dmabuf_last.access & IBV_ACCESS_REMOTE_READ); /* the flush reads it back */
+  assert_int_equal(m->rkey, fake_mr.rkey);
+  verbs_dereg_mr(m);
+  assert_int_equal(verbs_reg_mr(d, w->buf, 2048, RR_MEM_CUDA, -1, 0, &m), RR_OK);
+  assert_int_equal(dmabuf_calls, 1);
+  assert_int_equal(reg_calls, 1);
+  verbs_dereg_mr(m);
+  /* A libibverbs without ibv_reg_dmabuf_mr: refused, not crashed. */
+  fake_api.reg_dmabuf_mr = NULL;
+  assert_int_equal(verbs_reg_mr(d, w->buf, 2048, RR_MEM_DMABUF, 7, 0, &m), RR_ERR_UNSUPPORTED);
 }
 
 /* ---- the flush QP ----------------------------------------------------------------- */
@@ -552,6 +589,7 @@ static void test_iflush_port_back_within_the_rounds(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mem_kinds),
+      cmocka_unit_test_setup_teardown(test_reg_kinds, setup, teardown),
       cmocka_unit_test_setup_teardown(test_flush_read_completes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_flush_error_completion_fails_and_remakes_qp, setup, teardown),
       cmocka_unit_test_setup_teardown(test_flush_queue_full_port_down_abandon, setup, teardown),
