@@ -284,6 +284,10 @@ rr_status rr_verbs_dev_open(int index, const rr_verbs_port *port, rr_rail_dev **
       .addr_len = RR_VERBS_ADDR_LEN,
       .speed_mbps = port->speed_mbps,
       .latency_us = 0};
+  uint32_t k = h->base.attr.mem_kinds;
+  RR_INFO(RR_SUB_INIT | RR_SUB_NET, "verbs %s: GPU memory by address (GPUDirect RDMA): %s; by DMA-BUF: %s",
+          port->dev_name, k & RR_MEM_CUDA ? "yes" : "no (no nvidia-peermem)",
+          k & RR_MEM_DMABUF ? "yes" : "no (ibv_reg_dmabuf_mr unsupported)");
   *out = &h->base;
   return RR_OK;
 fail:
