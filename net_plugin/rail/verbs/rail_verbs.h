@@ -88,9 +88,9 @@ void verbs_dev_close(rr_rail_dev *dev);
  * GPUDirect RDMA's module loaded (under sysfs_root), DMA-BUF when the probe
  * registration says the kernel and provider can. */
 uint32_t verbs_mem_kinds(const rr_ibv_api *api, struct ibv_context *ctx, const char *sysfs_root);
-/* Where the verbs rail reads sysfs: "/sys"; tests point it at a fake tree. */
+/* Where the verbs rail reads sysfs in production ("/sys"); tests pass a fake
+ * tree to the functions that take a root. */
 const char *rr_verbs_sysfs_root(void);
-void rr_verbs_set_sysfs_root(const char *root);
 
 /* verbs_flush.c: flushes of GPU memory by an RDMA READ on a QP connected to
  * itself (rr_rail_ops flush_*); verbs_flush_close releases the flush QP. */

@@ -223,9 +223,7 @@ uint32_t verbs_mem_kinds(const rr_ibv_api *api, struct ibv_context *ctx, const c
   return kinds;
 }
 
-static const char *sysfs_root = "/sys";
-const char *rr_verbs_sysfs_root(void) { return sysfs_root; }
-void rr_verbs_set_sysfs_root(const char *root) { sysfs_root = root ? root : "/sys"; }
+const char *rr_verbs_sysfs_root(void) { return "/sys"; }
 
 void verbs_dev_close(rr_rail_dev *dev) {
   verbs_hca *h = to_hca(dev);
