@@ -125,6 +125,13 @@ static void params_parse(void) {
                                                 getenv("RERAIL_IB_RETRY_CNT"), 6, 0, 7);
   params.ib_qps_per_rail = (int)rr_param_parse_u64("RERAIL_IB_QPS_PER_RAIL",
                                                    getenv("RERAIL_IB_QPS_PER_RAIL"), 1, 1, 16);
+  /* NCCL_GDR_FLUSH_DISABLE's meaning. The test knob makes receives into host
+   * memory flushed as GPU memory would be (the Soft-RoCE lab has no GPU): it
+   * only adds reads, never changes where bytes go. */
+  params.gdr_flush_disable = (int)rr_param_parse_u64("RERAIL_GDR_FLUSH_DISABLE",
+                                                     getenv("RERAIL_GDR_FLUSH_DISABLE"), 0, 0, 1);
+  params.test_force_gpu_flush = (int)rr_param_parse_u64("RERAIL_TEST_FORCE_GPU_FLUSH",
+                                                        getenv("RERAIL_TEST_FORCE_GPU_FLUSH"), 0, 0, 1);
 }
 
 const rr_params *rr_params_get(void) {

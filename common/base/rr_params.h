@@ -27,6 +27,8 @@ typedef struct rr_params {
   int ib_timeout;            /* RERAIL_IB_TIMEOUT: QP ACK timeout exponent, 4.096 us x 2^N, 1..31 */
   int ib_retry_cnt;          /* RERAIL_IB_RETRY_CNT: QP retry count, 0..7 */
   int ib_qps_per_rail;       /* RERAIL_IB_QPS_PER_RAIL: QPs per rail, 1..16 */
+  int gdr_flush_disable;     /* RERAIL_GDR_FLUSH_DISABLE: no RDMA-read flush after receives into GPU memory */
+  int test_force_gpu_flush;  /* RERAIL_TEST_FORCE_GPU_FLUSH: tests only, flush host memory as if it were GPU memory */
 } rr_params;
 
 /* The process-wide parameters (parsed on first call, thread safe). */

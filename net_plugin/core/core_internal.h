@@ -38,6 +38,14 @@ typedef struct rr_devices {
 
 const rr_devices *rr_core_devices(void);
 
+/* mr.c: the memory NCCL may register (RR_PTR_*): host, plus GPU memory by
+ * address (CUDA) or by DMA-BUF when every pooled NIC can register it (a
+ * registration spans them all), which only verbs NICs can. */
+int rr_core_ptr_support(void);
+
+/* flush.c: test() of a request iflush returned. */
+rr_status rr_core_flush_test(void *request, int *done);
+
 /* transport.c: find the host's RDMA ports (once), and open device `index`
  * for a pooled NIC with the transport that serves it. */
 void rr_core_transport_discover(void);

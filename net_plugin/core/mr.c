@@ -22,12 +22,25 @@ static void mr_release(rr_mr *mr) {
   free(mr);
 }
 
-static uint32_t mem_kind(int type) {
-  return type == RR_PTR_CUDA ? RR_MEM_CUDA : type == RR_PTR_DMABUF ? RR_MEM_DMABUF : RR_MEM_HOST;
+/* The memory kinds every pooled device registers. Only RDMA NICs place
+ * bytes in GPU memory: a TCP device (which reads and writes through the
+ * CPU) never counts as one that can, whatever it accepts. */
+static uint32_t pool_mem_kinds(void) {
+  const rr_devices *d = rr_core_devices();
+  uint32_t kinds = d->count > 0 ? ~0u : RR_MEM_HOST;
+  for (int i = 0; i < d->count; i++)
+    kinds &= d->verbs[i] ? d->rail[i]->attr.mem_kinds : RR_MEM_HOST;
+  return kinds;
 }
 
-static rr_status reg_on_every_device(void *comm, void *data, size_t size, int type, int fd, uint64_t offset,
-                              void **mhandle) {
+int rr_core_ptr_support(void) {
+  uint32_t kinds = pool_mem_kinds();
+  return RR_PTR_HOST | (kinds & RR_MEM_CUDA ? RR_PTR_CUDA : 0) | (kinds & RR_MEM_DMABUF ? RR_PTR_DMABUF : 0);
+}
+
+/* kind: the rr_mem_kind every device registers it as. */
+static rr_status reg_on_every_device(void *comm, void *data, size_t size, int type, uint32_t kind, int fd,
+                                     uint64_t offset, void **mhandle) {
   if (!mhandle || !comm_is_ours(comm)) {
     RR_WARN("regMr: not a rerail comm");
     return RR_ERR_INVALID;
@@ -42,7 +55,7 @@ static rr_status reg_on_every_device(void *comm, void *data, size_t size, int ty
   rr_status st = RR_OK;
   for (int i = 0; i < d->count && st == RR_OK; i++) {
     rr_rail_dev *dev = d->rail[i];
-    st = dev->ops->reg_mr(dev, data, size, mem_kind(type), fd, offset, &mr->reg[i]);
+    st = dev->ops->reg_mr(dev, data, size, kind, fd, offset, &mr->reg[i]);
     if (st != RR_OK)
       RR_WARN("regMr: %zu bytes of memory type %d on device %d (%s): %s", size, type, dev->index,
               dev->ops->name, rr_status_str(st));
@@ -56,18 +69,31 @@ static rr_status reg_on_every_device(void *comm, void *data, size_t size, int ty
 }
 
 rr_status rr_net_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle) {
-  if (type != RR_PTR_HOST) {
-    RR_WARN("regMr: memory type %d is not supported by the rails of this build (host memory only)", type);
-    return RR_ERR_UNSUPPORTED;
-  }
-  return reg_on_every_device(comm, data, size, type, -1, 0, mhandle);
+  if (type == RR_PTR_HOST) return reg_on_every_device(comm, data, size, type, RR_MEM_HOST, -1, 0, mhandle);
+  /* GPU memory by its address: GPUDirect RDMA (nvidia-peermem) lets
+   * ibv_reg_mr pin it, on every NIC of the pool. */
+  if (type == RR_PTR_CUDA && (pool_mem_kinds() & RR_MEM_CUDA))
+    return reg_on_every_device(comm, data, size, type, RR_MEM_CUDA, -1, 0, mhandle);
+  RR_WARN("regMr: memory type %d is not supported by every NIC rerail pools (ptrSupport 0x%x)", type,
+          rr_core_ptr_support());
+  return RR_ERR_UNSUPPORTED;
 }
 
 rr_status rr_net_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset,
                                int fd, void **mhandle) {
-  /* A DMA-BUF of host memory is still host memory to a socket. */
-  if (type != RR_PTR_HOST) return rr_net_reg_mr(comm, data, size, type, mhandle);
-  return reg_on_every_device(comm, data, size, type, fd, offset, mhandle);
+  /* A DMA-BUF of host memory is still host memory: its address serves every rail. */
+  if (type == RR_PTR_HOST) return reg_on_every_device(comm, data, size, type, RR_MEM_HOST, -1, 0, mhandle);
+  /* GPU memory with a descriptor: ibv_reg_dmabuf_mr on every NIC (NCCL
+   * passes NCCL_PTR_CUDA with the descriptor); without one, by address. */
+  if (fd >= 0 && (type == RR_PTR_CUDA || type == RR_PTR_DMABUF)) {
+    if (!(pool_mem_kinds() & RR_MEM_DMABUF)) {
+      RR_WARN("regMrDmaBuf: not every NIC rerail pools can register DMA-BUF memory (ptrSupport 0x%x)",
+              rr_core_ptr_support());
+      return RR_ERR_UNSUPPORTED;
+    }
+    return reg_on_every_device(comm, data, size, type, RR_MEM_DMABUF, fd, offset, mhandle);
+  }
+  return rr_net_reg_mr(comm, data, size, type, mhandle);
 }
 
 rr_status rr_net_dereg_mr(void *comm, void *mhandle) {

@@ -200,7 +200,7 @@ rr_status rr_net_get_properties(int dev, rr_dev_props *props) {
   props->name = nif->name;
   props->pci_path = nif->pci_path[0] ? nif->pci_path : NULL;
   props->guid = nic_guid(nif);
-  props->ptr_support = RR_PTR_HOST;
+  props->ptr_support = rr_core_ptr_support();
   props->reg_is_global = 1;       /* a registration covers every pooled NIC (mr.c) */
   props->force_flush = 0;
   /* Virtual NICs (veth, lo) report no speed: assume 10 Gb/s like NCCL's sockets. */
@@ -264,19 +264,12 @@ rr_status rr_net_irecv(rr_recv_comm *comm, int n, void **data, const size_t *siz
   return rr_engine_irecv(&comm->engine, n, data, sizes, tags, (rr_mr **)mhandles, phandles, request);
 }
 
-rr_status rr_net_iflush(rr_recv_comm *comm, int n, void **data, const int *sizes,
-                        void **mhandles, void **request) {
-  (void)comm, (void)n, (void)data, (void)sizes, (void)mhandles;
-  /* Host memory is coherent once recv() returned: nothing to flush. */
-  if (request) *request = NULL;
-  return RR_OK;
-}
-
 rr_status rr_net_test(void *request, int *done, size_t *sizes) {
   if (!request || !done) {
     RR_WARN("test: NULL request");
     return RR_ERR_INVALID;
   }
+  if (*(const uint8_t *)request == RR_REQ_FLUSH) return rr_core_flush_test(request, done);
   return rr_engine_test(request, done, sizes);
 }
 

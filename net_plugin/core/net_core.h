@@ -83,7 +83,9 @@ rr_status rr_net_isend(rr_send_comm *comm, void *data, size_t size, int tag, voi
                        void *phandle, void **request);
 rr_status rr_net_irecv(rr_recv_comm *comm, int n, void **data, const size_t *sizes,
                        const int *tags, void **mhandles, void **phandles, void **request);
-/* Host memory needs no flush: *request is set to NULL. */
+/* Receives into GPU memory (registered as CUDA or DMA-BUF) are flushed by an
+ * RDMA read through the connection's verbs NICs (core/flush.c): *request is a
+ * flush request for rr_net_test. Host memory needs none: *request is NULL. */
 rr_status rr_net_iflush(rr_recv_comm *comm, int n, void **data, const int *sizes,
                         void **mhandles, void **request);
 /* sizes (may be NULL) receives one size per grouped receive, as sent. */

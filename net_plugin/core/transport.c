@@ -25,7 +25,7 @@ void rr_core_transport_discover(void) {
   memset(ports_taken, 0, sizeof ports_taken);
   if (p->transport == RR_TRANSPORT_TCP) return;
   const rr_ibv_api *api = rr_ibv_load();
-  rr_verbs_opts opts = {.hca_spec = p->ib_hca, .gid_index = p->ib_gid_index, .sysfs_root = "/sys"};
+  rr_verbs_opts opts = {.hca_spec = p->ib_hca, .gid_index = p->ib_gid_index, .sysfs_root = rr_verbs_sysfs_root()};
   if (!api || rr_verbs_discover(api, &opts, ports, RR_VERBS_MAX_PORTS, &nports) != RR_OK) nports = 0;
   if (p->transport == RR_TRANSPORT_VERBS && nports == 0)
     RR_WARN("RERAIL_TRANSPORT=verbs: no usable RDMA port (%s); every NIC runs TCP",

@@ -40,7 +40,7 @@ typedef struct rr_mr {
 } rr_mr;
 
 enum rr_engine_role { RR_ENGINE_SEND = 1, RR_ENGINE_RECV = 2 };
-enum rr_request_kind { RR_REQ_SEND = 0x5e, RR_REQ_RECV = 0x7e };
+enum rr_request_kind { RR_REQ_SEND = 0x5e, RR_REQ_RECV = 0x7e, RR_REQ_FLUSH = 0xf1 /* core/flush.c */ };
 enum rr_failover_mode { RR_FAILOVER_CHAIN = 0, RR_FAILOVER_BALANCE = 1 };
 
 /* Rail states. DEAD is final (the endpoint broke); DOWN may heal. */

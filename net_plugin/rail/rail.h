@@ -184,8 +184,21 @@ typedef struct rr_rail_connect_args {
   int nfds;
 } rr_rail_connect_args;
 
+/* A flush of memory a device wrote into (GPU memory registered as CUDA or
+ * DMA-BUF): the device reads back from it, and the read completes only after
+ * every earlier write of that device is visible there (PCIe ordering), which
+ * is how NCCL's IB transport makes received data visible to the GPU. The
+ * caller owns it; the device writes `state` (under its own lock) until the
+ * flush is done, failed or abandoned. */
+enum rr_rail_flush_state { RR_FLUSH_IDLE = 0, RR_FLUSH_PENDING, RR_FLUSH_DONE, RR_FLUSH_FAILED };
+typedef struct rr_rail_flush {
+  _Atomic int state;                   /* enum rr_rail_flush_state */
+  uint64_t posted_ns;                  /* when it was posted (rr_now_ns) */
+} rr_rail_flush;
+
 /* One const table per transport; every entry is present (a stub where a
- * transport has nothing to do). */
+ * transport has nothing to do), except the flush entries, which a transport
+ * whose memory needs no flush leaves NULL. */
 struct rr_rail_ops {
   const char *name;
 
@@ -202,6 +215,17 @@ struct rr_rail_ops {
    * called by the core's monitor thread. */
   rr_rail_dev_event_kind (*dev_event)(rr_rail_dev *dev, rr_rail_dev_event *ev);
   void (*dev_close)(rr_rail_dev *dev);
+  /* Flush (see rr_rail_flush; NULL when not needed). flush_post reads back
+   * from `addr` inside `mr` (this device's registration): RR_OK posted (the
+   * flush is PENDING), RR_AGAIN the device's flush queue is full (post again
+   * later), another failure: this device cannot flush now (port down, no
+   * flush QP), use another. flush_poll moves PENDING flushes of the device to
+   * DONE or FAILED. flush_abandon gives up on a PENDING flush that takes too
+   * long: the device's flush queue is reset and every flush still on it
+   * FAILED. All three thread safe. */
+  rr_status (*flush_post)(rr_rail_dev *dev, const rr_rail_mr *mr, const void *addr, rr_rail_flush *f);
+  void (*flush_poll)(rr_rail_dev *dev);
+  void (*flush_abandon)(rr_rail_dev *dev, rr_rail_flush *f);
 
   /* ---- endpoint layer ---- */
   /* An unconnected endpoint on dev; its address blob (attr.addr_len bytes)

@@ -448,6 +448,35 @@ static void test_properties_follow_health(void **state) {
   rr_net_finalize(ctx);
 }
 
+/* TCP rails read and write through the CPU: host memory only (ptrSupport, regMr of CUDA
+ * memory refused, a DMA-BUF of host memory accepted), and nothing to flush, even with the
+ * test knob that flushes host memory on verbs NICs. */
+static void test_tcp_memory_types(void **state) {
+  (void)state;
+  pair p;
+  connect_pair(&p);
+  rr_dev_props props;
+  assert_int_equal(rr_net_get_properties(0, &props), RR_OK);
+  assert_int_equal(props.ptr_support, RR_PTR_HOST);
+  static char buf[4096];
+  void *mh = NULL;
+  assert_int_equal(rr_net_reg_mr(p.recv, buf, sizeof buf, RR_PTR_CUDA, &mh), RR_ERR_UNSUPPORTED);
+  assert_int_equal(rr_net_reg_mr_dmabuf(p.recv, buf, sizeof buf, RR_PTR_CUDA, 0, 5, &mh), RR_ERR_UNSUPPORTED);
+  assert_int_equal(rr_net_reg_mr_dmabuf(p.recv, buf, sizeof buf, RR_PTR_HOST, 0, 5, &mh), RR_OK);
+  void *data[1] = {buf}, *mhs[1] = {mh}, *req = (void *)1;
+  int sizes[1] = {100};
+  assert_int_equal(rr_net_iflush(p.recv, 1, data, sizes, mhs, &req), RR_OK);
+  assert_null(req);
+  setenv("RERAIL_TEST_FORCE_GPU_FLUSH", "1", 1);
+  rr_params_reload();
+  assert_int_equal(rr_net_iflush(p.recv, 1, data, sizes, mhs, &req), RR_OK);
+  assert_null(req);
+  unsetenv("RERAIL_TEST_FORCE_GPU_FLUSH");
+  rr_params_reload();
+  assert_int_equal(rr_net_dereg_mr(p.recv, mh), RR_OK);
+  close_pair(&p);
+}
+
 int main(void) {
   setenv("RERAIL_SOCKET_IFNAME", "lo", 1);
   setenv("RERAIL_CHUNK_SIZE", "128K", 1); /* many chunks per message */
@@ -464,6 +493,7 @@ int main(void) {
       cmocka_unit_test(test_many_connections_leak_nothing),
       cmocka_unit_test(test_tcp_congestion),
       cmocka_unit_test(test_properties_follow_health),
+      cmocka_unit_test(test_tcp_memory_types),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -54,6 +54,10 @@ typedef struct verbs_hca {
   int neps, cap_eps;
   struct verbs_mr_entry *mrs; /* registration cache */
   int port_down;             /* the last async event said so */
+  /* The flush QP (verbs_flush.c): made on the first flush, shared by every
+   * connection on the device, under its own lock (never the device lock). */
+  pthread_mutex_t flush_lock;
+  struct verbs_flusher *flusher;
 } verbs_hca;
 
 typedef struct verbs_inbox {
@@ -80,5 +84,22 @@ void verbs_dereg_mr(rr_rail_mr *mr);
 rr_status verbs_dev_progress(rr_rail_dev *dev);
 rr_rail_dev_event_kind verbs_dev_event(rr_rail_dev *dev, rr_rail_dev_event *ev);
 void verbs_dev_close(rr_rail_dev *dev);
+/* The memory kinds (enum rr_mem_kind) a device registers: host, CUDA with
+ * GPUDirect RDMA's module loaded (under sysfs_root), DMA-BUF when the probe
+ * registration says the kernel and provider can. */
+uint32_t verbs_mem_kinds(const rr_ibv_api *api, struct ibv_context *ctx, const char *sysfs_root);
+/* Where the verbs rail reads sysfs in production ("/sys"); tests pass a fake
+ * tree to the functions that take a root. */
+const char *rr_verbs_sysfs_root(void);
+
+/* verbs_flush.c: flushes of GPU memory by an RDMA READ on a QP connected to
+ * itself (rr_rail_ops flush_*); verbs_flush_close releases the flush QP. */
+rr_status verbs_flush_post(rr_rail_dev *dev, const rr_rail_mr *mr, const void *addr, rr_rail_flush *f);
+void verbs_flush_poll(rr_rail_dev *dev);
+void verbs_flush_abandon(rr_rail_dev *dev, rr_rail_flush *f);
+void verbs_flush_close(verbs_hca *h);
+/* Flush reads completed, and failed, in this process (tests, logs). */
+uint64_t rr_verbs_flush_reads(void);
+uint64_t rr_verbs_flush_failures(void);
 
 #endif

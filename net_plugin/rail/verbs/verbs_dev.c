@@ -73,8 +73,12 @@ int rr_verbs_read_gid_table(const char *sysfs_root, const char *dev, int port, r
 }
 
 int rr_verbs_gdr_present(const char *sysfs_root) {
-  static const char *const marks[] = {"module/nvidia_peermem", "module/nv_peer_mem",
-                                      "kernel/mm/memory_peers/nv_mem/version"};
+  /* The files NCCL looks for: nv_peer_mem (and its non-coherent variant),
+   * nvidia-peermem as the memory-peers interface and as a module. */
+  static const char *const marks[] = {"kernel/mm/memory_peers/nv_mem/version",
+                                      "kernel/mm/memory_peers/nv_mem_nc/version",
+                                      "kernel/mm/memory_peers/nvidia-peermem/version",
+                                      "module/nvidia_peermem/version"};
   char path[PATH_MAX];
   for (size_t i = 0; i < sizeof marks / sizeof marks[0]; i++) {
     snprintf(path, sizeof path, "%s/%s", sysfs_root, marks[i]);

@@ -211,8 +211,23 @@ rr_rail_dev_event_kind verbs_dev_event(rr_rail_dev *dev, rr_rail_dev_event *ev) 
 
 /* ---------------------------------------------------------- open, close */
 
+/* What this device can register, as NCCL decides it: GPU memory by its
+ * address (RR_MEM_CUDA) when GPUDirect RDMA's kernel module is loaded, by a
+ * DMA-BUF descriptor when the provider and kernel accept ibv_reg_dmabuf_mr
+ * (probed with an invalid descriptor: "not supported" and "bad descriptor"
+ * fail differently). */
+uint32_t verbs_mem_kinds(const rr_ibv_api *api, struct ibv_context *ctx, const char *sysfs_root) {
+  uint32_t kinds = RR_MEM_HOST;
+  if (rr_verbs_gdr_present(sysfs_root)) kinds |= RR_MEM_CUDA;
+  if (rr_verbs_dmabuf_supported(api, ctx)) kinds |= RR_MEM_DMABUF;
+  return kinds;
+}
+
+const char *rr_verbs_sysfs_root(void) { return "/sys"; }
+
 void verbs_dev_close(rr_rail_dev *dev) {
   verbs_hca *h = to_hca(dev);
+  verbs_flush_close(h); /* its QP and sink live in the PD */
   while (h->mrs) {
     verbs_mr_entry *e = h->mrs;
     h->mrs = e->next;
@@ -223,6 +238,7 @@ void verbs_dev_close(rr_rail_dev *dev) {
   if (h->pd) h->api->dealloc_pd(h->pd);
   if (h->ctx) h->api->close_device(h->ctx);
   free(h->eps);
+  pthread_mutex_destroy(&h->flush_lock);
   pthread_mutex_destroy(&h->lock);
   free(h);
 }
@@ -233,6 +249,7 @@ rr_status rr_verbs_dev_open(int index, const rr_verbs_port *port, rr_rail_dev **
   verbs_hca *h = calloc(1, sizeof *h);
   if (!h) return RR_ERR_NOMEM;
   pthread_mutex_init(&h->lock, NULL);
+  pthread_mutex_init(&h->flush_lock, NULL);
   h->api = api;
   h->port = *port;
   h->base.ops = &rr_verbs_rail_ops;
@@ -259,12 +276,16 @@ rr_status rr_verbs_dev_open(int index, const rr_verbs_port *port, rr_rail_dev **
   }
   h->base.attr = (rr_rail_dev_attr){
       .caps = RR_RAIL_CAP_WRITE | RR_RAIL_CAP_WRITE_IMM | RR_RAIL_CAP_EP_ORDERED | RR_RAIL_CAP_REG_PER_DEV,
-      .mem_kinds = RR_MEM_HOST | (api->reg_dmabuf_mr ? RR_MEM_DMABUF : 0),
+      .mem_kinds = verbs_mem_kinds(api, h->ctx, rr_verbs_sysfs_root()),
       .inline_max = 0,
       .max_eps = (uint32_t)(h->cq->cqe / (VERBS_SQ_DEPTH + VERBS_RQ_DEPTH)),
       .addr_len = RR_VERBS_ADDR_LEN,
       .speed_mbps = port->speed_mbps,
       .latency_us = 0};
+  uint32_t k = h->base.attr.mem_kinds;
+  RR_INFO(RR_SUB_INIT | RR_SUB_NET, "verbs %s: GPU memory by address (GPUDirect RDMA): %s; by DMA-BUF: %s",
+          port->dev_name, k & RR_MEM_CUDA ? "yes" : "no (no nvidia-peermem)",
+          k & RR_MEM_DMABUF ? "yes" : "no (ibv_reg_dmabuf_mr unsupported)");
   *out = &h->base;
   return RR_OK;
 fail:

@@ -1,7 +1,8 @@
 #!/bin/bash
 # ctest verbs_rail: boot the Soft-RoCE lab and run the harness over the verbs rail inside it
-# twice (verbs_harness.sh): across a NIC going down and up, and across a rail going silent
-# (RoCE dropped, links and ports up). Root, as every lab test.
+# twice (verbs_harness.sh): across a NIC going down and up (the receiver flushing every receive
+# by RDMA reads, as for GPU memory), and across a rail going silent (RoCE dropped, links and
+# ports up). Root, as every lab test.
 #   usage: test_verbs_rail.sh HARNESS PLUGIN_DIR [SECONDS per case]
 set -euo pipefail
 here="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
@@ -10,6 +11,6 @@ if [[ $(id -u) -ne 0 ]]; then
   exit 1
 fi
 exec "$here/rxelab.sh" run --timeout 170 -- bash -c '
-  "$0" "$1" "$2" "$3" link; link=$?
+  "$0" "$1" "$2" "$3" link gpuflush; link=$?
   "$0" "$1" "$2" "$3" silent; silent=$?
   exit $((link || silent))' "$here/verbs_harness.sh" "$1" "$2" "${3:-12}"

@@ -5,13 +5,19 @@
 # host A's rail-0 NIC goes down and comes back. Passes when
 #  - both ends put both NICs on the verbs rail (not TCP),
 #  - the traffic completes with zero errors across the failure (failover) and after it,
-#  - the sender reports a failover, and no ibv_reg_mr happens after the first failover.
+#  - the sender reports a failover, and no ibv_reg_mr happens after the first failover,
+#  - rxe offers neither GPUDirect RDMA nor DMA-BUF: ptrSupport is host memory alone,
+#  - with FLUSH=gpuflush, the receiver (RERAIL_TEST_FORCE_GPU_FLUSH=1) flushes every receive as
+#    if it had landed in GPU memory: real RDMA reads on its loopback flush QPs, each flush
+#    request done only when its read completed; without, no flush request at all.
 #
-# usage: verbs_harness.sh HARNESS PLUGIN_DIR [SECONDS [FAULT]]
+# usage: verbs_harness.sh HARNESS PLUGIN_DIR [SECONDS [FAULT [FLUSH]]]
 #   FAULT: link (default: ip link set vethA0 down, then up) or silent (RoCE on rail 0 dropped by
 #   nftables while every link and port stays up: only rerail's own detection can see it)
 set -uo pipefail
-HARNESS=$1 PLUGIN_DIR=$2 SECS=${3:-16} FAULT=${4:-link}
+HARNESS=$1 PLUGIN_DIR=$2 SECS=${3:-16} FAULT=${4:-link} FLUSH=${5:-}
+server_env=()
+[ "$FLUSH" = gpuflush ] && server_env=(RERAIL_TEST_FORCE_GPU_FLUSH=1)
 work=$(mktemp -d /tmp/verbs-harness.XXXXXX)
 fails=0
 ok()  { echo "verbs_rail: ok   - $*"; }
@@ -23,7 +29,7 @@ export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET
 mkdir -p "$work/rdv"
 common=(--rendezvous "$work/rdv" --conns 2 --duration "$SECS" --max-size 256K --inflight 4
         --timeout 90 --no-peer-abort --stall-report)
-RERAIL_SOCKET_IFNAME==vethB0,vethB1 RERAIL_IB_HCA==rxe2,rxe3 RERAIL_HEALTH_PATH=/dev/shm/rr-health-B \
+env "${server_env[@]}" RERAIL_SOCKET_IFNAME==vethB0,vethB1 RERAIL_IB_HCA==rxe2,rxe3 RERAIL_HEALTH_PATH=/dev/shm/rr-health-B \
   "$HARNESS" --role server "${common[@]}" >"$work/server.log" 2>&1 &
 server=$!
 RERAIL_SOCKET_IFNAME==vethA0,vethA1 RERAIL_IB_HCA==rxe0,rxe1 RERAIL_HEALTH_PATH=/dev/shm/rr-health-A \
@@ -69,6 +75,21 @@ done
 if grep -q 'health: failover' "$work/client.log" && [ "$late" -eq 0 ] && [ "$regs" -gt 0 ]; then
   ok "$regs buffer registration(s) (ibv_reg_mr) at setup, none from the failure on"
 else bad "buffer registrations from the failure on: $late (in all: $regs)"; fi
+
+# rxe has no GPUDirect RDMA and no DMA-BUF MRs (its probe registration says EOPNOTSUPP):
+# host memory alone, on every device of both ends.
+n=$(cat "$work/client.log" "$work/server.log" | grep -c 'ptrSupport 0x1 ')
+if [ "$n" -ge 4 ] && ! grep -hq 'ptrSupport 0x[^1] ' "$work/client.log" "$work/server.log"; then
+  ok "ptrSupport is host memory alone on all $n devices (no CUDA, no DMA-BUF on rxe)"
+else bad "ptrSupport: $(grep -ho 'ptrSupport 0x[0-9a-f]*' "$work/client.log" "$work/server.log" | sort | uniq -c | tr '\n' ' ')"; fi
+freqs=$(grep -o 'flush requests [0-9]*' "$work/server.log" | awk '{print $3}' | tail -1)
+if [ "$FLUSH" = gpuflush ]; then
+  reads=$(grep -c 'first flush read completed' "$work/server.log")
+  if [ "${freqs:-0}" -gt 0 ] && [ "$reads" -ge 1 ] && [ "$crc" -eq 0 ] && [ "$src" -eq 0 ]; then
+    ok "$freqs flush requests, each done after its RDMA read completed ($reads flush QP(s) used)"
+  else bad "GPU flush: ${freqs:-no} flush requests, $reads flush QP(s) with a completed read"; fi
+elif [ "${freqs:-0}" -ne 0 ]; then bad "host memory got $freqs flush requests (want none)"
+else ok "host memory: no flush request"; fi
 
 echo "---- plugin events (client)"; grep -E 'health: |ibv_reg_mr' "$work/client.log" | head -20
 if [ "$fails" -ne 0 ]; then
