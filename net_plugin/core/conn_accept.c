@@ -157,6 +157,8 @@ rr_status rr_net_listen(rr_net_ctx *ctx, int dev, void *handle, rr_listen_comm *
 
 /* Everything a group holds: sockets, endpoints, and the comm it was building. */
 static void group_close(pending_group *g) {
+  rr_connect_job_abandon(g->install);
+  g->install = NULL;
   for (int r = 0; r < RR_MAX_RAILS; r++) {
     for (int i = 0; i < RR_TCP_MAX_STREAMS; i++)
       if (g->fds[r][i] >= 0) close(g->fds[r][i]), g->fds[r][i] = -1;
@@ -569,21 +571,39 @@ static rr_status make_recv_comm(rr_listen_comm *l, pending_group *g, rr_recv_com
   return RR_OK;
 }
 
-/* A reconnected rail is complete: give its endpoint to the live connection. */
-static void route_reconnect(rr_listen_comm *l, pending_group *g) {
+/* A reconnected rail is complete: its endpoint connects (on a thread of its
+ * own where that may block, connect_job.c), then goes to the live
+ * connection. 0: nothing to connect (the connection is gone, or a newer
+ * attempt got here first), the group is over. */
+static int reconnect_start(rr_listen_comm *l, pending_group *g) {
   rr_recv_comm *rc = listen_comm_by_id(l, g->conn_id);
   int r = g->reconnect_rail;
-  if (!rc || !(rc->rails_mask & (1u << r)) || g->generation <= rc->generation[r]) {
-    group_close(g); /* gone, or a newer attempt got here first */
-    return;
-  }
+  if (!rc || !(rc->rails_mask & (1u << r)) || g->generation <= rc->generation[r]) return 0;
   rc->generation[r] = g->generation;
+  rr_rail_ep *ep = g->ep[r];
+  g->ep[r] = NULL; /* the job's now */
+  return rr_connect_job_start(ep, g->dev[r], g->peer_blob[r], g->peer_blob_len[r], g->fds[r], g->nstreams,
+                              &g->install) == RR_OK;
+}
+
+/* 0 while the endpoint connects; 1 when the group is over (the endpoint
+ * installed, or gone: a connect that failed, a connection closed or
+ * reopened again meanwhile). */
+static int reconnect_install(rr_listen_comm *l, pending_group *g) {
   rr_rail_ep *ep = NULL;
-  rr_status st = connect_rail_ep(g, r, &ep);
-  group_close(g);
-  if (st != RR_OK) return;
+  rr_status st = rr_connect_job_finish(g->install, &ep);
+  if (st == RR_AGAIN) return 0;
+  g->install = NULL;
+  if (st != RR_OK) return 1;
+  rr_recv_comm *rc = listen_comm_by_id(l, g->conn_id);
+  int r = g->reconnect_rail;
+  if (!rc || !(rc->rails_mask & (1u << r)) || rc->generation[r] != g->generation) {
+    ep->ops->destroy(ep);
+    return 1;
+  }
   /* The engine's rails are the connection's rails in order. */
   rr_engine_rail_replace(&rc->engine, __builtin_popcount(rc->rails_mask & ((1u << r) - 1)), ep);
+  return 1;
 }
 
 /* Take every new socket the kernel has: a pending slot each, or closed at
@@ -661,13 +681,12 @@ static rr_status advance_locked(rr_listen_comm *l, rr_recv_comm **out) {
   read_commits(l);
   drop_stale(l, rr_now_ns());
   for (int i = 0; i < l->ngroups;) {
-    if (l->groups[i].reconnect_rail >= 0 && group_complete(&l->groups[i])) {
-      pending_group g = l->groups[i];
-      l->groups[i] = l->groups[--l->ngroups];
-      route_reconnect(l, &g);
-    } else {
-      i++;
-    }
+    pending_group *g = &l->groups[i];
+    int over = 0;
+    if (g->install) over = reconnect_install(l, g);
+    else if (g->reconnect_rail >= 0 && group_complete(g)) over = !reconnect_start(l, g) || reconnect_install(l, g);
+    if (over) group_remove(l, i);
+    else i++;
   }
   /* Hand out one complete connection (only NCCL's accept() asks). */
   for (int i = 0; i < l->ngroups && out; i++) {

@@ -18,6 +18,7 @@
 #include "rr_topo.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -361,9 +362,18 @@ static rr_status connect_advance(connect_state *c) {
   return RR_OK;
 }
 
+/* A reopened endpoint still connecting, given up on. */
+static void job_drop(rr_send_comm *s, int rail) {
+  if (!s->conn_job[rail]) return;
+  rr_connect_job_abandon(s->conn_job[rail]);
+  s->conn_job[rail] = NULL;
+  close(s->commit_fd[rail]);
+}
+
 void rr_connect_release(rr_send_comm *s) {
   connect_state *c = &s->conn;
   for (int r = 0; r < c->nrails; r++) rail_close(c, &c->rails[r]);
+  for (int r = 0; r < RR_MAX_RAILS; r++) job_drop(s, r);
 }
 
 /* A rail's endpoint, opened through the seam before its handshake: its
@@ -380,6 +390,7 @@ static rr_status rail_open_ep(rr_send_comm *s, connect_rail *cr) {
 
 static void reconnect_abandon(rr_send_comm *s, int rail) {
   rail_close(&s->conn, &s->conn.rails[s->plan_of[rail]]);
+  job_drop(s, rail);
   s->reconnecting[rail] = 0;
 }
 
@@ -387,6 +398,33 @@ static void reconnect_abandon(rr_send_comm *s, int rail) {
  * connection went idle) is stale: its sockets may have connected long ago
  * through a path that has failed since. It is never resumed. */
 #define RECONNECT_STALE_NS 50000000ull
+
+/* The reopened endpoint's connect (connect_job.c): RR_AGAIN while it runs
+ * on its own thread, then the endpoint for the engine, or the failure. */
+static rr_status reconnect_finish(rr_send_comm *s, int rail, rr_rail_ep **ep) {
+  rr_status st = rr_connect_job_finish(s->conn_job[rail], ep);
+  if (st == RR_AGAIN) return RR_AGAIN;
+  s->conn_job[rail] = NULL;
+  s->reconnecting[rail] = 0;
+  if (st == RR_OK) {
+    /* COMMIT installs the rail at the listener, which then closes the old
+     * sockets: it leaves in the same call that hands the engine the new
+     * endpoint, so the engine never sees the old rail close before it has
+     * swapped (a fresh socket's send buffer takes the 16 bytes at once). It
+     * goes on a duplicate of stream 0: the transport may own the stream by
+     * now, and has sent nothing on it (it has not been driven yet). */
+    uint8_t commit[RR_HS_COMMIT_LEN];
+    rr_hs_commit_encode(1u << s->plan_of[rail], commit);
+    ssize_t n = send(s->commit_fd[rail], commit, sizeof commit, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n != (ssize_t)sizeof commit) {
+      (*ep)->ops->destroy(*ep);
+      *ep = NULL;
+      st = RR_ERR_RAIL;
+    }
+  }
+  close(s->commit_fd[rail]);
+  return st;
+}
 
 /* The engine's reconnect callback (under the engine's lock): reopen one
  * rail's endpoint and sockets to the same peer address, announced as a
@@ -419,28 +457,27 @@ static rr_status send_comm_reconnect(void *arg, int rail, rr_rail_ep **ep) {
     RR_TRACE("send rail %d: reconnect attempt %u", rail, gen);
   }
   rr_status st = RR_OK;
+  if (s->conn_job[rail]) return reconnect_finish(s, rail, ep);
   if (cr->status == RAIL_PENDING) st = rail_advance(c, cr, r, 0, 1, now);
   if (st == RR_OK && cr->status == RAIL_READY) {
-    /* COMMIT installs the rail at the listener, which then closes the old
-     * sockets: it leaves in the same call that hands the engine the new
-     * endpoint, so the engine never sees the old rail close before it has
-     * swapped (a fresh socket's send buffer takes the 16 bytes at once). */
-    uint8_t commit[RR_HS_COMMIT_LEN];
-    rr_hs_commit_encode(1u << r, commit);
-    ssize_t n = send(cr->s[0].fd, commit, sizeof commit, MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (n != (ssize_t)sizeof commit) {
+    int commit_fd = fcntl(cr->s[0].fd, F_DUPFD_CLOEXEC, 0);
+    if (commit_fd < 0) {
       reconnect_abandon(s, rail);
       return RR_ERR_RAIL;
     }
     int fds[RR_TCP_MAX_STREAMS];
     for (int i = 0; i < c->nstreams; i++) fds[i] = cr->s[i].fd, cr->s[i].fd = -1;
-    st = rr_setup_ep_connect(&cr->ep, cr->dev, &s->engine, cr->peer_blob, cr->peer_blob_len, fds,
-                             c->nstreams);
-    for (int i = 0; i < c->nstreams; i++) if (fds[i] >= 0) close(fds[i]);
-    *ep = cr->ep;
-    cr->ep = NULL; /* the engine's now (or gone) */
-    s->reconnecting[rail] = 0;
-    return st;
+    rr_rail_ep *opened = cr->ep;
+    cr->ep = NULL; /* the job's now */
+    st = rr_connect_job_start(opened, cr->dev, cr->peer_blob, cr->peer_blob_len, fds, c->nstreams,
+                              &s->conn_job[rail]);
+    if (st != RR_OK) {
+      close(commit_fd);
+      s->reconnecting[rail] = 0;
+      return st;
+    }
+    s->commit_fd[rail] = commit_fd;
+    return reconnect_finish(s, rail, ep); /* done at once unless it may block */
   }
   /* A SYN lost to a port that was down is retried by the kernel only after
    * a second: a fresh attempt soon after is faster than waiting for it. Once

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "connect_job.h"
 #include "engine.h"
 #include "handle.h"
 #include "rail_tcp.h"
@@ -119,6 +120,8 @@ struct rr_send_comm {
   uint64_t attempt_start_ns[RR_MAX_RAILS]; /* when the current reconnect attempt began */
   uint64_t attempt_seen_ns[RR_MAX_RAILS];  /* when the engine last drove it */
   uint32_t generation[RR_MAX_RAILS];       /* by planned rail: the last attempt's number */
+  rr_connect_job *conn_job[RR_MAX_RAILS];  /* by engine rail: the reopened endpoint connecting */
+  int commit_fd[RR_MAX_RAILS];             /* ... and its stream 0, for COMMIT once connected */
 };
 
 /* Release what a send comm's setup state holds (sockets and endpoints of
@@ -181,6 +184,7 @@ typedef struct pending_group {
   uint8_t commit[RR_MAX_RAILS][RR_HS_COMMIT_LEN];
   rr_engine *engine;         /* the engine the endpoints report to */
   struct rr_recv_comm *rc;   /* first connections: the comm being built */
+  rr_connect_job *install;   /* reconnects: the endpoint connecting before it is installed */
 } pending_group;
 
 /* One refusal reason from one source address, logged once a minute. */

@@ -4,6 +4,8 @@
  * peer's blob and the sockets once they have. Whatever the transport: nothing
  * here names one transport's constructor. */
 #include "core_internal.h"
+#include "rr_clock.h"
+#include "rr_log.h"
 
 #include <errno.h>
 #include <string.h>
@@ -45,14 +47,24 @@ rr_status rr_setup_ep_open(int dev, rr_engine *e, rr_rail_ep **ep, uint8_t *blob
   return st;
 }
 
+#define SLOW_CONNECT_MS 20
+
 rr_status rr_setup_ep_connect(rr_rail_ep **ep, int dev, rr_engine *e, const uint8_t *peer_blob,
                               uint16_t peer_blob_len, int *fds, int nfds) {
-  (void)dev, (void)e;
+  (void)e;
   rr_status st = RR_ERR_INVALID;
   if (*ep) {
     rr_rail_connect_args args = {.peer_addr = peer_blob, .peer_addr_len = peer_blob_len, .fds = fds,
                                  .nfds = nfds};
+    uint64_t t0 = rr_now_ns();
     st = (*ep)->ops->ep_connect(*ep, &args);
+    /* A connect runs on the thread that drives the connection (NCCL's, for
+     * a reconnect): one that blocks (a RoCE queue pair resolving its peer's
+     * address) stalls every rail of it. Worth knowing when it happens. */
+    uint64_t took_ms = (rr_now_ns() - t0) / 1000000u;
+    if (took_ms >= SLOW_CONNECT_MS)
+      RR_INFO(RR_SUB_NET, "connecting a %s endpoint on device %d took %llu ms", (*ep)->ops->name, dev,
+              (unsigned long long)took_ms);
   }
   /* Sockets the transport did not take (verbs: all of them) are ours to close. */
   for (int i = 0; i < nfds; i++)

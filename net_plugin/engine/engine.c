@@ -106,7 +106,7 @@ void rr_engine_fini(rr_engine *e) {
 }
 
 int engine_outstanding(const rr_engine *e) {
-  if (e->cfg.role == RR_ENGINE_SEND) return e->fifo_head != e->fifo_tail;
+  if (e->cfg.role == RR_ENGINE_SEND) return e->fifo_head != e->fifo_tail || e->cts_wanted;
   for (int i = 0; i < RR_NET_MAX_REQUESTS; i++)
     if (e->rreq[i].in_use && !e->rreq[i].complete) return 1;
   return 0;
@@ -140,10 +140,13 @@ rr_status engine_post_msg(rr_engine *e, const engine_msg *m) {
 
 rr_status engine_progress(rr_engine *e) {
   if (e->failed) return e->failed;
-  uint64_t now = rr_now_ns();
-  atomic_store_explicit(&e->last_progress_ns, now, memory_order_relaxed);
+  /* NCCL polls test() in a loop, and most polls find nothing to do: they
+   * read only the coarse clock. The precise one is read where a time is
+   * stamped (a posted write, a completion) and once per health tick. */
+  uint64_t coarse = rr_now_coarse_ns();
+  atomic_store_explicit(&e->last_progress_ns, coarse, memory_order_relaxed);
   if (e->cfg.role == RR_ENGINE_SEND) {
-    rr_status st = engine_send_post(e, now);
+    rr_status st = engine_send_post(e, 0);
     if (st != RR_OK) return engine_fail(e, st, "posting chunks failed");
   }
   e->ctrl_queued = 0;
@@ -164,9 +167,9 @@ rr_status engine_progress(rr_engine *e) {
     }
   }
   if (e->failed) return e->failed;
-  if (now - e->last_tick_ns >= 1000000) {
-    e->last_tick_ns = now;
-    engine_rails_tick(e, now);
+  if (coarse - e->last_tick_ns >= 1000000 || coarse < e->last_tick_ns) {
+    e->last_tick_ns = coarse;
+    engine_rails_tick(e, rr_now_ns());
   }
   if (e->failed) return e->failed;
   if (e->cfg.role == RR_ENGINE_RECV) {

@@ -196,10 +196,14 @@ struct rr_engine {
   char failed_why[256];
   uint32_t epoch;
   _Atomic uint64_t last_progress_ns; /* when anybody last drove this engine (read unlocked) */
-  uint64_t last_tick_ns;    /* last health check */
+  uint64_t last_tick_ns;    /* last health check (coarse clock) */
   uint64_t no_rail_since_ns;/* no ACTIVE rail since (0 = there is one) */
   uint64_t no_rail_life_ns; /* then: the last time any rail was seen working */
   int busy;                 /* outstanding requests at the last tick */
+  /* NCCL's last isend was refused for want of a clear-to-send: the
+   * connection waits on the peer, which is being busy (a peer that stopped
+   * answering must fail the send, not leave NCCL retrying forever). */
+  uint8_t cts_wanted;
   int urgent;               /* a queued control message must leave before we return */
   int ctrl_queued;          /* control messages wait in a rail queue for the next progress */
 

@@ -490,7 +490,10 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
    * holds back the clear-to-sends eager messages make moot. */
   int have_cts = s->valid && s->cts.seq == e->send_seq && e->known_seq == e->send_seq;
   int eager = eager_allowed(e, size) && (!have_cts || (s->cts.n == 1 && s->matched == 0));
-  if (!have_cts && !eager) return engine_progress(e);
+  if (!have_cts && !eager) {
+    e->cts_wanted = 1;
+    return engine_progress(e);
+  }
   int sub = -1;
   if (have_cts) {
     sub = cts_sub_for_tag(&s->cts, s->matched, tag);
@@ -541,6 +544,7 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
     e->send_seq++; /* assumed: the receive takes only this message */
   }
   e->fifo[e->fifo_tail++ % RR_SEND_POOL] = (uint16_t)idx;
+  e->cts_wanted = 0;
   engine_prof_start(e, &r->prof_event, phandle, 0, size);
   *request = r;
   /* Errors surface through test(): the request exists now. */

@@ -54,6 +54,9 @@ enum rr_rail_cap {
   RR_RAIL_CAP_WRITE_BEGIN = 1u << 4,   /* the rail sees a write before it lands and asks the
                                         * engine where it goes (on_write_begin): nothing of a
                                         * fenced epoch can land, so drains need not be waited for */
+  RR_RAIL_CAP_CONNECT_MAY_BLOCK = 1u << 5, /* ep_connect may wait (a RoCE queue pair resolving
+                                        * its peer's address): the core connects a reopened
+                                        * rail off the thread driving its connection */
 };
 
 /* Memory kinds a device can register (rr_rail_dev_attr.mem_kinds). */

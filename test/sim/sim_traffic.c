@@ -49,6 +49,7 @@ typedef struct sim_traffic {
   void *sreq[MAX_OUT];
   int smsg[MAX_OUT];
   int s_head, s_n;
+  int s_refused;              /* the last isend was refused (no request): the sender waits */
   /* receiver */
   int next_group;
   void *rreq[MAX_OUT];
@@ -231,6 +232,7 @@ static void sender_step(sim_world *w) {
       side_error(w, SIM_SEND, st, "isend");
       return;
     }
+    T.s_refused = req == NULL;
     if (req) {
       m->bounced = ((rr_send_req *)req)->bounce >= 0;
       T.sreq[(T.s_head + T.s_n) % MAX_OUT] = req;
@@ -366,7 +368,9 @@ int sim_traffic_errored(sim_world *w, int side) {
 
 int sim_traffic_outstanding(sim_world *w, int side) {
   (void)w;
-  return side == SIM_SEND ? T.s_n : T.r_n;
+  /* A sender retrying an isend that the engine refuses (no clear-to-send
+   * yet) waits on the peer as much as one with a request out. */
+  return side == SIM_SEND ? T.s_n + T.s_refused : T.r_n;
 }
 
 uint64_t sim_traffic_last_progress(sim_world *w) {

@@ -11,4 +11,7 @@
 extern uint64_t sim_now_ns;
 
 static inline uint64_t rr_now_ns(void) { return sim_now_ns; }
+/* The coarse clock of a kernel ticking at 250 Hz (Debian's): 4 ms steps. */
+#define SIM_COARSE_TICK_NS 4000000ull
+static inline uint64_t rr_now_coarse_ns(void) { return sim_now_ns - sim_now_ns % SIM_COARSE_TICK_NS; }
 #endif

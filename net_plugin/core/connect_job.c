@@ -1,0 +1,126 @@
+/* Connecting a reopened rail's endpoint off the thread that drives its
+ * connection.
+ *
+ * A verbs endpoint connects by moving its queue pair to RTR and RTS, and on
+ * RoCE the kernel resolves the peer's MAC address inside that call: on a
+ * link that has just come back it waits for ARP (20-270 ms measured in the
+ * Soft-RoCE lab under load, up to the resolver's timeout in the worst case).
+ * A reconnect runs on the thread that drives the connection (NCCL's proxy
+ * thread, or the monitor's for a listener), holding the engine or listener,
+ * so every other rail of it would go unserviced that long. A transport whose
+ * device says its connect may block (RR_RAIL_CAP_CONNECT_MAY_BLOCK) is
+ * therefore connected on a short-lived thread of its own; the caller polls
+ * for the result. Others connect at once, inside rr_connect_job_start.
+ *
+ * Ownership: the job owns the endpoint and the setup sockets from start
+ * until finish hands the endpoint back, or abandon, after which the job's
+ * thread destroys it when the connect returns. Nothing else touches the
+ * endpoint meanwhile (it is in no engine yet). */
+#include "connect_job.h"
+
+#include "core_internal.h"
+#include "rr_log.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct rr_connect_job {
+  pthread_mutex_t lock;
+  rr_rail_ep *ep;
+  int dev;
+  uint16_t blob_len;
+  uint8_t blob[RR_HS_BLOB_MAX];
+  int fds[RR_TCP_MAX_STREAMS];
+  int nfds;
+  rr_status result;
+  int done;                  /* the connect returned (under lock) */
+  int abandoned;             /* the owner is gone: the thread cleans up (under lock) */
+};
+
+static void job_free(rr_connect_job *job) {
+  rr_setup_ep_abandon(&job->ep);
+  for (int i = 0; i < job->nfds; i++)
+    if (job->fds[i] >= 0) close(job->fds[i]);
+  pthread_mutex_destroy(&job->lock);
+  free(job);
+}
+
+/* rr_setup_ep_connect closes the sockets the transport did not take and
+ * destroys the endpoint when the connect fails. */
+static void job_connect(rr_connect_job *job) {
+  rr_status st = rr_setup_ep_connect(&job->ep, job->dev, NULL, job->blob, job->blob_len, job->fds, job->nfds);
+  pthread_mutex_lock(&job->lock);
+  job->result = st;
+  job->done = 1;
+  int abandoned = job->abandoned;
+  pthread_mutex_unlock(&job->lock);
+  if (abandoned) job_free(job);
+}
+
+static void *job_thread(void *arg) {
+  job_connect(arg);
+  return NULL;
+}
+
+static int may_block(const rr_rail_ep *ep) {
+  return (ep->dev->attr.caps & RR_RAIL_CAP_CONNECT_MAY_BLOCK) != 0;
+}
+
+rr_status rr_connect_job_start(rr_rail_ep *ep, int dev, const uint8_t *peer_blob, uint16_t peer_blob_len,
+                               int *fds, int nfds, rr_connect_job **out) {
+  *out = NULL;
+  rr_connect_job *job = calloc(1, sizeof *job);
+  if (!job || peer_blob_len > RR_HS_BLOB_MAX || nfds > RR_TCP_MAX_STREAMS) {
+    free(job);
+    for (int i = 0; i < nfds; i++)
+      if (fds[i] >= 0) close(fds[i]), fds[i] = -1;
+    ep->ops->destroy(ep);
+    return job ? RR_ERR_INTERNAL : RR_ERR_NOMEM;
+  }
+  pthread_mutex_init(&job->lock, NULL);
+  job->ep = ep;
+  job->dev = dev;
+  job->blob_len = peer_blob_len;
+  memcpy(job->blob, peer_blob, peer_blob_len);
+  job->nfds = nfds;
+  for (int i = 0; i < nfds; i++) job->fds[i] = fds[i], fds[i] = -1;
+  *out = job;
+  if (may_block(ep)) {
+    pthread_attr_t attr;
+    pthread_t t;
+    int ok = pthread_attr_init(&attr) == 0;
+    if (ok) {
+      pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+      ok = pthread_create(&t, &attr, job_thread, job) == 0;
+      pthread_attr_destroy(&attr);
+    }
+    if (ok) return RR_OK;
+    RR_INFO(RR_SUB_NET, "connect: no thread for a reopened rail's endpoint; connecting it in place");
+  }
+  job_connect(job);
+  return RR_OK;
+}
+
+rr_status rr_connect_job_finish(rr_connect_job *job, rr_rail_ep **ep) {
+  *ep = NULL;
+  pthread_mutex_lock(&job->lock);
+  int done = job->done;
+  pthread_mutex_unlock(&job->lock);
+  if (!done) return RR_AGAIN;
+  rr_status st = job->result;
+  *ep = job->ep;
+  job->ep = NULL;
+  job_free(job);
+  return st;
+}
+
+void rr_connect_job_abandon(rr_connect_job *job) {
+  if (!job) return;
+  pthread_mutex_lock(&job->lock);
+  int done = job->done;
+  job->abandoned = 1;
+  pthread_mutex_unlock(&job->lock);
+  if (done) job_free(job);
+}
