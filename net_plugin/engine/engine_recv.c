@@ -38,7 +38,7 @@
  * says done, and the ack then leaves with that clear-to-send in one frame
  * pair and one system call, instead of alone. On loopback each control
  * frame costs the sender (the bottleneck there) a segment to process: going
- * from two frames per message to one is worth 10-25 % at 64 KiB-1 MiB
+ * from two frames per message to one is worth 8-23 % at 64 KiB-1 MiB
  * (bench/RESULTS.md 8.3). The sender keeps the rest of its window in flight
  * meanwhile; with nothing else outstanding the ack leaves at once. */
 #define ACK_COMPANY_NS 50000ull

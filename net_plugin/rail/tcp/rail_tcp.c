@@ -44,9 +44,9 @@
 /* Larger writes also go on stream 0 while it has less than this waiting
  * for the kernel: the other streams take chunks only when stream 0 backs up
  * (its socket buffer is full, as with messages of a few MiB). Spreading
- * every message over the streams cost 30-40 % at 256 KiB on loopback: each
- * message's second chunk waited on a stream the receiver polls less often
- * when it is quiet (bench/RESULTS.md 8.3). */
+ * every message over the streams cost 30-40 % at 256 KiB on loopback
+ * (bench/RESULTS.md 8.3; likely because each message's second chunk went
+ * to a stream the receiver polls only every 8th call once it is quiet). */
 #define SPILL_BYTES (512u << 10)
 #define QUIET_POLLS 16
 
