@@ -63,8 +63,8 @@ static void params_parse(void) {
                                            transports, RR_TRANSPORT_AUTO);
   /* Two sockets per rail, 128 KiB chunks: the second socket lets bulk
    * chunks overlap in the kernel (bench/RESULTS.md: +10-25 % at 2-64 MiB
-   * on loopback), and small messages stay on the first, so the round trip
-   * does not pay for it. */
+   * on loopback), and messages stay on the first until it backs up, so
+   * the round trip and mid-size messages do not pay for it. */
   params.tcp_streams = (int)rr_param_parse_u64("RERAIL_TCP_STREAMS", getenv("RERAIL_TCP_STREAMS"),
                                                2, 1, 8);
   params.tcp_congestion[0] = 0;

@@ -247,6 +247,7 @@ struct rr_engine {
   uint32_t ack_head, ack_pending;
   uint64_t ack_since_ns;    /* when the oldest of them completed */
   int ack_flush;            /* the sender waits on one of them: acknowledge at once */
+  uint64_t ack_due_ns;      /* one the sender waits on leaves by then (0: none waits) */
   uint32_t resume_recv_seq; /* recv_seq when the current rollback began */
   int resume_cursor;        /* next slot to announce after a rollback; -1 = none, 32 = END */
   int fail_notice_pending;  /* a FAIL message still has to be posted */

@@ -16,9 +16,11 @@
 /* Acknowledgements are deferred and coalesced: one ACK names up to 33
  * receives, and it rides with the next control message this end sends
  * anyway (a clear-to-send, usually), so a stream of small messages costs no
- * system call per message for acks. They leave at once when the sender
- * holds NCCL's buffer until the ack, when ACK_DEFER_MAX wait, and at the
- * latest ACK_DEFER_NS after the oldest completed. An ack names sequence
+ * system call per message for acks. When the sender holds NCCL's buffer
+ * until the ack they leave with the next clear-to-send, within
+ * ACK_COMPANY_NS, or at once when no other receive is outstanding; else
+ * when ACK_DEFER_MAX wait, and at the latest ACK_DEFER_NS after the oldest
+ * completed. An ack names sequence
  * numbers, so it stays true even if NCCL reposts the slot before it leaves. */
 #define ACK_DEFER_MAX 16
 /* A sender of eager messages assumes at most 16 receives ahead (EAGER_AHEAD)
@@ -30,6 +32,16 @@
  * large message) waits at most this long for it. */
 #define CTS_HOLD_NS 100000ull
 #define ACK_DEFER_NS 1000000ull
+/* An ack the sender waits on (a large message: NCCL's buffer is held until
+ * it arrives) waits this long for company while other receives are
+ * outstanding: NCCL reposts the completed receive's slot right after test()
+ * says done, and the ack then leaves with that clear-to-send in one frame
+ * pair and one system call, instead of alone. On loopback each control
+ * frame costs the sender (the bottleneck there) a segment to process: going
+ * from two frames per message to one is worth 8-23 % at 64 KiB-1 MiB
+ * (bench/RESULTS.md 8.3). The sender keeps the rest of its window in flight
+ * meanwhile; with nothing else outstanding the ack leaves at once. */
+#define ACK_COMPANY_NS 50000ull
 static void ack_enqueue(rr_engine *e, uint32_t seq);
 static rr_status acks_flush(rr_engine *e);
 
@@ -49,14 +61,17 @@ static void recv_complete(rr_engine *e, rr_recv_req *r) {
   ack_enqueue(e, r->seq);
   /* The sender holds NCCL's buffer until this ack. While another receive
    * is still outstanding NCCL keeps testing this connection, so the ack
-   * can wait for that next call and leave with the clear-to-send NCCL
-   * posts meanwhile (one system call instead of two); otherwise it must
-   * leave before test() returns. A bounced message's ack only frees the
-   * sender's copy: it waits for company (above). */
+   * can wait (ACK_COMPANY_NS at most) for the clear-to-send NCCL posts
+   * meanwhile and leave with it (one system call instead of two);
+   * otherwise it must leave before test() returns. A bounced message's ack
+   * only frees the sender's copy: it waits for company longer (above). */
   if (r->ack_now) {
-    e->ack_flush = 1;
-    if (!engine_outstanding(e)) e->urgent = 1;
-    else e->ctrl_queued = 1;
+    if (!engine_outstanding(e)) {
+      e->ack_flush = 1;
+      e->urgent = 1;
+    } else if (!e->ack_due_ns) {
+      e->ack_due_ns = rr_now_ns() + ACK_COMPANY_NS;
+    }
   }
 }
 
@@ -323,11 +338,15 @@ static rr_status acks_flush(rr_engine *e) {
     e->ack_since_ns = rr_now_ns();
   }
   e->ack_flush = 0;
+  e->ack_due_ns = 0;
   return RR_OK;
 }
 
 static int acks_due(const rr_engine *e) {
-  return e->ack_pending && (e->ack_flush || rr_now_ns() - e->ack_since_ns >= ACK_DEFER_NS);
+  if (!e->ack_pending) return 0;
+  if (e->ack_flush) return 1;
+  uint64_t now = rr_now_ns();
+  return (e->ack_due_ns && now >= e->ack_due_ns) || now - e->ack_since_ns >= ACK_DEFER_NS;
 }
 
 /* With no rail up, the notice that rails are down still has to reach the
@@ -644,7 +663,8 @@ rr_status engine_recv_test(rr_recv_req *r, int *done, size_t *sizes) {
   /* A clear-to-send queued by irecv leaves with the next progress: make sure
    * there is one even when the receive tested is already complete, or the
    * sender starves while NCCL reaps completed receives. */
-  rr_status st = r->complete && !e->urgent && !e->ctrl_queued ? e->failed : engine_progress(e);
+  int idle = r->complete && !e->urgent && !e->ctrl_queued && !(e->ack_due_ns && rr_now_ns() >= e->ack_due_ns);
+  rr_status st = idle ? e->failed : engine_progress(e);
   /* A sender waiting for an ack to free NCCL's buffer must not wait for our
    * next call: NCCL may have nothing more to ask of this connection. */
   if (st == RR_OK && e->urgent) {

@@ -41,6 +41,13 @@
  * message gains nothing from another stream, and keeping the others idle
  * lets progress() skip them. */
 #define SMALL_WRITE 65536
+/* Larger writes also go on stream 0 while it has less than this waiting
+ * for the kernel: the other streams take chunks only when stream 0 backs up
+ * (its socket buffer is full, as with messages of a few MiB). Spreading
+ * every message over the streams cost 30-40 % at 256 KiB on loopback
+ * (bench/RESULTS.md 8.3; likely because each message's second chunk went
+ * to a stream the receiver polls only every 8th call once it is quiet). */
+#define SPILL_BYTES (512u << 10)
 #define QUIET_POLLS 16
 
 typedef struct tcp_tx {
@@ -136,10 +143,10 @@ static rr_status tcp_post_write(rr_rail_ep *rep, const rr_write_wr *wr) {
   if (ep->failed) return ep->failed;
   if (!ep->connected) return RR_ERR_INVALID;
   if (wr->len > UINT32_MAX) return RR_ERR_INVALID;
-  /* Pick the least loaded stream, starting after the last one used so equal
-   * loads rotate: chunks of one message spread over every stream. */
-  tcp_stream *s = NULL;
-  if (wr->len <= SMALL_WRITE && ep->streams[0]->writes_queued < WRITE_DEPTH) s = ep->streams[0];
+  /* Stream 0 while it keeps up (above); else the least loaded stream,
+   * starting after the last one used so equal loads rotate. */
+  tcp_stream *s = NULL, *s0 = ep->streams[0];
+  if (s0->writes_queued < WRITE_DEPTH && (wr->len <= SMALL_WRITE || s0->queued_bytes < SPILL_BYTES)) s = s0;
   for (int i = 0; i < ep->nstreams && !s; i++) {
     tcp_stream *c = ep->streams[(ep->next_stream + i) % ep->nstreams];
     if (c->writes_queued < WRITE_DEPTH && (!s || c->writes_queued < s->writes_queued)) s = c;
