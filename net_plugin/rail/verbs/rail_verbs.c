@@ -10,9 +10,21 @@
  *
  * Receive queue: a ring of small buffers, always posted. A write with
  * immediate consumes one (its completion carries the immediate and the
- * length; the data is already in NCCL's buffer); a SEND brings a control
- * message, a drain marker or a NOP. The QP retries receiver-not-ready
- * forever, so a slow receiver throttles the sender instead of failing it.
+ * length; the data is already in NCCL's buffer); a SEND brings a drain
+ * marker or a NOP. The QP retries receiver-not-ready forever, so a slow
+ * receiver throttles the sender instead of failing it.
+ *
+ * Control messages (clear-to-send, acks, notices) are plain RDMA WRITEs into
+ * a ring in the peer's memory (verbs_ring.h), found by polling it: no
+ * receive request, no completion, no copy out of a receive buffer on the
+ * way. The writer holds a credit per ring slot; the reader gives them back
+ * in every message it writes itself, and, when it has none to write, by
+ * writing its count into the writer's credit word once half the ring is
+ * consumed. A write-with-immediate's completion can be polled after a
+ * later control message is already in memory, so each message carries the
+ * writer's count of receive-consuming requests (writes, drains, NOPs)
+ * posted before it and waits until that many are delivered: the engine
+ * sees writes, control messages and drains in the order they were posted.
  *
  * Every message received is untrusted: its header and length are checked,
  * and anything malformed fails the endpoint with RR_ERR_PROTOCOL. */
@@ -20,6 +32,7 @@
 #include "rr_clock.h"
 #include "rr_log.h"
 #include "rr_params.h"
+#include "verbs_ring.h"
 
 #include <arpa/inet.h>
 #include <endian.h>
@@ -32,19 +45,23 @@
 #include <unistd.h>
 
 #define SEND_SLOTS 96             /* control messages and markers in flight */
-#define MSG_HDR 8                 /* type u8, 3 x 0, value u32 (length or epoch) */
-#define SLOT_BYTES (MSG_HDR + RR_RAIL_CTRL_MAX)
+#define MSG_HDR 8                 /* type u8, 3 x 0, value u32 (epoch of a drain) */
+#define SLOT_BYTES VERBS_RING_SLOT_BYTES /* a send slot holds a ring message as written */
+#define RECV_BYTES 64             /* a receive slot: a drain or a NOP (MSG_HDR) */
+#define SLOT_INTERNAL (-2)        /* sq_entry.slot of a request of the rail's own (a credit write) */
 #define SIGNAL_EVERY 16
 #define SIGNAL_BYTES (256u << 10) /* ... or as soon as this much was written unsignalled */
 #define RECV_TAG (1ull << 63)
 
-enum verbs_msg_type { MSG_CTRL = 1, MSG_DRAIN = 2, MSG_NOP = 3 };
+/* Type 1 was a control message by SEND: they travel through the ring now. */
+enum verbs_msg_type { MSG_DRAIN = 2, MSG_NOP = 3 };
 
 typedef struct sq_entry {
   uint64_t wr_id;                 /* the engine's, for writes */
   uint64_t post_ns;
   uint32_t len;
-  int16_t slot;                   /* send slot of a SEND, -1 for a write */
+  int16_t slot;                   /* send slot of a SEND or ring write, -1 for the engine's write,
+                                   * SLOT_INTERNAL for a credit write */
   uint8_t signaled;
 } sq_entry;
 
@@ -65,8 +82,20 @@ struct verbs_ep {
   uint64_t unsignaled_bytes;      /* written since the last signalled request */
   uint64_t tail_seen;             /* sq_tail when progress last looked */
   size_t backlog;                 /* bytes of writes posted and not completed */
-  char *bufs;                     /* SEND_SLOTS send slots, then VERBS_RQ_DEPTH receive slots */
+  char *bufs;                     /* SEND_SLOTS send slots, VERBS_RQ_DEPTH receive slots, a credit word */
   struct ibv_mr *bufs_mr;
+  /* The control rings: ours, which the peer writes into, and the peer's. */
+  uint8_t *ring;
+  struct ibv_mr *ring_mr;
+  uint64_t peer_ring;
+  uint32_t peer_ring_rkey;
+  uint64_t rx_msgs;               /* messages consumed from our ring */
+  uint64_t rx_returned;           /* rx_msgs as the peer was last told it */
+  uint32_t rx_ops;                /* receive-consuming completions delivered (writes, drains, NOPs) */
+  uint32_t rx_last_ops;           /* `ops` of the last message consumed: they never go back */
+  uint64_t tx_msgs;               /* messages written into the peer's ring */
+  uint64_t tx_acked;              /* of those, consumed by the peer as far as we know */
+  uint32_t tx_ops;                /* receive-consuming requests posted */
   int16_t send_free[SEND_SLOTS];
   int nsend_free;
   verbs_inbox inbox;
@@ -83,7 +112,11 @@ verbs_inbox *verbs_ep_inbox(verbs_ep *ep) { return &ep->inbox; }
 uint32_t verbs_ep_qpn(const verbs_ep *ep) { return ep->qp->qp_num; }
 
 static char *send_slot(verbs_ep *ep, int i) { return ep->bufs + (size_t)i * SLOT_BYTES; }
-static char *recv_slot(verbs_ep *ep, int i) { return ep->bufs + (size_t)(SEND_SLOTS + i) * SLOT_BYTES; }
+static char *recv_slot(verbs_ep *ep, int i) {
+  return ep->bufs + (size_t)SEND_SLOTS * SLOT_BYTES + (size_t)i * RECV_BYTES;
+}
+static char *credit_src(verbs_ep *ep) { return recv_slot(ep, VERBS_RQ_DEPTH); }
+#define BUFS_BYTES ((size_t)SEND_SLOTS * SLOT_BYTES + (size_t)VERBS_RQ_DEPTH * RECV_BYTES + 64)
 
 static rr_status ep_fail(verbs_ep *ep, rr_status st, const char *what) {
   if (ep->failed == RR_OK) {
@@ -123,7 +156,7 @@ static rr_status check_async(verbs_ep *ep) {
 /* ------------------------------------------------------------------ posting */
 
 static rr_status post_recv(verbs_ep *ep, int i) {
-  struct ibv_sge sge = {.addr = (uintptr_t)recv_slot(ep, i), .length = SLOT_BYTES, .lkey = ep->bufs_mr->lkey};
+  struct ibv_sge sge = {.addr = (uintptr_t)recv_slot(ep, i), .length = RECV_BYTES, .lkey = ep->bufs_mr->lkey};
   struct ibv_recv_wr wr = {.wr_id = RECV_TAG | (uint64_t)i, .sg_list = &sge, .num_sge = 1}, *bad;
   return ibv_post_recv(ep->qp, &wr, &bad) == 0 ? RR_OK : RR_ERR_RAIL;
 }
@@ -148,7 +181,7 @@ static rr_status post_send(verbs_ep *ep, struct ibv_send_wr *wr, uint64_t wr_id,
   ep->sq_tail++;
   if (signaled) ep->last_signaled = ep->sq_tail, ep->unsignaled_bytes = 0;
   else ep->unsignaled_bytes += len;
-  if (slot < 0) ep->backlog += len;
+  if (slot == -1) ep->backlog += len;
   return RR_OK;
 }
 
@@ -179,7 +212,9 @@ static rr_status verbs_post_write(rr_rail_ep *rep, const rr_write_wr *w) {
                            .imm_data = htonl(w->imm), .send_flags = inline_flag(ep, w->len)};
   wr.wr.rdma.remote_addr = w->remote_addr;
   wr.wr.rdma.rkey = w->rkey;
-  return post_send(ep, &wr, w->wr_id, (uint32_t)w->len, -1, w->post_ns);
+  st = post_send(ep, &wr, w->wr_id, (uint32_t)w->len, -1, w->post_ns);
+  if (st == RR_OK) ep->tx_ops++;
+  return st;
 }
 
 static rr_status post_msg(verbs_ep *ep, uint8_t type, uint32_t value, const void *body, uint32_t len,
@@ -201,11 +236,90 @@ static rr_status post_msg(verbs_ep *ep, uint8_t type, uint32_t value, const void
                            .send_flags = inline_flag(ep, MSG_HDR + len)};
   st = post_send(ep, &wr, 0, MSG_HDR + len, slot, 0);
   if (st != RR_OK) ep->send_free[ep->nsend_free++] = slot;
+  else ep->tx_ops++;
   return st;
 }
 
+/* The peer's count of our messages it has consumed (32 bits of it, from a
+ * message's header or the credit word). An older count than one already
+ * seen is stale and ignored; a count of messages never sent is a lie. */
+static rr_status take_credit(verbs_ep *ep, uint32_t consumed) {
+  int32_t more = (int32_t)(consumed - (uint32_t)ep->tx_acked);
+  if (more <= 0) return RR_OK;
+  if ((uint64_t)more > ep->tx_msgs - ep->tx_acked)
+    return ep_fail(ep, RR_ERR_PROTOCOL, "the peer returned credits for control messages never sent");
+  ep->tx_acked += (uint64_t)more;
+  return RR_OK;
+}
+
+/* A control message: one RDMA WRITE of header, body and trailer into the
+ * next slot of the peer's ring, which a credit says the peer has read. */
 static rr_status verbs_post_ctrl(rr_rail_ep *rep, const void *msg, uint32_t len) {
-  return post_msg(to_ep(rep), MSG_CTRL, len, msg, len, 1);
+  verbs_ep *ep = to_ep(rep);
+  rr_status st = usable(ep);
+  if (st != RR_OK) return st;
+  if (len > RR_RAIL_CTRL_MAX || (len && !msg)) return RR_ERR_INVALID;
+  if (ep->tx_msgs - ep->tx_acked >= VERBS_RING_SLOTS && take_credit(ep, verbs_ring_credit_word(ep->ring)) != RR_OK)
+    return ep->failed;
+  if (ep->tx_msgs - ep->tx_acked >= VERBS_RING_SLOTS || ep->nsend_free == 0 || sq_full(ep)) return RR_AGAIN;
+  int16_t slot = ep->send_free[--ep->nsend_free];
+  char *b = send_slot(ep, slot);
+  uint32_t n = verbs_ring_encode(b, ep->tx_msgs, ep->tx_ops, (uint32_t)ep->rx_msgs, msg, len);
+  struct ibv_sge sge = {.addr = (uintptr_t)b, .length = n, .lkey = ep->bufs_mr->lkey};
+  struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE, .send_flags = inline_flag(ep, n)};
+  wr.wr.rdma.remote_addr = ep->peer_ring + verbs_ring_slot_off(ep->tx_msgs);
+  wr.wr.rdma.rkey = ep->peer_ring_rkey;
+  st = post_send(ep, &wr, 0, n, slot, 0);
+  if (st != RR_OK) {
+    ep->send_free[ep->nsend_free++] = slot;
+    return st;
+  }
+  ep->tx_msgs++;
+  ep->rx_returned = ep->rx_msgs; /* carried in the header */
+  return RR_OK;
+}
+
+/* Credits back without a message to carry them: once half the ring is
+ * consumed and unreported, our count goes into the peer's credit word. The
+ * source word is rewritten by later returns before the NIC may have read
+ * it; it only ever grows, and a newer count is as true. */
+static rr_status return_credit(verbs_ep *ep) {
+  if (ep->rx_msgs - ep->rx_returned < VERBS_RING_SLOTS / 2 || sq_full(ep)) return RR_OK;
+  uint32_t v = htole32((uint32_t)ep->rx_msgs);
+  memcpy(credit_src(ep), &v, 4);
+  struct ibv_sge sge = {.addr = (uintptr_t)credit_src(ep), .length = 4, .lkey = ep->bufs_mr->lkey};
+  struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE, .send_flags = inline_flag(ep, 4)};
+  wr.wr.rdma.remote_addr = ep->peer_ring + VERBS_RING_CREDIT_OFF;
+  wr.wr.rdma.rkey = ep->peer_ring_rkey;
+  rr_status st = post_send(ep, &wr, 0, 4, SLOT_INTERNAL, 0);
+  if (st == RR_OK) ep->rx_returned = ep->rx_msgs;
+  return st;
+}
+
+/* Deliver the messages of our ring that are due: landed whole, and not
+ * ahead of a receive-consuming request the peer posted before them. */
+static rr_status ring_deliver(verbs_ep *ep, uint64_t now) {
+  while (!ep->fenced && !ep->failed) {
+    uint8_t *slot = ep->ring + verbs_ring_slot_off(ep->rx_msgs);
+    verbs_ring_msg m;
+    verbs_ring_peek_result r = verbs_ring_peek(slot, ep->rx_msgs, &m);
+    if (r == VERBS_RING_EMPTY) break;
+    if (r == VERBS_RING_BAD) return ep_fail(ep, RR_ERR_PROTOCOL, "a malformed control message in the ring");
+    /* The peer cannot be further ahead than its send queue and our receive
+     * queue hold, nor count backwards. */
+    int32_t ahead = (int32_t)(m.ops - ep->rx_ops);
+    if ((int32_t)(m.ops - ep->rx_last_ops) < 0 || ahead > VERBS_SQ_DEPTH + VERBS_RQ_DEPTH)
+      return ep_fail(ep, RR_ERR_PROTOCOL, "a control message stamped out of order");
+    if (ahead > 0) break; /* behind a write (or drain) not yet delivered */
+    if (take_credit(ep, m.credit) != RR_OK) return ep->failed;
+    verbs_ring_clear(slot, m.len);
+    ep->rx_msgs++;
+    ep->rx_last_ops = m.ops;
+    ep->last_rx_ns = now;
+    rr_status st = ep->base.events->on_ctrl(&ep->base, m.body, m.len);
+    if (st != RR_OK) return ep_fail(ep, st, "a control message rejected by the engine");
+  }
+  return ep->failed;
 }
 
 /* A SEND behind every write posted so far: RC delivers it after them. */
@@ -223,6 +337,7 @@ static rr_status retire_to(verbs_ep *ep, uint64_t seq, uint64_t now) {
       ep->send_free[ep->nsend_free++] = s->slot;
       continue;
     }
+    if (s->slot == SLOT_INTERNAL) continue;
     ep->backlog -= s->len;
     if (ep->base.tel_tx) rr_tel_record(ep->base.tel_tx, s->post_ns, now, s->len);
     rr_status st = ep->base.events->on_write_done(&ep->base, s->wr_id);
@@ -261,13 +376,13 @@ static rr_status on_recv(verbs_ep *ep, const struct ibv_wc *wc, uint64_t now) {
     v = le32toh(v);
     if (wc->byte_len < MSG_HDR || b[1] || b[2] || b[3])
       return ep_fail(ep, RR_ERR_PROTOCOL, "a malformed message");
-    if (b[0] == MSG_CTRL && v == wc->byte_len - MSG_HDR) st = ep->base.events->on_ctrl(&ep->base, b + MSG_HDR, v);
-    else if (b[0] == MSG_DRAIN && wc->byte_len == MSG_HDR) st = ep->base.events->on_drain(&ep->base, v);
+    if (b[0] == MSG_DRAIN && wc->byte_len == MSG_HDR) st = ep->base.events->on_drain(&ep->base, v);
     else if (b[0] != MSG_NOP || wc->byte_len != MSG_HDR) return ep_fail(ep, RR_ERR_PROTOCOL, "an unknown message");
   } else {
     return ep_fail(ep, RR_ERR_PROTOCOL, "an unexpected completion");
   }
   if (st != RR_OK) return ep_fail(ep, st, "rejected by the engine");
+  ep->rx_ops++;
   return post_recv(ep, i) == RR_OK ? RR_OK : ep_fail(ep, RR_ERR_RAIL, "cannot repost a receive");
 }
 
@@ -291,10 +406,22 @@ static rr_status verbs_progress(rr_rail_ep *rep) {
        * by the engine, nothing of them is reported. */
       if (ep->fenced) continue;
       if (wc[i].status != IBV_WC_SUCCESS) return wc_status(ep, &wc[i]);
-      rr_status st = wc[i].wr_id & RECV_TAG ? on_recv(ep, &wc[i], now) : retire_to(ep, wc[i].wr_id, now);
+      rr_status st;
+      if (wc[i].wr_id & RECV_TAG) {
+        /* Control messages posted before this request come first. */
+        st = ring_deliver(ep, now);
+        if (st == RR_OK) st = on_recv(ep, &wc[i], now);
+      } else {
+        st = retire_to(ep, wc[i].wr_id, now);
+      }
       if (!(wc[i].wr_id & RECV_TAG)) ep->last_tx_ns = now;
       if (st != RR_OK) return st;
     }
+  }
+  if (!ep->fenced) {
+    rr_status st = ring_deliver(ep, rr_now_ns());
+    if (st == RR_OK) st = return_credit(ep);
+    if (st != RR_OK) return st;
   }
   /* Unsignalled writes with nothing behind them: a NOP brings their
    * completions. "Nothing behind them" is a whole progress cycle in which the
@@ -337,6 +464,9 @@ static void verbs_destroy(rr_rail_ep *rep) {
   if (ep->attached) verbs_hca_detach(ep->hca, ep);
   if (ep->qp) api->destroy_qp(ep->qp);
   if (ep->watch_fd >= 0) close(ep->watch_fd);
+  /* The QP is gone first: the peer's writes into the ring fail from here. */
+  if (ep->ring_mr) api->dereg_mr(ep->ring_mr);
+  free(ep->ring);
   if (ep->bufs_mr) api->dereg_mr(ep->bufs_mr);
   free(ep->bufs);
   free(ep);
@@ -355,14 +485,21 @@ static rr_status verbs_ep_open(rr_rail_dev *dev, const rr_rail_events *events, v
   for (int i = 0; i < SEND_SLOTS; i++) ep->send_free[i] = (int16_t)i;
   ep->nsend_free = SEND_SLOTS;
   rr_status st = RR_ERR_SYSTEM;
-  size_t bytes = (size_t)(SEND_SLOTS + VERBS_RQ_DEPTH) * SLOT_BYTES;
+  size_t bytes = BUFS_BYTES;
   ep->bufs = aligned_alloc(4096, (bytes + 4095) & ~(size_t)4095);
-  if (!ep->bufs) goto fail;
+  ep->ring = aligned_alloc(4096, (VERBS_RING_BYTES + 4095) & ~(size_t)4095);
+  if (!ep->bufs || !ep->ring) goto fail;
+  memset(ep->ring, 0, VERBS_RING_BYTES); /* every slot empty, no credit returned */
   ep->bufs_mr = api->reg_mr(h->pd, ep->bufs, bytes, IBV_ACCESS_LOCAL_WRITE);
+  /* The peer may write into the ring and nowhere else of ours but NCCL's
+   * receive buffers. */
+  ep->ring_mr = ep->bufs_mr ? api->reg_mr(h->pd, ep->ring, VERBS_RING_BYTES,
+                                          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
+                            : NULL;
   /* As much inline data as a control message, or what the device allows. */
   static const uint32_t inline_tries[] = {SLOT_BYTES, 256, 64, 0};
   struct ibv_qp_init_attr qa;
-  for (size_t t = 0; ep->bufs_mr && !ep->qp && t < sizeof inline_tries / sizeof *inline_tries; t++) {
+  for (size_t t = 0; ep->ring_mr && !ep->qp && t < sizeof inline_tries / sizeof *inline_tries; t++) {
     qa = (struct ibv_qp_init_attr){.send_cq = h->cq, .recv_cq = h->cq, .qp_type = IBV_QPT_RC, .sq_sig_all = 0,
                                    .cap = {.max_send_wr = VERBS_SQ_DEPTH, .max_recv_wr = VERBS_RQ_DEPTH,
                                            .max_send_sge = 1, .max_recv_sge = 1,
@@ -396,7 +533,8 @@ static rr_status verbs_ep_addr(rr_rail_ep *rep, void *blob, uint32_t *len) {
   verbs_ep *ep = to_ep(rep);
   const rr_verbs_port *p = &ep->hca->port;
   rr_verbs_addr a = {.qpn = ep->qp->qp_num, .psn = ep->psn, .lid = p->lid, .mtu = (uint8_t)p->active_mtu,
-                     .link_layer = (uint8_t)p->link_layer};
+                     .link_layer = (uint8_t)p->link_layer, .ring_addr = (uintptr_t)ep->ring,
+                     .ring_rkey = ep->ring_mr->rkey, .ring_slots = VERBS_RING_SLOTS};
   memcpy(a.gid, p->gid.raw, 16);
   rr_verbs_addr_encode(&a, blob);
   *len = RR_VERBS_ADDR_LEN;
@@ -413,10 +551,12 @@ static rr_status verbs_ep_connect(rr_rail_ep *rep, const rr_rail_connect_args *a
   rr_verbs_addr peer;
   if (ep->connected) return RR_ERR_INVALID;
   if (rr_verbs_addr_decode(args->peer_addr, args->peer_addr_len, &peer) != RR_OK ||
-      peer.link_layer != (uint8_t)p->link_layer) {
+      peer.link_layer != (uint8_t)p->link_layer || peer.ring_slots != VERBS_RING_SLOTS) {
     RR_WARN("verbs %s: the peer's queue pair address is malformed", p->dev_name);
     return RR_ERR_PROTOCOL;
   }
+  ep->peer_ring = peer.ring_addr;
+  ep->peer_ring_rkey = peer.ring_rkey;
   struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR,
                           .path_mtu = peer.mtu < p->active_mtu ? peer.mtu : (enum ibv_mtu)p->active_mtu,
                           .dest_qp_num = peer.qpn, .rq_psn = peer.psn, .max_dest_rd_atomic = 1,

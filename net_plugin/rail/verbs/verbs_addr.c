@@ -17,6 +17,11 @@ void rr_verbs_addr_encode(const rr_verbs_addr *a, uint8_t out[RR_VERBS_ADDR_LEN]
   memcpy(out + 24, &lid, 2);
   out[26] = a->mtu;
   out[27] = a->link_layer;
+  uint64_t ring = htole64(a->ring_addr);
+  uint32_t rkey = htole32(a->ring_rkey), slots = htole32(a->ring_slots);
+  memcpy(out + 32, &ring, 8);
+  memcpy(out + 40, &rkey, 4);
+  memcpy(out + 44, &slots, 4);
 }
 
 rr_status rr_verbs_addr_decode(const void *in, uint32_t len, rr_verbs_addr *a) {
@@ -31,6 +36,12 @@ rr_status rr_verbs_addr_decode(const void *in, uint32_t len, rr_verbs_addr *a) {
   *a = (rr_verbs_addr){.qpn = le32toh(qpn), .psn = le32toh(psn), .lid = le16toh(lid), .mtu = p[26],
                        .link_layer = p[27]};
   memcpy(a->gid, p + 8, 16);
+  uint64_t ring;
+  uint32_t rkey, slots;
+  memcpy(&ring, p + 32, 8);
+  memcpy(&rkey, p + 40, 4);
+  memcpy(&slots, p + 44, 4);
+  a->ring_addr = le64toh(ring), a->ring_rkey = le32toh(rkey), a->ring_slots = le32toh(slots);
   if (reserved || a->qpn >= 1u << 24 || a->psn >= 1u << 24 || a->mtu < IBV_MTU_256 || a->mtu > IBV_MTU_4096 ||
       (a->link_layer != IBV_LINK_LAYER_INFINIBAND && a->link_layer != IBV_LINK_LAYER_ETHERNET))
     return RR_ERR_PROTOCOL;
