@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "rail_verbs.h"
+#include "rr_params.h"
 #include "verbs_ring.h"
 
 /* ---- a fake device ------------------------------------------------------------ */
@@ -62,6 +63,10 @@ static struct {
 static struct ibv_wc cq[FAKE_CQ];
 static unsigned cq_head, cq_tail;
 static int cq_gate = -1; /* completions poll_cq may still return; -1: no limit */
+/* Completions of this QP number wait aside (its packets are late) until released. */
+static uint32_t late_qpn;
+static struct ibv_wc late[FAKE_CQ];
+static unsigned nlate;
 
 static int f_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad) {
   (void)bad;
@@ -74,6 +79,11 @@ static int f_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_rec
 }
 
 static void push_wc(struct ibv_wc wc) {
+  if (late_qpn && wc.qp_num == late_qpn) {
+    assert_true(nlate < FAKE_CQ);
+    late[nlate++] = wc;
+    return;
+  }
   assert_true(cq_tail - cq_head < FAKE_CQ);
   cq[cq_tail++ % FAKE_CQ] = wc;
 }
@@ -217,6 +227,7 @@ static void fake_reset(void) {
   memset(lb, 0, sizeof lb);
   cq_head = cq_tail = 0;
   cq_gate = -1;
+  late_qpn = 0, nlate = 0;
   loopback = 0;
 }
 
@@ -245,7 +256,7 @@ static int setup(void **state) {
   h->port.active_mtu = IBV_MTU_1024;
   for (int i = 0; i < 2; i++) {
     assert_int_equal(rr_verbs_rail_ops.ep_open(&h->base, &no_events, NULL, &w->ep[i]), RR_OK);
-    rr_verbs_addr peer = {.qpn = 0x900u + (uint32_t)i, .psn = 1, .mtu = IBV_MTU_1024,
+    rr_verbs_addr peer = {.qpn = {0x900u + (uint32_t)i}, .nqps = 1, .psn = 1, .mtu = IBV_MTU_1024,
                           .link_layer = IBV_LINK_LAYER_ETHERNET, .ring_slots = VERBS_RING_SLOTS};
     uint8_t blob[RR_VERBS_ADDR_LEN];
     rr_verbs_addr_encode(&peer, blob);
@@ -438,8 +449,14 @@ static rr_status rec_drain(rr_rail_ep *ep, uint32_t epoch) {
 static const rr_rail_events rec_events = {.on_write_done = rec_done, .on_write_recv = rec_write,
                                           .on_ctrl = rec_ctrl, .on_drain = rec_drain};
 
+static void set_qps(const char *n) {
+  setenv("RERAIL_IB_QPS_PER_RAIL", n, 1);
+  rr_params_reload();
+}
+
 /* Two endpoints of one fake device, each connected to the other. */
 static int setup_pair(void **state) {
+  set_qps("1");
   int rc = setup(state);
   world *w = *state;
   for (int i = 0; i < 2; i++) rr_verbs_rail_ops.destroy(w->ep[i]);
@@ -482,6 +499,107 @@ static uint8_t *ring_of(world *w, int i) {
   assert_int_equal(rr_verbs_addr_decode(blob, len, &a), RR_OK);
   assert_int_equal(a.ring_slots, VERBS_RING_SLOTS);
   return (uint8_t *)(uintptr_t)a.ring_addr;
+}
+
+/* The same with two QPs per endpoint (ep0: QPs 0x100, 0x101; ep1: 0x102, 0x103). */
+static int setup_pair2(void **state) {
+  int rc = setup_pair(state);
+  world *w = *state;
+  for (int i = 0; i < 2; i++) rr_verbs_rail_ops.destroy(w->ep[i]);
+  fake_reset();
+  fake_ctx.ops.post_recv = f_post_recv;
+  fake_ctx.ops.poll_cq = f_poll_cq;
+  fake_ctx.ops.post_send = f_post_send;
+  loopback = 1;
+  nqps = 0, nlog = 0;
+  set_qps("2");
+  uint8_t blob[2][RR_RAIL_ADDR_MAX];
+  for (int i = 0; i < 2; i++) {
+    uint32_t len = 0;
+    assert_int_equal(rr_verbs_rail_ops.ep_open(&w->h->base, &rec_events, NULL, &w->ep[i]), RR_OK);
+    assert_int_equal(rr_verbs_rail_ops.ep_addr(w->ep[i], blob[i], &len), RR_OK);
+  }
+  set_qps("1");
+  for (int i = 0; i < 2; i++) {
+    rr_rail_connect_args a = {.peer_addr = blob[!i], .peer_addr_len = RR_VERBS_ADDR_LEN};
+    assert_int_equal(rr_verbs_rail_ops.ep_connect(w->ep[i], &a), RR_OK);
+  }
+  assert_int_equal(nqps, 4);
+  return rc;
+}
+
+static rr_status write_imm(world *w, int i, uint32_t imm) {
+  static char buf[64];
+  static rr_rail_mr rmr = {.lkey = 7};
+  rr_write_wr wr = {.wr_id = imm, .local = buf, .len = sizeof buf, .local_mr = &rmr, .remote_addr = 0x1000,
+                    .rkey = 9, .imm = imm};
+  return w->ep[i]->ops->post_write(w->ep[i], &wr);
+}
+
+static void release_late(void) {
+  late_qpn = 0;
+  for (unsigned k = 0; k < nlate; k++) push_wc(late[k]);
+  nlate = 0;
+}
+
+/* Writes alternate between the QPs; the second QP's write arriving first waits for the
+ * first's, and a control message and a drain keep their places among them. */
+static void test_two_qps_global_order(void **state) {
+  world *w = *state;
+  late_qpn = 0x102; /* ep1's first QP: what ep0 sends on its first QP is late */
+  assert_int_equal(write_imm(w, 0, 1), RR_OK);    /* ordered request 0: QP 0 (late) */
+  assert_int_equal(write_imm(w, 0, 2), RR_OK);    /* 1: QP 1 */
+  assert_int_equal(ctrl(w, 0, 0xc0), RR_OK);      /* written on QP 0, behind request 1 */
+  assert_int_equal(w->ep[0]->ops->post_drain(w->ep[0], 9), RR_OK); /* 2: QP 0 (late) */
+  assert_int_equal(write_imm(w, 0, 3), RR_OK);    /* 3: QP 1 */
+  assert_int_equal(nlate, 2); /* requests 0 and 2 went on QP 0 */
+  assert_int_equal(progress(w, 1), RR_OK);
+  assert_int_equal(nlog, 0); /* requests 1 and 3 arrived, 0 has not: nothing is due */
+  release_late();
+  assert_int_equal(progress(w, 1), RR_OK);
+  assert_int_equal(nlog, 5);
+  expect(0, 1, EV_WRITE, 1);
+  expect(1, 1, EV_WRITE, 2);
+  expect(2, 1, EV_CTRL, 0xc0);
+  expect(3, 1, EV_DRAIN, 9);
+  expect(4, 1, EV_WRITE, 3);
+  /* Both QPs' writes complete at the writer (a NOP brings the unsignalled ones). */
+  nlog = 0;
+  for (int k = 0; k < 3; k++) assert_int_equal(progress(w, 0), RR_OK);
+  int done = 0;
+  for (int k = 0; k < nlog; k++) done += evlog[k].kind == EV_DONE && evlog[k].ep == 0;
+  assert_int_equal(done, 3);
+}
+
+/* An error completion on either QP fails the endpoint; a fence puts both in error. */
+static void test_two_qps_fail_and_fence(void **state) {
+  world *w = *state;
+  push_wc((struct ibv_wc){.wr_id = 0, .status = IBV_WC_RETRY_EXC_ERR, .qp_num = 0x101});
+  assert_int_equal(progress(w, 0), RR_ERR_RAIL);
+  assert_int_equal(progress(w, 1), RR_OK);
+  w->ep[1]->ops->fence(w->ep[1]);
+  assert_int_equal(write_imm(w, 1, 1), RR_ERR_RAIL);
+}
+
+/* A peer offering fewer QPs: both use as many as it has. */
+static void test_qps_agree_on_the_minimum(void **state) {
+  world *w = *state;
+  set_qps("2");
+  rr_rail_ep *ep;
+  assert_int_equal(rr_verbs_rail_ops.ep_open(&w->h->base, &no_events, NULL, &ep), RR_OK);
+  set_qps("1");
+  verbs_ep *vep = (verbs_ep *)ep;
+  assert_int_equal(verbs_ep_nqps(vep), 2);
+  rr_verbs_addr peer = {.qpn = {0x901}, .nqps = 1, .psn = 1, .mtu = IBV_MTU_1024,
+                        .link_layer = IBV_LINK_LAYER_ETHERNET, .ring_slots = VERBS_RING_SLOTS};
+  uint8_t blob[RR_VERBS_ADDR_LEN];
+  rr_verbs_addr_encode(&peer, blob);
+  rr_rail_connect_args a = {.peer_addr = blob, .peer_addr_len = sizeof blob};
+  assert_int_equal(rr_verbs_rail_ops.ep_connect(ep, &a), RR_OK);
+  assert_int_equal(verbs_ep_nqps(vep), 1);
+  assert_false(verbs_ep_has_qpn(vep, fake_qps[3].qp_num)); /* the extra QP is gone */
+  assert_true(verbs_ep_has_qpn(vep, fake_qps[2].qp_num));
+  rr_verbs_rail_ops.destroy(ep);
 }
 
 static void test_ring_ctrl_both_ways(void **state) {
@@ -610,7 +728,7 @@ static void test_blob_ring_slots_checked(void **state) {
   world *w = *state;
   rr_rail_ep *ep;
   assert_int_equal(rr_verbs_rail_ops.ep_open(&w->h->base, &no_events, NULL, &ep), RR_OK);
-  rr_verbs_addr peer = {.qpn = 0x901, .psn = 1, .mtu = IBV_MTU_1024, .link_layer = IBV_LINK_LAYER_ETHERNET,
+  rr_verbs_addr peer = {.qpn = {0x901}, .nqps = 1, .psn = 1, .mtu = IBV_MTU_1024, .link_layer = IBV_LINK_LAYER_ETHERNET,
                         .ring_slots = VERBS_RING_SLOTS * 2};
   uint8_t blob[RR_VERBS_ADDR_LEN];
   rr_verbs_addr_encode(&peer, blob);
@@ -639,6 +757,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_ring_forged_stamp, setup_pair, teardown),
       cmocka_unit_test_setup_teardown(test_ring_forged_count_ahead, setup_pair, teardown),
       cmocka_unit_test_setup_teardown(test_ring_forged_credit, setup_pair, teardown),
+      cmocka_unit_test_setup_teardown(test_qps_agree_on_the_minimum, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_two_qps_global_order, setup_pair2, teardown),
+      cmocka_unit_test_setup_teardown(test_two_qps_fail_and_fence, setup_pair2, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

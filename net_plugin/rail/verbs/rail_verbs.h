@@ -40,7 +40,6 @@ typedef struct verbs_ep verbs_ep;
  * can have outstanding, so it never overflows. */
 #define VERBS_SQ_DEPTH 256
 #define VERBS_RQ_DEPTH 512
-#define VERBS_INBOX (VERBS_SQ_DEPTH + VERBS_RQ_DEPTH + 8)
 
 typedef struct verbs_hca {
   rr_rail_dev base;
@@ -57,8 +56,8 @@ typedef struct verbs_hca {
 } verbs_hca;
 
 typedef struct verbs_inbox {
-  struct ibv_wc wc[VERBS_INBOX];
-  uint32_t head, tail;
+  struct ibv_wc *wc;         /* cap entries: every QP's send and receive queue, full */
+  uint32_t cap, head, tail;
 } verbs_inbox;
 
 /* Register / unregister an endpoint's QP for completion dispatch. */
@@ -66,9 +65,10 @@ rr_status verbs_hca_attach(verbs_hca *h, verbs_ep *ep);
 void verbs_hca_detach(verbs_hca *h, verbs_ep *ep);
 /* Poll the CQ and file completions into their endpoints' inboxes. */
 rr_status verbs_hca_poll(verbs_hca *h);
-/* The inbox and QP number of an endpoint (rail_verbs.c owns the struct). */
+/* The inbox, QPs and QP numbers of an endpoint (rail_verbs.c owns the struct). */
 verbs_inbox *verbs_ep_inbox(verbs_ep *ep);
-uint32_t verbs_ep_qpn(const verbs_ep *ep);
+int verbs_ep_nqps(const verbs_ep *ep);
+int verbs_ep_has_qpn(const verbs_ep *ep, uint32_t qpn);
 /* An async event (QP fatal, CQ error, device fatal) concerning ep: the
  * endpoint fails with RR_ERR_RAIL on its next progress or post. Thread safe
  * (the monitor thread calls it, the endpoint's owner acts on it). */

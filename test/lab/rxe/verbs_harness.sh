@@ -5,7 +5,8 @@
 # host A's rail-0 NIC goes down and comes back. Passes when
 #  - both ends put both NICs on the verbs rail (not TCP),
 #  - the traffic completes with zero errors across the failure (failover) and after it,
-#  - the sender reports a failover, and no ibv_reg_mr happens after the first failover.
+#  - the sender reports a failover, and no ibv_reg_mr happens after the first failover,
+#  - with RERAIL_IB_QPS_PER_RAIL=N > 1 in the environment: both ends report N QPs per rail.
 #
 # usage: verbs_harness.sh HARNESS PLUGIN_DIR [SECONDS [FAULT]]
 #   FAULT: link (default: ip link set vethA0 down, then up) or silent (RoCE on rail 0 dropped by
@@ -51,6 +52,13 @@ for side in client server; do
   n=$(grep -c 'on the verbs rail' "$work/$side.log")
   if [ "$n" -ge 2 ]; then ok "$side: both NICs on the verbs rail"; else bad "$side: $n NIC(s) on the verbs rail"; fi
 done
+qps=${RERAIL_IB_QPS_PER_RAIL:-1}
+if [ "$qps" -gt 1 ]; then
+  for side in client server; do
+    if grep -q "$qps queue pair(s) per rail" "$work/$side.log"; then ok "$side: $qps QPs per rail"
+    else bad "$side: RERAIL_IB_QPS_PER_RAIL=$qps not in use"; fi
+  done
+fi
 if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ]; then ok "traffic completed, every byte checked ($(grep -ho 'received: .*GB/s' "$work/server.log" | head -1))"
 else bad "client exit $crc, server exit $src"; fi
 if grep -q 'health: failover' "$work/client.log"; then ok "the sender failed over: $(grep -m1 -o 'health: failover .*' "$work/client.log" | cut -c1-120)"
