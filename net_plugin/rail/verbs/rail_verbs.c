@@ -562,17 +562,18 @@ static void verbs_destroy(rr_rail_ep *rep) {
 static rr_status open_qp(verbs_ep *ep, int k) {
   verbs_hca *h = ep->hca;
   const rr_ibv_api *api = h->api;
-  /* As much inline data as a control message, or what the device allows
-   * (every QP of the endpoint is asked for what the first one got). */
-  static const uint32_t inline_tries[] = {SLOT_BYTES, 256, 64, 0};
+  /* As much inline data as a control message, or what the device allows;
+   * the other QPs of the endpoint ask for what the first one got. */
+  const uint32_t inline_tries[] = {SLOT_BYTES, 256, 64, 0};
+  const uint32_t *tries = k == 0 ? inline_tries : &ep->max_inline;
+  size_t ntries = k == 0 ? sizeof inline_tries / sizeof *inline_tries : 1;
   struct ibv_qp_init_attr qa;
   struct ibv_qp *qp = NULL;
-  for (size_t t = 0; !qp && t < sizeof inline_tries / sizeof *inline_tries; t++) {
-    if (k > 0 && inline_tries[t] != ep->max_inline) continue;
+  for (size_t t = 0; !qp && t < ntries; t++) {
     qa = (struct ibv_qp_init_attr){.send_cq = h->cq, .recv_cq = h->cq, .qp_type = IBV_QPT_RC, .sq_sig_all = 0,
                                    .cap = {.max_send_wr = VERBS_SQ_DEPTH, .max_recv_wr = VERBS_RQ_DEPTH,
                                            .max_send_sge = 1, .max_recv_sge = 1,
-                                           .max_inline_data = inline_tries[t]}};
+                                           .max_inline_data = tries[t]}};
     qp = api->create_qp(h->pd, &qa);
   }
   if (!qp) {
