@@ -11,11 +11,12 @@
  * unsignalled and nothing follows them, progress() posts a signalled NOP
  * behind them so their completions (and the rail's liveness) do not wait.
  *
- * Receive queue: a ring of small buffers, always posted. A write with
- * immediate consumes one (its completion carries the immediate and the
- * length; the data is already in NCCL's buffer); a SEND brings a drain
- * marker or a NOP. The QP retries receiver-not-ready forever, so a slow
- * receiver throttles the sender instead of failing it.
+ * Receive queue (per QP): a ring of small buffers, posted again once what
+ * they brought is delivered. A write with immediate consumes one (its
+ * completion carries the immediate and the length; the data is already in
+ * NCCL's buffer); a SEND brings a drain marker or a NOP. The QP retries
+ * receiver-not-ready forever, so a slow receiver throttles the sender
+ * instead of failing it.
  *
  * Control messages (clear-to-send, acks, notices) are plain RDMA WRITEs into
  * a ring in the peer's memory (verbs_ring.h), found by polling it: no
@@ -25,9 +26,10 @@
  * writing its count into the writer's credit word once half the ring is
  * consumed. A write-with-immediate's completion can be polled after a
  * later control message is already in memory, so each message carries the
- * writer's count of receive-consuming requests (writes, drains, NOPs)
- * posted before it and waits until that many are delivered: the engine
- * sees writes, control messages and drains in the order they were posted.
+ * writer's count of ordered requests (writes, drains) posted before it,
+ * goes on the QP of the next one (so RC places it first), and waits until
+ * that many are delivered: the engine sees writes, control messages and
+ * drains in the order they were posted.
  *
  * Every message received is untrusted: its header and length are checked,
  * and anything malformed fails the endpoint with RR_ERR_PROTOCOL. */

@@ -1,8 +1,9 @@
-/* The verbs rail: one endpoint is an RC queue pair on one HCA port
- * (InfiniBand or RoCE). Chunks are RDMA WRITE WITH IMMEDIATE straight into
- * the receive buffer NCCL posted (zero copy); control messages and drain
- * barriers are SENDs on the same QP, so RC ordering puts a drain behind
- * every write posted before it. One CQ per device serves all its endpoints.
+/* The verbs rail: one endpoint is RERAIL_IB_QPS_PER_RAIL RC queue pairs
+ * (one by default) on one HCA port (InfiniBand or RoCE). Chunks are RDMA
+ * WRITE WITH IMMEDIATE straight into the receive buffer NCCL posted (zero
+ * copy); control messages are RDMA WRITEs into a ring in the peer's memory
+ * (verbs_ring.h); drain barriers are SENDs, delivered behind every write
+ * posted before them. One CQ per device serves all its endpoints.
  *
  * Same shape as the TCP rail: rail_verbs.c is the endpoint layer,
  * verbs_hca.c the device layer (protection domain, shared CQ, registration
