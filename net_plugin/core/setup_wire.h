@@ -35,7 +35,7 @@
 #define RR_HS_SECRET_LEN 32
 #define RR_HS_NONCE_LEN 32
 #define RR_HS_MAC_LEN 32
-#define RR_HS_BLOB_MAX 64            /* = RR_RAIL_ADDR_MAX (checked where both are known) */
+#define RR_HS_BLOB_MAX 128           /* = RR_RAIL_ADDR_MAX (checked where both are known) */
 #define RR_HS_MAX_STREAMS 8          /* setup sockets per rail */
 #define RR_HS_MAX_RAILS 8
 /* A reconnect may name at most this many generations beyond the rail's

@@ -48,8 +48,10 @@ typedef struct rr_rail_ops rr_rail_ops;
 enum rr_rail_cap {
   RR_RAIL_CAP_WRITE = 1u << 0,         /* one-sided write into registered peer memory */
   RR_RAIL_CAP_WRITE_IMM = 1u << 1,     /* a write carries 32-bit immediate data to the receiver */
-  RR_RAIL_CAP_EP_ORDERED = 1u << 2,    /* writes on one endpoint land in posting order (RC QP);
-                                        * without it only control messages are ordered */
+  RR_RAIL_CAP_EP_ORDERED = 1u << 2,    /* what arrives on one endpoint (writes, control messages,
+                                        * drains) is delivered in posting order (RC QP; a verbs
+                                        * rail with several QPs puts it back in order); without
+                                        * it only control messages are ordered */
   RR_RAIL_CAP_REG_PER_DEV = 1u << 3,   /* a registration is valid on this device only */
   RR_RAIL_CAP_WRITE_BEGIN = 1u << 4,   /* the rail sees a write before it lands and asks the
                                         * engine where it goes (on_write_begin): nothing of a
@@ -147,8 +149,9 @@ typedef struct rr_write_hdr {
  * protocol": the engine fails that rail over, never the connection. */
 typedef struct rr_rail_events {
   /* The local write wr_id has left this host's hands (its buffer is reusable
-   * by the rail; with RR_RAIL_CAP_EP_ORDERED, every earlier write on this
-   * endpoint has too). */
+   * by the rail). Not necessarily in posting order: a verbs rail with
+   * several QPs completes each QP's writes in order, not the endpoint's (the
+   * engine counts them). */
   rr_status (*on_write_done)(rr_rail_ep *ep, uint64_t wr_id);
   /* RR_RAIL_CAP_WRITE_BEGIN rails: a write is about to land. The engine sets
    * *dst to where its h->len bytes go, or to NULL to have the rail read and
@@ -174,7 +177,7 @@ typedef struct rr_rail_events {
 /* Largest control message a rail must carry. */
 #define RR_RAIL_CTRL_MAX 512
 /* Largest endpoint address blob. */
-#define RR_RAIL_ADDR_MAX 64
+#define RR_RAIL_ADDR_MAX 128
 
 /* What the core hands a transport to connect an endpoint: the peer's blob
  * and the setup sockets (connected, non-blocking, authenticated). A

@@ -51,7 +51,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         uint8_t again[RR_VERBS_ADDR_LEN];
         rr_verbs_addr_encode(&a, again);
         FUZZ_CHECK(p.blob_len == RR_VERBS_ADDR_LEN && !memcmp(again, p.blob, RR_VERBS_ADDR_LEN));
-        FUZZ_CHECK(a.qpn < (1u << 24) && a.psn < (1u << 24));
+        FUZZ_CHECK(a.psn < (1u << 24) && a.nqps >= 1 && a.nqps <= RR_VERBS_MAX_QPS);
+        for (int k = 0; k < RR_VERBS_MAX_QPS; k++) FUZZ_CHECK(k < a.nqps ? a.qpn[k] < (1u << 24) : a.qpn[k] == 0);
       }
     }
     break;

@@ -106,7 +106,7 @@ static void hellos(void) {
   p.blob_len = 0;
   put_msg("accept-empty", 3, m, rr_hs_proof_encode(RR_HS_ACCEPT, &p, m));
   /* A verbs endpoint's address as the blob (RoCE, QP 0x1234, MTU 1024). */
-  rr_verbs_addr va = {.qpn = 0x1234, .psn = 0x56, .lid = 0, .mtu = IBV_MTU_1024, .link_layer = IBV_LINK_LAYER_ETHERNET};
+  rr_verbs_addr va = {.qpn = {0x1234}, .nqps = 1, .ring_slots = 128, .psn = 0x56, .lid = 0, .mtu = IBV_MTU_1024, .link_layer = IBV_LINK_LAYER_ETHERNET};
   va.gid[10] = va.gid[11] = 0xff;
   va.gid[12] = 10, va.gid[15] = 1;
   p.blob_len = RR_VERBS_ADDR_LEN;

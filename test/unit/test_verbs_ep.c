@@ -11,7 +11,15 @@
  * Posting: small writes and control messages go inline, large writes do not; a write is
  * signalled every 16 requests or every quarter MiB; unsignalled writes get a signalled NOP
  * behind them once a progress cycle passes with nothing posted, not while the owner is
- * still posting. */
+ * still posting.
+ *
+ * Control ring (a loopback fake: two endpoints connected to each other, RDMA WRITEs copied
+ * into the peer's memory at once, writes with immediate and SENDs completed on the peer's
+ * receive queue through a CQ the test can hold back): control messages travel both ways as
+ * RDMA WRITEs; one posted behind a write (or a drain) is held until that write's completion is
+ * delivered, even though it is in memory first; credits stop a writer at a full ring and come
+ * back when the reader consumes; a forged slot (a bad length, stamp or count) fails the
+ * endpoint it was written to and no other. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +33,8 @@
 #include <string.h>
 
 #include "rail_verbs.h"
+#include "rr_params.h"
+#include "verbs_ring.h"
 
 /* ---- a fake device ------------------------------------------------------------ */
 
@@ -40,8 +50,68 @@ static int nqps;
 static struct ibv_async_event events[FAKE_EVENTS];
 static int nevents, next_event, nacked;
 
+/* Loopback: each QP's posted receives (a FIFO) and a CQ whose entries the test may hold. */
+#define FAKE_RQ 1024
+#define FAKE_CQ 4096
+static int loopback;
+static struct {
+  uint32_t dest_qpn;
+  uint64_t rq_id[FAKE_RQ];
+  uint64_t rq_addr[FAKE_RQ];
+  unsigned rq_head, rq_tail;
+} lb[FAKE_QPS];
+static struct ibv_wc cq[FAKE_CQ];
+static unsigned cq_head, cq_tail;
+static int cq_gate = -1; /* completions poll_cq may still return; -1: no limit */
+/* Completions of this QP number wait aside (its packets are late) until released. */
+static uint32_t late_qpn;
+static struct ibv_wc late[FAKE_CQ];
+static unsigned nlate;
+
 static int f_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad) {
-  (void)qp, (void)wr, (void)bad;
+  (void)bad;
+  int q = (int)(qp - fake_qps);
+  if (lb[q].rq_tail - lb[q].rq_head == FAKE_RQ) return ENOMEM;
+  lb[q].rq_id[lb[q].rq_tail % FAKE_RQ] = wr->wr_id;
+  lb[q].rq_addr[lb[q].rq_tail % FAKE_RQ] = wr->sg_list[0].addr;
+  lb[q].rq_tail++;
+  return 0;
+}
+
+static void push_wc(struct ibv_wc wc) {
+  if (late_qpn && wc.qp_num == late_qpn) {
+    assert_true(nlate < FAKE_CQ);
+    late[nlate++] = wc;
+    return;
+  }
+  assert_true(cq_tail - cq_head < FAKE_CQ);
+  cq[cq_tail++ % FAKE_CQ] = wc;
+}
+
+/* What the peer's NIC does with a request, at once. */
+static int loopback_send(struct ibv_qp *qp, struct ibv_send_wr *wr) {
+  int q = (int)(qp - fake_qps), d = (int)(lb[q].dest_qpn - 0x100u);
+  if (d < 0 || d >= nqps) return EINVAL;
+  uint32_t len = wr->num_sge ? wr->sg_list[0].length : 0;
+  const void *src = wr->num_sge ? (const void *)(uintptr_t)wr->sg_list[0].addr : NULL;
+  if (wr->opcode == IBV_WR_RDMA_WRITE && len) memcpy((void *)(uintptr_t)wr->wr.rdma.remote_addr, src, len);
+  if (wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM || wr->opcode == IBV_WR_SEND) {
+    if (lb[d].rq_head == lb[d].rq_tail) return ENOMEM; /* the fake never runs out: a test bug */
+    unsigned r = lb[d].rq_head++ % FAKE_RQ;
+    struct ibv_wc wc = {.wr_id = lb[d].rq_id[r], .status = IBV_WC_SUCCESS, .byte_len = len, .qp_num = fake_qps[d].qp_num};
+    if (wr->opcode == IBV_WR_SEND) {
+      wc.opcode = IBV_WC_RECV;
+      memcpy((void *)(uintptr_t)lb[d].rq_addr[r], src, len);
+    } else {
+      wc.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
+      wc.imm_data = wr->imm_data;
+      wc.wc_flags = IBV_WC_WITH_IMM;
+    }
+    push_wc(wc);
+  }
+  if (wr->send_flags & IBV_SEND_SIGNALED)
+    push_wc((struct ibv_wc){.wr_id = wr->wr_id, .status = IBV_WC_SUCCESS, .qp_num = qp->qp_num,
+                            .opcode = wr->opcode == IBV_WR_SEND ? IBV_WC_SEND : IBV_WC_RDMA_WRITE});
   return 0;
 }
 #define MAX_POSTS 64
@@ -53,7 +123,8 @@ static struct {
 static int nposts;
 
 static int f_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad) {
-  (void)qp, (void)bad;
+  (void)bad;
+  if (loopback) return loopback_send(qp, wr);
   if (nposts == MAX_POSTS) return ENOMEM;
   posts[nposts].opcode = wr->opcode;
   posts[nposts].flags = wr->send_flags;
@@ -62,9 +133,14 @@ static int f_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_sen
   return 0;
 }
 
-static int f_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
-  (void)cq, (void)n, (void)wc;
-  return 0;
+static int f_poll_cq(struct ibv_cq *c, int n, struct ibv_wc *wc) {
+  (void)c;
+  int k = 0;
+  while (k < n && cq_head != cq_tail && cq_gate != 0) {
+    wc[k++] = cq[cq_head++ % FAKE_CQ];
+    if (cq_gate > 0) cq_gate--;
+  }
+  return k;
 }
 static struct ibv_mr *f_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access) {
   (void)pd, (void)addr, (void)len, (void)access;
@@ -84,7 +160,7 @@ static struct ibv_qp *f_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *at
   return q;
 }
 static int f_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask) {
-  (void)qp, (void)attr, (void)mask;
+  if (mask & IBV_QP_DEST_QPN) lb[qp - fake_qps].dest_qpn = attr->dest_qp_num;
   return 0;
 }
 static int f_destroy_qp(struct ibv_qp *qp) {
@@ -146,8 +222,17 @@ static void dev_event(enum ibv_event_type t) {
 
 static rr_status progress(world *w, int i) { return w->ep[i]->ops->progress(w->ep[i]); }
 
-static int setup(void **state) {
+static void fake_reset(void) {
   memset(&fake_ctx, 0, sizeof fake_ctx);
+  memset(lb, 0, sizeof lb);
+  cq_head = cq_tail = 0;
+  cq_gate = -1;
+  late_qpn = 0, nlate = 0;
+  loopback = 0;
+}
+
+static int setup(void **state) {
+  fake_reset();
   fake_ctx.ops.post_recv = f_post_recv;
   fake_ctx.ops.poll_cq = f_poll_cq;
   fake_ctx.ops.post_send = f_post_send;
@@ -171,8 +256,8 @@ static int setup(void **state) {
   h->port.active_mtu = IBV_MTU_1024;
   for (int i = 0; i < 2; i++) {
     assert_int_equal(rr_verbs_rail_ops.ep_open(&h->base, &no_events, NULL, &w->ep[i]), RR_OK);
-    rr_verbs_addr peer = {.qpn = 0x900u + (uint32_t)i, .psn = 1, .mtu = IBV_MTU_1024,
-                          .link_layer = IBV_LINK_LAYER_ETHERNET};
+    rr_verbs_addr peer = {.qpn = {0x900u + (uint32_t)i}, .nqps = 1, .psn = 1, .mtu = IBV_MTU_1024,
+                          .link_layer = IBV_LINK_LAYER_ETHERNET, .ring_slots = VERBS_RING_SLOTS};
     uint8_t blob[RR_VERBS_ADDR_LEN];
     rr_verbs_addr_encode(&peer, blob);
     rr_rail_connect_args a = {.peer_addr = blob, .peer_addr_len = sizeof blob};
@@ -284,7 +369,7 @@ static void test_small_requests_inline(void **state) {
   assert_int_equal(posts[0].opcode, IBV_WR_RDMA_WRITE_WITH_IMM);
   assert_true(posts[0].flags & IBV_SEND_INLINE);
   assert_false(posts[1].flags & IBV_SEND_INLINE);
-  assert_int_equal(posts[2].opcode, IBV_WR_SEND);
+  assert_int_equal(posts[2].opcode, IBV_WR_RDMA_WRITE); /* into the peer's ring */
   assert_true(posts[2].flags & IBV_SEND_INLINE);
   assert_true(posts[2].flags & IBV_SEND_SIGNALED); /* its slot comes back with its completion */
 }
@@ -325,6 +410,333 @@ static void test_signalled_by_count_and_by_bytes(void **state) {
   for (int k = 20; k < 23; k++) assert_false(posts[k].flags & IBV_SEND_SIGNALED);
 }
 
+/* ---- the control ring, over a loopback pair ------------------------------------------ */
+
+/* What the engines of the pair were told, in order. */
+enum { EV_DONE = 1, EV_WRITE, EV_CTRL, EV_DRAIN };
+#define MAX_LOG 1024
+static struct {
+  int ep, kind;
+  uint32_t value;          /* imm, epoch, or the first 4 bytes of a control message */
+} evlog[MAX_LOG];
+static int nlog;
+static world *pair_world;
+
+static int ep_index(rr_rail_ep *ep) { return ep == pair_world->ep[0] ? 0 : 1; }
+static void log_ev(rr_rail_ep *ep, int kind, uint32_t v) {
+  assert_true(nlog < MAX_LOG);
+  evlog[nlog].ep = ep_index(ep), evlog[nlog].kind = kind, evlog[nlog].value = v;
+  nlog++;
+}
+static rr_status rec_done(rr_rail_ep *ep, uint64_t wr_id) {
+  log_ev(ep, EV_DONE, (uint32_t)wr_id);
+  return RR_OK;
+}
+static rr_status rec_write(rr_rail_ep *ep, const rr_write_hdr *h) {
+  log_ev(ep, EV_WRITE, h->imm);
+  return RR_OK;
+}
+static rr_status rec_ctrl(rr_rail_ep *ep, const void *msg, uint32_t len) {
+  uint32_t v = 0;
+  memcpy(&v, msg, len < 4 ? len : 4);
+  log_ev(ep, EV_CTRL, v);
+  return RR_OK;
+}
+static rr_status rec_drain(rr_rail_ep *ep, uint32_t epoch) {
+  log_ev(ep, EV_DRAIN, epoch);
+  return RR_OK;
+}
+static const rr_rail_events rec_events = {.on_write_done = rec_done, .on_write_recv = rec_write,
+                                          .on_ctrl = rec_ctrl, .on_drain = rec_drain};
+
+static void set_qps(const char *n) {
+  setenv("RERAIL_IB_QPS_PER_RAIL", n, 1);
+  rr_params_reload();
+}
+
+/* Two endpoints of one fake device, each connected to the other. */
+static int setup_pair(void **state) {
+  set_qps("1");
+  int rc = setup(state);
+  world *w = *state;
+  for (int i = 0; i < 2; i++) rr_verbs_rail_ops.destroy(w->ep[i]);
+  fake_reset();
+  fake_ctx.ops.post_recv = f_post_recv;
+  fake_ctx.ops.poll_cq = f_poll_cq;
+  fake_ctx.ops.post_send = f_post_send;
+  loopback = 1;
+  nqps = 0, nlog = 0;
+  pair_world = w;
+  uint8_t blob[2][RR_RAIL_ADDR_MAX];
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(rr_verbs_rail_ops.ep_open(&w->h->base, &rec_events, NULL, &w->ep[i]), RR_OK);
+    uint32_t len = 0;
+    assert_int_equal(rr_verbs_rail_ops.ep_addr(w->ep[i], blob[i], &len), RR_OK);
+    assert_int_equal(len, RR_VERBS_ADDR_LEN);
+  }
+  for (int i = 0; i < 2; i++) {
+    rr_rail_connect_args a = {.peer_addr = blob[!i], .peer_addr_len = RR_VERBS_ADDR_LEN};
+    assert_int_equal(rr_verbs_rail_ops.ep_connect(w->ep[i], &a), RR_OK);
+  }
+  return rc;
+}
+
+static rr_status ctrl(world *w, int i, uint32_t v) { return w->ep[i]->ops->post_ctrl(w->ep[i], &v, sizeof v); }
+
+static void expect(int k, int ep, int kind, uint32_t value) {
+  assert_true(k < nlog);
+  assert_int_equal(evlog[k].ep, ep);
+  assert_int_equal(evlog[k].kind, kind);
+  assert_int_equal(evlog[k].value, value);
+}
+
+/* Our ring, as the peer names it (from our address blob). */
+static uint8_t *ring_of(world *w, int i) {
+  uint8_t blob[RR_RAIL_ADDR_MAX];
+  uint32_t len = 0;
+  rr_verbs_addr a;
+  assert_int_equal(rr_verbs_rail_ops.ep_addr(w->ep[i], blob, &len), RR_OK);
+  assert_int_equal(rr_verbs_addr_decode(blob, len, &a), RR_OK);
+  assert_int_equal(a.ring_slots, VERBS_RING_SLOTS);
+  return (uint8_t *)(uintptr_t)a.ring_addr;
+}
+
+/* The same with two QPs per endpoint (ep0: QPs 0x100, 0x101; ep1: 0x102, 0x103). */
+static int setup_pair2(void **state) {
+  int rc = setup_pair(state);
+  world *w = *state;
+  for (int i = 0; i < 2; i++) rr_verbs_rail_ops.destroy(w->ep[i]);
+  fake_reset();
+  fake_ctx.ops.post_recv = f_post_recv;
+  fake_ctx.ops.poll_cq = f_poll_cq;
+  fake_ctx.ops.post_send = f_post_send;
+  loopback = 1;
+  nqps = 0, nlog = 0;
+  set_qps("2");
+  uint8_t blob[2][RR_RAIL_ADDR_MAX];
+  for (int i = 0; i < 2; i++) {
+    uint32_t len = 0;
+    assert_int_equal(rr_verbs_rail_ops.ep_open(&w->h->base, &rec_events, NULL, &w->ep[i]), RR_OK);
+    assert_int_equal(rr_verbs_rail_ops.ep_addr(w->ep[i], blob[i], &len), RR_OK);
+  }
+  set_qps("1");
+  for (int i = 0; i < 2; i++) {
+    rr_rail_connect_args a = {.peer_addr = blob[!i], .peer_addr_len = RR_VERBS_ADDR_LEN};
+    assert_int_equal(rr_verbs_rail_ops.ep_connect(w->ep[i], &a), RR_OK);
+  }
+  assert_int_equal(nqps, 4);
+  return rc;
+}
+
+static rr_status write_imm(world *w, int i, uint32_t imm) {
+  static char buf[64];
+  static rr_rail_mr rmr = {.lkey = 7};
+  rr_write_wr wr = {.wr_id = imm, .local = buf, .len = sizeof buf, .local_mr = &rmr, .remote_addr = 0x1000,
+                    .rkey = 9, .imm = imm};
+  return w->ep[i]->ops->post_write(w->ep[i], &wr);
+}
+
+static void release_late(void) {
+  late_qpn = 0;
+  for (unsigned k = 0; k < nlate; k++) push_wc(late[k]);
+  nlate = 0;
+}
+
+/* Writes alternate between the QPs; the second QP's write arriving first waits for the
+ * first's, and a control message and a drain keep their places among them. */
+static void test_two_qps_global_order(void **state) {
+  world *w = *state;
+  late_qpn = 0x102; /* ep1's first QP: what ep0 sends on its first QP is late */
+  assert_int_equal(write_imm(w, 0, 1), RR_OK);    /* ordered request 0: QP 0 (late) */
+  assert_int_equal(write_imm(w, 0, 2), RR_OK);    /* 1: QP 1 */
+  assert_int_equal(ctrl(w, 0, 0xc0), RR_OK);      /* written on QP 0, behind request 1 */
+  assert_int_equal(w->ep[0]->ops->post_drain(w->ep[0], 9), RR_OK); /* 2: QP 0 (late) */
+  assert_int_equal(write_imm(w, 0, 3), RR_OK);    /* 3: QP 1 */
+  assert_int_equal(nlate, 2); /* requests 0 and 2 went on QP 0 */
+  assert_int_equal(progress(w, 1), RR_OK);
+  assert_int_equal(nlog, 0); /* requests 1 and 3 arrived, 0 has not: nothing is due */
+  release_late();
+  assert_int_equal(progress(w, 1), RR_OK);
+  assert_int_equal(nlog, 5);
+  expect(0, 1, EV_WRITE, 1);
+  expect(1, 1, EV_WRITE, 2);
+  expect(2, 1, EV_CTRL, 0xc0);
+  expect(3, 1, EV_DRAIN, 9);
+  expect(4, 1, EV_WRITE, 3);
+  /* Both QPs' writes complete at the writer (a NOP brings the unsignalled ones). */
+  nlog = 0;
+  for (int k = 0; k < 3; k++) assert_int_equal(progress(w, 0), RR_OK);
+  int done = 0;
+  for (int k = 0; k < nlog; k++) done += evlog[k].kind == EV_DONE && evlog[k].ep == 0;
+  assert_int_equal(done, 3);
+}
+
+/* An error completion on either QP fails the endpoint; a fence puts both in error. */
+static void test_two_qps_fail_and_fence(void **state) {
+  world *w = *state;
+  push_wc((struct ibv_wc){.wr_id = 0, .status = IBV_WC_RETRY_EXC_ERR, .qp_num = 0x101});
+  assert_int_equal(progress(w, 0), RR_ERR_RAIL);
+  assert_int_equal(progress(w, 1), RR_OK);
+  w->ep[1]->ops->fence(w->ep[1]);
+  assert_int_equal(write_imm(w, 1, 1), RR_ERR_RAIL);
+}
+
+/* A peer offering fewer QPs: both use as many as it has. */
+static void test_qps_agree_on_the_minimum(void **state) {
+  world *w = *state;
+  set_qps("2");
+  rr_rail_ep *ep;
+  assert_int_equal(rr_verbs_rail_ops.ep_open(&w->h->base, &no_events, NULL, &ep), RR_OK);
+  set_qps("1");
+  verbs_ep *vep = (verbs_ep *)ep;
+  assert_int_equal(verbs_ep_nqps(vep), 2);
+  rr_verbs_addr peer = {.qpn = {0x901}, .nqps = 1, .psn = 1, .mtu = IBV_MTU_1024,
+                        .link_layer = IBV_LINK_LAYER_ETHERNET, .ring_slots = VERBS_RING_SLOTS};
+  uint8_t blob[RR_VERBS_ADDR_LEN];
+  rr_verbs_addr_encode(&peer, blob);
+  rr_rail_connect_args a = {.peer_addr = blob, .peer_addr_len = sizeof blob};
+  assert_int_equal(rr_verbs_rail_ops.ep_connect(ep, &a), RR_OK);
+  assert_int_equal(verbs_ep_nqps(vep), 1);
+  assert_false(verbs_ep_has_qpn(vep, fake_qps[3].qp_num)); /* the extra QP is gone */
+  assert_true(verbs_ep_has_qpn(vep, fake_qps[2].qp_num));
+  rr_verbs_rail_ops.destroy(ep);
+}
+
+static void test_ring_ctrl_both_ways(void **state) {
+  world *w = *state;
+  assert_int_equal(ctrl(w, 0, 0xa1), RR_OK);
+  assert_int_equal(ctrl(w, 1, 0xb1), RR_OK);
+  assert_int_equal(ctrl(w, 0, 0xa2), RR_OK);
+  /* No receive was consumed: nothing but the writer's own completions is on the CQ. */
+  for (unsigned k = cq_head; k != cq_tail; k++) assert_int_equal(cq[k % FAKE_CQ].opcode, IBV_WC_RDMA_WRITE);
+  assert_int_equal(progress(w, 1), RR_OK);
+  assert_int_equal(progress(w, 0), RR_OK);
+  assert_int_equal(nlog, 3);
+  expect(0, 1, EV_CTRL, 0xa1);
+  expect(1, 1, EV_CTRL, 0xa2);
+  expect(2, 0, EV_CTRL, 0xb1);
+  /* Consumed slots are empty again. */
+  verbs_ring_msg m;
+  assert_int_equal(verbs_ring_peek(ring_of(w, 1), 0, &m), VERBS_RING_EMPTY);
+}
+
+/* A control message lands in memory before the completion of the write posted ahead of it
+ * is polled: it waits for that write, and a drain and a later message keep their places. */
+static void test_ring_ctrl_held_behind_write(void **state) {
+  world *w = *state;
+  static char buf[64];
+  static rr_rail_mr rmr = {.lkey = 7};
+  rr_write_wr wr = {.wr_id = 11, .local = buf, .len = sizeof buf, .local_mr = &rmr, .remote_addr = 0x1000,
+                    .rkey = 9, .imm = 0x77};
+  cq_gate = 0;
+  assert_int_equal(ctrl(w, 0, 0xc0), RR_OK);
+  assert_int_equal(w->ep[0]->ops->post_write(w->ep[0], &wr), RR_OK);
+  assert_int_equal(ctrl(w, 0, 0xc1), RR_OK);
+  assert_int_equal(w->ep[0]->ops->post_drain(w->ep[0], 5), RR_OK);
+  assert_int_equal(ctrl(w, 0, 0xc2), RR_OK);
+  assert_int_equal(progress(w, 1), RR_OK);
+  assert_int_equal(nlog, 1); /* the first message (nothing ahead of it), not the second */
+  expect(0, 1, EV_CTRL, 0xc0);
+  cq_gate = 2; /* the first message's send completion and the write's receive completion */
+  assert_int_equal(progress(w, 1), RR_OK);
+  assert_int_equal(nlog, 3);
+  expect(1, 1, EV_WRITE, 0x77);
+  expect(2, 1, EV_CTRL, 0xc1);
+  cq_gate = -1;
+  assert_int_equal(progress(w, 1), RR_OK);
+  assert_int_equal(nlog, 5);
+  expect(3, 1, EV_DRAIN, 5);
+  expect(4, 1, EV_CTRL, 0xc2);
+}
+
+/* Post until refused: exactly a ring's worth goes out while the reader reads nothing, and
+ * the ring holds every one of them (an overwritten slot would fail the reader). */
+static uint32_t fill(world *w, uint32_t first) {
+  uint32_t n = 0;
+  for (;;) {
+    rr_status st = ctrl(w, 0, first + n);
+    if (st == RR_AGAIN) {
+      assert_int_equal(progress(w, 0), RR_OK); /* send slots back from completions */
+      st = ctrl(w, 0, first + n);
+    }
+    if (st == RR_AGAIN) return n;
+    assert_int_equal(st, RR_OK);
+    n++;
+  }
+}
+
+static void test_ring_credits_never_overrun(void **state) {
+  world *w = *state;
+  assert_int_equal(fill(w, 0), VERBS_RING_SLOTS);
+  assert_int_equal(progress(w, 1), RR_OK); /* consumes all, returns credits by the credit word */
+  assert_int_equal(nlog, VERBS_RING_SLOTS);
+  for (uint32_t k = 0; k < VERBS_RING_SLOTS; k++) expect((int)k, 1, EV_CTRL, k);
+  assert_int_equal(fill(w, 1000), VERBS_RING_SLOTS);
+  /* This time credits come back on a message of the reader's own. */
+  nlog = 0;
+  assert_int_equal(progress(w, 1), RR_OK);
+  assert_int_equal(nlog, VERBS_RING_SLOTS);
+  for (uint32_t k = 0; k < VERBS_RING_SLOTS; k++) expect((int)k, 1, EV_CTRL, 1000 + k);
+  assert_int_equal(progress(w, 0), RR_OK);
+  assert_int_equal(fill(w, 2000), VERBS_RING_SLOTS);
+}
+
+static void test_ring_credits_back_on_the_readers_message(void **state) {
+  world *w = *state;
+  for (uint32_t k = 0; k < VERBS_RING_SLOTS / 2 - 1; k++) assert_int_equal(ctrl(w, 0, k), RR_OK);
+  assert_int_equal(progress(w, 1), RR_OK); /* under half the ring: no credit write */
+  assert_int_equal(ctrl(w, 1, 0xee), RR_OK); /* the count travels in its header */
+  assert_int_equal(progress(w, 0), RR_OK);
+  expect(nlog - 1, 0, EV_CTRL, 0xee);
+  assert_int_equal(fill(w, 0), VERBS_RING_SLOTS);
+}
+
+/* Forge message number 0 into endpoint i's ring, as a hostile peer could. */
+static void forge(world *w, int i, uint64_t n, uint32_t ops, uint32_t credit, uint32_t len_field) {
+  uint8_t *slot = ring_of(w, i);
+  uint32_t body = 0x55;
+  verbs_ring_encode(slot, n, ops, credit, &body, sizeof body);
+  if (len_field != sizeof body) memcpy(slot + 4, &len_field, 4);
+}
+
+static void forged_fails_only(world *w, int i) {
+  assert_int_equal(progress(w, i), RR_ERR_PROTOCOL);
+  assert_int_equal(progress(w, !i), RR_OK);
+  assert_int_equal(ctrl(w, !i, 1), RR_OK);
+  assert_int_equal(nlog, 0); /* nothing of the forged slot reached the engine */
+}
+
+static void test_ring_forged_length(void **state) {
+  forge(*state, 1, 0, 0, 0, RR_RAIL_CTRL_MAX + 1);
+  forged_fails_only(*state, 1);
+}
+static void test_ring_forged_stamp(void **state) {
+  forge(*state, 0, 7, 0, 0, 4); /* the stamp of message 7 where message 0 is due */
+  forged_fails_only(*state, 0);
+}
+static void test_ring_forged_count_ahead(void **state) {
+  forge(*state, 1, 0, 100000, 0, 4); /* claims writes no queue could hold */
+  forged_fails_only(*state, 1);
+}
+static void test_ring_forged_credit(void **state) {
+  forge(*state, 1, 0, 0, 3, 4); /* credit for messages never sent */
+  forged_fails_only(*state, 1);
+}
+
+/* A peer whose ring has another number of slots is refused at connect. */
+static void test_blob_ring_slots_checked(void **state) {
+  world *w = *state;
+  rr_rail_ep *ep;
+  assert_int_equal(rr_verbs_rail_ops.ep_open(&w->h->base, &no_events, NULL, &ep), RR_OK);
+  rr_verbs_addr peer = {.qpn = {0x901}, .nqps = 1, .psn = 1, .mtu = IBV_MTU_1024, .link_layer = IBV_LINK_LAYER_ETHERNET,
+                        .ring_slots = VERBS_RING_SLOTS * 2};
+  uint8_t blob[RR_VERBS_ADDR_LEN];
+  rr_verbs_addr_encode(&peer, blob);
+  rr_rail_connect_args a = {.peer_addr = blob, .peer_addr_len = sizeof blob};
+  assert_int_equal(rr_verbs_rail_ops.ep_connect(ep, &a), RR_ERR_PROTOCOL);
+  rr_verbs_rail_ops.destroy(ep);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_qp_fatal_fails_its_endpoint_only, setup, teardown),
@@ -336,6 +748,18 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_small_requests_inline, setup, teardown),
       cmocka_unit_test_setup_teardown(test_nop_after_an_idle_cycle_only, setup, teardown),
       cmocka_unit_test_setup_teardown(test_signalled_by_count_and_by_bytes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_blob_ring_slots_checked, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_ring_ctrl_both_ways, setup_pair, teardown),
+      cmocka_unit_test_setup_teardown(test_ring_ctrl_held_behind_write, setup_pair, teardown),
+      cmocka_unit_test_setup_teardown(test_ring_credits_never_overrun, setup_pair, teardown),
+      cmocka_unit_test_setup_teardown(test_ring_credits_back_on_the_readers_message, setup_pair, teardown),
+      cmocka_unit_test_setup_teardown(test_ring_forged_length, setup_pair, teardown),
+      cmocka_unit_test_setup_teardown(test_ring_forged_stamp, setup_pair, teardown),
+      cmocka_unit_test_setup_teardown(test_ring_forged_count_ahead, setup_pair, teardown),
+      cmocka_unit_test_setup_teardown(test_ring_forged_credit, setup_pair, teardown),
+      cmocka_unit_test_setup_teardown(test_qps_agree_on_the_minimum, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_two_qps_global_order, setup_pair2, teardown),
+      cmocka_unit_test_setup_teardown(test_two_qps_fail_and_fence, setup_pair2, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

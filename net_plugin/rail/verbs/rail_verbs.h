@@ -1,8 +1,9 @@
-/* The verbs rail: one endpoint is an RC queue pair on one HCA port
- * (InfiniBand or RoCE). Chunks are RDMA WRITE WITH IMMEDIATE straight into
- * the receive buffer NCCL posted (zero copy); control messages and drain
- * barriers are SENDs on the same QP, so RC ordering puts a drain behind
- * every write posted before it. One CQ per device serves all its endpoints.
+/* The verbs rail: one endpoint is RERAIL_IB_QPS_PER_RAIL RC queue pairs
+ * (one by default) on one HCA port (InfiniBand or RoCE). Chunks are RDMA
+ * WRITE WITH IMMEDIATE straight into the receive buffer NCCL posted (zero
+ * copy); control messages are RDMA WRITEs into a ring in the peer's memory
+ * (verbs_ring.h); drain barriers are SENDs, delivered behind every write
+ * posted before them. One CQ per device serves all its endpoints.
  *
  * Same shape as the TCP rail: rail_verbs.c is the endpoint layer,
  * verbs_hca.c the device layer (protection domain, shared CQ, registration
@@ -40,7 +41,6 @@ typedef struct verbs_ep verbs_ep;
  * can have outstanding, so it never overflows. */
 #define VERBS_SQ_DEPTH 256
 #define VERBS_RQ_DEPTH 512
-#define VERBS_INBOX (VERBS_SQ_DEPTH + VERBS_RQ_DEPTH + 8)
 
 typedef struct verbs_hca {
   rr_rail_dev base;
@@ -61,8 +61,8 @@ typedef struct verbs_hca {
 } verbs_hca;
 
 typedef struct verbs_inbox {
-  struct ibv_wc wc[VERBS_INBOX];
-  uint32_t head, tail;
+  struct ibv_wc *wc;         /* cap entries: every QP's send and receive queue, full */
+  uint32_t cap, head, tail;
 } verbs_inbox;
 
 /* Register / unregister an endpoint's QP for completion dispatch. */
@@ -70,9 +70,10 @@ rr_status verbs_hca_attach(verbs_hca *h, verbs_ep *ep);
 void verbs_hca_detach(verbs_hca *h, verbs_ep *ep);
 /* Poll the CQ and file completions into their endpoints' inboxes. */
 rr_status verbs_hca_poll(verbs_hca *h);
-/* The inbox and QP number of an endpoint (rail_verbs.c owns the struct). */
+/* The inbox, QPs and QP numbers of an endpoint (rail_verbs.c owns the struct). */
 verbs_inbox *verbs_ep_inbox(verbs_ep *ep);
-uint32_t verbs_ep_qpn(const verbs_ep *ep);
+int verbs_ep_nqps(const verbs_ep *ep);
+int verbs_ep_has_qpn(const verbs_ep *ep, uint32_t qpn);
 /* An async event (QP fatal, CQ error, device fatal) concerning ep: the
  * endpoint fails with RR_ERR_RAIL on its next progress or post. Thread safe
  * (the monitor thread calls it, the endpoint's owner acts on it). */

@@ -9,6 +9,7 @@
  * lock is ever taken under the device lock. */
 #include "rail_verbs.h"
 #include "rr_log.h"
+#include "rr_params.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -120,7 +121,9 @@ rr_status verbs_hca_attach(verbs_hca *h, verbs_ep *ep) {
   }
   /* Every endpoint may have a full send and receive queue outstanding on
    * the shared CQ: refuse one the CQ could overflow with. */
-  if (st == RR_OK && (h->neps + 1) * (VERBS_SQ_DEPTH + VERBS_RQ_DEPTH) > h->cq->cqe) st = RR_AGAIN;
+  int qps = verbs_ep_nqps(ep);
+  for (int i = 0; i < h->neps; i++) qps += verbs_ep_nqps(h->eps[i]);
+  if (st == RR_OK && qps * (VERBS_SQ_DEPTH + VERBS_RQ_DEPTH) > h->cq->cqe) st = RR_AGAIN;
   if (st == RR_OK) h->eps[h->neps++] = ep;
   pthread_mutex_unlock(&h->lock);
   return st;
@@ -138,7 +141,7 @@ void verbs_hca_detach(verbs_hca *h, verbs_ep *ep) {
 
 static verbs_ep *ep_by_qpn(verbs_hca *h, uint32_t qpn) {
   for (int i = 0; i < h->neps; i++)
-    if (verbs_ep_qpn(h->eps[i]) == qpn) return h->eps[i];
+    if (verbs_ep_has_qpn(h->eps[i], qpn)) return h->eps[i];
   return NULL;
 }
 
@@ -156,7 +159,7 @@ rr_status verbs_hca_poll(verbs_hca *h) {
       verbs_ep *ep = ep_by_qpn(h, wc[i].qp_num);
       if (!ep) continue; /* its endpoint is gone: nothing waits for it */
       verbs_inbox *in = verbs_ep_inbox(ep);
-      if (in->tail - in->head < VERBS_INBOX) in->wc[in->tail++ % VERBS_INBOX] = wc[i];
+      if (in->tail - in->head < in->cap) in->wc[in->tail++ % in->cap] = wc[i];
     }
     if (n < POLL_BATCH) break;
   }
@@ -279,7 +282,7 @@ rr_status rr_verbs_dev_open(int index, const rr_verbs_port *port, rr_rail_dev **
               RR_RAIL_CAP_CONNECT_MAY_BLOCK,
       .mem_kinds = verbs_mem_kinds(api, h->ctx, rr_verbs_sysfs_root()),
       .inline_max = 0,
-      .max_eps = (uint32_t)(h->cq->cqe / (VERBS_SQ_DEPTH + VERBS_RQ_DEPTH)),
+      .max_eps = (uint32_t)(h->cq->cqe / (rr_params_get()->ib_qps_per_rail * (VERBS_SQ_DEPTH + VERBS_RQ_DEPTH))),
       .addr_len = RR_VERBS_ADDR_LEN,
       .speed_mbps = port->speed_mbps,
       .latency_us = 0};

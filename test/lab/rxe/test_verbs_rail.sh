@@ -1,8 +1,9 @@
 #!/bin/bash
 # ctest verbs_rail: boot the Soft-RoCE lab and run the harness over the verbs rail inside it
-# twice (verbs_harness.sh): across a NIC going down and up (the receiver flushing every receive
-# by RDMA reads, as for GPU memory), and across a rail going silent (RoCE dropped, links and
-# ports up). Root, as every lab test.
+# three times (verbs_harness.sh): across a NIC going down and up (the receiver flushing every
+# receive by RDMA reads, as for GPU memory), across a rail going silent (RoCE dropped, links and
+# ports up), then the NIC case again with two QPs per rail (RERAIL_IB_QPS_PER_RAIL=2: chunks
+# spread over both, put back in order). Root, as every lab test.
 #   usage: test_verbs_rail.sh HARNESS PLUGIN_DIR [SECONDS per case]
 set -euo pipefail
 here="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
@@ -13,4 +14,5 @@ fi
 exec "$here/rxelab.sh" run --timeout 170 -- bash -c '
   "$0" "$1" "$2" "$3" link gpuflush; link=$?
   "$0" "$1" "$2" "$3" silent; silent=$?
-  exit $((link || silent))' "$here/verbs_harness.sh" "$1" "$2" "${3:-12}"
+  RERAIL_IB_QPS_PER_RAIL=2 "$0" "$1" "$2" "$3" link; qps=$?
+  exit $((link || silent || qps))' "$here/verbs_harness.sh" "$1" "$2" "${3:-12}"

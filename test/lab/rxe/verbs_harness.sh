@@ -10,6 +10,7 @@
 #  - with FLUSH=gpuflush, the receiver (RERAIL_TEST_FORCE_GPU_FLUSH=1) flushes every receive as
 #    if it had landed in GPU memory: real RDMA reads on its loopback flush QPs, each flush
 #    request done only when its read completed; without, no flush request at all.
+#  - with RERAIL_IB_QPS_PER_RAIL=N > 1 in the environment: both ends report N QPs per rail.
 #
 # usage: verbs_harness.sh HARNESS PLUGIN_DIR [SECONDS [FAULT [FLUSH]]]
 #   FAULT: link (default: ip link set vethA0 down, then up) or silent (RoCE on rail 0 dropped by
@@ -57,6 +58,13 @@ for side in client server; do
   n=$(grep -c 'on the verbs rail' "$work/$side.log")
   if [ "$n" -ge 2 ]; then ok "$side: both NICs on the verbs rail"; else bad "$side: $n NIC(s) on the verbs rail"; fi
 done
+qps=${RERAIL_IB_QPS_PER_RAIL:-1}
+if [ "$qps" -gt 1 ]; then
+  for side in client server; do
+    if grep -q "$qps queue pair(s) per rail" "$work/$side.log"; then ok "$side: $qps QPs per rail"
+    else bad "$side: RERAIL_IB_QPS_PER_RAIL=$qps not in use"; fi
+  done
+fi
 if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ]; then ok "traffic completed, every byte checked ($(grep -ho 'received: .*GB/s' "$work/server.log" | head -1))"
 else bad "client exit $crc, server exit $src"; fi
 if grep -q 'health: failover' "$work/client.log"; then ok "the sender failed over: $(grep -m1 -o 'health: failover .*' "$work/client.log" | cut -c1-120)"

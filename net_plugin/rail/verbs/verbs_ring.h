@@ -1,0 +1,66 @@
+/* The verbs rail's control ring (verbs_ring.c): the memory a peer writes its
+ * control messages into with plain RDMA WRITEs, one slot per message, and the
+ * rules for reading a slot the NIC may be filling while it is read.
+ *
+ * A slot, little-endian:  stamp u32 | len u32 | ops u32 | credit u32 |
+ * body[len] | 0-3 zero bytes | stamp u32 (the trailer, right behind the
+ * body, 4-byte aligned so it is read in one load). The stamp is
+ * the message's number on the endpoint (never 0, so a cleared slot reads
+ * as empty); a message counts as arrived when its leading and trailing stamps
+ * are both the one expected. `ops` is how many receive-consuming requests
+ * (writes with immediate, drains, NOPs) the writer had posted before it, so
+ * the reader can hold it until it has delivered those. `credit` is how many
+ * of the reader's own messages the writer has consumed from its ring.
+ *
+ * Behind the slots lies one credit word: the peer writes there how many of
+ * our messages it has consumed when it has no message of its own to carry
+ * the count. Pure code: no libibverbs call. */
+#ifndef RERAIL_VERBS_RING_H
+#define RERAIL_VERBS_RING_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rail.h"
+
+#define VERBS_RING_SLOTS 128u
+#define VERBS_RING_HDR 16u
+/* Header, the largest body and the trailer, rounded up to cache lines. */
+#define VERBS_RING_SLOT_BYTES ((VERBS_RING_HDR + RR_RAIL_CTRL_MAX + 4u + 63u) & ~63u)
+#define VERBS_RING_CREDIT_OFF ((size_t)VERBS_RING_SLOTS * VERBS_RING_SLOT_BYTES)
+#define VERBS_RING_BYTES (VERBS_RING_CREDIT_OFF + 64u)
+
+/* The stamp of message number n (0-based, counted for ever): never 0. */
+static inline uint32_t verbs_ring_stamp(uint64_t n) { return (uint32_t)(n % 0xffffffffu) + 1u; }
+static inline uint32_t verbs_ring_trailer_off(uint32_t len) { return VERBS_RING_HDR + ((len + 3u) & ~3u); }
+static inline size_t verbs_ring_slot_off(uint64_t n) { return (size_t)(n % VERBS_RING_SLOTS) * VERBS_RING_SLOT_BYTES; }
+
+typedef struct verbs_ring_msg {
+  uint32_t len;
+  uint32_t ops;
+  uint32_t credit;
+  uint8_t body[RR_RAIL_CTRL_MAX];
+} verbs_ring_msg;
+
+/* Lay message number n out in `out` (a slot-sized buffer) as the peer's
+ * slot will hold it; returns the bytes to write (header, body, trailer). */
+uint32_t verbs_ring_encode(void *out, uint64_t n, uint32_t ops, uint32_t credit, const void *body, uint32_t len);
+
+typedef enum verbs_ring_peek_result {
+  VERBS_RING_EMPTY = 0,      /* nothing yet, or not all of it has landed */
+  VERBS_RING_READY = 1,      /* *m holds a copy of the message */
+  VERBS_RING_BAD = -1,       /* a stamp that is not the expected one, or a length over the limit */
+} verbs_ring_peek_result;
+
+/* Look at the slot that must next hold message number n. The slot is the
+ * peer's to write: every field is checked and the body copied out before
+ * anyone acts on it (the peer could rewrite it while it is parsed). */
+verbs_ring_peek_result verbs_ring_peek(const void *slot, uint64_t n, verbs_ring_msg *m);
+
+/* After a message is consumed: zero what it occupied, so the next lap of the
+ * ring finds an empty slot until the writer's next message lands. */
+void verbs_ring_clear(void *slot, uint32_t len);
+
+/* The credit word (a count the peer writes), read as it is now. */
+uint32_t verbs_ring_credit_word(const void *ring);
+
+#endif
