@@ -454,11 +454,10 @@ static void set_qps(const char *n) {
   rr_params_reload();
 }
 
-/* Two endpoints of one fake device, each connected to the other. */
-static int setup_pair(void **state) {
-  set_qps("1");
-  int rc = setup(state);
-  world *w = *state;
+/* The world's endpoints replaced by two of one fake device, opened with
+ * `qps` QPs each and connected to each other (connect reads the knob again:
+ * 1 there checks that both ends keep what they agreed at open). */
+static void open_pair(world *w, const char *qps) {
   for (int i = 0; i < 2; i++) rr_verbs_rail_ops.destroy(w->ep[i]);
   fake_reset();
   fake_ctx.ops.post_recv = f_post_recv;
@@ -467,6 +466,7 @@ static int setup_pair(void **state) {
   loopback = 1;
   nqps = 0, nlog = 0;
   pair_world = w;
+  set_qps(qps);
   uint8_t blob[2][RR_RAIL_ADDR_MAX];
   for (int i = 0; i < 2; i++) {
     assert_int_equal(rr_verbs_rail_ops.ep_open(&w->h->base, &rec_events, NULL, &w->ep[i]), RR_OK);
@@ -474,10 +474,18 @@ static int setup_pair(void **state) {
     assert_int_equal(rr_verbs_rail_ops.ep_addr(w->ep[i], blob[i], &len), RR_OK);
     assert_int_equal(len, RR_VERBS_ADDR_LEN);
   }
+  set_qps("1");
   for (int i = 0; i < 2; i++) {
     rr_rail_connect_args a = {.peer_addr = blob[!i], .peer_addr_len = RR_VERBS_ADDR_LEN};
     assert_int_equal(rr_verbs_rail_ops.ep_connect(w->ep[i], &a), RR_OK);
   }
+}
+
+/* Two endpoints of one fake device, each connected to the other. */
+static int setup_pair(void **state) {
+  set_qps("1");
+  int rc = setup(state);
+  open_pair(*state, "1");
   return rc;
 }
 
@@ -503,27 +511,9 @@ static uint8_t *ring_of(world *w, int i) {
 
 /* The same with two QPs per endpoint (ep0: QPs 0x100, 0x101; ep1: 0x102, 0x103). */
 static int setup_pair2(void **state) {
-  int rc = setup_pair(state);
-  world *w = *state;
-  for (int i = 0; i < 2; i++) rr_verbs_rail_ops.destroy(w->ep[i]);
-  fake_reset();
-  fake_ctx.ops.post_recv = f_post_recv;
-  fake_ctx.ops.poll_cq = f_poll_cq;
-  fake_ctx.ops.post_send = f_post_send;
-  loopback = 1;
-  nqps = 0, nlog = 0;
-  set_qps("2");
-  uint8_t blob[2][RR_RAIL_ADDR_MAX];
-  for (int i = 0; i < 2; i++) {
-    uint32_t len = 0;
-    assert_int_equal(rr_verbs_rail_ops.ep_open(&w->h->base, &rec_events, NULL, &w->ep[i]), RR_OK);
-    assert_int_equal(rr_verbs_rail_ops.ep_addr(w->ep[i], blob[i], &len), RR_OK);
-  }
   set_qps("1");
-  for (int i = 0; i < 2; i++) {
-    rr_rail_connect_args a = {.peer_addr = blob[!i], .peer_addr_len = RR_VERBS_ADDR_LEN};
-    assert_int_equal(rr_verbs_rail_ops.ep_connect(w->ep[i], &a), RR_OK);
-  }
+  int rc = setup(state);
+  open_pair(*state, "2");
   assert_int_equal(nqps, 4);
   return rc;
 }
