@@ -14,7 +14,9 @@ find_libnccl() {
     done
   fi
   if [[ -z "${NCCL_LIB:-}" ]]; then
-    NCCL_LIB=$(ldconfig -p 2>/dev/null | awk '$1 == "libnccl.so.2" {print $NF; exit}')
+    # awk reads to the end: an early exit would leave ldconfig writing into a closed pipe, and
+    # its SIGPIPE fails the pipeline under the callers' `set -eo pipefail` (silently, now and then).
+    NCCL_LIB=$(ldconfig -p 2>/dev/null | awk '$1 == "libnccl.so.2" && !found {print $NF; found = 1}')
   fi
   if [[ -z "${NCCL_LIB:-}" && -r "$build/CMakeCache.txt" ]]; then
     NCCL_LIB=$(sed -n 's/^RERAIL_NCCL_LIB:FILEPATH=//p' "$build/CMakeCache.txt")
