@@ -108,12 +108,10 @@ struct verbs_ep {
   struct ibv_mr *ring_mr;
   uint64_t peer_ring;
   uint32_t peer_ring_rkey;
-  uint64_t rx_msgs;               /* messages consumed from our ring */
-  uint64_t rx_returned;           /* rx_msgs as the peer was last told it */
-  uint32_t rx_ops;                /* ordered requests delivered (writes, drains) */
-  uint32_t rx_last_ops;           /* `ops` of the last message consumed: they never go back */
-  uint64_t tx_msgs;               /* messages written into the peer's ring */
-  uint64_t tx_acked;              /* of those, consumed by the peer as far as we know */
+  /* Both directions' counts, which every message read from our ring is
+   * judged against (verbs_ring_read). */
+  verbs_ring_state rs;
+  uint64_t rx_returned;           /* rs.rx_msgs as the peer was last told it */
   uint32_t tx_ops;                /* ordered requests posted */
   int16_t send_free[SEND_SLOTS];
   int nsend_free;
@@ -279,15 +277,10 @@ static rr_status post_msg(verbs_ep *ep, verbs_qp *q, uint8_t type, uint32_t valu
   return st;
 }
 
-/* The peer's count of our messages it has consumed (32 bits of it, from a
- * message's header or the credit word). An older count than one already
- * seen is stale and ignored; a count of messages never sent is a lie. */
+/* The peer's count of our messages it has consumed, from the credit word. */
 static rr_status take_credit(verbs_ep *ep, uint32_t consumed) {
-  int32_t more = (int32_t)(consumed - (uint32_t)ep->tx_acked);
-  if (more <= 0) return RR_OK;
-  if ((uint64_t)more > ep->tx_msgs - ep->tx_acked)
+  if (verbs_ring_credit(&ep->rs, consumed, &ep->rs.tx_acked) != 0)
     return ep_fail(ep, RR_ERR_PROTOCOL, "the peer returned credits for control messages never sent");
-  ep->tx_acked += (uint64_t)more;
   return RR_OK;
 }
 
@@ -298,24 +291,24 @@ static rr_status verbs_post_ctrl(rr_rail_ep *rep, const void *msg, uint32_t len)
   rr_status st = usable(ep);
   if (st != RR_OK) return st;
   if (len > RR_RAIL_CTRL_MAX || (len && !msg)) return RR_ERR_INVALID;
-  if (ep->tx_msgs - ep->tx_acked >= VERBS_RING_SLOTS && take_credit(ep, verbs_ring_credit_word(ep->ring)) != RR_OK)
+  if (ep->rs.tx_msgs - ep->rs.tx_acked >= VERBS_RING_SLOTS && take_credit(ep, verbs_ring_credit_word(ep->ring)) != RR_OK)
     return ep->failed;
   verbs_qp *q = next_qp(ep);
-  if (ep->tx_msgs - ep->tx_acked >= VERBS_RING_SLOTS || ep->nsend_free == 0 || sq_full(q)) return RR_AGAIN;
+  if (ep->rs.tx_msgs - ep->rs.tx_acked >= VERBS_RING_SLOTS || ep->nsend_free == 0 || sq_full(q)) return RR_AGAIN;
   int16_t slot = ep->send_free[--ep->nsend_free];
   char *b = send_slot(ep, slot);
-  uint32_t n = verbs_ring_encode(b, ep->tx_msgs, ep->tx_ops, (uint32_t)ep->rx_msgs, msg, len);
+  uint32_t n = verbs_ring_encode(b, ep->rs.tx_msgs, ep->tx_ops, (uint32_t)ep->rs.rx_msgs, msg, len);
   struct ibv_sge sge = {.addr = (uintptr_t)b, .length = n, .lkey = ep->bufs_mr->lkey};
   struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE, .send_flags = inline_flag(ep, n)};
-  wr.wr.rdma.remote_addr = ep->peer_ring + verbs_ring_slot_off(ep->tx_msgs);
+  wr.wr.rdma.remote_addr = ep->peer_ring + verbs_ring_slot_off(ep->rs.tx_msgs);
   wr.wr.rdma.rkey = ep->peer_ring_rkey;
   st = post_send(ep, q, &wr, 0, n, slot, 0);
   if (st != RR_OK) {
     ep->send_free[ep->nsend_free++] = slot;
     return st;
   }
-  ep->tx_msgs++;
-  ep->rx_returned = ep->rx_msgs; /* carried in the header */
+  ep->rs.tx_msgs++;
+  ep->rx_returned = ep->rs.rx_msgs; /* carried in the header */
   return RR_OK;
 }
 
@@ -334,15 +327,15 @@ static rr_status verbs_post_drain(rr_rail_ep *rep, uint32_t epoch) {
  * it; it only ever grows, and a newer count is as true. */
 static rr_status return_credit(verbs_ep *ep) {
   verbs_qp *q = next_qp(ep);
-  if (ep->rx_msgs - ep->rx_returned < VERBS_RING_SLOTS / 2 || sq_full(q)) return RR_OK;
-  uint32_t v = htole32((uint32_t)ep->rx_msgs);
+  if (ep->rs.rx_msgs - ep->rx_returned < VERBS_RING_SLOTS / 2 || sq_full(q)) return RR_OK;
+  uint32_t v = htole32((uint32_t)ep->rs.rx_msgs);
   memcpy(credit_src(ep), &v, 4);
   struct ibv_sge sge = {.addr = (uintptr_t)credit_src(ep), .length = 4, .lkey = ep->bufs_mr->lkey};
   struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE, .send_flags = inline_flag(ep, 4)};
   wr.wr.rdma.remote_addr = ep->peer_ring + VERBS_RING_CREDIT_OFF;
   wr.wr.rdma.rkey = ep->peer_ring_rkey;
   rr_status st = post_send(ep, q, &wr, 0, 4, SLOT_INTERNAL, 0);
-  if (st == RR_OK) ep->rx_returned = ep->rx_msgs;
+  if (st == RR_OK) ep->rx_returned = ep->rs.rx_msgs;
   return st;
 }
 
@@ -383,21 +376,21 @@ static rr_status wc_status(verbs_ep *ep, const struct ibv_wc *wc) {
  * ahead of an ordered request the peer posted before them. */
 static rr_status ring_deliver(verbs_ep *ep, uint64_t now) {
   while (!ep->fenced && !ep->failed) {
-    uint8_t *slot = ep->ring + verbs_ring_slot_off(ep->rx_msgs);
     verbs_ring_msg m;
-    verbs_ring_peek_result r = verbs_ring_peek(slot, ep->rx_msgs, &m);
-    if (r == VERBS_RING_EMPTY) break;
-    if (r == VERBS_RING_BAD) return ep_fail(ep, RR_ERR_PROTOCOL, "a malformed control message in the ring");
-    /* The peer cannot be further ahead than its send queues and our receive
-     * queues hold, nor count backwards. */
-    int32_t ahead = (int32_t)(m.ops - ep->rx_ops);
-    if ((int32_t)(m.ops - ep->rx_last_ops) < 0 || ahead > ep->nqps * (VERBS_SQ_DEPTH + VERBS_RQ_DEPTH))
+    switch (verbs_ring_read(ep->ring, &ep->rs, &m)) {
+    case VERBS_RING_READ_EMPTY:
+    case VERBS_RING_READ_HELD:
+      return RR_OK;
+    case VERBS_RING_READ_MALFORMED:
+      return ep_fail(ep, RR_ERR_PROTOCOL, "a malformed control message in the ring");
+    case VERBS_RING_READ_BAD_ORDER:
       return ep_fail(ep, RR_ERR_PROTOCOL, "a control message stamped out of order");
-    if (ahead > 0) break; /* behind a write (or drain) not yet delivered */
-    if (take_credit(ep, m.credit) != RR_OK) return ep->failed;
-    verbs_ring_clear(slot, m.len);
-    ep->rx_msgs++;
-    ep->rx_last_ops = m.ops;
+    case VERBS_RING_READ_BAD_CREDIT:
+      return ep_fail(ep, RR_ERR_PROTOCOL, "the peer returned credits for control messages never sent");
+    case VERBS_RING_READ_READY:
+      break;
+    }
+    verbs_ring_consume(ep->ring, &ep->rs, &m);
     ep->last_rx_ns = now;
     rr_status st = ep->base.events->on_ctrl(&ep->base, m.body, m.len);
     if (st != RR_OK) return ep_fail(ep, st, "a control message rejected by the engine");
@@ -438,7 +431,7 @@ static rr_status deliver(verbs_ep *ep, uint64_t now) {
   for (;;) {
     rr_status st = ring_deliver(ep, now);
     if (st != RR_OK || ep->fenced) return st;
-    int q = (int)(ep->rx_ops % (uint32_t)ep->nqps);
+    int q = (int)(ep->rs.rx_ops % (uint32_t)ep->nqps);
     verbs_qp *qp = &ep->qps[q];
     if (qp->arr_head == qp->arr_tail) return RR_OK;
     struct ibv_wc wc = qp->arrived[qp->arr_head++ % VERBS_RQ_DEPTH];
@@ -452,7 +445,7 @@ static rr_status deliver(verbs_ep *ep, uint64_t now) {
       st = ep->base.events->on_drain(&ep->base, le32toh(v));
     }
     if (st != RR_OK) return ep_fail(ep, st, "rejected by the engine");
-    ep->rx_ops++;
+    ep->rs.rx_ops++;
     if (post_recv(ep, q, i) != RR_OK) return ep_fail(ep, RR_ERR_RAIL, "cannot repost a receive");
   }
 }
@@ -605,6 +598,7 @@ static rr_status verbs_ep_open(rr_rail_dev *dev, const rr_rail_events *events, v
   ep->nsend_free = SEND_SLOTS;
   int n = rr_params_get()->ib_qps_per_rail;
   ep->nqps = n < 1 ? 1 : n > RR_VERBS_MAX_QPS ? RR_VERBS_MAX_QPS : n;
+  ep->rs.max_ahead = (uint32_t)ep->nqps * (VERBS_SQ_DEPTH + VERBS_RQ_DEPTH);
   rr_status st = RR_ERR_SYSTEM;
   size_t bytes = bufs_bytes(ep->nqps);
   ep->qps = calloc((size_t)ep->nqps, sizeof *ep->qps);
@@ -706,6 +700,7 @@ static rr_status verbs_ep_connect(rr_rail_ep *rep, const rr_rail_connect_args *a
   pthread_mutex_lock(&ep->hca->lock);
   ep->nqps = n;
   pthread_mutex_unlock(&ep->hca->lock);
+  ep->rs.max_ahead = (uint32_t)n * (VERBS_SQ_DEPTH + VERBS_RQ_DEPTH);
   for (int k = n; k < had; k++) ep->hca->api->destroy_qp(ep->qps[k].qp), ep->qps[k].qp = NULL;
   if (n > 1 || n < had)
     RR_INFO(RR_SUB_NET, "verbs %s: %d queue pair(s) per rail (we offer %d, the peer %d)", p->dev_name, n, had, peer.nqps);
