@@ -1,6 +1,6 @@
 /* Fuzz target: the verbs rail's control ring as a hostile peer fills it,
  * read by the real reader (verbs_ring_read / verbs_ring_consume /
- * verbs_ring_credit, the code rail_verbs.c runs on every progress call).
+ * verbs_ring_credit, the code the verbs rail runs on every progress call).
  *
  * The input is a script: a header that sets the reader's counts, then
  * steps. The peer writes well-formed messages (the real encoder) or any
