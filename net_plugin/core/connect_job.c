@@ -15,16 +15,49 @@
  * Ownership: the job owns the endpoint and the setup sockets from start
  * until finish hands the endpoint back, or abandon, after which the job's
  * thread destroys it when the connect returns. Nothing else touches the
- * endpoint meanwhile (it is in no engine yet). */
+ * endpoint meanwhile (it is in no engine yet).
+ *
+ * Teardown: a job's thread runs in the transport, on a pooled device, and
+ * in this library's code. The devices close (and NCCL may dlclose the
+ * library) when the plugin goes, so that waits for the job threads first
+ * (rr_connect_job_drain), for a bounded time: a connect stuck in the kernel
+ * must not hang NCCL's process at its exit. */
 #include "connect_job.h"
 
 #include "core_internal.h"
 #include "rr_log.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+
+/* Job threads not yet through (counted from before pthread_create to the
+ * thread's last touch of a job), and the condition teardown waits on. */
+static pthread_once_t threads_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t threads_idle;
+static int threads_running;
+
+/* The bound of the wait is on the monotonic clock: a clock step at exit
+ * must neither cut it short nor stretch it. */
+static void threads_init(void) {
+  pthread_condattr_t a;
+  pthread_condattr_init(&a);
+  pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+  pthread_cond_init(&threads_idle, &a);
+  pthread_condattr_destroy(&a);
+}
+
+static void threads_add(int n) {
+  pthread_once(&threads_once, threads_init);
+  pthread_mutex_lock(&threads_lock);
+  threads_running += n;
+  if (threads_running == 0) pthread_cond_broadcast(&threads_idle);
+  pthread_mutex_unlock(&threads_lock);
+}
 
 struct rr_connect_job {
   pthread_mutex_t lock;
@@ -61,6 +94,8 @@ static void job_connect(rr_connect_job *job) {
 
 static void *job_thread(void *arg) {
   job_connect(arg);
+  /* Nothing of the job, its endpoint or its device is touched after this. */
+  threads_add(-1);
   return NULL;
 }
 
@@ -93,7 +128,9 @@ rr_status rr_connect_job_start(rr_rail_ep *ep, int dev, const uint8_t *peer_blob
     int ok = pthread_attr_init(&attr) == 0;
     if (ok) {
       pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+      threads_add(1); /* before the thread exists: it may finish before create returns */
       ok = pthread_create(&t, &attr, job_thread, job) == 0;
+      if (!ok) threads_add(-1);
       pthread_attr_destroy(&attr);
     }
     if (ok) return RR_OK;
@@ -123,4 +160,23 @@ void rr_connect_job_abandon(rr_connect_job *job) {
   job->abandoned = 1;
   pthread_mutex_unlock(&job->lock);
   if (done) job_free(job);
+}
+
+int rr_connect_job_drain(unsigned timeout_ms) {
+  pthread_once(&threads_once, threads_init);
+  struct timespec until;
+  clock_gettime(CLOCK_MONOTONIC, &until);
+  until.tv_sec += timeout_ms / 1000;
+  until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+  if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+  pthread_mutex_lock(&threads_lock);
+  while (threads_running > 0)
+    if (pthread_cond_timedwait(&threads_idle, &threads_lock, &until) == ETIMEDOUT) break;
+  int left = threads_running;
+  pthread_mutex_unlock(&threads_lock);
+  if (left)
+    RR_WARN("connect: %d reopened rail endpoint(s) still connecting after %u ms at shutdown "
+            "(stuck in the transport); their devices are left open",
+            left, timeout_ms);
+  return left;
 }

@@ -22,4 +22,8 @@ rr_status rr_connect_job_finish(rr_connect_job *job, rr_rail_ep **ep);
 /* The caller no longer wants it: the endpoint is destroyed once the
  * connect returns (at once if it has). NULL is ignored. */
 void rr_connect_job_abandon(rr_connect_job *job);
+/* Teardown: wait up to timeout_ms for every job thread to be through (an
+ * abandoned job's thread also destroys its endpoint). Returns how many still
+ * run, with a warning: the caller must then leave their devices open. */
+int rr_connect_job_drain(unsigned timeout_ms);
 #endif

@@ -1,5 +1,6 @@
 /* Core lifecycle: contexts, devices, properties, and the data-path entry
  * points, which check NCCL's pointers and hand over to the engine. */
+#include "connect_job.h"
 #include "core_internal.h"
 #include "rr_health.h"
 #include "rr_health_table.h"
@@ -71,10 +72,23 @@ static void discover_devices(void) {
 
 const rr_devices *rr_core_devices(void) { return &devices; }
 
+/* How long teardown waits for reopened rails still connecting: several
+ * times the slowest connect seen in the lab (an ARP resolution after a link
+ * came back), short enough that a process exit is not held noticeably. */
+#define CONNECT_DRAIN_MS 3000u
+
 /* The devices live as long as the library: NCCL dlclose()s it after its
  * last communicator, and they go then (verbs: the PD, CQ and context). */
 __attribute__((destructor)) static void devices_close(void) {
   rr_monitor_shutdown(); /* it polls the devices: stopped first, whichever destructor runs first */
+  /* A reopened rail's connect may still run on its own thread, inside a
+   * device: closing the device under it would fail that thread. One stuck
+   * past the bound keeps every device open (the process is going anyway). */
+  if (rr_connect_job_drain(CONNECT_DRAIN_MS) != 0) {
+    devices.count = 0;
+    devices_ready = 0;
+    return;
+  }
   for (int i = 0; i < devices.count; i++)
     if (devices.rail[i]) devices.rail[i]->ops->dev_close(devices.rail[i]), devices.rail[i] = NULL;
   devices.count = 0;

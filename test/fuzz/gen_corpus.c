@@ -1,8 +1,9 @@
 /* Writes the fuzzers' seed corpora with rerail's real encoders: valid
  * handles from rr_handle_encode, valid tables from the real writer (copied
  * while its rows are claimed and filled), and a few edge cases derived from
- * them. Usage: fuzz_gen_corpus <corpus dir> (creates <dir>/handle and
- * <dir>/health_table). Rerun and commit its output when a format changes. */
+ * them, and scripts for the verbs ring's reader. Usage: fuzz_gen_corpus
+ * <corpus dir> (creates <dir>/handle, <dir>/hello, <dir>/health_table and
+ * <dir>/verbs_ring). Rerun and commit its output when a format changes. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "handle.h"
+#include "rail.h"
 #include "setup_wire.h"
 #include "verbs_addr.h"
 #include "rr_health.h"
@@ -185,6 +187,88 @@ static void tables(void) {
   rmdir(dir);
 }
 
+/* Scripts for fuzz_verbs_ring (its header, then steps; see that file). */
+typedef struct ring_script {
+  uint8_t b[4096];
+  size_t n;
+} ring_script;
+
+enum { RING_PEER_MSG, RING_PEER_BYTES, RING_READ, RING_DELIVER_OP, RING_SEND, RING_CREDIT_WORD };
+
+static void rs8(ring_script *s, uint32_t v) { s->b[s->n++] = (uint8_t)v; }
+static void rs16(ring_script *s, uint32_t v) { rs8(s, v), rs8(s, v >> 8); }
+static void rs32(ring_script *s, uint32_t v) { rs16(s, v), rs16(s, v >> 16); }
+
+static void ring_header(ring_script *s, uint32_t rx_msgs, uint32_t rx_ops, uint32_t tx_acked, uint32_t tx_out) {
+  s->n = 0;
+  rs32(s, rx_msgs);
+  rs32(s, rx_ops);
+  rs8(s, 0);  /* rx_last_ops = rx_ops */
+  rs8(s, 0);  /* one QP */
+  rs16(s, tx_acked);
+  rs8(s, tx_out);
+}
+
+/* Message number rx_msgs + k with ops and credit this far from the reader's counts. */
+static void ring_msg(ring_script *s, uint32_t k, int8_t dops, int8_t dcredit, uint32_t len) {
+  rs8(s, RING_PEER_MSG);
+  rs8(s, k);
+  rs8(s, (uint8_t)dops);
+  rs8(s, (uint8_t)dcredit);
+  rs16(s, len);
+  for (uint32_t i = 0; i < len; i++) rs8(s, 0x40 + i % 26);
+}
+
+static void ring_scripts(void) {
+  ring_script s;
+  ring_header(&s, 0, 0, 0, 0);
+  ring_msg(&s, 0, 0, 0, 12);
+  rs8(&s, RING_READ);
+  put("verbs_ring", "one-message", s.b, s.n);
+
+  ring_header(&s, 0, 5, 0, 0);
+  ring_msg(&s, 0, 1, 0, 8); /* behind a write not yet delivered */
+  rs8(&s, RING_READ);
+  rs8(&s, RING_DELIVER_OP);
+  rs8(&s, RING_READ);
+  put("verbs_ring", "held-behind-write", s.b, s.n);
+
+  ring_header(&s, 0xfffffffdu, 0, 0, 0); /* the stamps wrap past 0xffffffff */
+  for (uint32_t k = 0; k < 4; k++) ring_msg(&s, k, 0, 0, 4);
+  rs8(&s, RING_READ);
+  put("verbs_ring", "stamp-wrap", s.b, s.n);
+
+  ring_header(&s, 1000, 0, 300, 64); /* credits back in messages and in the word */
+  ring_msg(&s, 0, 0, 10, 0);
+  ring_msg(&s, 1, 0, 40, 0);
+  rs8(&s, RING_READ);
+  rs8(&s, RING_SEND);
+  rs8(&s, RING_CREDIT_WORD);
+  rs8(&s, 20);
+  put("verbs_ring", "credits", s.b, s.n);
+
+  ring_header(&s, 0, 0, 0, 0);
+  ring_msg(&s, 0, 0, 0, RR_RAIL_CTRL_MAX);
+  ring_msg(&s, 1, 0, 0, 1);
+  rs8(&s, RING_READ);
+  put("verbs_ring", "largest-body", s.b, s.n);
+
+  ring_header(&s, 0, 0, 0, 0); /* a length field over the limit, written over a good message */
+  ring_msg(&s, 0, 0, 0, 4);
+  rs8(&s, RING_PEER_BYTES);
+  rs16(&s, 4);
+  rs8(&s, 0);
+  rs8(&s, 4);
+  rs32(&s, RR_RAIL_CTRL_MAX + 1);
+  rs8(&s, RING_READ);
+  put("verbs_ring", "forged-length", s.b, s.n);
+
+  ring_header(&s, 7, 0, 0, 0);
+  for (uint32_t k = 0; k < 130; k++) ring_msg(&s, k, 0, 0, k % 5); /* a lap and more: the peer overruns */
+  for (int k = 0; k < 40; k++) rs8(&s, RING_READ);
+  put("verbs_ring", "overrun-lap", s.b, s.n);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s <corpus dir>\n", argv[0]);
@@ -194,5 +278,6 @@ int main(int argc, char **argv) {
   handles();
   hellos();
   tables();
+  ring_scripts();
   return 0;
 }

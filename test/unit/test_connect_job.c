@@ -2,7 +2,8 @@
  * when its device says connect may block, at once otherwise; the caller
  * polls, or abandons it and the endpoint is destroyed once the connect has
  * returned (never while it runs). A fake transport whose connect waits on a
- * gate stands in for a RoCE queue pair resolving its peer's address. */
+ * gate stands in for a RoCE queue pair resolving its peer's address.
+ * Teardown (rr_connect_job_drain) waits for job threads, within a bound. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -144,12 +146,77 @@ static void test_failed_connect(void **state) {
   assert_int_equal(destroyed, 1);
 }
 
+static void *open_gate_later(void *arg) {
+  (void)arg;
+  usleep(100000);
+  atomic_store(&gate_open, 1);
+  return NULL;
+}
+
+/* Teardown waits for a job thread still inside the transport: when drain
+ * returns, the abandoned job's connect has returned and its endpoint is
+ * destroyed (a teardown that did not wait would find it still connecting). */
+static void test_drain_waits_for_running_jobs(void **state) {
+  (void)state;
+  rr_rail_ep *ep = fake_ep(&blocking_dev);
+  int fds[1] = {a_socket()};
+  rr_connect_job *job = NULL;
+  assert_int_equal(rr_connect_job_start(ep, 0, (const uint8_t *)"abc", 3, fds, 1, &job), RR_OK);
+  wait_running(1);
+  rr_connect_job_abandon(job);
+  pthread_t opener;
+  assert_int_equal(pthread_create(&opener, NULL, open_gate_later, NULL), 0);
+  assert_int_equal(rr_connect_job_drain(10000), 0);
+  assert_int_equal(atomic_load(&connects_running), 0);
+  assert_int_equal(atomic_load(&destroyed), 1);
+  pthread_join(opener, NULL);
+}
+
+static uint64_t mono_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
+}
+
+/* A connect that never returns does not hang teardown: drain gives up after
+ * its bound and says one is still running. */
+static void test_drain_is_bounded(void **state) {
+  (void)state;
+  rr_rail_ep *ep = fake_ep(&blocking_dev);
+  int fds[1] = {a_socket()};
+  rr_connect_job *job = NULL;
+  assert_int_equal(rr_connect_job_start(ep, 0, (const uint8_t *)"abc", 3, fds, 1, &job), RR_OK);
+  wait_running(1);
+  uint64_t t0 = mono_ms();
+  assert_int_equal(rr_connect_job_drain(50), 1);
+  uint64_t took = mono_ms() - t0;
+  assert_true(took >= 50 && took < 5000);
+  assert_int_equal(atomic_load(&connects_running), 1);
+  /* Let it through, then nothing is left. */
+  gate_open = 1;
+  assert_int_equal(rr_connect_job_drain(10000), 0);
+  rr_rail_ep *out = NULL;
+  assert_int_equal(rr_connect_job_finish(job, &out), RR_OK);
+  fake_destroy(out);
+}
+
+/* With no job thread, drain returns at once. */
+static void test_drain_idle(void **state) {
+  (void)state;
+  uint64_t t0 = mono_ms();
+  assert_int_equal(rr_connect_job_drain(10000), 0);
+  assert_true(mono_ms() - t0 < 1000);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(test_blocking_connect_runs_off_thread, reset),
       cmocka_unit_test_setup(test_quick_connect_in_place, reset),
       cmocka_unit_test_setup(test_abandon_while_running, reset),
       cmocka_unit_test_setup(test_failed_connect, reset),
+      cmocka_unit_test_setup(test_drain_waits_for_running_jobs, reset),
+      cmocka_unit_test_setup(test_drain_is_bounded, reset),
+      cmocka_unit_test_setup(test_drain_idle, reset),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

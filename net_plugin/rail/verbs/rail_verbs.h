@@ -5,7 +5,8 @@
  * (verbs_ring.h); drain barriers are SENDs, delivered behind every write
  * posted before them. One CQ per device serves all its endpoints.
  *
- * Same shape as the TCP rail: rail_verbs.c is the endpoint layer,
+ * Same shape as the TCP rail: rail_verbs.c is the endpoint layer (with
+ * verbs_ep_setup.c, verbs_post.c, verbs_ctrl.c, verbs_progress.c; verbs_ep.h),
  * verbs_hca.c the device layer (protection domain, shared CQ, registration
  * cache, async events), verbs_lib.c the run-time binding of libibverbs,
  * verbs_dev.c/verbs_select.c the discovery of usable ports. */
@@ -32,7 +33,7 @@ rr_status rr_verbs_dev_open(int index, const rr_verbs_port *port, rr_rail_dev **
 uint64_t rr_verbs_reg_calls(void);
 
 
-/* ---- between verbs_hca.c and rail_verbs.c ---- */
+/* ---- between verbs_hca.c and the endpoint (rail_verbs.c, verbs_ep.h) ---- */
 
 typedef struct verbs_ep verbs_ep;
 
@@ -70,7 +71,7 @@ rr_status verbs_hca_attach(verbs_hca *h, verbs_ep *ep);
 void verbs_hca_detach(verbs_hca *h, verbs_ep *ep);
 /* Poll the CQ and file completions into their endpoints' inboxes. */
 rr_status verbs_hca_poll(verbs_hca *h);
-/* The inbox, QPs and QP numbers of an endpoint (rail_verbs.c owns the struct). */
+/* The inbox, QPs and QP numbers of an endpoint (verbs_ep.h defines the struct). */
 verbs_inbox *verbs_ep_inbox(verbs_ep *ep);
 int verbs_ep_nqps(const verbs_ep *ep);
 int verbs_ep_has_qpn(const verbs_ep *ep, uint32_t qpn);

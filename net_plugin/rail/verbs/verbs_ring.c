@@ -60,3 +60,36 @@ void verbs_ring_clear(void *slot, uint32_t len) {
 }
 
 uint32_t verbs_ring_credit_word(const void *ring) { return load32((const uint8_t *)ring + VERBS_RING_CREDIT_OFF); }
+
+int verbs_ring_credit(const verbs_ring_state *s, uint32_t consumed, uint64_t *acked) {
+  *acked = s->tx_acked;
+  int32_t more = (int32_t)(consumed - (uint32_t)s->tx_acked);
+  if (more <= 0) return 0;
+  if ((uint64_t)more > s->tx_msgs - s->tx_acked) return -1;
+  *acked = s->tx_acked + (uint64_t)more;
+  return 0;
+}
+
+verbs_ring_read_result verbs_ring_read(const void *ring, const verbs_ring_state *s, verbs_ring_msg *m) {
+  const uint8_t *slot = (const uint8_t *)ring + verbs_ring_slot_off(s->rx_msgs);
+  verbs_ring_peek_result r = verbs_ring_peek(slot, s->rx_msgs, m);
+  if (r == VERBS_RING_EMPTY) return VERBS_RING_READ_EMPTY;
+  if (r == VERBS_RING_BAD) return VERBS_RING_READ_MALFORMED;
+  /* The peer cannot be further ahead than its send queues and our receive
+   * queues hold, nor count backwards. */
+  int32_t ahead = (int32_t)(m->ops - s->rx_ops);
+  if ((int32_t)(m->ops - s->rx_last_ops) < 0 || (ahead > 0 && (uint32_t)ahead > s->max_ahead))
+    return VERBS_RING_READ_BAD_ORDER;
+  if (ahead > 0) return VERBS_RING_READ_HELD; /* behind a write (or drain) not yet delivered */
+  uint64_t acked;
+  if (verbs_ring_credit(s, m->credit, &acked) != 0) return VERBS_RING_READ_BAD_CREDIT;
+  return VERBS_RING_READ_READY;
+}
+
+void verbs_ring_consume(void *ring, verbs_ring_state *s, const verbs_ring_msg *m) {
+  uint64_t acked;
+  if (verbs_ring_credit(s, m->credit, &acked) == 0) s->tx_acked = acked;
+  verbs_ring_clear((uint8_t *)ring + verbs_ring_slot_off(s->rx_msgs), m->len);
+  s->rx_msgs++;
+  s->rx_last_ops = m->ops;
+}

@@ -63,4 +63,43 @@ void verbs_ring_clear(void *slot, uint32_t len);
 /* The credit word (a count the peer writes), read as it is now. */
 uint32_t verbs_ring_credit_word(const void *ring);
 
+/* ---- the reader: a peer's message judged against our own counts ----
+ * Pure functions of the ring's bytes and this state (no libibverbs call), so
+ * a fuzzer drives them as the rail does (test/fuzz/fuzz_verbs_ring.c). */
+typedef struct verbs_ring_state {
+  uint64_t rx_msgs;     /* messages consumed from our ring: the next due is number rx_msgs */
+  uint32_t rx_ops;      /* ordered requests (writes, drains) delivered */
+  uint32_t rx_last_ops; /* `ops` of the last message consumed: they never go back */
+  /* How far a message's `ops` may be ahead of rx_ops: what the peer's send
+   * queues and our receive queues can hold between them. */
+  uint32_t max_ahead;
+  uint64_t tx_msgs;     /* our messages written into the peer's ring */
+  uint64_t tx_acked;    /* of those, consumed by the peer as far as we know */
+} verbs_ring_state;
+
+typedef enum verbs_ring_read_result {
+  VERBS_RING_READ_EMPTY = 0,  /* nothing due yet, or not all of it has landed */
+  VERBS_RING_READ_READY = 1,  /* *m is the next message, valid and due */
+  VERBS_RING_READ_HELD = 2,   /* valid, but behind an ordered request not yet delivered */
+  VERBS_RING_READ_MALFORMED = -1, /* a stamp that is not the expected one, or a length over the limit */
+  VERBS_RING_READ_BAD_ORDER = -2, /* `ops` going back, or further ahead than any queue holds */
+  VERBS_RING_READ_BAD_CREDIT = -3, /* credit for messages we never sent */
+} verbs_ring_read_result;
+
+/* The peer's count of our messages it has consumed (32 bits of it, from a
+ * message's header or the credit word): 0 and *acked the new tx_acked (a
+ * count older than s->tx_acked is stale and leaves it), or -1 when the
+ * count claims messages never sent. */
+int verbs_ring_credit(const verbs_ring_state *s, uint32_t consumed, uint64_t *acked);
+
+/* Judge the slot of our ring (`ring`, VERBS_RING_BYTES) that must hold
+ * message number s->rx_msgs. Neither the ring nor *s changes; only READY
+ * and HELD fill *m. A negative result is the peer's fault: the caller fails
+ * the endpoint and delivers nothing of it. */
+verbs_ring_read_result verbs_ring_read(const void *ring, const verbs_ring_state *s, verbs_ring_msg *m);
+
+/* Message m (READY from verbs_ring_read) is being delivered: its slot is
+ * cleared, the counts move past it, the credit it carried is taken. */
+void verbs_ring_consume(void *ring, verbs_ring_state *s, const verbs_ring_msg *m);
+
 #endif

@@ -1,0 +1,150 @@
+/* The verbs rail's endpoint, shared by the files that implement it
+ * (rail_verbs.c says how it works as a whole):
+ *   rail_verbs.c      state, failure, fence, liveness, the rail's ops table
+ *   verbs_ep_setup.c  open (QPs, buffers, the control ring), address, connect, destroy
+ *   verbs_post.c      the send and receive queues: writes, drains, NOPs, receives
+ *   verbs_ctrl.c      control messages through the peer's ring, credits back
+ *   verbs_progress.c  completions, arrivals and delivery in the writer's order
+ * Not for the rest of rerail: rail_verbs.h is the rail's interface. */
+#ifndef RERAIL_VERBS_EP_H
+#define RERAIL_VERBS_EP_H
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rail_verbs.h"
+#include "verbs_ring.h"
+
+#define SEND_SLOTS 96             /* control messages and markers in flight */
+#define MSG_HDR 8                 /* type u8, 3 x 0, value u32 (epoch of a drain) */
+#define SLOT_BYTES VERBS_RING_SLOT_BYTES /* a send slot holds a ring message as written */
+#define RECV_BYTES 64             /* a receive slot: a drain or a NOP (MSG_HDR) */
+#define SLOT_INTERNAL (-2)        /* sq_entry.slot of a request of the rail's own (a credit write) */
+#define SIGNAL_EVERY 16
+#define SIGNAL_BYTES (256u << 10) /* ... or as soon as this much was written unsignalled */
+#define RECV_TAG (1ull << 63)
+#define RECV_ID(q, i) (RECV_TAG | (uint64_t)(q) << 32 | (uint64_t)(i))
+
+/* Type 1 was a control message by SEND: they travel through the ring now. */
+enum verbs_msg_type { MSG_DRAIN = 2, MSG_NOP = 3 };
+
+typedef struct sq_entry {
+  uint64_t wr_id;                 /* the engine's, for writes */
+  uint64_t post_ns;
+  uint32_t len;
+  int16_t slot;                   /* send slot of a SEND or ring write, -1 for the engine's write,
+                                   * SLOT_INTERNAL for a credit write */
+  uint8_t signaled;
+} sq_entry;
+
+/* One RC QP of the endpoint, with its own send queue accounting, and the
+ * completions of ordered requests (writes, drains) that arrived on it ahead
+ * of their turn. */
+typedef struct verbs_qp {
+  struct ibv_qp *qp;
+  sq_entry sq[VERBS_SQ_DEPTH];
+  uint64_t sq_head, sq_tail;      /* sequence numbers: posted = tail, retired = head */
+  uint64_t last_signaled;         /* sequence number + 1 of the last signalled request */
+  uint64_t unsignaled_bytes;      /* written since the last signalled request */
+  uint64_t tail_seen;             /* sq_tail when progress last looked */
+  struct ibv_wc arrived[VERBS_RQ_DEPTH]; /* each holds one of this QP's receives */
+  uint32_t arr_head, arr_tail;
+} verbs_qp;
+
+struct verbs_ep {
+  rr_rail_ep base;
+  verbs_hca *hca;
+  /* RERAIL_IB_QPS_PER_RAIL QPs, as many as both ends have after connect.
+   * Ordered request number o (writes and drains, counted together) goes
+   * whole on QP o % nqps; the receiver delivers them in that global order,
+   * so the endpoint is one FIFO to the engine however many QPs carry it. */
+  verbs_qp *qps;
+  int nqps;
+  uint32_t psn;                   /* the first PSN of every QP */
+  uint32_t max_inline;            /* bytes a request may carry inline (the QPs' cap) */
+  int attached;
+  int connected;
+  int fenced;
+  rr_status failed;
+  _Atomic int async_event;        /* ibv_event_type + 1 of an async error, 0 when none */
+  size_t backlog;                 /* bytes of writes posted and not completed */
+  char *bufs;                     /* send slots, a credit word, receive slots (bufs_bytes) */
+  struct ibv_mr *bufs_mr;
+  /* The control rings: ours, which the peer writes into, and the peer's. */
+  uint8_t *ring;
+  struct ibv_mr *ring_mr;
+  uint64_t peer_ring;
+  uint32_t peer_ring_rkey;
+  /* Both directions' counts, which every message read from our ring is
+   * judged against (verbs_ring_read). */
+  verbs_ring_state rs;
+  uint64_t rx_returned;           /* rs.rx_msgs as the peer was last told it */
+  uint32_t tx_ops;                /* ordered requests posted */
+  int16_t send_free[SEND_SLOTS];
+  int nsend_free;
+  verbs_inbox inbox;
+  uint64_t last_rx_ns, last_tx_ns;
+  /* The setup socket of stream 0, kept after connect only to learn that the
+   * peer's process is gone: its kernel closes the socket (a QP of a dead
+   * process just stops answering, which only δ of silence would tell). */
+  int watch_fd;
+  uint32_t progress_calls;
+};
+
+static inline verbs_ep *to_ep(rr_rail_ep *ep) { return rr_container_of(ep, verbs_ep, base); }
+
+/* bufs: SEND_SLOTS send slots, the credit word we write from, then
+ * VERBS_RQ_DEPTH receive slots per QP. */
+static inline size_t bufs_bytes(int nqps) {
+  return (size_t)SEND_SLOTS * SLOT_BYTES + 64 + (size_t)nqps * VERBS_RQ_DEPTH * RECV_BYTES;
+}
+static inline char *send_slot(verbs_ep *ep, int i) { return ep->bufs + (size_t)i * SLOT_BYTES; }
+static inline char *credit_src(verbs_ep *ep) { return ep->bufs + (size_t)SEND_SLOTS * SLOT_BYTES; }
+static inline char *recv_slot(verbs_ep *ep, int q, int i) {
+  return credit_src(ep) + 64 + ((size_t)q * VERBS_RQ_DEPTH + (size_t)i) * RECV_BYTES;
+}
+
+/* Small requests travel inside the work request: the NIC need not read
+ * them from memory (one DMA read less on the way out, which is most of a
+ * clear-to-send's or an ack's cost on real hardware). */
+static inline unsigned inline_flag(const verbs_ep *ep, size_t len) {
+  return len > 0 && len <= ep->max_inline ? IBV_SEND_INLINE : 0;
+}
+
+static inline int sq_full(const verbs_qp *q) { return q->sq_tail - q->sq_head >= VERBS_SQ_DEPTH - 1; }
+
+/* The QP that carries the next ordered request, and any control message
+ * or credit posted before it: RC then places those ahead of it. */
+static inline verbs_qp *next_qp(verbs_ep *ep) { return &ep->qps[ep->tx_ops % (uint32_t)ep->nqps]; }
+
+/* rail_verbs.c */
+/* The endpoint fails with st (the first failure stays); returns it. */
+rr_status verbs_ep_fail(verbs_ep *ep, rr_status st, const char *what);
+rr_status verbs_ep_check_async(verbs_ep *ep);
+/* RR_OK when requests may be posted. */
+rr_status verbs_ep_usable(verbs_ep *ep);
+
+/* verbs_ep_setup.c */
+rr_status verbs_ep_open(rr_rail_dev *dev, const rr_rail_events *events, void *events_arg, rr_rail_ep **out);
+rr_status verbs_ep_addr(rr_rail_ep *rep, void *blob, uint32_t *len);
+rr_status verbs_ep_connect(rr_rail_ep *rep, const rr_rail_connect_args *args);
+void verbs_destroy(rr_rail_ep *rep);
+
+/* verbs_post.c */
+rr_status verbs_post_recv(verbs_ep *ep, int q, int i);
+rr_status verbs_post_send(verbs_ep *ep, verbs_qp *q, struct ibv_send_wr *wr, uint64_t wr_id, uint32_t len,
+                          int16_t slot, uint64_t post_ns);
+rr_status verbs_post_msg(verbs_ep *ep, verbs_qp *q, uint8_t type, uint32_t value, int reserve_nop_credit);
+rr_status verbs_post_write(rr_rail_ep *rep, const rr_write_wr *w);
+rr_status verbs_post_drain(rr_rail_ep *rep, uint32_t epoch);
+
+/* verbs_ctrl.c */
+rr_status verbs_post_ctrl(rr_rail_ep *rep, const void *msg, uint32_t len);
+/* Deliver the messages of our ring that are due (verbs_progress.c's deliver). */
+rr_status verbs_ctrl_deliver(verbs_ep *ep, uint64_t now);
+rr_status verbs_ctrl_return_credit(verbs_ep *ep);
+
+/* verbs_progress.c */
+rr_status verbs_progress(rr_rail_ep *rep);
+
+#endif

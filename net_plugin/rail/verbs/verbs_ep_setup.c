@@ -1,0 +1,201 @@
+/* The verbs endpoint's life (verbs_ep.h): open (its QPs, send and receive
+ * buffers, the control ring the peer writes into), the address the peer
+ * connects to, the connect itself (INIT -> RTR -> RTS, agreeing on the
+ * number of QPs), and destroy. */
+#include "verbs_ep.h"
+#include "rr_clock.h"
+#include "rr_log.h"
+#include "rr_params.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+static void destroy_qps(verbs_ep *ep, int from) {
+  for (int k = from; ep->qps && k < ep->nqps; k++)
+    if (ep->qps[k].qp) ep->hca->api->destroy_qp(ep->qps[k].qp), ep->qps[k].qp = NULL;
+}
+
+void verbs_destroy(rr_rail_ep *rep) {
+  if (!rep) return;
+  verbs_ep *ep = to_ep(rep);
+  const rr_ibv_api *api = ep->hca->api;
+  if (ep->attached) verbs_hca_detach(ep->hca, ep);
+  destroy_qps(ep, 0);
+  if (ep->watch_fd >= 0) close(ep->watch_fd);
+  /* The QPs are gone first: the peer's writes into the ring fail from here. */
+  if (ep->ring_mr) api->dereg_mr(ep->ring_mr);
+  free(ep->ring);
+  if (ep->bufs_mr) api->dereg_mr(ep->bufs_mr);
+  free(ep->bufs);
+  free(ep->qps);
+  free(ep->inbox.wc);
+  free(ep);
+}
+
+static rr_status open_qp(verbs_ep *ep, int k) {
+  verbs_hca *h = ep->hca;
+  const rr_ibv_api *api = h->api;
+  /* As much inline data as a control message, or what the device allows;
+   * the other QPs of the endpoint ask for what the first one got. */
+  const uint32_t inline_tries[] = {SLOT_BYTES, 256, 64, 0};
+  const uint32_t *tries = k == 0 ? inline_tries : &ep->max_inline;
+  size_t ntries = k == 0 ? sizeof inline_tries / sizeof *inline_tries : 1;
+  struct ibv_qp_init_attr qa;
+  struct ibv_qp *qp = NULL;
+  for (size_t t = 0; !qp && t < ntries; t++) {
+    qa = (struct ibv_qp_init_attr){.send_cq = h->cq, .recv_cq = h->cq, .qp_type = IBV_QPT_RC, .sq_sig_all = 0,
+                                   .cap = {.max_send_wr = VERBS_SQ_DEPTH, .max_recv_wr = VERBS_RQ_DEPTH,
+                                           .max_send_sge = 1, .max_recv_sge = 1,
+                                           .max_inline_data = tries[t]}};
+    qp = api->create_qp(h->pd, &qa);
+  }
+  if (!qp) {
+    RR_WARN("verbs %s: cannot create a queue pair: %s", h->port.dev_name, strerror(errno));
+    return RR_ERR_SYSTEM;
+  }
+  ep->qps[k].qp = qp;
+  if (k == 0) ep->max_inline = qa.cap.max_inline_data;
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = (uint8_t)h->port.port,
+                          .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE};
+  if (api->modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0)
+    return RR_ERR_SYSTEM;
+  for (int i = 0; i < VERBS_RQ_DEPTH; i++)
+    if (verbs_post_recv(ep, k, i) != RR_OK) return RR_ERR_SYSTEM;
+  return RR_OK;
+}
+
+rr_status verbs_ep_open(rr_rail_dev *dev, const rr_rail_events *events, void *events_arg, rr_rail_ep **out) {
+  verbs_hca *h = rr_container_of(dev, verbs_hca, base);
+  const rr_ibv_api *api = h->api;
+  verbs_ep *ep = calloc(1, sizeof *ep);
+  if (!ep) return RR_ERR_NOMEM;
+  ep->base = (rr_rail_ep){.ops = &rr_verbs_rail_ops, .dev = dev, .events = events, .events_arg = events_arg, .rail = -1};
+  ep->watch_fd = -1;
+  ep->hca = h;
+  for (int i = 0; i < SEND_SLOTS; i++) ep->send_free[i] = (int16_t)i;
+  ep->nsend_free = SEND_SLOTS;
+  int n = rr_params_get()->ib_qps_per_rail;
+  ep->nqps = n < 1 ? 1 : n > RR_VERBS_MAX_QPS ? RR_VERBS_MAX_QPS : n;
+  ep->rs.max_ahead = (uint32_t)ep->nqps * (VERBS_SQ_DEPTH + VERBS_RQ_DEPTH);
+  rr_status st = RR_ERR_SYSTEM;
+  size_t bytes = bufs_bytes(ep->nqps);
+  ep->qps = calloc((size_t)ep->nqps, sizeof *ep->qps);
+  ep->inbox.cap = (uint32_t)ep->nqps * (VERBS_SQ_DEPTH + VERBS_RQ_DEPTH) + 8;
+  ep->inbox.wc = calloc(ep->inbox.cap, sizeof *ep->inbox.wc);
+  ep->bufs = aligned_alloc(4096, (bytes + 4095) & ~(size_t)4095);
+  ep->ring = aligned_alloc(4096, (VERBS_RING_BYTES + 4095) & ~(size_t)4095);
+  if (!ep->qps || !ep->inbox.wc || !ep->bufs || !ep->ring) {
+    st = RR_ERR_NOMEM;
+    goto fail;
+  }
+  memset(ep->ring, 0, VERBS_RING_BYTES); /* every slot empty, no credit returned */
+  ep->bufs_mr = api->reg_mr(h->pd, ep->bufs, bytes, IBV_ACCESS_LOCAL_WRITE);
+  /* The peer may write into the ring and nowhere else of ours but NCCL's
+   * receive buffers. */
+  ep->ring_mr = ep->bufs_mr ? api->reg_mr(h->pd, ep->ring, VERBS_RING_BYTES,
+                                          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
+                            : NULL;
+  if (!ep->ring_mr) goto fail;
+  for (int k = 0; k < ep->nqps; k++)
+    if ((st = open_qp(ep, k)) != RR_OK) goto fail;
+  if (getrandom(&ep->psn, sizeof ep->psn, 0) != (ssize_t)sizeof ep->psn) ep->psn = (uint32_t)rr_now_ns();
+  ep->psn &= 0xffffff;
+  st = verbs_hca_attach(h, ep);
+  if (st != RR_OK) goto fail;
+  ep->attached = 1;
+  *out = &ep->base;
+  return RR_OK;
+fail:
+  verbs_destroy(&ep->base);
+  return st == RR_OK ? RR_ERR_SYSTEM : st;
+}
+
+rr_status verbs_ep_addr(rr_rail_ep *rep, void *blob, uint32_t *len) {
+  verbs_ep *ep = to_ep(rep);
+  const rr_verbs_port *p = &ep->hca->port;
+  rr_verbs_addr a = {.psn = ep->psn, .lid = p->lid, .mtu = (uint8_t)p->active_mtu,
+                     .link_layer = (uint8_t)p->link_layer, .nqps = (uint8_t)ep->nqps,
+                     .ring_addr = (uintptr_t)ep->ring, .ring_rkey = ep->ring_mr->rkey,
+                     .ring_slots = VERBS_RING_SLOTS};
+  for (int k = 0; k < ep->nqps; k++) a.qpn[k] = ep->qps[k].qp->qp_num;
+  memcpy(a.gid, p->gid.raw, 16);
+  rr_verbs_addr_encode(&a, blob);
+  *len = RR_VERBS_ADDR_LEN;
+  return RR_OK;
+}
+
+/* INIT -> RTR -> RTS towards the peer's QP. The ACK timeout and retry count
+ * are NCCL's knobs (RERAIL_IB_TIMEOUT, RERAIL_IB_RETRY_CNT); their defaults
+ * leave the hardware's retry error well behind rerail's own detection. */
+static rr_status connect_qp(verbs_ep *ep, struct ibv_qp *qp, const rr_verbs_addr *peer, uint32_t dest_qpn) {
+  const rr_ibv_api *api = ep->hca->api;
+  const rr_verbs_port *p = &ep->hca->port;
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR,
+                          .path_mtu = peer->mtu < p->active_mtu ? peer->mtu : (enum ibv_mtu)p->active_mtu,
+                          .dest_qp_num = dest_qpn, .rq_psn = peer->psn, .max_dest_rd_atomic = 1,
+                          .min_rnr_timer = 12};
+  a.ah_attr.port_num = (uint8_t)p->port;
+  a.ah_attr.dlid = peer->lid;
+  if (p->link_layer == IBV_LINK_LAYER_ETHERNET || p->gid_index > 0) {
+    a.ah_attr.is_global = 1;
+    memcpy(a.ah_attr.grh.dgid.raw, peer->gid, 16);
+    a.ah_attr.grh.sgid_index = (uint8_t)p->gid_index;
+    a.ah_attr.grh.hop_limit = 255;
+  }
+  if (api->modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                 IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
+    RR_WARN("verbs %s: queue pair to RTR failed: %s", p->dev_name, strerror(errno));
+    return RR_ERR_RAIL;
+  }
+  const rr_params *prm = rr_params_get();
+  struct ibv_qp_attr r = {.qp_state = IBV_QPS_RTS, .timeout = (uint8_t)prm->ib_timeout,
+                          .retry_cnt = (uint8_t)prm->ib_retry_cnt, .rnr_retry = 7, .sq_psn = ep->psn,
+                          .max_rd_atomic = 1};
+  if (api->modify_qp(qp, &r, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) != 0) {
+    RR_WARN("verbs %s: queue pair to RTS failed: %s", p->dev_name, strerror(errno));
+    return RR_ERR_RAIL;
+  }
+  return RR_OK;
+}
+
+/* Both ends use as many QPs as the one with fewer offers: QP k talks to the
+ * peer's QP k; our extra QPs are destroyed (the peer does the same with its
+ * own, as it computes the same minimum). */
+rr_status verbs_ep_connect(rr_rail_ep *rep, const rr_rail_connect_args *args) {
+  verbs_ep *ep = to_ep(rep);
+  const rr_verbs_port *p = &ep->hca->port;
+  rr_verbs_addr peer;
+  if (ep->connected) return RR_ERR_INVALID;
+  if (rr_verbs_addr_decode(args->peer_addr, args->peer_addr_len, &peer) != RR_OK ||
+      peer.link_layer != (uint8_t)p->link_layer || peer.ring_slots != VERBS_RING_SLOTS) {
+    RR_WARN("verbs %s: the peer's queue pair address is malformed", p->dev_name);
+    return RR_ERR_PROTOCOL;
+  }
+  int n = peer.nqps < ep->nqps ? peer.nqps : ep->nqps, had = ep->nqps;
+  /* The device's poller and event reader look QPs up by number, under its
+   * lock; destroy_qp itself may wait for the event reader, so not under it. */
+  pthread_mutex_lock(&ep->hca->lock);
+  ep->nqps = n;
+  pthread_mutex_unlock(&ep->hca->lock);
+  ep->rs.max_ahead = (uint32_t)n * (VERBS_SQ_DEPTH + VERBS_RQ_DEPTH);
+  for (int k = n; k < had; k++) ep->hca->api->destroy_qp(ep->qps[k].qp), ep->qps[k].qp = NULL;
+  if (n > 1 || n < had)
+    RR_INFO(RR_SUB_NET, "verbs %s: %d queue pair(s) per rail (we offer %d, the peer %d)", p->dev_name, n, had, peer.nqps);
+  for (int k = 0; k < n; k++) {
+    rr_status st = connect_qp(ep, ep->qps[k].qp, &peer, peer.qpn[k]);
+    if (st != RR_OK) return st;
+  }
+  ep->peer_ring = peer.ring_addr;
+  ep->peer_ring_rkey = peer.ring_rkey;
+  ep->connected = 1;
+  ep->last_rx_ns = ep->last_tx_ns = rr_now_ns();
+  if (args->nfds >= 1 && args->fds[0] >= 0) {
+    ep->watch_fd = args->fds[0];
+    args->fds[0] = -1; /* ours now */
+  }
+  return RR_OK;
+}

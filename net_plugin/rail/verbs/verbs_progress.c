@@ -1,0 +1,172 @@
+/* The verbs endpoint's progress (verbs_ep.h): completions from the
+ * device's CQ, sorted into its inbox by verbs_hca.c, retire sends and bring
+ * arrivals, which are delivered to the engine in the writer's order with
+ * the control messages of the ring; a NOP follows unsignalled writes left
+ * alone; the setup socket tells when the peer's process is gone. */
+#include "verbs_ep.h"
+#include "rr_clock.h"
+
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+
+static int qp_index(const verbs_ep *ep, uint32_t qpn) {
+  for (int q = 0; q < ep->nqps; q++)
+    if (ep->qps[q].qp && ep->qps[q].qp->qp_num == qpn) return q;
+  return -1;
+}
+
+/* Every WATCH_EVERY progress calls, one non-blocking read of the setup
+ * socket: end of file or a reset is the peer's process gone (or its end of
+ * this rail closed, as when it reopens the rail). Nothing else is expected
+ * on it; stray bytes are read and dropped. */
+#define WATCH_EVERY 64
+static rr_status watch_peer(verbs_ep *ep) {
+  if (ep->watch_fd < 0 || ++ep->progress_calls % WATCH_EVERY) return RR_OK;
+  char buf[64];
+  ssize_t n = recv(ep->watch_fd, buf, sizeof buf, MSG_DONTWAIT);
+  if (n == 0) return verbs_ep_fail(ep, RR_ERR_PEER, "the peer closed its end of the rail");
+  if (n < 0 && (errno == ECONNRESET || errno == EPIPE)) return verbs_ep_fail(ep, RR_ERR_PEER, "the peer reset its end of the rail");
+  return RR_OK; /* data (dropped), nothing yet, or an error that says nothing of the peer */
+}
+
+static rr_status retire_to(verbs_ep *ep, verbs_qp *q, uint64_t seq, uint64_t now) {
+  while (q->sq_head <= seq && q->sq_head < q->sq_tail) {
+    sq_entry *s = &q->sq[q->sq_head % VERBS_SQ_DEPTH];
+    q->sq_head++;
+    if (s->slot >= 0) {
+      ep->send_free[ep->nsend_free++] = s->slot;
+      continue;
+    }
+    if (s->slot == SLOT_INTERNAL) continue;
+    ep->backlog -= s->len;
+    if (ep->base.tel_tx) rr_tel_record(ep->base.tel_tx, s->post_ns, now, s->len);
+    rr_status st = ep->base.events->on_write_done(&ep->base, s->wr_id);
+    if (st != RR_OK) return verbs_ep_fail(ep, st, "write completion rejected by the engine");
+  }
+  return RR_OK;
+}
+
+static rr_status wc_status(verbs_ep *ep, const struct ibv_wc *wc) {
+  const char *why = ep->hca->api->wc_status_str(wc->status);
+  switch (wc->status) {
+  case IBV_WC_REM_ACCESS_ERR:
+  case IBV_WC_REM_INV_REQ_ERR:
+  case IBV_WC_LOC_LEN_ERR:
+    /* Our write named memory the peer did not give us, or its message did
+     * not fit: a protocol matter, not a broken path. */
+    return verbs_ep_fail(ep, RR_ERR_PROTOCOL, why);
+  default:
+    return verbs_ep_fail(ep, RR_ERR_RAIL, why);
+  }
+}
+
+/* A receive completed on QP q: a NOP is done with at once; a write or a
+ * drain waits on its QP's list for its turn in the global order. Checked
+ * here, as it arrives. */
+static rr_status on_arrival(verbs_ep *ep, int q, const struct ibv_wc *wc, uint64_t now) {
+  uint64_t i = wc->wr_id & 0xffffffffu;
+  if ((wc->wr_id & ~RECV_TAG) >> 32 != (uint64_t)q || i >= VERBS_RQ_DEPTH)
+    return verbs_ep_fail(ep, RR_ERR_INTERNAL, "a receive of no slot");
+  ep->last_rx_ns = now;
+  verbs_qp *qp = &ep->qps[q];
+  if (wc->opcode == IBV_WC_RECV) {
+    const char *b = recv_slot(ep, q, (int)i);
+    if (wc->byte_len != MSG_HDR || b[1] || b[2] || b[3] || (b[0] != MSG_DRAIN && b[0] != MSG_NOP))
+      return verbs_ep_fail(ep, RR_ERR_PROTOCOL, "a malformed message");
+    if (b[0] == MSG_NOP)
+      return verbs_post_recv(ep, q, (int)i) == RR_OK ? RR_OK : verbs_ep_fail(ep, RR_ERR_RAIL, "cannot repost a receive");
+  } else if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+    if (ep->base.tel_rx) rr_tel_record(ep->base.tel_rx, now, now, wc->byte_len);
+  } else {
+    return verbs_ep_fail(ep, RR_ERR_PROTOCOL, "an unexpected completion");
+  }
+  /* Each entry holds one of the QP's receives: the list cannot overflow. */
+  if (qp->arr_tail - qp->arr_head >= VERBS_RQ_DEPTH) return verbs_ep_fail(ep, RR_ERR_INTERNAL, "arrival list full");
+  qp->arrived[qp->arr_tail++ % VERBS_RQ_DEPTH] = *wc;
+  return RR_OK;
+}
+
+/* Hand the engine what is due, in the writer's order: before ordered
+ * request number rx_ops, the control messages posted before it; then that
+ * request, once the QP it went on (rx_ops % nqps) has it. */
+static rr_status deliver(verbs_ep *ep, uint64_t now) {
+  for (;;) {
+    rr_status st = verbs_ctrl_deliver(ep, now);
+    if (st != RR_OK || ep->fenced) return st;
+    int q = (int)(ep->rs.rx_ops % (uint32_t)ep->nqps);
+    verbs_qp *qp = &ep->qps[q];
+    if (qp->arr_head == qp->arr_tail) return RR_OK;
+    struct ibv_wc wc = qp->arrived[qp->arr_head++ % VERBS_RQ_DEPTH];
+    int i = (int)(wc.wr_id & 0xffffffffu);
+    if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+      rr_write_hdr h = {.imm = ntohl(wc.imm_data), .len = wc.byte_len};
+      st = ep->base.events->on_write_recv(&ep->base, &h);
+    } else {
+      uint32_t v;
+      memcpy(&v, recv_slot(ep, q, i) + 4, 4);
+      st = ep->base.events->on_drain(&ep->base, le32toh(v));
+    }
+    if (st != RR_OK) return verbs_ep_fail(ep, st, "rejected by the engine");
+    ep->rs.rx_ops++;
+    if (verbs_post_recv(ep, q, i) != RR_OK) return verbs_ep_fail(ep, RR_ERR_RAIL, "cannot repost a receive");
+  }
+}
+
+rr_status verbs_progress(rr_rail_ep *rep) {
+  verbs_ep *ep = to_ep(rep);
+  if (verbs_ep_check_async(ep)) return ep->failed;
+  if (!ep->connected) return RR_OK;
+  rr_status wst = watch_peer(ep);
+  if (wst != RR_OK) return wst;
+  verbs_hca_poll(ep->hca);
+  for (;;) {
+    struct ibv_wc wc[32];
+    int n = 0;
+    pthread_mutex_lock(&ep->hca->lock);
+    while (n < 32 && ep->inbox.head != ep->inbox.tail) wc[n++] = ep->inbox.wc[ep->inbox.head++ % ep->inbox.cap];
+    pthread_mutex_unlock(&ep->hca->lock);
+    if (!n) break;
+    uint64_t now = rr_now_ns();
+    for (int i = 0; i < n; i++) {
+      /* After a fence the QPs are in error: their flushed requests are
+       * replayed by the engine, nothing of them is reported. */
+      if (ep->fenced) continue;
+      if (wc[i].status != IBV_WC_SUCCESS) return wc_status(ep, &wc[i]);
+      int q = qp_index(ep, wc[i].qp_num);
+      if (q < 0) continue; /* a QP given up at connect */
+      rr_status st;
+      if (wc[i].wr_id & RECV_TAG) {
+        st = on_arrival(ep, q, &wc[i], now);
+        /* Delivered as they come when one QP carries everything, so the
+         * engine sees writes as early as before. */
+        if (st == RR_OK) st = deliver(ep, now);
+      } else {
+        st = retire_to(ep, &ep->qps[q], wc[i].wr_id, now);
+        ep->last_tx_ns = now;
+      }
+      if (st != RR_OK) return st;
+    }
+  }
+  if (!ep->fenced) {
+    rr_status st = deliver(ep, rr_now_ns());
+    if (st == RR_OK) st = verbs_ctrl_return_credit(ep);
+    if (st != RR_OK) return st;
+  }
+  /* Unsignalled writes with nothing behind them: a NOP brings their
+   * completions. "Nothing behind them" is a whole progress cycle in which the
+   * owner posted nothing on that QP (its burst is over), not an age: reading
+   * the clock on every poll costs more than the NOP where the clock is not in
+   * the vDSO (a virtual machine's HPET is a trap per read). */
+  for (int k = 0; k < ep->nqps; k++) {
+    verbs_qp *q = &ep->qps[k];
+    if (!ep->fenced && q->sq_tail > q->last_signaled && q->sq_tail > q->sq_head && q->sq_tail == q->tail_seen) {
+      rr_status st = verbs_post_msg(ep, q, MSG_NOP, 0, 0);
+      if (st != RR_OK && st != RR_AGAIN) return st;
+    }
+    q->tail_seen = q->sq_tail;
+  }
+  return RR_OK;
+}
