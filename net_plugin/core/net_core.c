@@ -78,8 +78,12 @@ const rr_devices *rr_core_devices(void) { return &devices; }
 #define CONNECT_DRAIN_MS 3000u
 
 /* The devices live as long as the library: NCCL dlclose()s it after its
- * last communicator, and they go then (verbs: the PD, CQ and context). */
-__attribute__((destructor)) static void devices_close(void) {
+ * last communicator, and they go then (verbs: the PD, CQ and context).
+ * Last of the library's destructors (a priority runs after every plain
+ * destructor): the others (connects NCCL gave up on, the monitor) still
+ * destroy endpoints on these devices, and the order of plain destructors
+ * across files is the linker's. */
+__attribute__((destructor(150))) static void devices_close(void) {
   rr_monitor_shutdown(); /* it polls the devices: stopped first, whichever destructor runs first */
   /* A reopened rail's connect may still run on its own thread, inside a
    * device: closing the device under it would fail that thread. One stuck
