@@ -72,6 +72,16 @@ static void wait_running(int n) {
   assert_int_equal(atomic_load(&connects_running), n);
 }
 
+/* A job for a fresh endpoint on dev, given a fresh socket. */
+static rr_connect_job *start_job(rr_rail_dev *dev, rr_rail_ep **ep_out) {
+  rr_rail_ep *ep = fake_ep(dev);
+  int fds[1] = {a_socket()};
+  rr_connect_job *job = NULL;
+  assert_int_equal(rr_connect_job_start(ep, 0, (const uint8_t *)"abc", 3, fds, 1, &job), RR_OK);
+  if (ep_out) *ep_out = ep;
+  return job;
+}
+
 /* A blocking connect runs elsewhere: start returns while it waits, finish says
  * RR_AGAIN until it is through, then hands the endpoint back. */
 static void test_blocking_connect_runs_off_thread(void **state) {
@@ -102,10 +112,8 @@ static void test_blocking_connect_runs_off_thread(void **state) {
 static void test_quick_connect_in_place(void **state) {
   (void)state;
   gate_open = 1;
-  rr_rail_ep *ep = fake_ep(&quick_dev);
-  int fds[1] = {a_socket()};
-  rr_connect_job *job = NULL;
-  assert_int_equal(rr_connect_job_start(ep, 0, (const uint8_t *)"abc", 3, fds, 1, &job), RR_OK);
+  rr_rail_ep *ep;
+  rr_connect_job *job = start_job(&quick_dev, &ep);
   rr_rail_ep *out = NULL;
   assert_int_equal(rr_connect_job_finish(job, &out), RR_OK);
   assert_ptr_equal(out, ep);
@@ -116,10 +124,7 @@ static void test_quick_connect_in_place(void **state) {
  * returns, by the job's thread. */
 static void test_abandon_while_running(void **state) {
   (void)state;
-  rr_rail_ep *ep = fake_ep(&blocking_dev);
-  int fds[1] = {a_socket()};
-  rr_connect_job *job = NULL;
-  assert_int_equal(rr_connect_job_start(ep, 0, (const uint8_t *)"abc", 3, fds, 1, &job), RR_OK);
+  rr_connect_job *job = start_job(&blocking_dev, NULL);
   wait_running(1);
   rr_connect_job_abandon(job);
   usleep(20000);
@@ -133,10 +138,7 @@ static void test_abandon_while_running(void **state) {
 static void test_failed_connect(void **state) {
   (void)state;
   connect_result = RR_ERR_RAIL;
-  rr_rail_ep *ep = fake_ep(&blocking_dev);
-  int fds[1] = {a_socket()};
-  rr_connect_job *job = NULL;
-  assert_int_equal(rr_connect_job_start(ep, 0, (const uint8_t *)"abc", 3, fds, 1, &job), RR_OK);
+  rr_connect_job *job = start_job(&blocking_dev, NULL);
   gate_open = 1;
   rr_rail_ep *out = NULL;
   rr_status st;
@@ -158,10 +160,7 @@ static void *open_gate_later(void *arg) {
  * destroyed (a teardown that did not wait would find it still connecting). */
 static void test_drain_waits_for_running_jobs(void **state) {
   (void)state;
-  rr_rail_ep *ep = fake_ep(&blocking_dev);
-  int fds[1] = {a_socket()};
-  rr_connect_job *job = NULL;
-  assert_int_equal(rr_connect_job_start(ep, 0, (const uint8_t *)"abc", 3, fds, 1, &job), RR_OK);
+  rr_connect_job *job = start_job(&blocking_dev, NULL);
   wait_running(1);
   rr_connect_job_abandon(job);
   pthread_t opener;
@@ -182,10 +181,7 @@ static uint64_t mono_ms(void) {
  * its bound and says one is still running. */
 static void test_drain_is_bounded(void **state) {
   (void)state;
-  rr_rail_ep *ep = fake_ep(&blocking_dev);
-  int fds[1] = {a_socket()};
-  rr_connect_job *job = NULL;
-  assert_int_equal(rr_connect_job_start(ep, 0, (const uint8_t *)"abc", 3, fds, 1, &job), RR_OK);
+  rr_connect_job *job = start_job(&blocking_dev, NULL);
   wait_running(1);
   uint64_t t0 = mono_ms();
   assert_int_equal(rr_connect_job_drain(50), 1);
