@@ -182,20 +182,13 @@ run_lab() {
   # PVH boot of the ELF vmlinux; a read-only 9p view of / as the overlay's lower layer and a
   # writable one of the job directory (the command's status comes back through it).
   # mitigations=off: a throwaway test guest; retpolines and RSB filling only slow TCG down.
-  # loglevel=5: warnings reach the console, so a kernel fault in the guest comes with its
-  # registers and call trace, not the headline alone.
-  # preempt=full: Soft-RoCE does a user QP's packet work inside the poster's ibv_post_send
-  # system call, and Debian 6.1's rdma_rxe keeps that call looping while its task is re-armed
-  # (a failed transmit is retried by rescheduling itself). Under the default voluntary
-  # preemption such a call holds its vCPU until the loop ends: twice in CI both vCPUs sat in
-  # rxe_requester via rxe_post_send for 200+ s ("soft lockup"; the peer rank, and the fault
-  # script that would heal the rail, never ran again). With full preemption the looping call
-  # shares its vCPU, as a real HCA's work never runs on the poster's CPU at all.
+  # loglevel=5: warnings reach the console, so a kernel fault in the guest (a soft lockup in
+  # rdma_rxe was seen once) comes with its registers and call trace, not the headline alone.
   # shellcheck disable=SC2054  # QEMU's option values are comma lists
   local qemu=(qemu-system-x86_64 -nodefaults -no-user-config -nographic -no-reboot
     -machine pc,accel=tcg -bios qboot.rom -cpu max -smp "$smp" -m "$mem"
     -kernel "$dir/vmlinux" -initrd "$dir/initramfs.gz"
-    -append "console=ttyS0 quiet loglevel=5 panic=-1 mitigations=off preempt=full rdinit=/init"
+    -append "console=ttyS0 quiet loglevel=5 panic=-1 mitigations=off rdinit=/init"
     -fsdev local,id=hostfs,path=/,security_model=none,readonly=on,multidevs=remap
     -device virtio-9p-pci,fsdev=hostfs,mount_tag=host
     -fsdev local,id=jobfs,path="$job",security_model=none
