@@ -182,8 +182,8 @@ run_lab() {
   # PVH boot of the ELF vmlinux; a read-only 9p view of / as the overlay's lower layer and a
   # writable one of the job directory (the command's status comes back through it).
   # mitigations=off: a throwaway test guest; retpolines and RSB filling only slow TCG down.
-  # loglevel=5: warnings reach the console, so a kernel fault in the guest (a soft lockup in
-  # rdma_rxe was seen once) comes with its registers and call trace, not the headline alone.
+  # loglevel=5: warnings reach the console, so a kernel fault in the guest (rdma_rxe's soft
+  # lockup, README.md "Known problem") comes with its registers and call trace.
   # shellcheck disable=SC2054  # QEMU's option values are comma lists
   local qemu=(qemu-system-x86_64 -nodefaults -no-user-config -nographic -no-reboot
     -machine pc,accel=tcg -bios qboot.rom -cpu max -smp "$smp" -m "$mem"
