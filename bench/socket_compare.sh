@@ -7,7 +7,9 @@
 # checked). Per congestion control, rounds alternate the sides (raw, NCCL,
 # rerail[, rerail B]; raw, NCCL, ...) so the machine's drift hits all alike;
 # each figure is the best of the rounds. Prints one markdown table per
-# congestion control (for bench/RESULTS.md) and the command.
+# congestion control (for bench/RESULTS.md) and the command. The raw side
+# also measures the round trip over one connection per direction
+# (rerail-pingpong-bench): the kernel's floor for the shape NCCL's comms have.
 #
 # usage: bench/socket_compare.sh BUILD_DIR [--quick]
 #   --quick      sizes 64K,1M,16M, 64 MiB per figure, 2000 round trips, 1 round
@@ -41,9 +43,10 @@ CMDLINE="bench/socket_compare.sh BUILD_DIR"
 if [[ $QUICK == 1 ]]; then CMDLINE+=" --quick"; fi
 
 RAW="$BUILD/bench/rerail-raw-socket-bench"
+PINGPONG="$BUILD/bench/rerail-pingpong-bench"
 NET="$BUILD/bench/rerail-net-bench"
 PLUGIN_A="$BUILD/net_plugin/libnccl-net-rerail.so"
-for f in "$RAW" "$NET" "$PLUGIN_A"; do
+for f in "$RAW" "$PINGPONG" "$NET" "$PLUGIN_A"; do
   [[ -e "$f" ]] || { echo "socket_compare.sh: $f not built (rerail-net-bench needs RERAIL_BUILD_TESTS=ON)" >&2; exit 1; }
 done
 PLUGIN_B=""
@@ -123,7 +126,9 @@ run_side() {   # side cc round
       [[ $cc != system ]] && ccarg=(--cc "$cc")
       # shellcheck disable=SC2086
       "$RAW" --fork --csv --sizes "$SIZES" --bytes "$BYTES" --streams 1,2,4 --lat-iters "$LAT_ITERS" \
-        --lat-warmup "$LAT_WARMUP" "${ccarg[@]}" ${RAW_ARGS:-} >"$out" ;;
+        --lat-warmup "$LAT_WARMUP" "${ccarg[@]}" ${RAW_ARGS:-} >"$out"
+      # the round trip's floor in NCCL's shape: one connection per direction (RESULTS 8.6)
+      "$PINGPONG" --conns 2 --recv spin --iters "$LAT_ITERS" --warmup "$LAT_WARMUP" --csv >"$OUT_DIR/raw2.$cc.$r.csv" ;;
     nccl)
       set_system_cc "$cc"
       # shellcheck disable=SC2086
@@ -246,6 +251,17 @@ for cc in ccs:
                 cells += [f"{statistics.median(pairs):.2f}× rerail's" if pairs else "—"]
             else:
                 cells += [""]
+        print("| " + " | ".join(cells) + " |")
+    # the raw round trip over one connection per direction (NCCL's comms' shape), where measured
+    raw2 = []
+    for r in range(rounds):
+        f = os.path.join(out, f"raw2.{cc}.{r}.csv")
+        if os.path.exists(f): raw2 += [float(row[2]) for row in csv.reader(open(f)) if row]
+    if len(raw2) == rounds:
+        r2, a = min(raw2), data["rerail"][1]
+        cells = ["8-byte round trip p50 (µs), raw over one connection per direction", f"{r2:.2f} (busy poll)",
+                 "", "", "", f"{a / r2:.2f}× raw"]
+        if "rerailB" in sides: cells += ["", "", f"{data['rerailB'][1] / r2:.2f}× raw", "", ""]
         print("| " + " | ".join(cells) + " |")
     if rounds > 1:
         print("\nSpread between rounds (the highest GB/s over the lowest of a size, median over sizes): " +
