@@ -34,12 +34,23 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Job threads not yet through (counted from before pthread_create to the
- * thread's last touch of a job), and the condition teardown waits on. */
+/* Job threads, joinable, each on a list until joined: a thread counts as
+ * through when it has touched its job for the last time, and is joined
+ * (freed, and past its last instruction of this library) by the next start
+ * or by teardown. Joining is what lets teardown promise that no job thread
+ * still runs this library's code when NCCL may dlclose it; a detached
+ * thread would still be returning from it. */
+typedef struct job_thread {
+  pthread_t tid;
+  int through;               /* its job is done with (under threads_lock) */
+  struct job_thread *next;
+} job_thread;
+
 static pthread_once_t threads_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t threads_idle;
-static int threads_running;
+static job_thread *threads;  /* started, not yet joined */
+static int threads_running;  /* of those, not yet through */
 
 /* The bound of the wait is on the monotonic clock: a clock step at exit
  * must neither cut it short nor stretch it. */
@@ -51,12 +62,19 @@ static void threads_init(void) {
   pthread_condattr_destroy(&a);
 }
 
-static void threads_add(int n) {
-  pthread_once(&threads_once, threads_init);
-  pthread_mutex_lock(&threads_lock);
-  threads_running += n;
-  if (threads_running == 0) pthread_cond_broadcast(&threads_idle);
-  pthread_mutex_unlock(&threads_lock);
+/* Joins every thread that is through (each has at most its return left to
+ * run, so the joins are short). Called with threads_lock held. */
+static void threads_reap_locked(void) {
+  for (job_thread **at = &threads; *at;) {
+    job_thread *t = *at;
+    if (!t->through) {
+      at = &t->next;
+      continue;
+    }
+    *at = t->next;
+    pthread_join(t->tid, NULL);
+    free(t);
+  }
 }
 
 struct rr_connect_job {
@@ -92,11 +110,53 @@ static void job_connect(rr_connect_job *job) {
   if (abandoned) job_free(job);
 }
 
-static void *job_thread(void *arg) {
-  job_connect(arg);
+typedef struct job_thread_arg {
+  rr_connect_job *job;
+  job_thread *self;
+} job_thread_arg;
+
+static void *job_thread_main(void *argp) {
+  job_thread_arg arg = *(job_thread_arg *)argp;
+  free(argp);
+  job_connect(arg.job);
   /* Nothing of the job, its endpoint or its device is touched after this. */
-  threads_add(-1);
+  pthread_mutex_lock(&threads_lock);
+  arg.self->through = 1;
+  if (--threads_running == 0) pthread_cond_broadcast(&threads_idle);
+  pthread_mutex_unlock(&threads_lock);
   return NULL;
+}
+
+/* Starts job's connect on a joinable thread of its own. Returns 0, or -1
+ * when no thread could be had (nothing was started). */
+static int job_thread_start(rr_connect_job *job) {
+  pthread_once(&threads_once, threads_init);
+  job_thread *t = calloc(1, sizeof *t);
+  job_thread_arg *arg = malloc(sizeof *arg);
+  if (!t || !arg) {
+    free(t);
+    free(arg);
+    return -1;
+  }
+  *arg = (job_thread_arg){.job = job, .self = t};
+  /* Under the lock, so the thread cannot be counted through before it is
+   * on the list, and earlier threads that are through are joined now
+   * rather than piling up until teardown. */
+  pthread_mutex_lock(&threads_lock);
+  threads_reap_locked();
+  int rc = pthread_create(&t->tid, NULL, job_thread_main, arg);
+  if (rc == 0) {
+    t->next = threads;
+    threads = t;
+    threads_running++;
+  }
+  pthread_mutex_unlock(&threads_lock);
+  if (rc != 0) {
+    free(t);
+    free(arg);
+    return -1;
+  }
+  return 0;
 }
 
 static int may_block(const rr_rail_ep *ep) {
@@ -123,17 +183,7 @@ rr_status rr_connect_job_start(rr_rail_ep *ep, int dev, const uint8_t *peer_blob
   for (int i = 0; i < nfds; i++) job->fds[i] = fds[i], fds[i] = -1;
   *out = job;
   if (may_block(ep)) {
-    pthread_attr_t attr;
-    pthread_t t;
-    int ok = pthread_attr_init(&attr) == 0;
-    if (ok) {
-      pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-      threads_add(1); /* before the thread exists: it may finish before create returns */
-      ok = pthread_create(&t, &attr, job_thread, job) == 0;
-      if (!ok) threads_add(-1);
-      pthread_attr_destroy(&attr);
-    }
-    if (ok) return RR_OK;
+    if (job_thread_start(job) == 0) return RR_OK;
     RR_INFO(RR_SUB_NET, "connect: no thread for a reopened rail's endpoint; connecting it in place");
   }
   job_connect(job);
@@ -173,6 +223,7 @@ int rr_connect_job_drain(unsigned timeout_ms) {
   while (threads_running > 0)
     if (pthread_cond_timedwait(&threads_idle, &threads_lock, &until) == ETIMEDOUT) break;
   int left = threads_running;
+  threads_reap_locked(); /* those through are gone for good when drain returns */
   pthread_mutex_unlock(&threads_lock);
   if (left)
     RR_WARN("connect: %d reopened rail endpoint(s) still connecting after %u ms at shutdown "

@@ -23,7 +23,9 @@ rr_status rr_connect_job_finish(rr_connect_job *job, rr_rail_ep **ep);
  * connect returns (at once if it has). NULL is ignored. */
 void rr_connect_job_abandon(rr_connect_job *job);
 /* Teardown: wait up to timeout_ms for every job thread to be through (an
- * abandoned job's thread also destroys its endpoint). Returns how many still
- * run, with a warning: the caller must then leave their devices open. */
+ * abandoned job's thread also destroys its endpoint), and join those that
+ * are: none of them runs this library's code any more when it returns.
+ * Returns how many still run, with a warning: the caller must then leave
+ * their devices open. */
 int rr_connect_job_drain(unsigned timeout_ms);
 #endif

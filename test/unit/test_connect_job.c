@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -196,6 +197,41 @@ static void test_drain_is_bounded(void **state) {
   fake_destroy(out);
 }
 
+/* Threads of this process, as the kernel lists them. */
+static int task_count(void) {
+  int n = 0;
+  DIR *d = opendir("/proc/self/task");
+  assert_non_null(d);
+  for (struct dirent *e; (e = readdir(d));)
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  return n;
+}
+
+/* When drain returns 0 every job thread has been joined, not only counted
+ * through: none is left returning through this library's code, which NCCL
+ * may unload next. (A detached thread that counted itself out would often
+ * still be listed here.) */
+static void test_drain_joins_threads(void **state) {
+  (void)state;
+  assert_int_equal(rr_connect_job_drain(10000), 0); /* earlier tests' threads */
+  int before = task_count();
+  rr_connect_job *jobs[3];
+  for (int i = 0; i < 3; i++) jobs[i] = start_job(&blocking_dev, NULL);
+  wait_running(3);
+  assert_int_equal(task_count(), before + 3);
+  gate_open = 1;
+  for (int i = 0; i < 3; i++) {
+    rr_rail_ep *out = NULL;
+    rr_status st;
+    for (int k = 0; k < 5000 && (st = rr_connect_job_finish(jobs[i], &out)) == RR_AGAIN; k++) usleep(1000);
+    assert_int_equal(st, RR_OK);
+    fake_destroy(out);
+  }
+  assert_int_equal(rr_connect_job_drain(10000), 0);
+  assert_int_equal(task_count(), before);
+}
+
 /* With no job thread, drain returns at once. */
 static void test_drain_idle(void **state) {
   (void)state;
@@ -212,6 +248,7 @@ int main(void) {
       cmocka_unit_test_setup(test_failed_connect, reset),
       cmocka_unit_test_setup(test_drain_waits_for_running_jobs, reset),
       cmocka_unit_test_setup(test_drain_is_bounded, reset),
+      cmocka_unit_test_setup(test_drain_joins_threads, reset),
       cmocka_unit_test_setup(test_drain_idle, reset),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
