@@ -7,11 +7,14 @@
 #include <endian.h>
 #include <string.h>
 
+/* A credit count (in the credit word or a message header) above what we sent. */
+static rr_status fail_bad_credit(verbs_ep *ep) {
+  return verbs_ep_fail(ep, RR_ERR_PROTOCOL, "the peer returned credits for control messages never sent");
+}
+
 /* The peer's count of our messages it has consumed, from the credit word. */
 static rr_status take_credit(verbs_ep *ep, uint32_t consumed) {
-  if (verbs_ring_credit(&ep->rs, consumed, &ep->rs.tx_acked) != 0)
-    return verbs_ep_fail(ep, RR_ERR_PROTOCOL, "the peer returned credits for control messages never sent");
-  return RR_OK;
+  return verbs_ring_credit(&ep->rs, consumed, &ep->rs.tx_acked) != 0 ? fail_bad_credit(ep) : RR_OK;
 }
 
 /* A control message: one RDMA WRITE of header, body and trailer into the
@@ -74,7 +77,7 @@ rr_status verbs_ctrl_deliver(verbs_ep *ep, uint64_t now) {
     case VERBS_RING_READ_BAD_ORDER:
       return verbs_ep_fail(ep, RR_ERR_PROTOCOL, "a control message stamped out of order");
     case VERBS_RING_READ_BAD_CREDIT:
-      return verbs_ep_fail(ep, RR_ERR_PROTOCOL, "the peer returned credits for control messages never sent");
+      return fail_bad_credit(ep);
     case VERBS_RING_READ_READY:
       break;
     }
