@@ -132,6 +132,11 @@ static void params_parse(void) {
                                                      getenv("RERAIL_GDR_FLUSH_DISABLE"), 0, 0, 1);
   params.test_force_gpu_flush = (int)rr_param_parse_u64("RERAIL_TEST_FORCE_GPU_FLUSH",
                                                         getenv("RERAIL_TEST_FORCE_GPU_FLUSH"), 0, 0, 1);
+  /* Tests only: the Soft-RoCE lab's hostile-peer case makes one sender forge
+   * one write's immediate, so the receiver's checks of what a NIC placed run
+   * against a real verbs stack. 0 (unset) forges nothing. */
+  params.test_forge_write = rr_param_parse_u64("RERAIL_TEST_FORGE_WRITE", getenv("RERAIL_TEST_FORGE_WRITE"), 0, 0,
+                                               UINT64_MAX);
 }
 
 const rr_params *rr_params_get(void) {

@@ -29,6 +29,8 @@ typedef struct rr_params {
   int ib_qps_per_rail;       /* RERAIL_IB_QPS_PER_RAIL: QPs per rail, 1..16 */
   int gdr_flush_disable;     /* RERAIL_GDR_FLUSH_DISABLE: no RDMA-read flush after receives into GPU memory */
   int test_force_gpu_flush;  /* RERAIL_TEST_FORCE_GPU_FLUSH: tests only, flush host memory as if it were GPU memory */
+  uint64_t test_forge_write;  /* RERAIL_TEST_FORGE_WRITE=N: tests only, this process's Nth data write
+                               * names a chunk no receive has (a hostile peer) */
 } rr_params;
 
 /* The process-wide parameters (parsed on first call, thread safe). */

@@ -77,6 +77,12 @@ static void report(rr_engine *e, int r, rr_health_event_kind kind, int to) {
   rr_health_report(&ev);
 }
 
+/* How long every rail closed by the peer may wait for a reopen before it
+ * counts as the peer gone: PEER_CLOSE_GRACE, or δ/4 when that is shorter. */
+static uint64_t peer_close_grace_ns(const rr_engine *e) {
+  return e->cfg.progress_timeout_ns / 4 < PEER_CLOSE_GRACE_NS ? e->cfg.progress_timeout_ns / 4 : PEER_CLOSE_GRACE_NS;
+}
+
 /* No rail can carry traffic: fail now if none can ever come back, else give
  * them the progress timeout to heal. */
 static void check_rails_left(rr_engine *e, uint64_t now) {
@@ -100,21 +106,26 @@ static void check_rails_left(rr_engine *e, uint64_t now) {
     peer_closed &= e->rails[i].state == RR_RAIL_DEAD && e->rails[i].cause == RR_ERR_PEER;
     if (e->rails[i].state_since_ns > last_death) last_death = e->rails[i].state_since_ns;
   }
-  /* The peer also closes a rail's sockets when it reopens that rail: the
-   * new ones may reach our listener a moment after the old ones' end. Only
-   * a close that no reopen follows within PEER_CLOSE_GRACE is the peer
-   * going away. */
-  uint64_t grace = e->cfg.progress_timeout_ns / 4 < PEER_CLOSE_GRACE_NS ? e->cfg.progress_timeout_ns / 4
-                                                                         : PEER_CLOSE_GRACE_NS;
-  if (all_dead && peer_closed && since(now, last_death) < grace) return;
-  /* Every rail closed by the peer: its process is gone, say so now. Rails
-   * that broke otherwise may come back (a healed link still has to resolve
-   * its neighbour, reconnect and show life): they get until δ + 600 ms after
-   * the path was last seen working, and at least 600 ms from now on, which
-   * keeps an all-rails-down error within δ + 1 s of the failure. */
+  /* Rails that broke may come back (a healed link still has to resolve its
+   * neighbour, reconnect and show life): they get until δ + 600 ms after the
+   * path was last seen working, and at least 600 ms from now on, which keeps
+   * an all-rails-down error within δ + 1 s of the failure. */
   uint64_t grace_end = e->no_rail_life_ns + e->cfg.progress_timeout_ns + 600 * MS;
   if (grace_end < e->no_rail_since_ns + 600 * MS) grace_end = e->no_rail_since_ns + 600 * MS;
-  if (!(all_dead && peer_closed) && now <= grace_end) return;
+  if (all_dead && peer_closed) {
+    /* The peer closes a rail's sockets when it reopens that rail (the new
+     * ones may reach our listener a moment after the old ones' end), and a
+     * live receiver closes a rail that broke the protocol, its only one
+     * too, for the sender to reopen (busy_or_recent). So every rail closed
+     * is the peer gone only when no reopen follows within the grace, and
+     * none of ours to its listener is still under way (one to a dead
+     * process is refused at once). */
+    int attempt = 0;
+    for (int i = 0; i < e->nrails; i++) attempt |= e->rails[i].reconnecting;
+    if (since(now, last_death) < peer_close_grace_ns(e) || (attempt && now <= grace_end)) return;
+  } else if (now <= grace_end) {
+    return;
+  }
   char list[200] = "";
   size_t off = 0;
   for (int i = 0; i < e->nrails && off < sizeof list; i++)
@@ -259,17 +270,20 @@ static uint64_t hold_ns(const rr_engine *e, const engine_rail *rl) {
 
 /* Reconnecting is worth it while the connection carries traffic, or for a
  * while after the rail failed (so an idle connection heals too), not forever
- * for a NIC that never comes back to an idle peer. A DEAD rail whose peer
- * closed it is not reopened: the peer is gone. */
+ * for a NIC that never comes back to an idle peer. */
 static int busy_or_recent(const rr_engine *e, const engine_rail *rl, uint64_t now) {
   /* The peer closing one rail is not the peer going away (its listener
-   * replaced the rail, or somebody holding the handle took it over): only
-   * when it closed every rail is there nobody left to reopen them to. */
+   * replaced the rail, or somebody holding the handle took it over). When
+   * it closed every rail, it is gone, or it is alive and refused what a
+   * rail carried (a protocol violation on a connection's only rail): while
+   * traffic waits, the grace check_rails_left gives such a close is spent
+   * reopening, which the peer's listener answers only if it is alive. An
+   * idle connection closed on every rail is how NCCL's teardown looks. */
   if (rl->state == RR_RAIL_DEAD && rl->cause == RR_ERR_PEER) {
     int all = 1;
     for (int i = 0; i < e->nrails; i++)
       all &= e->rails[i].state == RR_RAIL_DEAD && e->rails[i].cause == RR_ERR_PEER;
-    if (all) return 0;
+    if (all) return e->busy && (rl->reconnecting || since(now, rl->state_since_ns) < peer_close_grace_ns(e));
   }
   return e->busy || since(now, rl->state_since_ns) < 60000 * MS;
 }

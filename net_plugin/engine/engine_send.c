@@ -4,7 +4,9 @@
 #include "rr_clock.h"
 #include "rr_health.h"
 #include "rr_log.h"
+#include "rr_params.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +72,17 @@ static void post_drains(rr_engine *e) {
   }
 }
 
+/* RERAIL_TEST_FORGE_WRITE=N (tests only): the Nth data write this process
+ * posts names the last chunk an immediate can name, which no receive of a
+ * test's size has: the peer stands in for a hostile one, and its engine must
+ * refuse the write (before it lands on TCP, after the NIC placed it on
+ * verbs), fail that rail over and get the message again by replay. */
+static _Atomic uint64_t writes_posted;
+static int forge_due(void) {
+  uint64_t n = rr_params_get()->test_forge_write;
+  return n && atomic_load_explicit(&writes_posted, memory_order_relaxed) + 1 == n;
+}
+
 rr_status engine_send_post(rr_engine *e, uint64_t now) {
   if (e->fail_notice_pending) {
     engine_msg msg = {.type = ENGINE_CTRL_FAIL, .u.fail = {.epoch = e->fail_epoch, .down_mask = engine_down_mask(e)}};
@@ -121,8 +134,14 @@ rr_status engine_send_post(rr_engine *e, uint64_t now) {
         wr.imm = imm_encode(e->epoch, r->seq % RR_NET_MAX_REQUESTS, 0, 1, 0, 0);
         wr.flags = RR_WRITE_EAGER;
       }
+      int forged = forge_due() && len;
+      if (forged) wr.imm |= IMM_MAX_CHUNKS - 1;
       rr_status st = ep->ops->post_write(ep, &wr);
       if (st == RR_AGAIN) return RR_OK;
+      if (st == RR_OK && len) atomic_fetch_add_explicit(&writes_posted, 1, memory_order_relaxed);
+      if (st == RR_OK && forged)
+        RR_INFO(RR_SUB_NET, "test: write %llu to %s went with a forged immediate (RERAIL_TEST_FORGE_WRITE)",
+                (unsigned long long)rr_params_get()->test_forge_write, e->cfg.peer);
       if (st != RR_OK) {
         e->rails[ri].cause = st;
         engine_rail_set_state(e, ri, RR_RAIL_DEAD, "cannot post a write");
