@@ -19,6 +19,10 @@
 #   telemetry  telemetry on, host A's rail-0 NIC down: `rerail status` (text and JSON), the
 #              Prometheus file and the event log show the NIC down, the failover off it, and
 #              its transport (verbs) and RDMA device (status reads them from the .prom file).
+#   forged_write  host A stands in for a hostile peer: its 300th data write names a chunk no
+#              receive has (RERAIL_TEST_FORGE_WRITE). The NIC places it; host B's engine must
+#              refuse it after the fact, fail that rail over and get the message again by
+#              replay: both sides exit 0 with every byte checked.
 #
 # usage: verbs_faults.sh HARNESS PLUGIN_DIR RERAIL CASE...
 #   RERAIL_TEST_SCALE        scales the flapping time (default 1; the sanitizer pass uses 0.25)
@@ -287,6 +291,20 @@ EOF
   echo "---- .prom (host A): NIC lines"; grep -E '^rerail_(nic_|failovers_total)' "$DIR/a.prom" 2>/dev/null
   echo "---- event log (host A): the failover"; grep -m1 '"failover"' "$ev" 2>/dev/null
   verdict telemetry "$why" "rerail status, the .prom file and the event log show vethA0 (verbs, rxe0) down and the failover to vethA1 (verbs, rxe1)"
+}
+
+# ---- forged write -------------------------------------------------------------------------
+case_forged_write() {
+  local why=""
+  PAIR_ENV=(RERAIL_PROGRESS_TIMEOUT=1000 RERAIL_FAILBACK_HOLD=500) A_ENV=(RERAIL_TEST_FORGE_WRITE=300)
+  pair_start forged_write --conns 2 --duration 8 --max-size 256K --inflight 4 --timeout 60
+  A_ENV=()
+  if ! started; then pair_wait 30; verdict forged_write "traffic never started (client $CRC, server $SRC)" ""; return; fi
+  pair_wait 60
+  [ "$CRC" -eq 0 ] && [ "$SRC" -eq 0 ] || why+="client exit $CRC, server exit $SRC; "
+  grep -q 'went with a forged immediate' "$DIR/client.log" || why+="the sender never forged a write (inconclusive); "
+  grep -q 'broke the protocol (chunk' "$DIR/server.log" || why+="the receiver did not refuse the forged write; "
+  verdict forged_write "$why" "refused after the NIC placed it ($(grep -ho 'broke the protocol ([^)]*)' "$DIR/server.log" | head -1)), failed over, every byte checked"
 }
 
 echo "verbs_faults: cases ${CASES[*]} (scale $SCALE)"
