@@ -77,10 +77,13 @@ static void post_drains(rr_engine *e) {
  * test's size has: the peer stands in for a hostile one, and its engine must
  * refuse the write (before it lands on TCP, after the NIC placed it on
  * verbs), fail that rail over and get the message again by replay. */
-static _Atomic uint64_t writes_posted;
+static _Atomic uint64_t writes_posted; /* counted only while the knob is set */
 static int forge_due(void) {
   uint64_t n = rr_params_get()->test_forge_write;
   return n && atomic_load_explicit(&writes_posted, memory_order_relaxed) + 1 == n;
+}
+static void forge_count(void) {
+  if (rr_params_get()->test_forge_write) atomic_fetch_add_explicit(&writes_posted, 1, memory_order_relaxed);
 }
 
 rr_status engine_send_post(rr_engine *e, uint64_t now) {
@@ -134,11 +137,11 @@ rr_status engine_send_post(rr_engine *e, uint64_t now) {
         wr.imm = imm_encode(e->epoch, r->seq % RR_NET_MAX_REQUESTS, 0, 1, 0, 0);
         wr.flags = RR_WRITE_EAGER;
       }
-      int forged = forge_due() && len;
+      int forged = len && forge_due();
       if (forged) wr.imm |= IMM_MAX_CHUNKS - 1;
       rr_status st = ep->ops->post_write(ep, &wr);
       if (st == RR_AGAIN) return RR_OK;
-      if (st == RR_OK && len) atomic_fetch_add_explicit(&writes_posted, 1, memory_order_relaxed);
+      if (st == RR_OK && len) forge_count();
       if (st == RR_OK && forged)
         RR_INFO(RR_SUB_NET, "test: write %llu to %s went with a forged immediate (RERAIL_TEST_FORGE_WRITE)",
                 (unsigned long long)rr_params_get()->test_forge_write, e->cfg.peer);
