@@ -49,8 +49,7 @@ typedef struct job_thread {
 static pthread_once_t threads_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t threads_idle;
-static job_thread *threads;  /* started, not yet joined */
-static int threads_running;  /* of those, not yet through */
+static job_thread *threads;  /* started, not yet joined: after a reap, those not through */
 
 /* The bound of the wait is on the monotonic clock: a clock step at exit
  * must neither cut it short nor stretch it. */
@@ -122,7 +121,7 @@ static void *job_thread_main(void *argp) {
   /* Nothing of the job, its endpoint or its device is touched after this. */
   pthread_mutex_lock(&threads_lock);
   arg.self->through = 1;
-  if (--threads_running == 0) pthread_cond_broadcast(&threads_idle);
+  pthread_cond_broadcast(&threads_idle);
   pthread_mutex_unlock(&threads_lock);
   return NULL;
 }
@@ -148,7 +147,6 @@ static int job_thread_start(rr_connect_job *job) {
   if (rc == 0) {
     t->next = threads;
     threads = t;
-    threads_running++;
   }
   pthread_mutex_unlock(&threads_lock);
   if (rc != 0) {
@@ -219,11 +217,15 @@ int rr_connect_job_drain(unsigned timeout_ms) {
   until.tv_sec += timeout_ms / 1000;
   until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
   if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+  /* Those through are joined, gone for good when drain returns; what the
+   * list holds after a reap is still connecting. */
   pthread_mutex_lock(&threads_lock);
-  while (threads_running > 0)
-    if (pthread_cond_timedwait(&threads_idle, &threads_lock, &until) == ETIMEDOUT) break;
-  int left = threads_running;
-  threads_reap_locked(); /* those through are gone for good when drain returns */
+  threads_reap_locked();
+  while (threads && pthread_cond_timedwait(&threads_idle, &threads_lock, &until) != ETIMEDOUT)
+    threads_reap_locked();
+  threads_reap_locked();
+  int left = 0;
+  for (const job_thread *t = threads; t; t = t->next) left++;
   pthread_mutex_unlock(&threads_lock);
   if (left)
     RR_WARN("connect: %d reopened rail endpoint(s) still connecting after %u ms at shutdown "
