@@ -278,31 +278,79 @@ int rr_ht_resolve_group(const char *g, gid_t *gid) {
   return 0;
 }
 
-/* Whose table may this process use? Its own (owner == euid). Root: any, as
- * root can read and write every file anyway and `rerail status` run by root
- * must see every user's table; what it reads is checked like any other
- * input. Another user's: only when the operator made a table for a group
- * (RERAIL_HEALTH_GROUP) and the file carries that group - otherwise a user
- * could plant a table that misleads, or truncate one under, every job on the
- * host. */
-static int owner_trusted(const struct stat *st) {
-  uid_t me = geteuid();
-  if (me == 0 || st->st_uid == me) return 1;
-  const char *g = getenv("RERAIL_HEALTH_GROUP");
-  gid_t gid;
-  return g && *g && rr_ht_resolve_group(g, &gid) == 0 && st->st_gid == gid;
+/* ---- who may use a file ------------------------------------------------------ */
+
+static _Atomic uint64_t refusals[RR_HT_REFUSAL_KINDS];
+
+void rr_ht_count_refusal(rr_ht_refusal why) {
+  if (why > RR_HT_TRUSTED && why < RR_HT_REFUSAL_KINDS)
+    atomic_fetch_add_explicit(&refusals[why], 1, memory_order_relaxed);
 }
 
-rr_ht_problem rr_ht_fd_check(int fd, uint64_t *size, char *detail, size_t len) {
-  struct stat st;
-  if (fstat(fd, &st) != 0) FAIL(RR_HT_NOACCESS, "fstat: %s", strerror(errno));
-  if (!S_ISREG(st.st_mode)) FAIL(RR_HT_INSECURE, "not a regular file");
+uint64_t rr_health_table_refusals(rr_ht_refusal why) {
+  if (why <= RR_HT_TRUSTED || why >= RR_HT_REFUSAL_KINDS) return 0;
+  return atomic_load_explicit(&refusals[why], memory_order_relaxed);
+}
+
+/* Whose table may this process use? Its own (owner == euid), or one the
+ * operator shares through RERAIL_HEALTH_GROUP, made as a writer makes such
+ * a table (that group, mode 0660). Root gets no exception: root could open
+ * any file, and that is the danger - an unprivileged user who pre-creates
+ * the path would otherwise feed data to root's jobs (and its readers), or
+ * read their health, or truncate the table under them. The mode is exact
+ * so that a table someone chmod'ed open (or to a mode no writer gives)
+ * stops being trusted rather than being guessed about. */
+rr_ht_refusal rr_ht_trust(const struct stat *st, uid_t euid, const char *group) {
+  if (!S_ISREG(st->st_mode)) return RR_HT_REFUSED_NOT_REGULAR;
   /* Anyone could scribble into it: nothing it says can be trusted. */
-  if (st.st_mode & S_IWOTH) FAIL(RR_HT_INSECURE, "writable by every user (mode %03o)",
-                                 (unsigned)(st.st_mode & 0777));
-  if (!owner_trusted(&st))
-    FAIL(RR_HT_INSECURE, "owned by uid %u, not by this user (uid %u), and not of the group "
-         "RERAIL_HEALTH_GROUP names", (unsigned)st.st_uid, (unsigned)geteuid());
+  if (st->st_mode & S_IWOTH) return RR_HT_REFUSED_OTHER_WRITABLE;
+  if (st->st_uid == euid) return RR_HT_TRUSTED;
+  gid_t gid;
+  if (!group || !*group || rr_ht_resolve_group(group, &gid) != 0 || st->st_gid != gid)
+    return RR_HT_REFUSED_OWNER;
+  if ((st->st_mode & 07777) != RR_HT_GROUP_MODE) return RR_HT_REFUSED_GROUP_MODE;
+  return RR_HT_TRUSTED;
+}
+
+/* Say why st was refused, in words an operator acts on. */
+static void describe_refusal(rr_ht_refusal why, const struct stat *st, uid_t euid,
+                             const char *group, char *detail, size_t len) {
+  unsigned mode = (unsigned)(st->st_mode & 07777);
+  switch (why) {
+  case RR_HT_REFUSED_NOT_REGULAR: snprintf(detail, len, "not a regular file"); break;
+  case RR_HT_REFUSED_OTHER_WRITABLE:
+    snprintf(detail, len, "writable by every user (mode %04o)", mode);
+    break;
+  case RR_HT_REFUSED_OWNER:
+    if (group && *group)
+      snprintf(detail, len, "owned by uid %u, not by this user (uid %u), and not of the group "
+               "RERAIL_HEALTH_GROUP=%s", (unsigned)st->st_uid, (unsigned)euid, group);
+    else
+      snprintf(detail, len, "owned by uid %u, not by this user (uid %u), and RERAIL_HEALTH_GROUP "
+               "is unset", (unsigned)st->st_uid, (unsigned)euid);
+    break;
+  case RR_HT_REFUSED_GROUP_MODE:
+    snprintf(detail, len, "owned by uid %u, not by this user (uid %u), of the group "
+             "RERAIL_HEALTH_GROUP=%s but mode %04o, not %04o", (unsigned)st->st_uid,
+             (unsigned)euid, group, mode, (unsigned)RR_HT_GROUP_MODE);
+    break;
+  case RR_HT_REFUSED_SYMLINK: snprintf(detail, len, "is a symbolic link"); break;
+  default: snprintf(detail, len, "refused"); break;
+  }
+}
+
+rr_ht_problem rr_ht_fd_check(int fd, const char *group, uint64_t *size, char *detail, size_t len) {
+  struct stat st;
+  /* fstat on the descriptor, never stat on the path: the file judged is the
+   * file used, whatever is renamed into the path meanwhile. */
+  if (fstat(fd, &st) != 0) FAIL(RR_HT_NOACCESS, "fstat: %s", strerror(errno));
+  uid_t euid = geteuid();
+  rr_ht_refusal why = rr_ht_trust(&st, euid, group);
+  if (why != RR_HT_TRUSTED) {
+    rr_ht_count_refusal(why);
+    describe_refusal(why, &st, euid, group, detail, len);
+    return RR_HT_INSECURE;
+  }
   *size = (uint64_t)st.st_size;
   return RR_HT_FINE;
 }

@@ -18,19 +18,25 @@
  * RERAIL_HEALTH_PATH elsewhere) is the operator's call. /dev/shm is empty
  * after a reboot, and a writer never leaves a half-made file behind.
  *
- * Who may use a file. Its owner, always; root, any file (root may read and
- * write every file anyway, and `rerail status` run by root must see every
- * user's table; what it reads is checked like any input); another user only
- * when RERAIL_HEALTH_GROUP names the group the file carries - the operator's
- * statement that the users of that group share one table. Everything else
- * (a file another user planted, a symbolic link - opened with O_NOFOLLOW -,
- * a FIFO or device, a file every user may write) is refused as insecure.
+ * Who may use a file. Writers and readers alike open it with O_NOFOLLOW and
+ * judge the opened descriptor (fstat, never stat on the path: the file
+ * judged is the file used). A process uses the file only when it is a
+ * regular file, not writable by every user (mode & 0002), and either
+ *   - owned by the process's effective uid, or
+ *   - of the group RERAIL_HEALTH_GROUP names, with exactly the mode a writer
+ *     gives such a table (0660): the operator's statement that the users of
+ *     that group share one table.
+ * Root gets no exception (sshd's StrictModes is the model): a table another
+ * user made at the path must neither feed data to root's jobs nor read
+ * their health. Everything else is refused as insecure (RR_HT_INSECURE;
+ * rr_health_table_refusals() counts the finer reason): the writer publishes
+ * nothing, readers read nothing, each says once why, and data keeps moving.
  *
  * Environment:
  *   RERAIL_HEALTH_PATH      the file (default /dev/shm/rerail-health)
  *   RERAIL_HEALTH_GROUP     group name or gid: create the file 0660 with that
  *                           group (default: 0600, this user only), and use
- *                           another user's file of that group
+ *                           another user's file of that group and mode 0660
  *   RERAIL_HEALTH_STALE_MS  heartbeat age after which readers call a row
  *                           aged out (default 10000, 100..3600000) */
 #ifndef RERAIL_COMMON_HEALTH_TABLE_H
@@ -61,6 +67,23 @@ typedef enum rr_ht_problem {
 } rr_ht_problem;
 
 const char *rr_ht_problem_str(rr_ht_problem p);
+
+/* Why a file at the path was refused as RR_HT_INSECURE (see "Who may use a
+ * file" above). Callers decide on these codes, never on message text. */
+typedef enum rr_ht_refusal {
+  RR_HT_TRUSTED = 0,            /* not refused */
+  RR_HT_REFUSED_SYMLINK,        /* a symbolic link at the path: never followed */
+  RR_HT_REFUSED_NOT_REGULAR,    /* a FIFO, device, directory or socket */
+  RR_HT_REFUSED_OTHER_WRITABLE, /* mode & 0002: any user could scribble into it */
+  RR_HT_REFUSED_OWNER,          /* another user's, and not of RERAIL_HEALTH_GROUP's group */
+  RR_HT_REFUSED_GROUP_MODE,     /* another user's of that group, but its mode is not 0660 */
+  RR_HT_REFUSAL_KINDS
+} rr_ht_refusal;
+
+/* How many times this process refused a table file for reason why: writers'
+ * and readers' opens, and readers' re-checks before each snapshot. 0 for
+ * RR_HT_TRUSTED or an unknown reason. */
+uint64_t rr_health_table_refusals(rr_ht_refusal why);
 
 /* Send and receive, as the telemetry recorder numbers them (RR_TEL_TX/RX). */
 enum rr_ht_dir { RR_HT_TX = 0, RR_HT_RX = 1 };

@@ -46,10 +46,21 @@ void rr_ht_header_init(rr_ht_header *h, uint32_t nic_rows, uint32_t peer_rows);
 /* Check a header read from a file of file_size bytes. */
 rr_ht_problem rr_ht_header_check(const rr_ht_header *h, uint64_t file_size, char *detail,
                                  size_t len);
-/* Open checks every table user makes: a regular file, not writable by every
- * user, owned by this user (root: by anyone; RERAIL_HEALTH_GROUP: or of that
- * group). *size is its size. */
-rr_ht_problem rr_ht_fd_check(int fd, uint64_t *size, char *detail, size_t len);
+/* The mode a writer gives a table shared through RERAIL_HEALTH_GROUP, and
+ * the only mode another user's table may have to be used. */
+#define RR_HT_GROUP_MODE 0660
+
+struct stat;
+/* Does the file st describes pass the rule of "Who may use a file"
+ * (rr_health_table.h) for a process of effective uid euid? group: the
+ * RERAIL_HEALTH_GROUP in force (NULL or "": none). */
+rr_ht_refusal rr_ht_trust(const struct stat *st, uid_t euid, const char *group);
+/* Count one refusal for rr_health_table_refusals(). */
+void rr_ht_count_refusal(rr_ht_refusal why);
+/* The check every table user makes on the descriptor it opened (O_NOFOLLOW):
+ * rr_ht_trust for this process, counted and described in detail when it
+ * fails (RR_HT_INSECURE). *size is the file's size. */
+rr_ht_problem rr_ht_fd_check(int fd, const char *group, uint64_t *size, char *detail, size_t len);
 
 /* RERAIL_HEALTH_GROUP's value, a group name or a gid: 0, or -1 when unknown. */
 int rr_ht_resolve_group(const char *g, gid_t *gid);

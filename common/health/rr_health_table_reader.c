@@ -30,6 +30,11 @@ struct rr_ht_reader {
   char path[PATH_MAX];
 };
 
+/* Readers apply the writers' rule of who may use a file (rr_health_table.h),
+ * root included: a table another user planted must not mislead `rerail
+ * status` or the tuner run by root any more than it may mislead a job. */
+static const char *reader_group(void) { return getenv("RERAIL_HEALTH_GROUP"); }
+
 rr_status rr_health_table_reader_open(const char *path, rr_ht_reader **out, rr_ht_problem *problem,
                                       char *detail, size_t detail_len) {
   char why[200] = "";
@@ -47,7 +52,8 @@ rr_status rr_health_table_reader_open(const char *path, rr_ht_reader **out, rr_h
   if (fd < 0) {
     p = errno == ENOENT ? RR_HT_ABSENT : errno == ELOOP ? RR_HT_INSECURE : RR_HT_NOACCESS;
     snprintf(why, sizeof why, "%s", p == RR_HT_INSECURE ? "is a symbolic link" : strerror(errno));
-  } else if ((p = rr_ht_fd_check(fd, &size, why, sizeof why)) == RR_HT_FINE) {
+    if (p == RR_HT_INSECURE) rr_ht_count_refusal(RR_HT_REFUSED_SYMLINK);
+  } else if ((p = rr_ht_fd_check(fd, reader_group(), &size, why, sizeof why)) == RR_HT_FINE) {
     ssize_t n = pread(fd, &h, sizeof h, 0);
     uint64_t have = n < 0 ? 0 : (uint64_t)n;
     p = rr_ht_header_check(&h, have < sizeof h ? have : size, why, sizeof why);
@@ -205,7 +211,7 @@ static int read_row(const rr_ht_reader *r, rr_ht_snapshot *snap, const row_copie
  * it can truncate, grow or rewrite it at any time. */
 static rr_ht_problem still_same(const rr_ht_reader *r, char *why, size_t len) {
   uint64_t size = 0;
-  rr_ht_problem p = rr_ht_fd_check(r->fd, &size, why, len);
+  rr_ht_problem p = rr_ht_fd_check(r->fd, reader_group(), &size, why, len);
   if (p != RR_HT_FINE) return p;
   if (size != r->size) {
     snprintf(why, len, "%llu bytes now, %llu when opened: another process truncated or rewrote it",

@@ -176,6 +176,7 @@ static rr_ht_problem open_and_map(rr_ht_writer *w, const rr_ht_writer_opts *opts
     fd = open(w->path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd >= 0) break;
     if (errno == ELOOP) {
+      rr_ht_count_refusal(RR_HT_REFUSED_SYMLINK);
       snprintf(detail, len, "is a symbolic link");
       return RR_HT_INSECURE;
     }
@@ -196,7 +197,9 @@ static rr_ht_problem open_and_map(rr_ht_writer *w, const rr_ht_writer_opts *opts
   uint64_t size = 0;
   rr_ht_header h;
   memset(&h, 0, sizeof h);
-  rr_ht_problem p = rr_ht_fd_check(fd, &size, detail, len);
+  /* Before anything is read, mapped or written: a file this process may
+   * not use is left exactly as it was. */
+  rr_ht_problem p = rr_ht_fd_check(fd, group, &size, detail, len);
   if (p == RR_HT_FINE) {
     ssize_t n = pread(fd, &h, sizeof h, 0);
     uint64_t have = n < 0 ? 0 : (uint64_t)n;
