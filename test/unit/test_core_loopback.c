@@ -1,6 +1,7 @@
 /* The net core end to end inside one process, on loopback: connection setup,
  * matching by tag, grouped receives, chunking, sizes as sent, zero-byte
- * messages, NULL requests when full, and bad input. Single-threaded: both
+ * messages, NULL requests when full, bad input, and a health table the
+ * process must refuse (traffic moves without it). Single-threaded: both
  * ends are advanced alternately, which also proves no call ever blocks. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +13,8 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -19,6 +22,7 @@
 #include "core_internal.h"
 #include "net_core.h"
 #include "rr_health.h"
+#include "rr_health_table.h"
 #include "rr_params.h"
 
 typedef struct pair {
@@ -477,6 +481,64 @@ static void test_tcp_memory_types(void **state) {
   close_pair(&p);
 }
 
+/* A health table this process may not use leaves the plugin working: the
+ * table is refused (counted by reason), messages still get through, and
+ * the file keeps every byte and its mtime. As root (CI): another user's
+ * table, the case that matters since root gets no exception. Without root
+ * no file can be given away; one every user may write is refused as surely. */
+static void test_refused_health_table_traffic_moves(void **state) {
+  (void)state;
+  char tdir[] = "/tmp/rr-loopback-ht-XXXXXX";
+  assert_non_null(mkdtemp(tdir));
+  char tpath[sizeof tdir + 16];
+  snprintf(tpath, sizeof tpath, "%s/health", tdir);
+  rr_ht_writer_opts o = {.nic_rows = 8, .peer_rows = 8, .group = ""};
+  rr_ht_writer *w = NULL;
+  assert_int_equal(rr_health_table_open_writer(tpath, &o, &w, NULL), RR_OK);
+  rr_health_table_close_writer(w);
+  rr_ht_refusal why = RR_HT_REFUSED_OTHER_WRITABLE;
+  if (geteuid() == 0) {
+    assert_int_equal(chown(tpath, 65534, 65534), 0);
+    why = RR_HT_REFUSED_OWNER;
+  }
+  assert_int_equal(chmod(tpath, why == RR_HT_REFUSED_OWNER ? 0644 : 0666), 0);
+  /* Far in the past: a write would move it to now, however coarse the clock. */
+  const struct timespec old[2] = {{1000000000, 0}, {1000000000, 0}};
+  assert_int_equal(utimensat(AT_FDCWD, tpath, old, 0), 0);
+  struct stat before, after;
+  assert_int_equal(stat(tpath, &before), 0);
+  unsigned char *bytes = malloc((size_t)before.st_size), *now = malloc((size_t)before.st_size);
+  assert_non_null(bytes);
+  assert_non_null(now);
+  int fd = open(tpath, O_RDONLY);
+  assert_true(fd >= 0);
+  assert_int_equal(pread(fd, bytes, (size_t)before.st_size, 0), before.st_size);
+
+  uint64_t refused = rr_health_table_refusals(why);
+  setenv("RERAIL_HEALTH_PATH", tpath, 1); /* read when the first context opens the table */
+  pair p;
+  connect_pair(&p);
+  assert_int_equal(rr_health_table_refusals(why), refused + 1);
+  assert_false(rr_health_table_active());
+  const size_t sizes[] = {0, 4096, 1 << 20};
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+    roundtrip(&p, 1, &sizes[i], &sizes[i], (int)i);
+  close_pair(&p);
+  unsetenv("RERAIL_HEALTH_PATH");
+
+  assert_int_equal(stat(tpath, &after), 0);
+  assert_int_equal(after.st_size, before.st_size);
+  assert_int_equal(after.st_mtim.tv_sec, before.st_mtim.tv_sec);
+  assert_int_equal(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
+  assert_int_equal(pread(fd, now, (size_t)before.st_size, 0), before.st_size);
+  assert_memory_equal(now, bytes, (size_t)before.st_size);
+  close(fd);
+  free(bytes);
+  free(now);
+  assert_int_equal(unlink(tpath), 0);
+  assert_int_equal(rmdir(tdir), 0);
+}
+
 int main(void) {
   setenv("RERAIL_SOCKET_IFNAME", "lo", 1);
   setenv("RERAIL_CHUNK_SIZE", "128K", 1); /* many chunks per message */
@@ -494,6 +556,7 @@ int main(void) {
       cmocka_unit_test(test_tcp_congestion),
       cmocka_unit_test(test_properties_follow_health),
       cmocka_unit_test(test_tcp_memory_types),
+      cmocka_unit_test(test_refused_health_table_traffic_moves),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
