@@ -59,10 +59,11 @@
  * readers should:
  *   - open with O_NOFOLLOW (a symbolic link at the path is refused, never
  *     followed) and O_NONBLOCK (a FIFO planted there cannot block the open),
- *     then fstat the descriptor: a regular file, not writable by every user,
- *     owned by the reading user - root may use any user's file, and another
- *     user's file is accepted only when RERAIL_HEALTH_GROUP names the group
- *     the file carries (the operator shares one table among that group);
+ *     then fstat the descriptor (not stat the path): a regular file, not
+ *     writable by every user, and owned by the reading user's effective uid
+ *     - or of the group RERAIL_HEALTH_GROUP names with mode exactly 0660,
+ *     as rerail's writers make a table that group shares. Root gets no
+ *     exception: another user's file could be planted at the path;
  *   - read rows with pread(), not through a mapping: a mapped page past the
  *     new end of a truncated file raises SIGBUS, pread just comes back
  *     short. The sequence lock works the same way through pread: read seq,
