@@ -292,13 +292,17 @@ rr_status rr_net_test(void *request, int *done, size_t *sizes) {
 }
 
 /* Closing a comm: its engine leaves the monitor first, so the background
- * thread never touches it again, then the rails go. */
+ * thread never touches it again; then it delivers what it owes the peer
+ * (acknowledgements, messages reported done) and says BYE, within the
+ * progress timeout, so the peer's last calls end in order, not in an error;
+ * then the rails go. */
 static rr_status close_comm(uint32_t *magic, uint32_t want, rr_engine *e, const char *what) {
   if (*magic != want) {
     RR_WARN("%s: not a rerail %s comm", what, want == RR_MAGIC_SEND ? "send" : "receive");
     return RR_ERR_INVALID;
   }
   rr_monitor_remove(e);
+  (void)rr_engine_close(e, rr_params_get()->progress_timeout_ms * 1000000ull); /* counted; never NCCL's error */
   rr_engine_fini(e);
   *magic = RR_MAGIC_DEAD;
   return RR_OK;

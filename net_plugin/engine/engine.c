@@ -138,6 +138,32 @@ rr_status engine_post_msg(rr_engine *e, const engine_msg *m) {
   return st;
 }
 
+/* Progress rail i's endpoint. A broken endpoint fails only this rail; the
+ * cause, not the text, decides what follows (a peer that closed every rail
+ * is gone; a garbled rail is reopened). A peer closing in order sent its BYE
+ * on the control rail before it closed any rail, and the other rails may
+ * still hold it unread: when rail i reports the peer's close, they are read
+ * first (look_around), so that close is taken as the end it is. */
+static void rail_progress(rr_engine *e, int i, int look_around) {
+  engine_rail *r = &e->rails[i];
+  if (r->state == RR_RAIL_DEAD || e->failed) return;
+  rr_status st = r->ep->ops->progress(r->ep);
+  if (st == RR_OK) return;
+  if (st == RR_ERR_INTERNAL) {
+    engine_fail(e, st, "%s: %s", r->name, rr_status_str(st));
+    return;
+  }
+  if (st == RR_ERR_PEER && look_around && !e->peer_bye)
+    for (int j = 0; j < e->nrails; j++)
+      if (j != i) rail_progress(e, j, 0);
+  if (e->failed || r->state == RR_RAIL_DEAD) return;
+  r->cause = st;
+  engine_rail_set_state(e, i, RR_RAIL_DEAD,
+                        st == RR_ERR_PEER       ? "connection closed by the peer"
+                        : st == RR_ERR_PROTOCOL ? "protocol violation"
+                                                : "connection broken");
+}
+
 rr_status engine_progress(rr_engine *e) {
   if (e->failed) return e->failed;
   /* NCCL polls test() in a loop, and most polls find nothing to do: they
@@ -150,22 +176,7 @@ rr_status engine_progress(rr_engine *e) {
     if (st != RR_OK) return engine_fail(e, st, "posting chunks failed");
   }
   e->ctrl_queued = 0;
-  for (int i = 0; i < e->nrails && !e->failed; i++) {
-    engine_rail *r = &e->rails[i];
-    if (r->state == RR_RAIL_DEAD) continue;
-    rr_status st = r->ep->ops->progress(r->ep);
-    if (st == RR_ERR_INTERNAL) return engine_fail(e, st, "%s: %s", r->name, rr_status_str(st));
-    if (st != RR_OK) {
-      /* The endpoint is broken for good; only this rail fails. The cause,
-       * not the text, decides what follows (a peer that closed every rail
-       * is gone; a garbled rail is reopened). */
-      r->cause = st;
-      engine_rail_set_state(e, i, RR_RAIL_DEAD,
-                            st == RR_ERR_PEER       ? "connection closed by the peer"
-                            : st == RR_ERR_PROTOCOL ? "protocol violation"
-                                                    : "connection broken");
-    }
-  }
+  for (int i = 0; i < e->nrails && !e->failed; i++) rail_progress(e, i, 1);
   if (e->failed) return e->failed;
   if (coarse - e->last_tick_ns >= 1000000 || coarse < e->last_tick_ns) {
     e->last_tick_ns = coarse;
@@ -225,6 +236,7 @@ static rr_status ev_ctrl(rr_rail_ep *ep, const void *msg, uint32_t len) {
   if (engine_msg_decode(msg, len, e->nrails, &m, &why) != RR_OK)
     return engine_violation(e, ep->rail, "%s (%u bytes)", why, len);
   if (m.type == ENGINE_CTRL_PROBE) return RR_OK; /* its arrival was the point */
+  if (m.type == ENGINE_CTRL_BYE) return engine_on_bye(e, &m);
   return e->cfg.role == RR_ENGINE_SEND ? engine_send_on_msg(e, ep->rail, &m)
                                        : engine_recv_on_msg(e, ep->rail, &m);
 }

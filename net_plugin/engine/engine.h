@@ -155,6 +155,7 @@ typedef struct engine_cts_slot {
 typedef struct rr_engine_stats {
   uint64_t violations;      /* protocol violations that failed a rail */
   uint64_t rollbacks;       /* epochs started (receiver) or adopted (sender) */
+  uint64_t closes_owed;     /* our closes that gave up with something owed undelivered */
 } rr_engine_stats;
 
 #define RR_SEND_POOL (RR_NET_MAX_REQUESTS * RR_NET_MAX_RECVS)
@@ -260,6 +261,13 @@ struct rr_engine {
   char *bounce_owner;       /* the bounce arena the registrations below cover */
   rr_rail_mr *bounce_reg[RR_MAX_RAILS]; /* the bounce arena on each rail's device */
 
+  /* Orderly close (engine_close.c). */
+  uint8_t closing;          /* rr_engine_close is under way: no rail is reopened */
+  uint8_t bye_sent;         /* our BYE is posted: everything we owed went before it */
+  uint8_t peer_bye;         /* the peer's BYE arrived: its rails closing next are the end */
+  uint8_t bye_warned;       /* a request the peer's close left unanswered was reported */
+  uint32_t peer_bye_seq;    /* the peer's next send (or receive) sequence number at its BYE */
+
   rr_engine_stats stats;
   char violation_why[96];   /* the first violation, for the log */
 };
@@ -274,6 +282,15 @@ rr_status rr_engine_init(rr_engine *e, const rr_engine_config *cfg);
 rr_status rr_engine_add_rail(rr_engine *e, rr_rail_ep *ep, int weight, const char *ifname,
                              const char *peer_addr);
 void rr_engine_fini(rr_engine *e);
+/* Orderly close, before rr_engine_fini (engine_close.c): deliver what this
+ * end owes the peer (a receiver its acknowledgements, a sender the messages
+ * it reported done), then a BYE, and wait until the rails carrying them
+ * have handed everything to the peer; at most timeout_ns. The peer then
+ * reads the close as the end of the connection, not a failure. Nobody else
+ * may drive the engine meanwhile (the monitor has let it go). RR_OK when
+ * all of it was delivered, RR_AGAIN when the time ran out first, the
+ * connection's failure when it had failed. */
+rr_status rr_engine_close(rr_engine *e, uint64_t timeout_ns);
 /* Swap rail `rail`'s endpoint for a freshly connected one (the receiver side
  * of a reconnect; the sender side swaps through cfg.reconnect). The rail
  * starts over as DOWN and earns its way back like any healed rail. */
@@ -303,6 +320,15 @@ int engine_outstanding(const rr_engine *e);
  * described with NCCL's socket event schema v1 so stock profilers read it. */
 void engine_prof_start(rr_engine *e, void **event, void *phandle, int op, size_t length);
 void engine_prof_stop(rr_engine *e, void **event);
+
+/* engine_close.c */
+/* The peer's BYE arrived. */
+rr_status engine_on_bye(rr_engine *e, const engine_msg *m);
+/* Every rail is closed after the peer's BYE: the connection ended in order.
+ * What this end still waits on is reported once, as the peer's close. */
+void engine_closed_by_peer(rr_engine *e);
+/* A request the peer's orderly close leaves unfinished: say so once. */
+void engine_report_unanswered(rr_engine *e, const char *what, uint32_t seq);
 
 /* engine_rails.c */
 void engine_rails_tick(rr_engine *e, uint64_t now);

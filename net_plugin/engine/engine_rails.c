@@ -112,6 +112,11 @@ static void check_rails_left(rr_engine *e, uint64_t now) {
    * an all-rails-down error within δ + 1 s of the failure. */
   uint64_t grace_end = e->no_rail_life_ns + e->cfg.progress_timeout_ns + 600 * MS;
   if (grace_end < e->no_rail_since_ns + 600 * MS) grace_end = e->no_rail_since_ns + 600 * MS;
+  if (all_dead && peer_closed && e->peer_bye) {
+    /* The peer said BYE before closing: the end of the connection. */
+    engine_closed_by_peer(e);
+    return;
+  }
   if (all_dead && peer_closed) {
     /* The peer closes a rail's sockets when it reopens that rail (the new
      * ones may reach our listener a moment after the old ones' end), and a
@@ -132,10 +137,9 @@ static void check_rails_left(rr_engine *e, uint64_t now) {
     off += (size_t)snprintf(list + off, sizeof list - off, "%s%s: %s", i ? "; " : "",
                             e->rails[i].name, e->rails[i].why);
   if (peer_closed && !engine_outstanding(e)) {
-    /* The peer closing an idle connection is how connections end. */
-    e->failed = RR_ERR_PEER;
-    snprintf(e->failed_why, sizeof e->failed_why, "closed by the peer");
-    RR_INFO(RR_SUB_NET, "connection to %s closed by the peer", e->cfg.peer);
+    /* The peer closing an idle connection is how connections end (a peer
+     * older than BYE, or one whose close could not say it). */
+    engine_closed_by_peer(e);
   } else if (peer_closed)
     engine_fail(e, RR_ERR_PEER, "the peer closed every rail (did its process die?): %s", list);
   else
@@ -177,7 +181,13 @@ void engine_rail_set_state(rr_engine *e, int r, rr_rail_state st, const char *wh
    * messages into it. Say so; no rollback is needed for it. */
   if (e->cfg.role == RR_ENGINE_SEND && old != RR_RAIL_ACTIVE && (st == RR_RAIL_DOWN || st == RR_RAIL_DEAD))
     e->down_notice_pending = 1;
-  if (old == RR_RAIL_ACTIVE) {
+  /* After the peer's BYE, a rail it closes is the connection ending: there
+   * is nobody to replay to or from, and a rollback would throw away what it
+   * delivered before the BYE (eager messages waiting for their receives). */
+  int peer_ending = e->peer_bye && st == RR_RAIL_DEAD && rl->cause == RR_ERR_PEER;
+  if (old == RR_RAIL_ACTIVE && peer_ending) {
+    report(e, r, RR_HEV_RAIL_STATE, -1);
+  } else if (old == RR_RAIL_ACTIVE) {
     report(e, r, RR_HEV_RAIL_STATE, -1);
     if (e->cfg.role == RR_ENGINE_RECV) engine_recv_rollback(e);
     else engine_send_rail_lost(e);
@@ -240,6 +250,8 @@ void rr_engine_rail_replace(rr_engine *e, int rail, rr_rail_ep *ep) {
 #define RECONNECT_EVERY_NS (100 * MS)
 static void maybe_reconnect(rr_engine *e, int r, uint64_t now) {
   engine_rail *rl = &e->rails[r];
+  /* A connection that is ending (either end closing in order) reopens nothing. */
+  if (e->closing || e->peer_bye) return;
   if (!e->cfg.reconnect || (!rl->reconnecting && since(now, rl->last_reconnect_ns) < RECONNECT_EVERY_NS))
     return;
   if (!rl->reconnecting) rl->last_reconnect_ns = now;

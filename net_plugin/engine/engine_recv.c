@@ -559,7 +559,12 @@ static rr_status sub_prepare(rr_recv_sub *s, size_t size, size_t chunk_size) {
 
 static rr_status irecv_locked(rr_engine *e, int n, void **data, const size_t *sizes,
                               const int *tags, rr_mr **mrs, void **phandles, void **request) {
-  if (e->failed) return e->failed;
+  /* After the sender closed in order, a receive is still posted: what the
+   * sender delivered before its BYE may be waiting in the early buffer.
+   * Nothing more will come, so no clear-to-send goes out; test() reports a
+   * receive the early buffer cannot fill. */
+  int ended = e->failed == RR_ERR_PEER && e->peer_bye;
+  if (e->failed && !ended) return e->failed;
   if (n < 1 || n > RR_NET_MAX_RECVS) {
     RR_WARN("irecv: %d grouped receives (1..%d supported)", n, RR_NET_MAX_RECVS);
     return RR_ERR_INVALID;
@@ -602,8 +607,8 @@ static rr_status irecv_locked(rr_engine *e, int n, void **data, const size_t *si
    * put an extra system call in front of it; waiting acks go with it.
    * While the sender sends eagerly, a receive of one message holds it back
    * (CTS_HOLD_NS): the eager message usually comes first and makes it moot. */
-  int hold = e->peer_eager && n == 1;
-  if (!hold) {
+  int hold = e->peer_eager && n == 1 && !ended;
+  if (!hold && !ended) {
     rr_status st = e->ack_pending ? acks_flush(e) : RR_OK;
     if (st != RR_OK) return st;
     st = engine_post_msg(e, &c);
@@ -672,7 +677,10 @@ rr_status engine_recv_test(rr_recv_req *r, int *done, size_t *sizes) {
     st = engine_progress(e);
   }
   /* A receive that completed stays complete even if the connection failed after. */
-  if (st != RR_OK && !r->complete) return st;
+  if (st != RR_OK && !r->complete) {
+    if (e->peer_bye && st == RR_ERR_PEER) engine_report_unanswered(e, "receive", r->seq);
+    return st;
+  }
   *done = r->complete;
   if (r->complete) {
     for (int i = 0; i < r->n; i++) {

@@ -591,7 +591,10 @@ rr_status engine_send_test(rr_send_req *r, int *done, size_t *sizes) {
   int finished = r->bounce >= 0 || r->acked;
   if (!finished) {
     rr_status st = engine_progress(e);
-    if (st != RR_OK && !r->acked) return st;
+    if (st != RR_OK && !r->acked) {
+      if (e->peer_bye && st == RR_ERR_PEER) engine_report_unanswered(e, "send", r->seq);
+      return st;
+    }
     finished = r->acked;
   }
   *done = finished;

@@ -83,6 +83,9 @@ uint32_t engine_msg_encode(const engine_msg *m, uint8_t *buf, uint32_t cap) {
   case ENGINE_CTRL_PROBE:
     put32(&b, m->u.probe_rail);
     break;
+  case ENGINE_CTRL_BYE:
+    put32(&b, m->u.bye_seq);
+    break;
   case ENGINE_CTRL_FAIL:
   case ENGINE_CTRL_DOWN:
     put32(&b, m->u.fail.epoch);
@@ -149,6 +152,9 @@ rr_status engine_msg_decode(const void *buf, uint32_t len, int nrails, engine_ms
   case ENGINE_CTRL_PROBE:
     m->u.probe_rail = get32(&b);
     if (m->u.probe_rail >= RR_MAX_RAILS) bad = "a probe for no rail";
+    break;
+  case ENGINE_CTRL_BYE:
+    m->u.bye_seq = get32(&b);
     break;
   case ENGINE_CTRL_FAIL:
   case ENGINE_CTRL_DOWN:

@@ -14,7 +14,8 @@
  *   PROBE      hdr | rail u32
  *   FAIL, DOWN hdr | epoch u32 | down_mask u32
  *   RESUME_SLOT hdr | epoch u32 | n x prefix u32 | CTS body (from seq on)
- *   RESUME_END hdr | epoch u32 | recv_seq u32 | slot_mask u32 */
+ *   RESUME_END hdr | epoch u32 | recv_seq u32 | slot_mask u32
+ *   BYE        hdr | seq u32 */
 #ifndef RERAIL_ENGINE_WIRE_H
 #define RERAIL_ENGINE_WIRE_H
 #include <stddef.h>
@@ -39,6 +40,12 @@ enum engine_ctrl_type {
   /* sender -> receiver: "these rails are down here" and nothing more (rails
    * that failed while carrying no traffic; repeated while any stays down). */
   ENGINE_CTRL_DOWN = 7,
+  /* either way: "I am closing in order; everything I owe you went before
+   * this" (a receiver's acks, a sender's messages). seq: the sender's next
+   * send sequence number, the receiver's next receive. The rails that close
+   * next are the end of the connection, not a failure: nothing is rolled
+   * back or reopened (docs/failover.md, "Orderly close"). */
+  ENGINE_CTRL_BYE = 8,
   ENGINE_CTRL_NTYPES
 };
 
@@ -65,6 +72,7 @@ typedef struct engine_msg {
       uint32_t more;           /* ... and so is seq + 1 + i for every bit i */
     } ack;
     uint32_t probe_rail;       /* PROBE */
+    uint32_t bye_seq;          /* BYE */
     struct {
       uint32_t epoch;
       uint32_t down_mask;      /* bit per rail index */

@@ -263,6 +263,12 @@ struct rr_rail_ops {
   void (*fence)(rr_rail_ep *ep);
   /* Bytes queued for transmission and not yet handed to the wire. */
   size_t (*backlog)(rr_rail_ep *ep);
+  /* 1 when everything posted on this endpoint has reached the peer's side,
+   * so destroying it now loses nothing the peer would read (TCP: the peer's
+   * kernel acknowledged every byte; verbs: every work request completed,
+   * i.e. the peer's NIC placed it). A broken endpoint counts as flushed:
+   * nothing more leaves through it. An orderly close waits for this. */
+  int (*flushed)(rr_rail_ep *ep);
   /* The latest time (rr_now_ns) at which the path was seen to work both
    * ways: bytes received, or the peer acknowledging bytes we sent. While our
    * own data waits unacknowledged, only acknowledgements count. */

@@ -79,6 +79,9 @@ static void usage(FILE *f) {
 "                         uses context i %% C (default 1; v8-v10 share one process-wide init)\n"
 "  --accept-delay-ms MS   the server waits MS ms after publishing its handles before the\n"
 "                         first accept() (connect must cope with a slow peer)\n"
+"  --close-when-done      close every connection as soon as this side's schedule is done,\n"
+"                         without waiting for the peer (a rank destroying its communicator\n"
+"                         while the peer's proxy still tests its last requests)\n"
 "  --close-delay-ms MS    wait MS ms after both ends finished before closing (give it to\n"
 "                         one side: ranks tear down at different times); plugin warnings\n"
 "                         logged during an orderly teardown are reported\n"
@@ -157,7 +160,7 @@ static int parse_int(const char *s, long lo, long hi, long *out) {
 enum {
   O_PLUGIN = 256, O_NETVER, O_DEV, O_ROLE, O_RDV, O_CONNS, O_INFLIGHT, O_GROUP, O_MIN, O_MAX, O_DURATION,
   O_ITERS, O_SEED, O_BIDIR, O_THREADS, O_TIMEOUT, O_QUIET, O_JSON, O_BADHANDLE, O_WRONGTOKEN, O_KEEP,
-  O_DIE, O_DIESIZE, O_DIEAFTER, O_DIEBOUND, O_BADBOUND, O_PROBE, O_NOHINT, O_RDVTIMEOUT, O_MAXCALL, O_SELFTEST, O_CONTEXTS, O_ACCEPTDELAY, O_CLOSEDELAY, O_STALL, O_TIMELINE, O_NOPEERABORT, O_CLOG, O_NOFLUSH, O_HELP
+  O_DIE, O_DIESIZE, O_DIEAFTER, O_DIEBOUND, O_BADBOUND, O_PROBE, O_NOHINT, O_RDVTIMEOUT, O_MAXCALL, O_SELFTEST, O_CONTEXTS, O_ACCEPTDELAY, O_CLOSEDELAY, O_CLOSEDONE, O_STALL, O_TIMELINE, O_NOPEERABORT, O_CLOG, O_NOFLUSH, O_HELP
 };
 
 static int parse_args(int argc, char **argv) {
@@ -174,7 +177,7 @@ static int parse_args(int argc, char **argv) {
       {"bad-bound", 1, 0, O_BADBOUND}, {"probe", 0, 0, O_PROBE}, {"no-recv-hint", 0, 0, O_NOHINT},
       {"rdv-timeout", 1, 0, O_RDVTIMEOUT}, {"max-call-ms", 1, 0, O_MAXCALL}, {"selftest-corrupt", 1, 0, O_SELFTEST},
       {"contexts", 1, 0, O_CONTEXTS}, {"accept-delay-ms", 1, 0, O_ACCEPTDELAY},
-      {"close-delay-ms", 1, 0, O_CLOSEDELAY}, {"stall-report", 0, 0, O_STALL},
+      {"close-delay-ms", 1, 0, O_CLOSEDELAY}, {"close-when-done", 0, 0, O_CLOSEDONE}, {"stall-report", 0, 0, O_STALL},
       {"timeline", 1, 0, O_TIMELINE}, {"no-peer-abort", 0, 0, O_NOPEERABORT},
       {"completion-log", 1, 0, O_CLOG}, {"no-flush", 0, 0, O_NOFLUSH},
       {"help", 0, 0, O_HELP},
@@ -243,6 +246,7 @@ static int parse_args(int argc, char **argv) {
     case O_CONTEXTS: if (parse_int(a, 1, H_MAX_CONTEXTS, &v)) goto bad; g_opt.contexts = (int)v; break;
     case O_ACCEPTDELAY: if (parse_int(a, 0, 600000, &v)) goto bad; g_opt.accept_delay_ms = (int)v; break;
     case O_CLOSEDELAY: if (parse_int(a, 0, 600000, &v)) goto bad; g_opt.close_delay_ms = (int)v; break;
+    case O_CLOSEDONE: g_opt.close_when_done = 1; break;
     case O_NOFLUSH: g_opt.no_flush = 1; break;
     case O_STALL: g_opt.stall_report = 1; break;
     case O_NOPEERABORT: g_opt.no_peer_abort = 1; break;
@@ -652,8 +656,11 @@ static int traffic_mode(void) {
 
   /* from here on the peer may close: warnings are teardown warnings */
   unsigned long warn_before_teardown = hnet_log_count(2);
-  if (!rc) {
-    /* Both ends close only after both are done (ncclCommFinalize-like). */
+  if (!rc && !g_opt.close_when_done) {
+    /* Both ends close only after both are done (ncclCommFinalize-like).
+     * --close-when-done skips this, as a rank destroying its communicator
+     * after its last collective does: the peer may still test its last
+     * sends (or not have posted its last receives) when we close. */
     h_watchdog_phase("end barrier");
     h_rdv_put_flag(g_opt.role, "sched-done", NULL);
     int w = h_rdv_wait_flag(1 - g_opt.role, "sched-done", g_opt.timeout);

@@ -61,6 +61,7 @@ typedef struct h_opts {
   int contexts;             /* v11+: init() this many contexts; connection i uses i % contexts */
   int accept_delay_ms;      /* server: wait this long after publishing before the first accept */
   int close_delay_ms;       /* wait this long after both ends finished before closing */
+  int close_when_done;      /* close as soon as this side's schedule is done, without the end barrier */
   int stall_report;         /* receiver: longest gap between completions (h_report.c) */
   const char *timeline;     /* receiver: bytes per 50 ms bucket to this file */
   const char *completion_log; /* receiver: every completion to this file */

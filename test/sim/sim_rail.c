@@ -668,6 +668,17 @@ static void sim_fence(rr_rail_ep *rep) {
 
 static size_t sim_backlog(rr_rail_ep *rep) { return to_ep(rep)->sq_bytes; }
 
+/* Flushed once nothing waits to leave and nothing of ours is still on the
+ * wire (it has reached the peer's host). */
+static int sim_flushed(rr_rail_ep *rep) {
+  sim_ep *e = to_ep(rep);
+  if (e->broken || e->fenced || !e->pair) return 1;
+  if (e->sq_bytes) return 0;
+  for (int s = 0; s < e->pair->nstreams; s++)
+    if (e->pair->wire[e->side][s].head) return 0;
+  return 1;
+}
+
 /* Bytes we sent count as acknowledged once they reached the peer's host,
  * whether or not its process read them yet (a kernel's ack). While some of
  * ours wait unacknowledged only acknowledgements count. */
@@ -728,6 +739,7 @@ const rr_rail_ops sim_rail_ops = {
     .progress = sim_progress,
     .fence = sim_fence,
     .backlog = sim_backlog,
+    .flushed = sim_flushed,
     .last_alive_ns = sim_last_alive,
     .destroy = sim_destroy,
 };

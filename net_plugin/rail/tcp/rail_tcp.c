@@ -23,8 +23,10 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <errno.h>
+#include <linux/sockios.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -84,6 +86,7 @@ typedef struct tcp_stream {
   rr_write_hdr direct_hdr;        /* the write being read, for on_write_recv */
   uint32_t idle_polls;            /* receive polls in a row that found nothing */
   uint8_t drain_seen;             /* a drain marker arrived on this stream */
+  uint8_t eof;                    /* the peer closed (or reset) this stream */
   uint32_t drain_epoch;           /* the epoch of the last one */
 } tcp_stream;
 
@@ -361,7 +364,10 @@ static rr_status parse_staging(tcp_ep *ep, tcp_stream *s) {
 }
 
 /* One non-blocking read (into staging, NCCL's buffer or the sink).
- * RR_OK with *n > 0: bytes arrived; RR_AGAIN: nothing now; else the failure. */
+ * RR_OK with *n > 0: bytes arrived; RR_AGAIN: nothing now; else the failure.
+ * The peer closing the stream (end of file, or a reset once its bytes were
+ * read) marks it eof and returns RR_ERR_PEER without failing the endpoint:
+ * tcp_progress first reads what the other streams still hold. */
 static rr_status stream_recv(tcp_ep *ep, tcp_stream *s, void *dst, size_t len, ssize_t *n) {
   for (;;) {
     *n = recv(s->fd, dst, len, MSG_DONTWAIT);
@@ -370,9 +376,10 @@ static rr_status stream_recv(tcp_ep *ep, tcp_stream *s, void *dst, size_t len, s
       s->idle_polls = 0;
       return RR_OK;
     }
-    if (*n == 0)
-      return ep_fail(ep, RR_ERR_PEER, s->rx == RX_HEADER ? "peer closed the connection"
-                                                         : "peer closed the connection mid-message", 0);
+    if (*n == 0 || (errno == ECONNRESET && s->rx == RX_HEADER)) {
+      s->eof = 1;
+      return RR_ERR_PEER;
+    }
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       s->idle_polls++;
       return RR_AGAIN;
@@ -430,6 +437,27 @@ static rr_status stream_receive(tcp_ep *ep, tcp_stream *s) {
   return RR_OK;
 }
 
+/* The peer closed stream `closed`. A peer closing in order flushed every
+ * stream into our kernel before it closed any (rr_rail_ops.flushed), so
+ * what the other streams still hold is all there: it is delivered before
+ * the endpoint is reported closed, since the peer's last acknowledgements
+ * or messages may be among it. Bounded: a stream is read until it is empty
+ * or closed, and a peer still sending is cut off after a few rounds. */
+static rr_status drain_after_eof(tcp_ep *ep, const tcp_stream *closed) {
+  int midway = closed->rx != RX_HEADER;
+  for (int i = 0; i < ep->nstreams && !ep->failed; i++) {
+    tcp_stream *s = ep->streams[i];
+    for (int round = 0; round < 16 && !s->eof && !ep->failed; round++) {
+      uint32_t idle = s->idle_polls;
+      rr_status st = stream_receive(ep, s);
+      if (st != RR_OK && st != RR_ERR_PEER) return st;
+      if (s->idle_polls != idle) break; /* read it empty */
+    }
+    midway |= s->eof && s->rx != RX_HEADER;
+  }
+  return ep_fail(ep, RR_ERR_PEER, midway ? "peer closed the connection mid-message" : "peer closed the connection", 0);
+}
+
 static rr_status tcp_progress(rr_rail_ep *rep) {
   tcp_ep *ep = to_tcp(rep);
   if (ep->failed) return ep->failed;
@@ -447,6 +475,7 @@ static rr_status tcp_progress(rr_rail_ep *rep) {
      * bulk write arriving there waits a few calls at most. */
     int skip = i > 0 && s->idle_polls > QUIET_POLLS && (ep->progress_calls & 7);
     if (st == RR_OK && !skip) st = stream_receive(ep, s);
+    if (st == RR_ERR_PEER && s->eof && !ep->failed) return drain_after_eof(ep, s);
     if (st != RR_OK) return st;
   }
   return RR_OK;
@@ -479,6 +508,22 @@ static size_t tcp_backlog(rr_rail_ep *rep) {
   return b;
 }
 
+static int tcp_flushed(rr_rail_ep *rep) {
+  tcp_ep *ep = to_tcp(rep);
+  if (ep->failed || !ep->connected) return 1;
+  for (int i = 0; i < ep->nstreams; i++) {
+    tcp_stream *s = ep->streams[i];
+    if (s->queued_bytes) return 0;
+    /* Bytes the kernel has not sent yet. (Waiting for the peer's kernel to
+     * acknowledge them as well would wait out its delayed ACK, 40 ms, on
+     * every close; sent bytes are retransmitted after our close() as long as
+     * it sends no reset, which tcp_destroy sees to.) */
+    int unsent = 0;
+    if (s->fd >= 0 && ioctl(s->fd, SIOCOUTQNSD, &unsent) == 0 && unsent > 0) return 0;
+  }
+  return 1;
+}
+
 static uint64_t tcp_last_alive_ns(rr_rail_ep *rep, uint64_t now_ns) {
   tcp_ep *ep = to_tcp(rep);
   uint64_t best = ep->last_rx_ns, stalled = UINT64_MAX;
@@ -500,11 +545,24 @@ static uint64_t tcp_last_alive_ns(rr_rail_ep *rep, uint64_t now_ns) {
   return stalled < best ? stalled : best;
 }
 
+/* Close a stream's socket without a reset: close() on a socket with unread
+ * bytes resets the connection, and a reset throws away what the kernel has
+ * not yet delivered to the peer (an orderly close's last acknowledgements
+ * and its BYE). What the peer sent and we never read is of no use now. */
+static void close_quietly(tcp_ep *ep, int fd) {
+  for (int i = 0; i < 64; i++) {
+    ssize_t n = recv(fd, ep->sink, sizeof ep->sink, MSG_DONTWAIT);
+    if (n > 0 || (n < 0 && errno == EINTR)) continue;
+    break;
+  }
+  close(fd);
+}
+
 static void tcp_destroy(rr_rail_ep *rep) {
   if (!rep) return;
   tcp_ep *ep = to_tcp(rep);
   for (int i = 0; i < ep->nstreams; i++) {
-    if (ep->streams[i]->fd >= 0) close(ep->streams[i]->fd);
+    if (ep->streams[i]->fd >= 0) close_quietly(ep, ep->streams[i]->fd);
     free(ep->streams[i]);
   }
   free(ep);
@@ -569,6 +627,7 @@ const rr_rail_ops rr_tcp_rail_ops = {
     .progress = tcp_progress,
     .fence = tcp_fence,
     .backlog = tcp_backlog,
+    .flushed = tcp_flushed,
     .last_alive_ns = tcp_last_alive_ns,
     .destroy = tcp_destroy,
 };

@@ -92,6 +92,17 @@ static void verbs_fence(rr_rail_ep *rep) {
 
 static size_t verbs_backlog(rr_rail_ep *rep) { return to_ep(rep)->backlog; }
 
+/* Every work request completed: on RC the peer's NIC acknowledged it, so
+ * it is placed. (Unsignalled writes complete with the NOP progress posts
+ * behind them.) */
+static int verbs_flushed(rr_rail_ep *rep) {
+  verbs_ep *ep = to_ep(rep);
+  if (ep->failed || !ep->connected || ep->fenced) return 1;
+  for (int k = 0; k < ep->nqps; k++)
+    if (ep->qps[k].sq_tail != ep->qps[k].sq_head) return 0;
+  return 1;
+}
+
 /* Completions prove the path: sends completing prove both ways; while our
  * requests wait on any QP, only their completions count. */
 static uint64_t verbs_last_alive_ns(rr_rail_ep *rep, uint64_t now_ns) {
@@ -121,6 +132,7 @@ const rr_rail_ops rr_verbs_rail_ops = {
     .progress = verbs_progress,
     .fence = verbs_fence,
     .backlog = verbs_backlog,
+    .flushed = verbs_flushed,
     .last_alive_ns = verbs_last_alive_ns,
     .destroy = verbs_destroy,
 };

@@ -23,13 +23,12 @@ static int qp_index(const verbs_ep *ep, uint32_t qpn) {
  * this rail closed, as when it reopens the rail). Nothing else is expected
  * on it; stray bytes are read and dropped. */
 #define WATCH_EVERY 64
-static rr_status watch_peer(verbs_ep *ep) {
-  if (ep->watch_fd < 0 || ++ep->progress_calls % WATCH_EVERY) return RR_OK;
+static int peer_closed(verbs_ep *ep) {
+  if (ep->watch_fd < 0 || ++ep->progress_calls % WATCH_EVERY) return 0;
   char buf[64];
   ssize_t n = recv(ep->watch_fd, buf, sizeof buf, MSG_DONTWAIT);
-  if (n == 0) return verbs_ep_fail(ep, RR_ERR_PEER, "the peer closed its end of the rail");
-  if (n < 0 && (errno == ECONNRESET || errno == EPIPE)) return verbs_ep_fail(ep, RR_ERR_PEER, "the peer reset its end of the rail");
-  return RR_OK; /* data (dropped), nothing yet, or an error that says nothing of the peer */
+  /* Data (dropped), nothing yet, or an error that says nothing of the peer: 0. */
+  return n == 0 || (n < 0 && (errno == ECONNRESET || errno == EPIPE));
 }
 
 static rr_status retire_to(verbs_ep *ep, verbs_qp *q, uint64_t seq, uint64_t now) {
@@ -115,12 +114,8 @@ static rr_status deliver(verbs_ep *ep, uint64_t now) {
   }
 }
 
-rr_status verbs_progress(rr_rail_ep *rep) {
-  verbs_ep *ep = to_ep(rep);
-  if (verbs_ep_check_async(ep)) return ep->failed;
-  if (!ep->connected) return RR_OK;
-  rr_status wst = watch_peer(ep);
-  if (wst != RR_OK) return wst;
+/* One pass over what the device filed for us and what is due. */
+static rr_status progress_once(verbs_ep *ep) {
   verbs_hca_poll(ep->hca);
   for (;;) {
     struct ibv_wc wc[32];
@@ -169,4 +164,19 @@ rr_status verbs_progress(rr_rail_ep *rep) {
     q->tail_seen = q->sq_tail;
   }
   return RR_OK;
+}
+
+rr_status verbs_progress(rr_rail_ep *rep) {
+  verbs_ep *ep = to_ep(rep);
+  if (verbs_ep_check_async(ep)) return ep->failed;
+  if (!ep->connected) return RR_OK;
+  rr_status st = progress_once(ep);
+  if (st != RR_OK || !peer_closed(ep)) return st;
+  /* A peer closing in order waited for its last writes to complete, so
+   * they were placed here before its socket closed; their completions may
+   * have reached the CQ after the pass above: deliver them first (its
+   * last acknowledgements may be among them), then report the close. */
+  st = progress_once(ep);
+  if (st != RR_OK) return st;
+  return verbs_ep_fail(ep, RR_ERR_PEER, "the peer closed its end of the rail");
 }
