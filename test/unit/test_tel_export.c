@@ -14,6 +14,7 @@
 #include "rr_health.h"
 #include "rr_log.h"
 #include "rr_tel_format.h"
+#include "rr_tel_internal.h" /* a recorder's ring: when the exporter drains it */
 #include "rr_tel_io.h"
 #include "rr_telemetry.h"
 
@@ -344,27 +345,62 @@ static void ring_drops_counted(void **state) {
   rr_tel_rail_close(a);
 }
 
+static uint64_t mono_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
 /* A rail faster than the ring holds in the longest drain period: 100 000
  * requests a second into 4096 slots (41 ms of them; drains are 50 ms apart
  * when rings stay quiet). The exporter drains sooner as the ring fills
- * faster, so nothing is dropped. */
+ * faster (every ~10 ms here), so nothing is dropped while it gets a core.
+ *
+ * What is asserted is that sooner: drains less than half the quiet period
+ * apart, ten of them. How many samples are dropped depends on when the
+ * exporter, at nice 19, gets a core, which a loaded machine decides (beside
+ * two busy loops it waited long enough to drop over 5 % in one run of ten);
+ * but load only ever delays a drain, so it cannot make a fixed 50 ms period
+ * look shorter, and the adaptive one shows within a few hundred ms even
+ * then. The gaps are measured from the producer's side, as an upper bound:
+ * a drain lies between two polls of the ring's tail, so the time from the
+ * poll before one drain to the poll that sees the next bounds their gap,
+ * whatever delays the polls. The fixed period (which dropped 6 152 of 60 000
+ * samples on a quiet machine) never has such a gap. */
 static void ring_keeps_up_with_fast_rail(void **state) {
   (void)state;
   rr_tel_rail *a = open_tx_with_ring("4096", "10.0.0.4");
+  const uint64_t early_ns = RR_TEL_DRAIN_MS * 1000000ull / 2;
+  const int want_early = 10;
   uint64_t k = 0;
-  for (int ms = 0; ms < 600; ms++) {
+  uint32_t tail = atomic_load_explicit(&a->ring.tail, memory_order_acquire);
+  uint64_t prev_poll = mono_ns(), before_last_drain = 0;
+  int drains = 0, early = 0;
+  /* Far longer than it takes even beside busy loops: only a period that does
+   * not shorten runs into it. */
+  uint64_t give_up = prev_poll + 20000000000ull;
+  while (early < want_early && prev_poll < give_up) {
     for (int i = 0; i < 100; i++, k++) rr_tel_record(a, k * 10000, k * 10000 + 5000, 65536);
     struct timespec one_ms = {.tv_nsec = 1000000};
     nanosleep(&one_ms, NULL);
+    uint64_t poll = mono_ns();
+    uint32_t t = atomic_load_explicit(&a->ring.tail, memory_order_acquire);
+    if (t != tail) {
+      /* A drain (or more) since prev_poll. */
+      if (drains > 0 && poll - before_last_drain < early_ns) early++;
+      before_last_drain = prev_poll;
+      tail = t;
+      drains++;
+    }
+    prev_poll = poll;
   }
+  print_message("%d drains, %d of them under %llu ms after the one before, %llu samples\n", drains, early,
+                (unsigned long long)(early_ns / 1000000u), (unsigned long long)k);
+  assert_true(early >= want_early);
   assert_int_equal(rr_tel_flush(), 0);
   rr_tel_rail_figures f;
   assert_int_equal(rr_tel_rail_figures_get("eth0", "10.0.0.4", 0, RR_TEL_TX, &f), 0);
-  /* Nothing is dropped on a quiet machine; on a loaded one the exporter
-   * thread may wait for a core. The fixed 50 ms period dropped 6 152 of
-   * these 60 000 samples (10 %): under 5 % is allowed for scheduling delay,
-   * which that behaviour still fails. */
-  assert_true(f.dropped < 3000);
+  /* Every sample is either counted or counted as dropped. */
   assert_int_equal(f.requests + f.dropped, k);
   rr_tel_rail_close(a);
 }
