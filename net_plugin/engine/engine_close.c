@@ -36,7 +36,14 @@ static int owed_posted(const rr_engine *e) {
     /* A send NCCL still waits on (not bounced, not acknowledged) is being
      * abandoned by NCCL itself: nothing is owed for it. */
     int promised = r->bounce >= 0 || r->user_done;
-    if (promised && !r->acked && r->transmitted < r->nchunks) return 0;
+    if (!promised || r->acked) continue;
+    if (r->parked) return 0; /* waits for the receive it belongs to */
+    if (r->transmitted < r->nchunks) return 0;
+    /* An eager message went under an assumption about its receive's shape
+     * (docs/protocol.md, "Eager writes"); if the assumption was wrong the
+     * receiver dropped it and it must go again. Sure only once the shape
+     * is known (a clear-to-send or an ack said so). */
+    if (r->eager || !seq_before(r->seq, e->known_seq)) return 0;
   }
   return 1;
 }

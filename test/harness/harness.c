@@ -656,13 +656,13 @@ static int traffic_mode(void) {
 
   /* from here on the peer may close: warnings are teardown warnings */
   unsigned long warn_before_teardown = hnet_log_count(2);
+  if (!rc) h_rdv_put_flag(g_opt.role, "sched-done", NULL);
   if (!rc && !g_opt.close_when_done) {
     /* Both ends close only after both are done (ncclCommFinalize-like).
-     * --close-when-done skips this, as a rank destroying its communicator
-     * after its last collective does: the peer may still test its last
-     * sends (or not have posted its last receives) when we close. */
+     * --close-when-done skips the wait, as a rank destroying its
+     * communicator after its last collective does: the peer may still test
+     * its last sends (or not have posted its last receives) when we close. */
     h_watchdog_phase("end barrier");
-    h_rdv_put_flag(g_opt.role, "sched-done", NULL);
     int w = h_rdv_wait_flag(1 - g_opt.role, "sched-done", g_opt.timeout);
     if (w) {
       h_error(w == -2 ? "the %s aborted" : "the %s never finished its schedule", h_role_name(1 - g_opt.role));

@@ -68,6 +68,15 @@ static void every_type_roundtrips(void **state) {
   roundtrip(&d, 3);
   engine_msg e = {.type = ENGINE_CTRL_RESUME_END, .u.end = {.epoch = 9, .recv_seq = 40, .slot_mask = 0x80000001u}};
   roundtrip(&e, 2);
+  engine_msg b = {.type = ENGINE_CTRL_BYE, .u.bye_seq = 0xfffffff0u};
+  roundtrip(&b, 2);
+  /* A BYE is its header and one word: a truncated or padded one is refused. */
+  uint8_t buf[16] = {0};
+  engine_msg out;
+  const char *why;
+  assert_int_equal(engine_msg_encode(&b, buf, sizeof buf), 8);
+  assert_int_equal(engine_msg_decode(buf, 7, 2, &out, &why), RR_ERR_PROTOCOL);
+  assert_int_equal(engine_msg_decode(buf, 9, 2, &out, &why), RR_ERR_PROTOCOL);
 }
 
 static void little_endian_on_the_wire(void **state) {

@@ -3,7 +3,8 @@
 # three times (verbs_harness.sh): across a NIC going down and up (the receiver flushing every
 # receive by RDMA reads, as for GPU memory), across a rail going silent (RoCE dropped, links and
 # ports up), then the NIC case again with two QPs per rail (RERAIL_IB_QPS_PER_RAIL=2: chunks
-# spread over both, put back in order). Root, as every lab test.
+# spread over both, put back in order); then orderly closes (verbs_close.sh: one side closes as
+# soon as its schedule is done, 10 runs each way, zero errors). Root, as every lab test.
 #   usage: test_verbs_rail.sh HARNESS PLUGIN_DIR [SECONDS per case]
 set -euo pipefail
 here="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
@@ -11,8 +12,9 @@ if [[ $(id -u) -ne 0 ]]; then
   echo "verbs_rail: needs root (the Soft-RoCE lab prepares a kernel and boots it)" >&2
   exit 1
 fi
-exec "$here/rxelab.sh" run --timeout 170 -- bash -c '
+exec "$here/rxelab.sh" run --timeout 230 -- bash -c '
   "$0" "$1" "$2" "$3" link gpuflush; link=$?
   "$0" "$1" "$2" "$3" silent; silent=$?
   RERAIL_IB_QPS_PER_RAIL=2 "$0" "$1" "$2" "$3" link; qps=$?
-  exit $((link || silent || qps))' "$here/verbs_harness.sh" "$1" "$2" "${3:-12}"
+  "$4" "$1" "$2" 10; close=$?
+  exit $((link || silent || qps || close))' "$here/verbs_harness.sh" "$1" "$2" "${3:-12}" "$here/verbs_close.sh"
