@@ -86,6 +86,8 @@ typedef struct rr_send_req {
   uint8_t acked;
   uint8_t sub;
   uint8_t eager;            /* sent before its clear-to-send: sub, raddr and rkey not known yet */
+  uint8_t parked;           /* accepted, but the receive it was sent to has no buffer with its
+                             * tag: it waits, unsent, for the receive it belongs to (seq unset) */
   uint32_t known;           /* eager: the sender's known_seq when it chose seq (the frame carries it) */
   int8_t rail;              /* chain mode: the rail this message uses, -1 before its first chunk */
   int16_t bounce;           /* bounce buffer index, -1 when none */
@@ -156,6 +158,7 @@ typedef struct rr_engine_stats {
   uint64_t violations;      /* protocol violations that failed a rail */
   uint64_t rollbacks;       /* epochs started (receiver) or adopted (sender) */
   uint64_t closes_owed;     /* our closes that gave up with something owed undelivered */
+  uint64_t parked;          /* sender: eager messages parked (sent to a receive without their tag) */
 } rr_engine_stats;
 
 #define RR_SEND_POOL (RR_NET_MAX_REQUESTS * RR_NET_MAX_RECVS)
@@ -223,6 +226,8 @@ struct rr_engine {
    * (docs/protocol.md, "Eager writes"). */
   uint32_t known_seq;
   uint32_t implied_mask;    /* by slot: an ack says the assumed receive took just its eager message */
+  int assumed_tag;          /* the tag of every eager message assumed in [known_seq, send_seq) */
+  int nparked;              /* requests parked (rr_send_req.parked) */
   rr_send_req sreq[RR_SEND_POOL];
   uint16_t fifo[RR_SEND_POOL]; /* active sends in posting order */
   uint32_t fifo_head, fifo_tail, fifo_post; /* post: first entry that may have unposted chunks */

@@ -152,25 +152,25 @@ static int sub_for_tag(const rr_recv_req *r, int tag) {
   return -1;
 }
 
-/* The message cannot go into r's sub-receive for its tag: NCCL's error (it
+/* The message does not fit r's sub-receive for its tag: NCCL's error (it
  * would have failed the isend had the sender known the receive), not the
  * network's. */
 static rr_status eager_misfit(rr_engine *e, const rr_recv_req *r, int sub, int tag, uint32_t len) {
-  if (sub < 0)
-    return engine_fail(e, RR_ERR_INVALID, "receive %u has no buffer for a message with tag %d", r->seq, tag);
   return engine_fail(e, RR_ERR_INVALID, "message truncated: %u bytes for a receive of %zu bytes (receive %u, tag %d)",
                      len, r->sub[sub].posted_size, r->seq, tag);
 }
 
 /* The sender chose receive `seq` for an eager message assuming that each
- * receive from `known` on takes one message: true when every one of them
- * does (all are posted: seq is). If not, the sender learns it from a
+ * receive from `known` on takes one message, the eager one it sent there
+ * with the same tag (the sender assumes several receives at once only for
+ * messages of one tag): true when every one of them is a single receive of
+ * that tag (all are posted: seq is). If not, the sender learns it from a
  * clear-to-send and sends the message again under its right place; this
  * copy is dropped. */
-static int assumption_holds(const rr_engine *e, uint32_t known, uint32_t seq) {
+static int assumption_holds(const rr_engine *e, uint32_t known, uint32_t seq, int tag) {
   for (uint32_t q = known; q != seq; q++) {
     const rr_recv_req *p = &e->rreq[q % RR_NET_MAX_REQUESTS];
-    if (p->seq != q || p->n != 1) return 0;
+    if (p->seq != q || p->n != 1 || p->cts.e[0].tag != tag) return 0;
   }
   return 1;
 }
@@ -194,7 +194,7 @@ static rr_status land_early(rr_engine *e, rr_recv_req *r) {
   int best = -1;
   for (int c = 0; c < EARLY_COPIES; c++) {
     engine_early *x = early_at(e, slot, c);
-    if (!early_is(e, x, r->seq) || x->state != EARLY_HERE || !assumption_holds(e, x->known, r->seq)) continue;
+    if (!early_is(e, x, r->seq) || x->state != EARLY_HERE || !assumption_holds(e, x->known, r->seq, x->tag)) continue;
     if (best < 0 || seq_before(early_at(e, slot, best)->known, x->known)) best = c;
   }
   if (best < 0) return RR_OK;
@@ -202,7 +202,10 @@ static rr_status land_early(rr_engine *e, rr_recv_req *r) {
   x->state = EARLY_EMPTY;
   e->peer_eager = 1;
   int sub = sub_for_tag(r, x->tag);
-  if (sub < 0 || x->len > r->sub[sub].posted_size) return eager_misfit(e, r, sub, x->tag, x->len);
+  /* No buffer with its tag: it belongs to a later receive, and the sender,
+   * seeing this receive's clear-to-send, parks it and sends it again there. */
+  if (sub < 0) return RR_OK;
+  if (x->len > r->sub[sub].posted_size) return eager_misfit(e, r, sub, x->tag, x->len);
   rr_recv_sub *s = &r->sub[sub];
   if (x->len) memcpy(s->data, early_data(e, slot, best), x->len);
   chunk_landed(e, r, s, 0, x->len, imm_encode(e->epoch, slot, (uint32_t)sub, 1, 0, 0));
@@ -222,10 +225,11 @@ static rr_status eager_begin(rr_engine *e, int rail, rr_write_hdr *h, void **dst
   int tag = (int)h->rkey;
   rr_recv_req *r = &e->rreq[slot];
   if (r->in_use && r->seq == seq) {
-    if (!assumption_holds(e, known, seq)) return RR_OK; /* sink it: it comes again where it belongs */
+    if (!assumption_holds(e, known, seq, tag)) return RR_OK; /* sink it: it comes again where it belongs */
     e->peer_eager = 1;
     int sub = sub_for_tag(r, tag);
-    if (sub < 0 || h->len > r->sub[sub].posted_size) return eager_misfit(e, r, sub, tag, h->len);
+    if (sub < 0) return RR_OK; /* sink it: a later receive's (land_early says why) */
+    if (h->len > r->sub[sub].posted_size) return eager_misfit(e, r, sub, tag, h->len);
     *h = (rr_write_hdr){.imm = imm_encode(e->epoch, slot, (uint32_t)sub, 1, 0, 0), .len = h->len,
                         .rkey = r->cts.e[sub].rkey[rail], .raddr = r->cts.e[sub].addr, .fence = h->fence};
     return engine_recv_write_begin(e, rail, h, dst);

@@ -102,7 +102,8 @@ rr_status engine_send_post(rr_engine *e, uint64_t now) {
   while (e->fifo_post != e->fifo_tail) {
     uint16_t idx = e->fifo[e->fifo_post % RR_SEND_POOL];
     rr_send_req *r = &e->sreq[idx];
-    while (!r->acked && r->posted < r->nchunks) {
+    /* A parked request has no place yet; placing it rewinds fifo_post. */
+    while (!r->parked && !r->acked && r->posted < r->nchunks) {
       int ri = pick_rail(e, r);
       if (ri < 0) return RR_OK;
       uint32_t k = r->posted;
@@ -248,9 +249,71 @@ static rr_status place_by_cts(rr_engine *e, rr_send_req *r, engine_cts_slot *s, 
 static rr_send_req *eager_req_for(rr_engine *e, uint32_t seq) {
   for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
     rr_send_req *r = &e->sreq[e->fifo[i % RR_SEND_POOL]];
-    if (r->eager && r->seq == seq) return r;
+    if (!r->parked && r->eager && r->seq == seq) return r;
   }
   return NULL;
+}
+
+/* Eager messages may be assumed for several receives at once only while
+ * they share one tag: the receiver checks an assumption against the tags of
+ * the receives it spans (engine_recv.c, assumption_holds), so both ends
+ * agree on which copies land without knowing each other's state. */
+static int may_assume(const rr_engine *e, int tag) {
+  return e->send_seq == e->known_seq || tag == e->assumed_tag;
+}
+
+/* Give r receive send_seq on the assumption that it takes r alone. */
+static void assume(rr_engine *e, rr_send_req *r) {
+  if (e->send_seq == e->known_seq) e->assumed_tag = r->tag;
+  r->eager = 1;
+  r->seq = e->send_seq++;
+  r->known = e->known_seq;
+}
+
+/* r was sent to a receive that has no buffer with its tag (NCCL drives
+ * grouped sends in any order): the receiver dropped it, and it waits for
+ * the receive it belongs to, as an isend refused "not now" would have. */
+static void park(rr_engine *e, rr_send_req *r) {
+  r->parked = 1;
+  r->eager = 0;
+  r->posted = r->transmitted = 0;
+  r->rail = -1;
+  r->resumed = 0;
+  e->nparked++;
+  e->stats.parked++;
+}
+
+static rr_status place_by_cts(rr_engine *e, rr_send_req *r, engine_cts_slot *s, int sub);
+
+/* Parked requests, in posting order, take the receive the next message
+ * goes to when it has a buffer with their tag, or are assumed for it
+ * eagerly when its clear-to-send is not here yet. */
+static rr_status place_parked(rr_engine *e) {
+  int placed = 0;
+  for (uint32_t i = e->fifo_head; i != e->fifo_tail && e->nparked; i++) {
+    rr_send_req *r = &e->sreq[e->fifo[i % RR_SEND_POOL]];
+    if (!r->parked) continue;
+    engine_cts_slot *s = &e->cts[e->send_seq % RR_NET_MAX_REQUESTS];
+    int have_cts = e->known_seq == e->send_seq && s->valid && s->cts.seq == e->send_seq;
+    if (have_cts) {
+      int sub = cts_sub_for_tag(&s->cts, s->matched, r->tag);
+      if (sub < 0) continue;
+      r->parked = 0;
+      e->nparked--;
+      rr_status st = place_by_cts(e, r, s, sub);
+      if (st != RR_OK) return st;
+      if (cts_full(s)) e->known_seq = ++e->send_seq;
+    } else if (e->send_seq - e->known_seq < RR_NET_MAX_REQUESTS / 2 && may_assume(e, r->tag)) {
+      r->parked = 0;
+      e->nparked--;
+      assume(e, r);
+    } else {
+      continue;
+    }
+    placed = 1;
+  }
+  if (placed) e->fifo_post = e->fifo_head;
+  return RR_OK;
 }
 
 /* Receive `at` takes more than the one message assumed: every eager message
@@ -265,22 +328,28 @@ static rr_status relabel_after(rr_engine *e, uint32_t at) {
   e->implied_mask = 0;
   for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
     rr_send_req *r = &e->sreq[e->fifo[i % RR_SEND_POOL]];
-    if (!r->eager || !seq_before(at, r->seq)) continue;
+    if (r->parked || !r->eager || !seq_before(at, r->seq)) continue;
     r->posted = r->transmitted = 0;
     r->rail = -1;
     r->resumed = 0;
     engine_cts_slot *s = &e->cts[e->send_seq % RR_NET_MAX_REQUESTS];
     if (e->known_seq == e->send_seq && s->valid && s->cts.seq == e->send_seq) {
-      rr_status st = place_by_cts(e, r, s, cts_sub_for_tag(&s->cts, s->matched, r->tag));
+      int sub = cts_sub_for_tag(&s->cts, s->matched, r->tag);
+      if (sub < 0) {
+        park(e, r);
+        continue;
+      }
+      rr_status st = place_by_cts(e, r, s, sub);
       if (st != RR_OK) return st;
       if (cts_full(s)) e->known_seq = ++e->send_seq;
+    } else if (may_assume(e, r->tag)) {
+      assume(e, r);
     } else {
-      r->seq = e->send_seq++;
-      r->known = e->known_seq;
+      park(e, r);
     }
   }
   e->fifo_post = e->fifo_head;
-  return RR_OK;
+  return place_parked(e);
 }
 
 /* Learn the shapes of assumed receives, oldest first (an eager message's
@@ -301,8 +370,11 @@ static rr_status settle_assumed(rr_engine *e) {
     }
     e->implied_mask &= ~bit;
     rr_send_req *r = eager_req_for(e, at);
-    if (r) {
-      rr_status st = place_by_cts(e, r, s, cts_sub_for_tag(&s->cts, 0, r->tag));
+    int sub = r ? cts_sub_for_tag(&s->cts, 0, r->tag) : -1;
+    if (r && sub < 0) {
+      park(e, r); /* the receive has no buffer with its tag: it belongs to a later one */
+    } else if (r) {
+      rr_status st = place_by_cts(e, r, s, sub);
       if (st != RR_OK) return st;
     } else if (s->cts.n == 1) {
       s->matched = 1; /* acked and gone: it took the only buffer */
@@ -316,7 +388,7 @@ static rr_status settle_assumed(rr_engine *e) {
     rr_status st = relabel_after(e, at);
     if (st != RR_OK) return st;
   }
-  return RR_OK;
+  return e->nparked ? place_parked(e) : RR_OK;
 }
 
 /* A clear-to-send may arrive out of order (control messages travel on
@@ -347,7 +419,7 @@ static void on_ack(rr_engine *e, uint32_t seq) {
   implied_one(e, seq);
   for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
     rr_send_req *r = &e->sreq[e->fifo[i % RR_SEND_POOL]];
-    if (r->seq == seq) r->acked = 1;
+    if (!r->parked && r->seq == seq) r->acked = 1;
   }
   fifo_retire(e); /* an ack for nothing outstanding is a repeat: harmless */
 }
@@ -359,7 +431,7 @@ static void on_ack(rr_engine *e, uint32_t seq) {
 static void on_resume_slot(rr_engine *e, uint32_t epoch, const uint32_t *prefix, const engine_cts *c) {
   for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
     rr_send_req *r = &e->sreq[e->fifo[i % RR_SEND_POOL]];
-    if (r->seq != c->seq || r->acked || (r->resumed && r->resumed_epoch == epoch)) continue;
+    if (r->parked || r->seq != c->seq || r->acked || (r->resumed && r->resumed_epoch == epoch)) continue;
     /* An eager message not settled yet took the first buffer with its tag,
      * if its receive was the right one (else nothing of it is held there). */
     int sub = r->eager ? cts_sub_for_tag(c, 0, r->tag) : r->sub;
@@ -382,7 +454,7 @@ static void on_resume_end(rr_engine *e, uint32_t epoch, uint32_t recv_seq, uint3
     rr_send_req *r = &e->sreq[e->fifo[i % RR_SEND_POOL]];
     /* Not named, and the receiver had posted it when the rollback began: it
      * completed; its ack was lost. */
-    if (!(mask & (1u << (r->seq % RR_NET_MAX_REQUESTS))) && seq_before(r->seq, recv_seq)) r->acked = 1;
+    if (!r->parked && !(mask & (1u << (r->seq % RR_NET_MAX_REQUESTS))) && seq_before(r->seq, recv_seq)) r->acked = 1;
   }
   /* Likewise an assumed receive: it completed with its eager message. */
   for (uint32_t q = e->known_seq; q != e->send_seq && seq_before(q, recv_seq); q++)
@@ -486,8 +558,10 @@ static void bounce_setup(rr_engine *e) {
  * for this one must be past every receive we still wait to hear from (its
  * early buffer holds one message per slot). */
 #define EAGER_AHEAD 16
-static int eager_allowed(rr_engine *e, size_t size) {
+static int eager_allowed(rr_engine *e, size_t size, int tag) {
   if (!e->cfg.eager_max || size > e->cfg.eager_max || size > RR_BOUNCE_SIZE) return 0;
+  /* Parked messages go first; assumptions in a row share a tag. */
+  if (e->nparked || !may_assume(e, tag)) return 0;
   if (e->send_seq - e->known_seq >= EAGER_AHEAD) return 0;
   if (e->fifo_head != e->fifo_tail &&
       e->send_seq - e->sreq[e->fifo[e->fifo_head % RR_SEND_POOL]].seq >= RR_NET_MAX_REQUESTS)
@@ -502,6 +576,10 @@ static int eager_allowed(rr_engine *e, size_t size) {
 static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr_mr *mr,
                               void *phandle, void **request) {
   if (e->failed) return e->failed;
+  if (e->nparked) {
+    rr_status st = place_parked(e);
+    if (st != RR_OK) return st;
+  }
   engine_cts_slot *s = &e->cts[e->send_seq % RR_NET_MAX_REQUESTS];
   /* With a clear-to-send and no receive assumed, the message goes where it
    * says. Without one, a small message still leaves at once (the receiver
@@ -511,7 +589,7 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
    * clear-to-send is here: that tells the receiver we send eagerly, and it
    * holds back the clear-to-sends eager messages make moot. */
   int have_cts = s->valid && s->cts.seq == e->send_seq && e->known_seq == e->send_seq;
-  int eager = eager_allowed(e, size) && (!have_cts || (s->cts.n == 1 && s->matched == 0));
+  int eager = eager_allowed(e, size, tag) && (!have_cts || (s->cts.n == 1 && s->matched == 0));
   if (!have_cts && !eager) {
     e->cts_wanted = 1;
     return engine_progress(e);
@@ -519,10 +597,11 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
   int sub = -1;
   if (have_cts) {
     sub = cts_sub_for_tag(&s->cts, s->matched, tag);
-    if (sub < 0) {
-      RR_WARN("isend: no receive posted with tag %d for message %u", tag, e->send_seq);
-      return RR_ERR_INVALID;
-    }
+    /* The receive the next message goes to has no free buffer with this
+     * tag: the send belongs to a later receive, and NCCL (its proxy drives
+     * grouped sends in any order) calls again once the others went. Not now,
+     * as NCCL's IB transport answers, never an error. */
+    if (sub < 0) return engine_progress(e);
     if (size > s->cts.e[sub].size) {
       RR_WARN("isend: message of %zu bytes for a receive of %llu bytes (tag %d)", size,
               (unsigned long long)s->cts.e[sub].size, tag);
@@ -563,6 +642,7 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
     take_place(r, s, sub); /* an eager one too: its place is known, a replay may use it */
     if (cts_full(s)) e->known_seq = ++e->send_seq; /* nothing was assumed (have_cts) */
   } else {
+    if (e->send_seq == e->known_seq) e->assumed_tag = tag;
     e->send_seq++; /* assumed: the receive takes only this message */
   }
   e->fifo[e->fifo_tail++ % RR_SEND_POOL] = (uint16_t)idx;

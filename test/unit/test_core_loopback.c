@@ -119,11 +119,11 @@ static void test_single_sizes(void **state) {
 }
 
 /* Small messages sent before their receive is posted go eagerly, each
- * assumed to be the only message of the next receive. Here the receive
- * takes three: the first lands from the early buffer, the receiver drops the
- * copies of the other two (their assumption is wrong), and the sender,
- * learning the receive's shape from its clear-to-send, sends them again into
- * the rest of it. Everything arrives once, in the right buffers; the
+ * assumed to be the only message of the next receive (several receives
+ * ahead only for messages of one tag). Here the receive takes three: the
+ * first lands from the early buffer, any copy of the others the receiver
+ * drops (its assumption is wrong), and the sender, learning the receive's
+ * shape from its clear-to-send, sends them again into the rest of it. Everything arrives once, in the right buffers; the
  * connection goes on working. */
 static void test_eager_before_grouped_receive(void **state) {
   (void)state;
@@ -148,7 +148,11 @@ static void test_eager_before_grouped_receive(void **state) {
   for (int i = 0; i < N; i++) {
     sreq[i] = NULL;
     assert_int_equal(rr_net_isend(p.send, sbuf[i], sizes[i], tags[i], smr[i], NULL, &sreq[i]), RR_OK);
-    assert_non_null(sreq[i]); /* eager: no clear-to-send needed */
+    /* The first goes eagerly: no clear-to-send needed. The sender assumes
+     * receives ahead only for messages of one tag, so the others (other
+     * tags) may wait for the clear-to-send: NULL, NCCL calls again. */
+    if (i == 0) assert_non_null(sreq[i]);
+    if (!sreq[i]) continue;
     assert_int_equal(rr_net_test(sreq[i], &sdone[i], NULL), RR_OK);
     if (sizes[i]) assert_true(sdone[i]); /* copied: NCCL's buffer is free at once */
   }
@@ -164,7 +168,8 @@ static void test_eager_before_grouped_receive(void **state) {
     if (!rdone) assert_int_equal(rr_net_test(rreq, &rdone, got), RR_OK);
     alldone = 1;
     for (int i = 0; i < N; i++) {
-      if (!sdone[i]) assert_int_equal(rr_net_test(sreq[i], &sdone[i], NULL), RR_OK);
+      if (!sreq[i]) assert_int_equal(rr_net_isend(p.send, sbuf[i], sizes[i], tags[i], smr[i], NULL, &sreq[i]), RR_OK);
+      if (sreq[i] && !sdone[i]) assert_int_equal(rr_net_test(sreq[i], &sdone[i], NULL), RR_OK);
       alldone &= sdone[i];
     }
   }
@@ -213,46 +218,227 @@ static void test_full_queue_gives_null(void **state) {
   }
   assert_int_equal(rr_net_irecv(p.recv, 1, data, sz, tag, mrs, NULL, &req), RR_OK);
   assert_null(req); /* full: NULL request, not an error */
-  /* No receive with this tag: a clear error, no hang. A small message may
-   * leave before the clear-to-send shows there is no such receive (eager):
-   * then the error comes from test() on either end instead of isend(). */
-  void *smr, *sreq = NULL;
-  assert_int_equal(rr_net_reg_mr(p.send, buf, sizeof buf, RR_PTR_HOST, &smr), RR_OK);
-  rr_status st = RR_OK, rst = RR_OK;
-  for (int i = 0; i < 100000 && st == RR_OK && rst == RR_OK; i++) {
+  /* A send whose tag no posted receive has is "not now" (NULL, or accepted
+   * and held back when it went eagerly), never an error, as NCCL's IB
+   * transport answers: it goes once the receive it belongs to is the next. */
+  void *smr;
+  static char sbuf[64];
+  for (int i = 0; i < 8; i++) sbuf[i] = (char)(0x30 + i);
+  assert_int_equal(rr_net_reg_mr(p.send, sbuf, sizeof sbuf, RR_PTR_HOST, &smr), RR_OK);
+  void *late = NULL;
+  for (int i = 0; i < 2000; i++) {
     int done;
     /* Clear-to-sends leave on the receiver's next test(), as with NCCL's proxy. */
-    rst = rr_net_test(first, &done, NULL);
-    st = sreq ? rr_net_test(sreq, &done, NULL) : rr_net_isend(p.send, buf, 8, 999, smr, NULL, &sreq);
+    assert_int_equal(rr_net_test(first, &done, NULL), RR_OK);
+    assert_false(done);
+    if (!late) assert_int_equal(rr_net_isend(p.send, sbuf, 8, 999, smr, NULL, &late), RR_OK);
+    else assert_int_equal(rr_net_test(late, &done, NULL), RR_OK);
   }
-  assert_int_equal(st == RR_ERR_INVALID || rst == RR_ERR_INVALID, 1);
-  /* With eager messages off, isend itself refuses it. */
-  {
-    pair q;
-    setenv("RERAIL_TCP_EAGER_MAX", "0", 1);
-    rr_params_reload();
-    connect_pair(&q);
-    unsetenv("RERAIL_TCP_EAGER_MAX");
-    rr_params_reload();
-    void *qmr, *qsmr, *qfirst, *qsreq = NULL;
-    assert_int_equal(rr_net_reg_mr(q.recv, buf, sizeof buf, RR_PTR_HOST, &qmr), RR_OK);
-    void *qmrs[1] = {qmr};
-    assert_int_equal(rr_net_irecv(q.recv, 1, data, sz, tag, qmrs, NULL, &qfirst), RR_OK);
-    assert_non_null(qfirst);
-    assert_int_equal(rr_net_reg_mr(q.send, buf, sizeof buf, RR_PTR_HOST, &qsmr), RR_OK);
-    st = RR_OK;
-    for (int i = 0; i < 100000 && st == RR_OK && !qsreq; i++) {
-      int done;
-      assert_int_equal(rr_net_test(qfirst, &done, NULL), RR_OK);
-      st = rr_net_isend(q.send, buf, 8, 999, qsmr, NULL, &qsreq);
+  /* The 32 receives of tag 1 take their messages; then a receive of tag 999. */
+  void *ones[RR_NET_MAX_REQUESTS] = {0};
+  int ndone = 0, sent = 0;
+  for (int iter = 0; iter < 1000000 && (sent < RR_NET_MAX_REQUESTS || ndone < RR_NET_MAX_REQUESTS); iter++) {
+    if (sent < RR_NET_MAX_REQUESTS) {
+      assert_int_equal(rr_net_isend(p.send, sbuf, 4, 1, smr, NULL, &ones[sent]), RR_OK);
+      if (ones[sent]) sent++;
     }
-    assert_int_equal(st, RR_ERR_INVALID);
-    rr_net_dereg_mr(q.send, qsmr);
-    rr_net_dereg_mr(q.recv, qmr);
-    close_pair(&q);
+    if (late) {
+      int done;
+      assert_int_equal(rr_net_test(late, &done, NULL), RR_OK);
+    } else {
+      assert_int_equal(rr_net_isend(p.send, sbuf, 8, 999, smr, NULL, &late), RR_OK);
+    }
+    for (int k = 0; k < sent; k++) {
+      int done = 0;
+      if (ones[k]) assert_int_equal(rr_net_test(ones[k], &done, NULL), RR_OK);
+      if (done) ones[k] = NULL;
+    }
+    /* Receives complete in posting order: test the oldest (the engine's slots). */
+    if (ndone < RR_NET_MAX_REQUESTS) {
+      int done = 0;
+      rr_recv_req *oldest = &p.recv->engine.rreq[ndone % RR_NET_MAX_REQUESTS];
+      assert_int_equal(rr_net_test(oldest, &done, NULL), RR_OK);
+      if (done) ndone++;
+    }
   }
+  assert_int_equal(ndone, RR_NET_MAX_REQUESTS);
+  static char late_buf[64];
+  memset(late_buf, 0xee, sizeof late_buf);
+  void *lmr, *lreq = NULL;
+  assert_int_equal(rr_net_reg_mr(p.recv, late_buf, sizeof late_buf, RR_PTR_HOST, &lmr), RR_OK);
+  void *ldata[1] = {late_buf}, *lmrs[1] = {lmr};
+  int ltag[1] = {999};
+  assert_int_equal(rr_net_irecv(p.recv, 1, ldata, sz, ltag, lmrs, NULL, &lreq), RR_OK);
+  assert_non_null(lreq);
+  int ldone = 0, sdone = 0;
+  size_t lgot = 0;
+  for (int iter = 0; iter < 1000000 && !(ldone && sdone); iter++) {
+    if (!late) assert_int_equal(rr_net_isend(p.send, sbuf, 8, 999, smr, NULL, &late), RR_OK);
+    else if (!sdone) assert_int_equal(rr_net_test(late, &sdone, NULL), RR_OK);
+    if (!ldone) assert_int_equal(rr_net_test(lreq, &ldone, &lgot), RR_OK);
+  }
+  assert_true(ldone && sdone);
+  assert_int_equal(lgot, 8);
+  assert_memory_equal(late_buf, sbuf, 8);
+  rr_net_dereg_mr(p.recv, lmr);
   rr_net_dereg_mr(p.send, smr);
   rr_net_dereg_mr(p.recv, mr);
+  close_pair(&p);
+}
+
+/* The same with eager messages off: isend itself answers NULL. */
+static void test_unmatched_tag_not_now_no_eager(void **state) {
+  (void)state;
+  static char buf[64];
+  pair q;
+  setenv("RERAIL_TCP_EAGER_MAX", "0", 1);
+  rr_params_reload();
+  connect_pair(&q);
+  unsetenv("RERAIL_TCP_EAGER_MAX");
+  rr_params_reload();
+  void *qmr, *qsmr, *qfirst, *qsreq = NULL;
+  void *data[1] = {buf};
+  size_t sz[1] = {sizeof buf};
+  int tag[1] = {1};
+  assert_int_equal(rr_net_reg_mr(q.recv, buf, sizeof buf, RR_PTR_HOST, &qmr), RR_OK);
+  void *qmrs[1] = {qmr};
+  assert_int_equal(rr_net_irecv(q.recv, 1, data, sz, tag, qmrs, NULL, &qfirst), RR_OK);
+  assert_non_null(qfirst);
+  assert_int_equal(rr_net_reg_mr(q.send, buf, sizeof buf, RR_PTR_HOST, &qsmr), RR_OK);
+  for (int i = 0; i < 2000; i++) {
+    int done;
+    assert_int_equal(rr_net_test(qfirst, &done, NULL), RR_OK);
+    assert_int_equal(rr_net_isend(q.send, buf, 8, 999, qsmr, NULL, &qsreq), RR_OK);
+    assert_null(qsreq);
+  }
+  /* The right tag goes at once. */
+  int done = 0, sdone = 0;
+  for (int i = 0; i < 1000000 && !(done && sdone); i++) {
+    if (!qsreq) assert_int_equal(rr_net_isend(q.send, buf, 8, 1, qsmr, NULL, &qsreq), RR_OK);
+    else if (!sdone) assert_int_equal(rr_net_test(qsreq, &sdone, NULL), RR_OK);
+    if (!done) assert_int_equal(rr_net_test(qfirst, &done, NULL), RR_OK);
+  }
+  assert_true(done && sdone);
+  rr_net_dereg_mr(q.send, qsmr);
+  rr_net_dereg_mr(q.recv, qmr);
+  close_pair(&q);
+}
+
+/* Grouped receives whose sends come in any tag order, as NCCL's proxy
+ * drives them: each tag (a proxy "sub") sends its messages in order, the
+ * subs in any order among themselves, each isend retried when it answers
+ * NULL. A send whose tag the receive it would go to lacks (it belongs to a
+ * later one) is "not now", never an error; sizes small (eager) and large.
+ * Every message lands in the buffer with its tag, whole and alone. */
+enum { AT_SUBS = 6, AT_RECVS = 120, AT_WINDOW = 8, AT_MAX = 300000 };
+typedef struct at_recv {
+  int n, tags[8];
+  size_t size[8];          /* as sent */
+  unsigned char *buf[8];
+  void *mr[8];
+} at_recv;
+
+static unsigned rnd(unsigned *s) { return *s = *s * 1103515245u + 12345u, (*s >> 8) & 0xffffff; }
+
+static void test_sends_in_any_tag_order(void **state) {
+  (void)state;
+  static const size_t sizes[] = {0, 1, 100, 4096, 4097, 70000, AT_MAX};
+  pair p;
+  connect_pair(&p);
+  /* two_rails.sh says how many rails each connection must have. */
+  if (getenv("RR_TEST_RAILS")) assert_int_equal(p.send->engine.nrails, atoi(getenv("RR_TEST_RAILS")));
+  unsigned seed = 12345;
+  static at_recv rv[AT_RECVS];
+  static unsigned char sdata[AT_SUBS][AT_MAX];
+  void *smr[AT_SUBS];
+  for (int t = 0; t < AT_SUBS; t++) {
+    for (size_t k = 0; k < AT_MAX; k++) sdata[t][k] = pattern(k, 70 + t);
+    assert_int_equal(rr_net_reg_mr(p.send, sdata[t], AT_MAX, RR_PTR_HOST, &smr[t]), RR_OK);
+  }
+  /* Receive k holds a random set of subs (tags 40 + sub), in a random order. */
+  for (int k = 0; k < AT_RECVS; k++) {
+    at_recv *r = &rv[k];
+    unsigned mask = 0;
+    while (!mask) mask = rnd(&seed) & ((1u << AT_SUBS) - 1);
+    r->n = 0;
+    for (int t = 0; t < AT_SUBS; t++)
+      if (mask & (1u << t)) r->tags[r->n++] = 40 + t;
+    for (int i = r->n - 1; i > 0; i--) {
+      int j = (int)(rnd(&seed) % (unsigned)(i + 1)), x = r->tags[i];
+      r->tags[i] = r->tags[j];
+      r->tags[j] = x;
+    }
+    for (int i = 0; i < r->n; i++) {
+      r->size[i] = sizes[rnd(&seed) % (sizeof sizes / sizeof *sizes)];
+      r->buf[i] = malloc(AT_MAX + 1);
+      memset(r->buf[i], 0xee, AT_MAX + 1);
+      assert_int_equal(rr_net_reg_mr(p.recv, r->buf[i], AT_MAX, RR_PTR_HOST, &r->mr[i]), RR_OK);
+    }
+  }
+  /* Per sub: the receives it sends to, in order, and how far it got. */
+  int next_recv[AT_SUBS] = {0};
+  void *sreq[AT_RECVS][8] = {{0}};
+  int sent_count = 0, total = 0;
+  for (int k = 0; k < AT_RECVS; k++) total += rv[k].n;
+  void *rreq[AT_RECVS] = {0};
+  int posted = 0, completed = 0;
+  for (int iter = 0; iter < 20000000 && (completed < AT_RECVS || sent_count < total); iter++) {
+    /* Receiver: keep a window of receives posted; test the oldest. */
+    if (posted < AT_RECVS && posted - completed < AT_WINDOW) {
+      at_recv *r = &rv[posted];
+      size_t psz[8];
+      void *data[8];
+      for (int i = 0; i < r->n; i++) psz[i] = AT_MAX, data[i] = r->buf[i];
+      assert_int_equal(rr_net_irecv(p.recv, r->n, data, psz, r->tags, r->mr, NULL, &rreq[posted]), RR_OK);
+      if (rreq[posted]) posted++;
+    }
+    if (completed < posted) {
+      int done = 0;
+      size_t got[8];
+      assert_int_equal(rr_net_test(rreq[completed], &done, got), RR_OK);
+      if (done) {
+        at_recv *r = &rv[completed];
+        for (int i = 0; i < r->n; i++) {
+          assert_int_equal(got[i], r->size[i]);
+          for (size_t b = 0; b < r->size[i]; b++)
+            if (r->buf[i][b] != pattern(b, 70 + r->tags[i] - 40))
+              fail_msg("receive %d, tag %d: byte %zu", completed, r->tags[i], b);
+          assert_int_equal(r->buf[i][r->size[i]], 0xee);
+        }
+        completed++;
+      }
+    }
+    /* Sender: one sub, picked at random, tries its next message. */
+    int t = (int)(rnd(&seed) % AT_SUBS);
+    while (next_recv[t] < AT_RECVS) { /* the next receive holding sub t */
+      int k = next_recv[t], i;
+      for (i = 0; i < rv[k].n && rv[k].tags[i] != 40 + t; i++) {}
+      if (i == rv[k].n) {
+        next_recv[t]++;
+        continue;
+      }
+      if (!sreq[k][i]) {
+        assert_int_equal(rr_net_isend(p.send, sdata[t], rv[k].size[i], 40 + t, smr[t], NULL, &sreq[k][i]), RR_OK);
+        if (sreq[k][i]) sent_count++;
+      }
+      if (sreq[k][i]) {
+        int done = 0;
+        assert_int_equal(rr_net_test(sreq[k][i], &done, NULL), RR_OK);
+        if (done) next_recv[t]++; /* its buffer is free: the sub moves on */
+      }
+      break;
+    }
+  }
+  assert_int_equal(completed, AT_RECVS);
+  assert_int_equal(sent_count, total);
+  /* Eager messages did go to receives without their tag, and were parked. */
+  assert_true(p.send->engine.stats.parked > 0);
+  for (int k = 0; k < AT_RECVS; k++)
+    for (int i = 0; i < rv[k].n; i++) {
+      assert_int_equal(rr_net_dereg_mr(p.recv, rv[k].mr[i]), RR_OK);
+      free(rv[k].buf[i]);
+    }
+  for (int t = 0; t < AT_SUBS; t++) assert_int_equal(rr_net_dereg_mr(p.send, smr[t]), RR_OK);
   close_pair(&p);
 }
 
@@ -539,8 +725,12 @@ static void test_refused_health_table_traffic_moves(void **state) {
   assert_int_equal(rmdir(tdir), 0);
 }
 
+/* RR_TEST_IFNAME pools other interfaces than lo (two_rails.sh: two NICs, so
+ * every connection has two rails) and RR_TEST_FILTER picks the cases. */
 int main(void) {
-  setenv("RERAIL_SOCKET_IFNAME", "lo", 1);
+  const char *ifname = getenv("RR_TEST_IFNAME");
+  setenv("RERAIL_SOCKET_IFNAME", ifname ? ifname : "lo", 1);
+  if (getenv("RR_TEST_FILTER")) cmocka_set_test_filter(getenv("RR_TEST_FILTER"));
   setenv("RERAIL_CHUNK_SIZE", "128K", 1); /* many chunks per message */
   setenv("RERAIL_TCP_STREAMS", "2", 1);
   rr_params_reload();
@@ -549,6 +739,8 @@ int main(void) {
       cmocka_unit_test(test_grouped),
       cmocka_unit_test(test_eager_before_grouped_receive),
       cmocka_unit_test(test_full_queue_gives_null),
+      cmocka_unit_test(test_unmatched_tag_not_now_no_eager),
+      cmocka_unit_test(test_sends_in_any_tag_order),
       cmocka_unit_test(test_bad_handle),
       cmocka_unit_test(test_wrong_token_refused),
       cmocka_unit_test(test_profiler_events),
