@@ -263,6 +263,10 @@ void rr_core_engine_config(int role, size_t chunk_size, const struct sockaddr *p
 /* Background thread (monitor.c): link-state events, and progress for
  * connections NCCL is not driving. */
 void rr_monitor_add(rr_engine *e);
+/* Set every pooled NIC's state from its interface flags now (the plugin's
+ * start: a NIC down then is known down before the first connection plans
+ * its rails; the background thread follows netlink from then on). */
+void rr_monitor_read_links(const char *why);
 void rr_monitor_remove(rr_engine *e);
 void rr_monitor_add_listener(rr_listen_comm *l);
 /* Stop the background thread now (it touches the devices). */
