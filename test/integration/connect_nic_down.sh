@@ -16,13 +16,13 @@
 #                   rail1; rail0 comes up: within the fail-back hold + 2 s host 0 sends
 #                   >= 95% of its bytes on rail0; zero errors
 #   connector_down  the same with host 0's rail0 (the connector's first NIC)
-#   flapping        4 rails, RERAIL_BACKUPS=3, δ = 300 ms, fail-back hold 100 ms: random
-#                   NIC / switch-port / black-hole faults on random rails of both hosts from
-#                   before the processes start (host 0's rail0 NIC down first) through
-#                   connection setup and the first seconds of traffic, never every rail of
-#                   the path at once (as resilience_chaos.sh); then everything heals: rail0
-#                   carries >= 95% of host 0's bytes within 12 s (the hold doubles with
-#                   each recent failure, up to 64x); zero errors
+#   flapping        4 rails, RERAIL_BACKUPS=3, δ = 300 ms, fail-back hold 100 ms: host 0's
+#                   rail0 NIC down, and random NIC / switch-port / black-hole faults on the
+#                   rails of both hosts, from before the processes start through connection
+#                   setup and the first seconds of traffic, never every rail of the path at
+#                   once (as resilience_chaos.sh); then everything heals: rail0 carries >= 95%
+#                   of host 0's bytes within 12 s (the hold doubles with each recent failure,
+#                   up to 64x); zero errors
 #
 # A case that fails only on a timing bound is run once more (RES_RETRIES, default 1),
 # as in resilience_edges.sh: the machine running CI is shared.
@@ -77,14 +77,14 @@ moved_off0() {
   OFF0=$sum
 }
 
-# wait_on_rail0 LIMIT_MS: host 0's tx counters over 50 ms windows from now until
-# rail0 moves more than 1 MB and at least 95% of the bytes (every connection is
-# back on it); FB_MS = when (ms after the call; a window's end, <= 50 ms late),
-# empty when not within LIMIT_MS. The burst of TCP resending what sat in a rail's
+# wait_on_rail0 LIMIT_MS [FROM_US]: host 0's tx counters over 50 ms windows from now
+# until rail0 moves more than 1 MB and at least 95% of the bytes (every connection is
+# back on it); FB_MS = when (ms after FROM_US, default now: a window's end, <= 50 ms
+# late), empty when not within LIMIT_MS of FROM_US. The burst of TCP resending what sat in a rail's
 # socket buffer is short; the other rails carry the data until connections fail back.
 wait_on_rail0() {
   local limit_us=$(($1 * 1000)) t0 t a b i d0 rest
-  t0=$(us)
+  t0=${2:-$(us)}
   FB_MS=""
   read -ra a <<<"$(tx_rails)"
   while t=$(us); [ $((t - t0)) -lt "$limit_us" ]; do
@@ -155,8 +155,10 @@ apply() {   # apply KIND H R on|off
   echo "+$(calc "$T_AFTER - $T0") $k h$h rail$r $v" >>"$PAIR_DIR/faults.log"
   NCHANGES=$((NCHANGES + 1))
 }
+PINNED=""   # a fault the flapping never heals (heal_all does)
 heal_random() {
-  local keys=("${!F[@]}") key k h r
+  local keys=() key k h r
+  for key in "${!F[@]}"; do [ "$key" = "$PINNED" ] || keys+=("$key"); done
   [ ${#keys[@]} -gt 0 ] || return 1
   key=${keys[RANDOM % ${#keys[@]}]}
   IFS=, read -r k h r <<<"$key"
@@ -175,24 +177,27 @@ flap_step() {
   [ $((RANDOM % 10)) -lt 7 ] || [ ${#F[@]} -eq 0 ] && want=inject || want=heal
   if [ "$want" = heal ] || [ ${#F[@]} -ge 6 ]; then heal_random && return; fi
   k=${KINDS[RANDOM % 3]} h=$((RANDOM % 2)) r=$((RANDOM % LAB_RAILS))
-  if [ "${F[$k,$h,$r]:-0}" = 1 ]; then apply "$k" "$h" "$r" off
+  if [ "$k,$h,$r" = "$PINNED" ]; then return
+  elif [ "${F[$k,$h,$r]:-0}" = 1 ]; then apply "$k" "$h" "$r" off
   elif rail_clean "$r" && [ "$(clean_rails)" -le 1 ]; then heal_random
   else apply "$k" "$h" "$r" on; fi
 }
 
 case_flapping() {
-  local flap window=12 seed end_us hold=100 dur
+  local flap window=12 seed end_us hold=100 dur healed
   flap=$(scaled 5 3)
   dur=$(calc "$flap + $window + 2")
   seed=${RERAIL_CHAOS_SEED:-$((($$ * 7919 + ${EPOCHREALTIME/./}) % 1000000))}
   RANDOM=$seed
-  F=() NCHANGES=0
+  F=() NCHANGES=0 PINNED=nic,0,0
   lab_start "$LABNAME" 2 4
   PAIR_DIR="$WORK/$CASE_DIR"
   mkdir -p "$PAIR_DIR"
   : >"$PAIR_DIR/faults.log"
   T0=$EPOCHREALTIME
-  # The connector's first NIC down before anything starts, then chaos from the first second.
+  # The connector's first NIC down before anything starts and until the flapping
+  # ends (every connection is set up without it, and must move to it once it
+  # heals), the other rails flapping from the first second.
   apply nic 0 0 on
   flap_step
   PAIR_ENV=(RERAIL_PROGRESS_TIMEOUT=300 RERAIL_BACKUPS=3 "RERAIL_FAILBACK_HOLD=$hold")
@@ -202,10 +207,12 @@ case_flapping() {
     nap "0.$(printf '%03d' $((100 + RANDOM % 701)))"
     flap_step
   done
+  PINNED=""
   heal_all
+  healed=$(us)
   # Setup may still be under way if a rail stayed down long: it completes once healed.
   started 45 || return
-  wait_on_rail0 $((window * 1000))
+  wait_on_rail0 $((window * 1000)) "$healed"
   pair_wait 120
   VFIG="seed $seed (RERAIL_CHAOS_SEED); $NCHANGES fault changes over $flap s from before the processes started; after everything healed rail0 carried >= 95% of host 0's bytes after ${FB_MS:-never ($window s)} ms; $(what_moved)"
   if ! ok_pair; then bad "server exit $SRC, client exit $CRC"
