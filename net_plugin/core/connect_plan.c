@@ -23,9 +23,15 @@ enum rr_connect_verdict rr_connect_decide(const rr_connect_rail_view *v, int n, 
   return RR_CONNECT_COMMIT;
 }
 
+static int hoped(const rr_connect_rail_view *v) {
+  return v->status == RAIL_READY || (v->status == RAIL_PENDING && !v->failed);
+}
+
 int rr_connect_backups_short(const rr_connect_rail_view *v, int n, int want) {
-  int hoped = 0;
-  for (int r = 1; r < n; r++)
-    hoped += v[r].status == RAIL_READY || (v[r].status == RAIL_PENDING && !v[r].failed);
-  return hoped < want ? want - hoped : 0;
+  int backups = 0;
+  for (int r = 1; r < n; r++) backups += hoped(&v[r]);
+  if (backups < want) return want - backups;
+  /* Even without backups wanted, a connection whose every rail is down
+   * reaches its peer over another NIC rather than not at all. */
+  return !backups && (n < 1 || !hoped(&v[0]));
 }

@@ -16,9 +16,10 @@
  *    all the same, as a rail that failed ("later"): both ends hold it down and
  *    the connector reopens it once its path works. A rail added to replace a
  *    backup that failed joins only if it is up.
- *  - While fewer backups than wanted are up or still hoped for, the next NIC
- *    of the chain is planned too, so a connection reaches its peer over any
- *    NIC that works even when the first ones planned are down. */
+ *  - While fewer backups than wanted are up or still hoped for (or none at all
+ *    while the primary is down), the next NIC of the chain is planned too, so
+ *    a connection reaches its peer over any NIC that works even when the first
+ *    ones planned are down. */
 #ifndef RERAIL_CORE_CONNECT_PLAN_H
 #define RERAIL_CORE_CONNECT_PLAN_H
 #include <stdint.h>
@@ -45,7 +46,8 @@ enum rr_connect_verdict rr_connect_decide(const rr_connect_rail_view *v, int n, 
                                           uint32_t *later, uint32_t *dropped);
 
 /* How many more backups to plan (0 or more): want minus the backups that
- * are up or still hoped for (pending, no attempt failed yet). */
+ * are up or still hoped for (pending, no attempt failed yet); with none
+ * wanted (RERAIL_BACKUPS=0), one while no rail at all is up or hoped for. */
 int rr_connect_backups_short(const rr_connect_rail_view *v, int n, int want);
 
 #endif

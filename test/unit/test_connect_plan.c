@@ -77,9 +77,18 @@ static void test_backups_short(void **state) {
   assert_int_equal(rr_connect_backups_short(v, 2, 1), 1);
   assert_int_equal(rr_connect_backups_short(v, 4, 1), 0);  /* rail 2 is up */
   assert_int_equal(rr_connect_backups_short(v, 4, 3), 2);
-  assert_int_equal(rr_connect_backups_short(v, 4, 0), 0);  /* RERAIL_BACKUPS=0 */
+  assert_int_equal(rr_connect_backups_short(v, 4, 0), 0);  /* RERAIL_BACKUPS=0, a rail up */
   v[0] = V(RAIL_READY, 0, 1);
   assert_int_equal(rr_connect_backups_short(v, 1, 1), 1);  /* no backup planned at all */
+  /* RERAIL_BACKUPS=0: nothing more while the primary may work; one other
+   * NIC once it failed and nothing else is up or hoped for. */
+  assert_int_equal(rr_connect_backups_short(v, 1, 0), 0);
+  v[0] = V(RAIL_PENDING, 0, 1);
+  assert_int_equal(rr_connect_backups_short(v, 1, 0), 0);
+  v[0] = V(RAIL_PENDING, 1, 1);
+  assert_int_equal(rr_connect_backups_short(v, 1, 0), 1);
+  v[1] = V(RAIL_PENDING, 0, 0);
+  assert_int_equal(rr_connect_backups_short(v, 2, 0), 0);  /* the one planned is still hoped for */
 }
 
 int main(void) {
