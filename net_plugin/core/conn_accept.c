@@ -682,6 +682,15 @@ static int reconnect_install(rr_listen_comm *l, pending_group *g) {
   return 1;
 }
 
+/* An error a connection met before we took it (accept(2): Linux hands a
+ * pending network error of the new socket to accept, which drops that one
+ * socket): a NIC going down under a connection being set up, not a broken
+ * listener. The connector tries again. */
+static int net_error_pending(int err) {
+  return err == ENETDOWN || err == ENETUNREACH || err == EHOSTDOWN || err == EHOSTUNREACH || err == ENONET ||
+         err == EPROTO || err == ENOPROTOOPT || err == EOPNOTSUPP;
+}
+
 /* Take every new socket the kernel has: a pending slot each, or closed at
  * once when its source (or everyone) has too many unauthenticated ones. */
 static rr_status take_new(rr_listen_comm *l) {
@@ -691,7 +700,7 @@ static rr_status take_new(rr_listen_comm *l) {
       socklen_t alen = sizeof peer;
       int fd = accept4(l->fds[k], (struct sockaddr *)&peer, &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
-        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EINTR || errno == ECONNABORTED || net_error_pending(errno)) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) break;
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
           /* Out of descriptors: what is pending times out and frees them. */
