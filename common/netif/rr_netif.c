@@ -120,12 +120,18 @@ static int usable_family(const struct sockaddr *sa) {
   return 0;
 }
 
+int rr_ifname_spec_selects(const char *spec) { return spec && *spec && *spec != '^'; }
+
 static int collect(struct ifaddrs *list, const char *spec, int want_loopback, rr_netif *out,
                    int max) {
   int n = 0;
   for (struct ifaddrs *ifa = list; ifa; ifa = ifa->ifa_next) {
     int rank = usable_family(ifa->ifa_addr);
-    if (!rank || !(ifa->ifa_flags & IFF_UP)) continue;
+    if (!rank) continue;
+    /* A NIC the operator names that is down now (its IPv4 address stays) is
+     * one of the pool all the same: it starts marked down and is used when
+     * it heals. Without such a list only what is up is taken. */
+    if (!(ifa->ifa_flags & IFF_UP) && !rr_ifname_spec_selects(spec)) continue;
     int loop = (ifa->ifa_flags & IFF_LOOPBACK) != 0;
     if (spec && *spec) {
       if (!rr_ifname_match(spec, ifa->ifa_name)) continue;

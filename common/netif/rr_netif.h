@@ -27,9 +27,15 @@ typedef struct rr_netif {
  * An empty or NULL spec matches everything. */
 int rr_ifname_match(const char *spec, const char *ifname);
 
-/* Discover usable interfaces. With a spec, the interfaces it selects (up,
- * with an address); without one, every up non-loopback interface, else
- * loopback. Fills at most max entries; *count may be 0 (RR_OK) when the spec
+/* Does spec name the interfaces to use (a list of names or prefixes), rather
+ * than leave every interface but some (empty, or a '^' list)? */
+int rr_ifname_spec_selects(const char *spec);
+
+/* Discover usable interfaces. With a spec that names interfaces
+ * (rr_ifname_spec_selects), those it selects that have an address, up or
+ * down (a NIC that is down when the job starts is pooled, marked down, and
+ * used when it heals); otherwise every up interface the spec leaves,
+ * non-loopback, else loopback. Fills at most max entries; *count may be 0 (RR_OK) when the spec
  * matches nothing: the caller decides how to report that. */
 rr_status rr_netif_discover(const char *spec, rr_netif *out, int max, int *count);
 

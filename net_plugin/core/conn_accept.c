@@ -69,43 +69,73 @@ static void refuse(rr_listen_comm *l, pending_sock *ps, const char *why) {
 
 /* ------------------------------------------------------------------ listen */
 
+/* A listening socket on addr, port *port (0: any, and *port says which).
+ * 0, or the errno of what failed. */
+static int listen_on(const struct sockaddr_storage *addr, uint16_t *port, int *out) {
+  struct sockaddr_storage a = *addr;
+  socklen_t alen = a.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+  if (a.ss_family == AF_INET) ((struct sockaddr_in *)&a)->sin_port = htons(*port);
+  else ((struct sockaddr_in6 *)&a)->sin6_port = htons(*port);
+  int fd = socket(a.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno;
+  struct sockaddr_storage bound;
+  socklen_t blen = sizeof bound;
+  if (bind(fd, (struct sockaddr *)&a, alen) != 0 || listen(fd, 512) != 0 ||
+      (!*port && getsockname(fd, (struct sockaddr *)&bound, &blen) != 0)) {
+    int err = errno;
+    close(fd);
+    return err;
+  }
+  if (!*port)
+    *port = ntohs(bound.ss_family == AF_INET ? ((struct sockaddr_in *)&bound)->sin_port
+                                             : ((struct sockaddr_in6 *)&bound)->sin6_port);
+  *out = fd;
+  return 0;
+}
+
 /* One listening socket per pooled NIC address of the listening device's
  * family, all on one port (the handle has room for one). Never the wildcard
- * address: only the rails rerail pools can reach it. */
-static rr_status bind_all(rr_listen_comm *l, const struct sockaddr_storage *addrs, int naddrs,
+ * address: only the rails rerail pools can reach it. A NIC that is down
+ * keeps its IPv4 address and is listened on like any (its rails are
+ * reopened when it heals); one whose address is gone (an IPv6 address
+ * flushed with the link, a lost lease) is left out of the handle, so
+ * addrs/devs and *naddrs are cut down to the addresses listened on. */
+static rr_status bind_all(rr_listen_comm *l, struct sockaddr_storage *addrs, int *devs, int *naddrs,
                           uint16_t *port) {
   for (int attempt = 0; attempt < 16; attempt++) {
     uint16_t want = 0;
-    int i;
-    for (i = 0; i < naddrs; i++) {
-      struct sockaddr_storage a = addrs[i];
-      socklen_t alen = a.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
-      if (a.ss_family == AF_INET) ((struct sockaddr_in *)&a)->sin_port = htons(want);
-      else ((struct sockaddr_in6 *)&a)->sin6_port = htons(want);
-      int fd = socket(a.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-      if (fd < 0) break;
-      l->fds[l->nfds++] = fd;
-      if (bind(fd, (struct sockaddr *)&a, alen) != 0 || listen(fd, 512) != 0) break;
-      if (i == 0) {
-        struct sockaddr_storage bound;
-        socklen_t blen = sizeof bound;
-        if (getsockname(fd, (struct sockaddr *)&bound, &blen) != 0) break;
-        want = ntohs(bound.ss_family == AF_INET ? ((struct sockaddr_in *)&bound)->sin_port
-                                                : ((struct sockaddr_in6 *)&bound)->sin6_port);
+    int err = 0, bad = -1, keep[RR_LISTEN_FDS], n = 0;
+    for (int i = 0; i < *naddrs; i++) {
+      int fd = -1;
+      err = listen_on(&addrs[i], &want, &fd);
+      if (err == EADDRNOTAVAIL) {
+        RR_INFO(RR_SUB_NET, "listen: %s has no address now: left out of this listener",
+                rr_core_devices()->nif[devs[i]].name);
+        continue;
       }
+      if (err) {
+        bad = i;
+        break;
+      }
+      l->fds[l->nfds++] = fd;
+      keep[n++] = i;
     }
-    if (i == naddrs) {
+    if (bad < 0 && n > 0) {
+      for (int k = 0; k < n; k++) addrs[k] = addrs[keep[k]], devs[k] = devs[keep[k]];
+      *naddrs = n;
       *port = want;
       return RR_OK;
     }
-    int err = errno;
     while (l->nfds) close(l->fds[--l->nfds]);
-    /* Another socket holds that port on one of the other addresses: try
-     * another port. Anything else will not get better. */
-    if (err != EADDRINUSE || i == 0) {
+    if (bad < 0) {
+      RR_WARN("listen: no pooled NIC has its address: nothing to listen on");
+      return RR_ERR_SYSTEM;
+    }
+    /* Another socket holds the port chosen on one of the other addresses:
+     * try another port. Anything else will not get better. */
+    if (err != EADDRINUSE || !want) {
       char abuf[64];
-      RR_WARN("listen: bind/listen on %s: %s",
-              rr_sockaddr_str((const struct sockaddr *)&addrs[i < naddrs ? i : 0], abuf, sizeof abuf),
+      RR_WARN("listen: bind/listen on %s: %s", rr_sockaddr_str((const struct sockaddr *)&addrs[bad], abuf, sizeof abuf),
               strerror(err));
       return RR_ERR_SYSTEM;
     }
@@ -128,12 +158,16 @@ rr_status rr_net_listen(rr_net_ctx *ctx, int dev, void *handle, rr_listen_comm *
    * rails reach us through them. */
   struct sockaddr_storage addrs[RR_HANDLE_MAX_ADDRS];
   int naddrs = 0;
+  l->addr_dev[naddrs] = dev;
   addrs[naddrs++] = nif->addr;
   for (int i = 0; i < d->count && naddrs < RR_HANDLE_MAX_ADDRS; i++)
-    if (i != dev && d->nif[i].addr.ss_family == nif->addr.ss_family) addrs[naddrs++] = d->nif[i].addr;
+    if (i != dev && d->nif[i].addr.ss_family == nif->addr.ss_family) {
+      l->addr_dev[naddrs] = i;
+      addrs[naddrs++] = d->nif[i].addr;
+    }
   uint16_t port = 0;
   rr_status st = rr_hs_random(l->secret, sizeof l->secret);
-  if (st == RR_OK) st = bind_all(l, addrs, naddrs, &port);
+  if (st == RR_OK) st = bind_all(l, addrs, l->addr_dev, &naddrs, &port);
   if (st != RR_OK) {
     free(l);
     return st;
@@ -148,9 +182,10 @@ rr_status rr_net_listen(rr_net_ctx *ctx, int dev, void *handle, rr_listen_comm *
     return st;
   }
   char abuf[64];
+  /* addrs[0] is the listening device's address unless that NIC has none now. */
   RR_INFO(RR_SUB_NET | RR_SUB_INIT, "listening on %s (%s) and %d more pooled address(es), port %u",
-          nif->name, rr_sockaddr_str((const struct sockaddr *)&nif->addr, abuf, sizeof abuf), naddrs - 1,
-          port);
+          d->nif[l->addr_dev[0]].name, rr_sockaddr_str((const struct sockaddr *)&addrs[0], abuf, sizeof abuf),
+          naddrs - 1, port);
   *out = l;
   return RR_OK;
 }
@@ -420,9 +455,27 @@ static void on_proof(rr_listen_comm *l, pending_sock *ps) {
   ps->fd = -1;
 }
 
+/* What a COMMIT may name beyond its format: a reconnect, its one rail and no
+ * rails for later; a first connection, rails for later only at addresses
+ * this listener gave out. */
+static rr_status commit_check(const rr_listen_comm *l, const pending_group *g, const rr_hs_commit *cm,
+                              const char **why) {
+  if (g->reconnect_rail >= 0 && (cm->rails != 1u << g->reconnect_rail || cm->later)) {
+    *why = "a reconnect's COMMIT names other rails";
+    return RR_ERR_PROTOCOL;
+  }
+  for (int r = 0; r < RR_MAX_RAILS; r++)
+    if ((cm->later & (1u << r)) && cm->later_addr[r] >= l->nfds) {
+      *why = "a rail to reopen later names an address this listener does not have";
+      return RR_ERR_PROTOCOL;
+    }
+  return RR_OK;
+}
+
 /* The connector's COMMIT (on stream 0 of one rail) names the final set of
- * rails; a reconnect's names its rail, once the connector has swapped to the
- * new endpoint. Exactly its bytes are read: data follows it. */
+ * rails, and those it reopens later; a reconnect's names its rail, once the
+ * connector has swapped to the new endpoint. Exactly its bytes are read:
+ * data follows it. */
 static void read_commits(rr_listen_comm *l) {
   for (int gi = 0; gi < l->ngroups;) {
     pending_group *g = &l->groups[gi];
@@ -431,16 +484,15 @@ static void read_commits(rr_listen_comm *l) {
       int fd = g->fds[r][0];
       if (fd < 0) continue;
       const char *why = NULL;
-      uint32_t mask = 0;
+      rr_hs_commit cm;
       for (;;) {
         size_t need = 0;
-        rr_status st = rr_hs_commit_decode(g->commit[r], g->commit_got[r], &mask, &need, &why);
-        if (st == RR_OK && g->reconnect_rail >= 0 && mask != 1u << g->reconnect_rail) {
-          st = RR_ERR_PROTOCOL;
-          why = "a reconnect's COMMIT names other rails";
-        }
+        rr_status st = rr_hs_commit_decode(g->commit[r], g->commit_got[r], &cm, &need, &why);
+        if (st == RR_OK) st = commit_check(l, g, &cm, &why);
         if (st == RR_OK) {
-          g->rails_mask = mask;
+          g->rails_mask = cm.rails;
+          g->later_mask = cm.later;
+          memcpy(g->later_addr, cm.later_addr, sizeof g->later_addr);
           break;
         }
         if (st != RR_AGAIN) {
@@ -528,33 +580,57 @@ static unsigned listen_port(const rr_listen_comm *l) {
   return ntohs(a.ss_family == AF_INET ? ((struct sockaddr_in *)&a)->sin_port : ((struct sockaddr_in6 *)&a)->sin6_port);
 }
 
-/* Build the receive comm from a complete group (which this consumes). */
+/* Rail r of a group, connected, to the engine. */
+static rr_status add_rail_up(pending_group *g, int r, rr_engine *e) {
+  const rr_devices *d = rr_core_devices();
+  struct sockaddr_storage remote;
+  socklen_t rlen = sizeof remote;
+  getpeername(g->fds[r][0], (struct sockaddr *)&remote, &rlen);
+  rr_rail_ep *ep = NULL;
+  rr_status st = connect_rail_ep(g, r, &ep);
+  if (st != RR_OK) return st;
+  char abuf[64];
+  int dev = g->dev[r];
+  rr_sockaddr_str((struct sockaddr *)&remote, abuf, sizeof abuf);
+  st = rr_engine_add_rail(e, ep, d->nif[dev].speed_mbps > 0 ? d->nif[dev].speed_mbps : 10000, d->nif[dev].name, abuf);
+  if (st != RR_OK) ep->ops->destroy(ep);
+  return st;
+}
+
+/* Rail r of a group that the connector reopens once it works: an endpoint,
+ * never connected, on the device behind the address that rail will reach
+ * (the engine names the buffers' keys on that device in clear-to-sends, and
+ * the reopened rail arrives there). Its peer address is not known yet: the
+ * rail is named after the peer host. */
+static rr_status add_rail_later(const rr_listen_comm *l, const pending_group *g, int r, rr_engine *e) {
+  const rr_devices *d = rr_core_devices();
+  int dev = l->addr_dev[g->later_addr[r]];
+  rr_rail_ep *ep = NULL;
+  uint8_t blob[RR_HS_BLOB_MAX];
+  uint16_t blen = 0;
+  rr_status st = rr_setup_ep_open(dev, e, &ep, blob, &blen);
+  if (st != RR_OK) return st;
+  st = rr_engine_add_rail_later(e, ep, d->nif[dev].speed_mbps > 0 ? d->nif[dev].speed_mbps : 10000,
+                                d->nif[dev].name, e->cfg.peer, "the connector could not reach it");
+  if (st != RR_OK) ep->ops->destroy(ep);
+  return st;
+}
+
+/* Build the receive comm from a complete group (which this consumes): its
+ * rails in order, those up connected, those for later held down. */
 static rr_status make_recv_comm(rr_listen_comm *l, pending_group *g, rr_recv_comm **out) {
   rr_recv_comm *rc = g->rc;
   g->rc = NULL;
-  const rr_devices *d = rr_core_devices();
   rr_status st = RR_OK;
   for (int r = 0; r < RR_MAX_RAILS && st == RR_OK; r++) {
-    if (!(g->rails_mask & (1u << r))) continue;
-    struct sockaddr_storage remote;
-    socklen_t rlen = sizeof remote;
-    getpeername(g->fds[r][0], (struct sockaddr *)&remote, &rlen);
-    rr_rail_ep *ep = NULL;
-    st = connect_rail_ep(g, r, &ep);
-    if (st == RR_OK) {
-      char abuf[64];
-      int dev = g->dev[r];
-      rr_sockaddr_str((struct sockaddr *)&remote, abuf, sizeof abuf);
-      st = rr_engine_add_rail(&rc->engine, ep, d->nif[dev].speed_mbps > 0 ? d->nif[dev].speed_mbps : 10000,
-                              d->nif[dev].name, abuf);
-      if (st != RR_OK) ep->ops->destroy(ep);
-    }
+    if (g->rails_mask & (1u << r)) st = add_rail_up(g, r, &rc->engine);
+    else if (g->later_mask & (1u << r)) st = add_rail_later(l, g, r, &rc->engine);
   }
   group_close(g); /* sockets and endpoints of rails the connector left out */
   rc->magic = RR_MAGIC_RECV;
   rc->dev = l->dev;
   rc->conn_id = g->conn_id;
-  rc->rails_mask = g->rails_mask;
+  rc->rails_mask = g->rails_mask | g->later_mask;
   if (st == RR_OK) st = comms_add(l, rc);
   if (st != RR_OK) {
     rr_engine_fini(&rc->engine);
@@ -606,6 +682,15 @@ static int reconnect_install(rr_listen_comm *l, pending_group *g) {
   return 1;
 }
 
+/* An error a connection met before we took it (accept(2): Linux hands a
+ * pending network error of the new socket to accept, which drops that one
+ * socket): a NIC going down under a connection being set up, not a broken
+ * listener. The connector tries again. */
+static int net_error_pending(int err) {
+  return err == ENETDOWN || err == ENETUNREACH || err == EHOSTDOWN || err == EHOSTUNREACH || err == ENONET ||
+         err == EPROTO || err == ENOPROTOOPT || err == EOPNOTSUPP;
+}
+
 /* Take every new socket the kernel has: a pending slot each, or closed at
  * once when its source (or everyone) has too many unauthenticated ones. */
 static rr_status take_new(rr_listen_comm *l) {
@@ -615,7 +700,7 @@ static rr_status take_new(rr_listen_comm *l) {
       socklen_t alen = sizeof peer;
       int fd = accept4(l->fds[k], (struct sockaddr *)&peer, &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
-        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EINTR || errno == ECONNABORTED || net_error_pending(errno)) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) break;
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
           /* Out of descriptors: what is pending times out and frees them. */

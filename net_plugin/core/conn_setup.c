@@ -6,10 +6,13 @@
  * authenticates on its own as soon as it is connected (setup_wire.h:
  * HELLO, CHALLENGE, PROOF, ACCEPT): the listener proves it holds the handle's
  * secret, then we do, and the endpoint address blobs are exchanged. Once
- * every rail is up or left out, a COMMIT names the final set of rails (a
- * reconnect's COMMIT names its one rail, and installs it). NCCL
- * calls connect() again and again until it returns a comm, so the state in
- * between lives in a send comm under construction, keyed by NCCL's handle. */
+ * a rail is up and every other is up or known down (connect_plan.h), a
+ * COMMIT names the rails up and those that belong to the connection but wait
+ * for their NIC (a reconnect's COMMIT names its one rail, and installs it).
+ * A NIC that is down never fails connect() while another rail works: its rail
+ * joins as a failed one and is reopened when the NIC heals. NCCL calls
+ * connect() again and again until it returns a comm, so the state in between
+ * lives in a send comm under construction, keyed by NCCL's handle. */
 #include "core_internal.h"
 #include "rr_clock.h"
 #include "rr_health.h"
@@ -23,6 +26,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -31,6 +35,11 @@ _Static_assert(RR_TCP_MAX_STREAMS <= RR_HS_MAX_STREAMS, "setup sockets per rail"
 _Static_assert(RR_MAX_RAILS <= RR_HS_MAX_RAILS, "rails per connection");
 
 #define RETRY_DELAY_NS (20ull * 1000 * 1000)
+/* A setup socket whose TCP connect has no answer this long is tried again
+ * (connect() only; a reconnect has its own bound): a SYN lost to a port that
+ * is down is resent by the kernel only after a second, then three. A healthy
+ * path answers in well under a millisecond. */
+#define SETUP_STUCK_NS (250ull * 1000 * 1000)
 
 rr_status rr_sock_tune(int fd) {
   int one = 1;
@@ -74,29 +83,57 @@ static int pair_peer_addr(const rr_netif *nif, const rr_peer_addrs *peer, const 
   return -1;
 }
 
-/* Primary rail first, then backups along the failover chain (every other
+/* Plan the next NIC of the chain that can be paired with a peer address;
+ * its index, or -1 when none is left. */
+static int plan_next_rail(connect_state *c) {
+  const rr_devices *d = rr_core_devices();
+  while (c->cand_next < c->ncand && c->nrails < RR_MAX_RAILS) {
+    int dev = c->cand[c->cand_next++];
+    int j = pair_peer_addr(&d->nif[dev], &c->peer, c->addr_used);
+    if (j < 0) continue;
+    c->addr_used[j] = 1;
+    connect_rail *cr = &c->rails[c->nrails];
+    cr->dev = dev;
+    cr->peer_addr = j;
+    return c->nrails++;
+  }
+  return -1;
+}
+
+/* The other NICs in failover-chain order, those known to be down last: a
+ * backup is planned on a NIC that works when one does, and on a down one
+ * (to be reopened when it heals) rather than none. */
+static void plan_candidates(connect_state *c, int dev) {
+  const rr_devices *d = rr_core_devices();
+  unsigned char healthy[RR_MAX_NETIFS];
+  for (int i = 0; i < d->count; i++) healthy[i] = rr_health_nic_get(i) != RR_LINK_DOWN;
+  int up[RR_MAX_NETIFS], all[RR_MAX_NETIFS];
+  int nup = rr_topo_failover_chain("/sys", d->nif, d->count, dev, healthy, up, RR_MAX_NETIFS);
+  int nall = rr_topo_failover_chain("/sys", d->nif, d->count, dev, NULL, all, RR_MAX_NETIFS);
+  c->ncand = c->cand_next = 0;
+  for (int k = 0; k < nup; k++) c->cand[c->ncand++] = up[k];
+  for (int k = 0; k < nall; k++)
+    if (!healthy[all[k]]) c->cand[c->ncand++] = all[k];
+}
+
+/* Primary rail first (the NIC NCCL named, to the listener's first address,
+ * whatever their state), then backups along the failover chain (every other
  * NIC in balance mode), each paired with a peer address it can reach. */
 static void plan_rails(connect_state *c, int dev) {
-  const rr_devices *d = rr_core_devices();
   const rr_params *p = rr_params_get();
-  int used[RR_HANDLE_MAX_ADDRS] = {1};
+  memset(c->addr_used, 0, sizeof c->addr_used);
+  c->addr_used[0] = 1;
   c->rails[0].dev = dev;
   c->rails[0].peer_addr = 0;
   c->nrails = 1;
-  unsigned char healthy[RR_MAX_NETIFS];
-  for (int i = 0; i < d->count; i++) healthy[i] = rr_health_nic_get(i) != RR_LINK_DOWN;
-  int chain[RR_MAX_NETIFS];
-  int n = rr_topo_failover_chain("/sys", d->nif, d->count, dev, healthy, chain, RR_MAX_NETIFS);
-  int want = p->failover == RR_FAILOVER_BALANCE ? RR_MAX_RAILS - 1 : p->backups;
-  for (int k = 0; k < n && c->nrails <= want && c->nrails < RR_MAX_RAILS; k++) {
-    int j = pair_peer_addr(&d->nif[chain[k]], &c->peer, used);
-    if (j < 0) continue;
-    used[j] = 1;
-    c->rails[c->nrails].dev = chain[k];
-    c->rails[c->nrails].peer_addr = j;
-    c->nrails++;
+  c->want = p->failover == RR_FAILOVER_BALANCE ? RR_MAX_RAILS - 1 : p->backups;
+  plan_candidates(c, dev);
+  while (c->nrails <= c->want && plan_next_rail(c) >= 0) {
   }
+  for (int r = 0; r < c->nrails; r++) c->rails[r].base = 1;
 }
+
+static rr_status rail_open_ep(rr_send_comm *s, connect_rail *cr);
 
 static void stream_close(setup_stream *st) {
   if (st->fd >= 0) close(st->fd);
@@ -117,6 +154,20 @@ static void rail_give_up(connect_state *c, connect_rail *cr, const char *why) {
           rr_sockaddr_str((struct sockaddr *)&c->peer.addrs[cr->peer_addr], abuf, sizeof abuf), why);
   rail_close(c, cr);
   cr->status = RAIL_FAILED;
+  cr->why = why;
+}
+
+/* A rail that belongs to the connection although it could not be reached:
+ * its sockets go, its endpoint stays (never connected, it stands for the
+ * rail in the engine until the rail is reopened). */
+static void rail_defer(connect_state *c, connect_rail *cr) {
+  char abuf[64];
+  RR_INFO(RR_SUB_NET, "rail %s -> %s left down for now, reopened when it works: %s",
+          rr_core_devices()->nif[cr->dev].name,
+          rr_sockaddr_str((struct sockaddr *)&c->peer.addrs[cr->peer_addr], abuf, sizeof abuf),
+          cr->why ? cr->why : "not up in time");
+  for (int i = 0; i < c->nstreams; i++) stream_close(&cr->s[i]);
+  cr->status = RAIL_LATER;
 }
 
 /* Open one stream's socket from the rail's local device towards its peer address. */
@@ -141,10 +192,14 @@ static rr_status stream_open(connect_state *c, connect_rail *cr, setup_stream *s
   if (!st->hs) goto fail;
   st->fd = fd;
   st->state = SS_CONNECTING;
+  st->opened_ns = rr_now_ns();
   return RR_OK;
-fail:
+fail: {
+  int err = errno;
   close(fd);
+  errno = err; /* the caller names it */
   return RR_ERR_SYSTEM;
+}
 }
 
 /* Send what is left of st->out. RR_OK once all of it left. */
@@ -267,45 +322,33 @@ static rr_status stream_step(connect_state *c, connect_rail *cr, int r, int i, c
   }
 }
 
-/* Advance one rail: open its sockets, run their handshakes. The primary
- * retries what a listener that is not ready (or busy) causes, unless a backup
- * already stands (then a primary that cannot reach the peer is left out); a
- * backup or a reconnect gives up at once. RAIL_READY once every socket is
- * authenticated and the listener's endpoint is known. */
-static rr_status rail_advance(connect_state *c, connect_rail *cr, int r, int primary, int have_backup,
-                              uint64_t now) {
+/* Advance one rail's attempt: open its sockets (once its retry time has
+ * come), run their handshakes. RAIL_READY once every socket is authenticated
+ * and the listener's endpoint is known. A socket that fails is closed and
+ * the failure returned with *why: RR_ERR_PROTOCOL when the listener is not
+ * the peer the handle names (no retry changes that), RR_ERR_RAIL otherwise
+ * (this NIC, the path or the listener is not there now). stuck_ns (0: none)
+ * bounds a TCP connect that gets no answer. */
+static rr_status rail_advance(connect_state *c, connect_rail *cr, int r, uint64_t now, uint64_t stuck_ns,
+                              const char **why) {
   int done = 0;
   for (int i = 0; i < c->nstreams && cr->status == RAIL_PENDING; i++) {
     setup_stream *st = &cr->s[i];
-    const char *why = "?";
     if (st->fd < 0) {
       if (now < cr->retry_at_ns) continue;
       if (stream_open(c, cr, st) != RR_OK) {
-        if (!primary || have_backup) return rail_give_up(c, cr, strerror(errno)), RR_OK;
-        RR_WARN("connect: cannot open a socket to the peer: %s", strerror(errno));
-        return RR_ERR_SYSTEM;
+        *why = strerror(errno);
+        return RR_ERR_RAIL;
       }
     }
-    rr_status rs = stream_step(c, cr, r, i, &why);
+    rr_status rs = stream_step(c, cr, r, i, why);
+    if (rs == RR_OK && st->state == SS_CONNECTING && stuck_ns && now > st->opened_ns + stuck_ns) {
+      rs = RR_ERR_RAIL;
+      *why = "no answer from the peer";
+    }
     if (rs != RR_OK) {
-      if (!primary || have_backup) return rail_give_up(c, cr, why), RR_OK;
-      /* The primary keeps trying while the listener is not up yet, its
-       * backlog is full or it dropped us for being busy: a fresh socket
-       * authenticates from the start. A listener that fails its proof is not
-       * our peer, and no retry changes that. */
-      if (rs == RR_ERR_PROTOCOL) {
-        RR_WARN("connect: %s", why);
-        return RR_ERR_PEER;
-      }
-      int err = errno;
-      if (rs == RR_ERR_RAIL && !(err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH ||
-                                 err == ENETUNREACH)) {
-        RR_WARN("connect: %s", why);
-        return RR_ERR_SYSTEM;
-      }
       stream_close(st);
-      cr->retry_at_ns = now + RETRY_DELAY_NS;
-      continue;
+      return rs == RR_ERR_PROTOCOL ? rs : RR_ERR_RAIL;
     }
     done += st->state == SS_DONE;
   }
@@ -313,39 +356,89 @@ static rr_status rail_advance(connect_state *c, connect_rail *cr, int r, int pri
   return RR_OK;
 }
 
-/* RR_OK when the connection is ready, RR_AGAIN while it is not.
- * First every rail authenticates or is left out (a backup that is not up
- * within the progress timeout, or a primary that cannot reach the peer while
- * a backup can: the connection must not wait on, or die of, a NIC that is
- * down); then COMMIT tells the listener the final set of rails. */
-static rr_status connect_advance(connect_state *c) {
+/* connect(): advance rail r. A listener that fails its proof on the primary
+ * fails the connection (the handle names a peer that is not there); on a
+ * backup it leaves that rail out. Anything else is retried: the NIC, the
+ * path or the listener may not be up yet (connect_plan.h). */
+static rr_status connect_rail_step(connect_state *c, int r, uint64_t now) {
+  connect_rail *cr = &c->rails[r];
+  const char *why = "?";
+  rr_status st = rail_advance(c, cr, r, now, SETUP_STUCK_NS, &why);
+  if (st == RR_OK) return RR_OK;
+  if (st == RR_ERR_PROTOCOL) {
+    if (r > 0) {
+      rail_give_up(c, cr, why);
+      return RR_OK;
+    }
+    RR_WARN("connect: %s", why);
+    return RR_ERR_PEER;
+  }
+  if (cr->why != why) RR_TRACE("connect: rail %d: %s; trying again", r, why);
+  cr->failed = 1;
+  cr->why = why;
+  cr->retry_at_ns = now + RETRY_DELAY_NS;
+  return RR_OK;
+}
+
+static void connect_view(const connect_state *c, rr_connect_rail_view *v) {
+  for (int r = 0; r < c->nrails; r++)
+    v[r] = (rr_connect_rail_view){.status = (uint8_t)c->rails[r].status, .failed = c->rails[r].failed,
+                                  .base = c->rails[r].base};
+}
+
+/* Once enough is known (connect_plan.h): the rails up, the rails kept for
+ * later (sockets closed, endpoint kept), the others closed; and the COMMIT
+ * that tells the listener so. RR_AGAIN while it waits. */
+static rr_status connect_settle(rr_send_comm *s, uint64_t now) {
+  connect_state *c = &s->conn;
+  rr_connect_rail_view v[RR_MAX_RAILS];
+  connect_view(c, v);
+  if (rr_connect_backups_short(v, c->nrails, c->want) > 0) {
+    int r = plan_next_rail(c);
+    if (r >= 0 && rail_open_ep(s, &c->rails[r]) != RR_OK) rail_give_up(c, &c->rails[r], "cannot open an endpoint");
+    if (r >= 0) return RR_AGAIN; /* its first attempt starts with the next call */
+  }
+  uint64_t settle = rr_params_get()->progress_timeout_ms * 1000000ull;
+  uint32_t later = 0, dropped = 0;
+  enum rr_connect_verdict verdict = rr_connect_decide(v, c->nrails, now - c->start_ns > settle, &later, &dropped);
+  if (verdict == RR_CONNECT_WAIT) return RR_AGAIN;
+  if (verdict == RR_CONNECT_FAIL) {
+    RR_WARN("connect: no rail reaches the peer (%s)", c->rails[0].why ? c->rails[0].why : "?");
+    return RR_ERR_PEER;
+  }
+  rr_hs_commit commit = {0};
+  for (int r = 0; r < c->nrails; r++) {
+    connect_rail *cr = &c->rails[r];
+    if (dropped & (1u << r)) rail_give_up(c, cr, cr->why ? cr->why : "not up in time");
+    if (later & (1u << r)) {
+      rail_defer(c, cr);
+      commit.later |= 1u << r;
+      commit.later_addr[r] = (uint8_t)cr->peer_addr;
+    }
+    if (cr->status == RAIL_READY) commit.rails |= 1u << r;
+  }
+  c->rails_mask = commit.rails;
+  c->later_mask = commit.later;
+  c->commit_rail = __builtin_ctz(commit.rails);
+  c->commit_sent = 0;
+  rr_hs_commit_encode(&commit, c->commit);
+  return RR_OK;
+}
+
+/* RR_OK when the connection is ready, RR_AGAIN while it is not. First every
+ * rail runs its attempts until the connection can go on (connect_settle);
+ * then COMMIT tells the listener the rails up and those for later. */
+static rr_status connect_advance(rr_send_comm *s) {
+  connect_state *c = &s->conn;
   uint64_t now = rr_now_ns();
-  uint64_t limit = rr_params_get()->progress_timeout_ms * 1000000ull;
   if (!c->rails_mask) {
-    int pending = 0, have_backup = 0;
-    for (int r = 1; r < c->nrails; r++) have_backup |= c->rails[r].status == RAIL_READY;
     for (int r = 0; r < c->nrails; r++) {
-      connect_rail *cr = &c->rails[r];
-      if (cr->status != RAIL_PENDING) continue;
-      rr_status st = rail_advance(c, cr, r, r == 0, have_backup, now);
+      if (c->rails[r].status != RAIL_PENDING) continue;
+      rr_status st = connect_rail_step(c, r, now);
       if (st != RR_OK) return st;
-      if (cr->status == RAIL_PENDING && now - c->start_ns > limit && (r > 0 || have_backup))
-        rail_give_up(c, cr, "timed out");
-      if (cr->status == RAIL_READY && r > 0) have_backup = 1;
-      pending |= cr->status == RAIL_PENDING;
     }
-    if (pending) return RR_AGAIN;
-    uint32_t mask = 0;
-    for (int r = 0; r < c->nrails; r++)
-      if (c->rails[r].status == RAIL_READY) mask |= 1u << r;
-    if (!mask) {
-      RR_WARN("connect: no rail reaches the peer");
-      return RR_ERR_PEER;
-    }
-    c->rails_mask = mask;
-    c->commit_rail = __builtin_ctz(mask);
-    c->commit_sent = 0;
-    rr_hs_commit_encode(mask, c->commit);
+    rr_status st = connect_settle(s, now);
+    if (st != RR_OK) return st;
   }
   int fd = c->rails[c->commit_rail].s[0].fd;
   while (c->commit_sent < RR_HS_COMMIT_LEN) {
@@ -414,7 +507,8 @@ static rr_status reconnect_finish(rr_send_comm *s, int rail, rr_rail_ep **ep) {
      * goes on a duplicate of stream 0: the transport may own the stream by
      * now, and has sent nothing on it (it has not been driven yet). */
     uint8_t commit[RR_HS_COMMIT_LEN];
-    rr_hs_commit_encode(1u << s->plan_of[rail], commit);
+    rr_hs_commit one = {.rails = 1u << s->plan_of[rail]};
+    rr_hs_commit_encode(&one, commit);
     ssize_t n = send(s->commit_fd[rail], commit, sizeof commit, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n != (ssize_t)sizeof commit) {
       (*ep)->ops->destroy(*ep);
@@ -458,7 +552,10 @@ static rr_status send_comm_reconnect(void *arg, int rail, rr_rail_ep **ep) {
   }
   rr_status st = RR_OK;
   if (s->conn_job[rail]) return reconnect_finish(s, rail, ep);
-  if (cr->status == RAIL_PENDING) st = rail_advance(c, cr, r, 0, 1, now);
+  if (cr->status == RAIL_PENDING) {
+    const char *why = "?";
+    if (rail_advance(c, cr, r, now, 0, &why) != RR_OK) rail_give_up(c, cr, why); /* the next attempt starts afresh */
+  }
   if (st == RR_OK && cr->status == RAIL_READY) {
     int commit_fd = fcntl(cr->s[0].fd, F_DUPFD_CLOEXEC, 0);
     if (commit_fd < 0) {
@@ -547,37 +644,48 @@ static rr_send_comm *send_comm_new(const void *handle, int dev, const rr_peer_ad
   return s;
 }
 
-/* Connect the endpoints of the rails that came up and hand them to the engine. */
+/* Hand rail r to the engine: connected when it came up, as a rail to
+ * reopen when it did not (its endpoint, never connected, stands for it). */
+static rr_status send_comm_add(rr_send_comm *s, int r) {
+  connect_state *c = &s->conn;
+  connect_rail *cr = &c->rails[r];
+  const rr_netif *nif = &rr_core_devices()->nif[cr->dev];
+  rr_status st = RR_OK;
+  if (cr->status == RAIL_READY) {
+    int fds[RR_TCP_MAX_STREAMS];
+    for (int i = 0; i < c->nstreams; i++) fds[i] = cr->s[i].fd, cr->s[i].fd = -1;
+    st = rr_setup_ep_connect(&cr->ep, cr->dev, &s->engine, cr->peer_blob, cr->peer_blob_len, fds, c->nstreams);
+  }
+  rr_rail_ep *ep = cr->ep;
+  cr->ep = NULL;
+  if (st != RR_OK) return st;
+  char abuf[64];
+  rr_sockaddr_str((struct sockaddr *)&c->peer.addrs[cr->peer_addr], abuf, sizeof abuf);
+  int weight = nif->speed_mbps > 0 ? nif->speed_mbps : 10000;
+  s->plan_of[s->engine.nrails] = r;
+  s->rails_mask |= 1u << r;
+  st = cr->status == RAIL_READY ? rr_engine_add_rail(&s->engine, ep, weight, nif->name, abuf)
+                                : rr_engine_add_rail_later(&s->engine, ep, weight, nif->name, abuf, cr->why);
+  if (st != RR_OK) ep->ops->destroy(ep);
+  return st;
+}
+
+/* Connect the endpoints of the rails that came up and hand them, and the
+ * rails kept for later, to the engine, in plan order (the listener numbers
+ * them alike). */
 static rr_status send_comm_finish(rr_send_comm *s) {
   connect_state *c = &s->conn;
-  const rr_devices *d = rr_core_devices();
   rr_status st = RR_OK;
   for (int r = 0; r < c->nrails; r++) {
     connect_rail *cr = &c->rails[r];
-    if (cr->status != RAIL_READY || st != RR_OK) {
-      rail_close(c, cr);
-      continue;
-    }
-    int fds[RR_TCP_MAX_STREAMS];
-    for (int i = 0; i < c->nstreams; i++) fds[i] = cr->s[i].fd, cr->s[i].fd = -1;
-    st = rr_setup_ep_connect(&cr->ep, cr->dev, &s->engine, cr->peer_blob, cr->peer_blob_len, fds,
-                             c->nstreams);
-    for (int i = 0; i < c->nstreams; i++) if (fds[i] >= 0) close(fds[i]);
-    rr_rail_ep *ep = cr->ep;
-    cr->ep = NULL;
-    if (st != RR_OK) continue;
-    char abuf[64];
-    rr_sockaddr_str((struct sockaddr *)&c->peer.addrs[cr->peer_addr], abuf, sizeof abuf);
-    const rr_netif *nif = &d->nif[cr->dev];
-    s->plan_of[s->engine.nrails] = r;
-    s->rails_mask |= 1u << r;
-    st = rr_engine_add_rail(&s->engine, ep, nif->speed_mbps > 0 ? nif->speed_mbps : 10000, nif->name, abuf);
-    if (st != RR_OK) ep->ops->destroy(ep);
+    if ((cr->status == RAIL_READY || cr->status == RAIL_LATER) && st == RR_OK) st = send_comm_add(s, r);
+    rail_close(c, cr); /* what is left: sockets of rails left out, or of a failed connect */
   }
   c->handle = NULL;
   if (st != RR_OK) return st;
   s->magic = RR_MAGIC_SEND;
-  RR_INFO(RR_SUB_NET, "connected to %s over %d rail(s)", s->engine.cfg.peer, s->engine.nrails);
+  RR_INFO(RR_SUB_NET, "connected to %s over %d rail(s), %d more to reopen once reachable", s->engine.cfg.peer,
+          __builtin_popcount(c->rails_mask), __builtin_popcount(c->later_mask));
   rr_monitor_add(&s->engine);
   return RR_OK;
 }
@@ -597,6 +705,25 @@ static void connecting_sweep(uint64_t now) {
       p = &s->next_connecting;
     }
   }
+}
+
+/* The connect timeout passed with no rail up: say what each rail met. */
+static void connect_timed_out(const connect_state *c) {
+  const rr_devices *d = rr_core_devices();
+  char list[400] = "";
+  size_t off = 0;
+  for (int r = 0; r < c->nrails && off < sizeof list; r++) {
+    char abuf[64];
+    const connect_rail *cr = &c->rails[r];
+    rr_sockaddr_str((const struct sockaddr *)&c->peer.addrs[cr->peer_addr], abuf, sizeof abuf);
+    off += (size_t)snprintf(list + off, sizeof list - off, "%s%s -> %s: %s", r ? "; " : "", d->nif[cr->dev].name,
+                            abuf, cr->why ? cr->why : "no answer");
+  }
+  const struct sockaddr_storage *a = &c->peer.addrs[0];
+  RR_WARN("connect: no rail reached the peer (port %u) within RERAIL_CONNECT_TIMEOUT=%llu ms: %s",
+          ntohs(a->ss_family == AF_INET ? ((const struct sockaddr_in *)a)->sin_port
+                                        : ((const struct sockaddr_in6 *)a)->sin6_port),
+          (unsigned long long)rr_params_get()->connect_timeout_ms, list);
 }
 
 rr_status rr_net_connect(rr_net_ctx *ctx, int dev, const void *handle, rr_send_comm **out) {
@@ -627,18 +754,14 @@ rr_status rr_net_connect(rr_net_ctx *ctx, int dev, const void *handle, rr_send_c
     connecting = s;
   }
   s->conn.last_call_ns = now;
-  st = connect_advance(&s->conn);
+  st = connect_advance(s);
   if (st == RR_AGAIN) {
     uint64_t limit = rr_params_get()->connect_timeout_ms * 1000000ull;
     if (rr_now_ns() - s->conn.start_ns <= limit) {
       pthread_mutex_unlock(&connect_lock);
       return RR_OK; /* NCCL calls again */
     }
-    char abuf[64];
-    RR_WARN("connect: no connection to %s port %u within %llu ms",
-            rr_sockaddr_str((struct sockaddr *)&s->conn.peer.addrs[0], abuf, sizeof abuf),
-            ntohs(((struct sockaddr_in *)&s->conn.peer.addrs[0])->sin_port),
-            (unsigned long long)rr_params_get()->connect_timeout_ms);
+    connect_timed_out(&s->conn);
     st = RR_ERR_PEER;
   }
   connecting_unlink(s);

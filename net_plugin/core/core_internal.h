@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "connect_job.h"
+#include "connect_plan.h"
 #include "engine.h"
 #include "handle.h"
 #include "rail_tcp.h"
@@ -55,8 +56,8 @@ rr_status rr_core_dev_open(int index, const rr_netif *nif, rr_rail_dev **dev, co
 
 /* Connecting, as the connector side sees it: every planned rail, its
  * endpoint and its setup sockets, each running the setup handshake
- * (setup_wire.h). A send comm keeps this after connect() to reconnect a rail. */
-enum { RAIL_PENDING = 0, RAIL_READY, RAIL_FAILED };
+ * (setup_wire.h). A send comm keeps this after connect() to reconnect a rail.
+ * Rail states (RAIL_*) and what connect does with them: connect_plan.h. */
 
 /* One setup socket's handshake, connector side. Its buffers live on the
  * heap only while it runs: a send comm keeps its plan for good. */
@@ -74,12 +75,16 @@ typedef struct setup_stream {
   int fd;
   uint8_t state;             /* SS_* */
   setup_hs *hs;              /* while the handshake runs */
+  uint64_t opened_ns;        /* when its socket began connecting */
 } setup_stream;
 
 typedef struct connect_rail {
   int dev;                   /* local device */
   int peer_addr;             /* index into the handle's addresses */
   int status;                /* RAIL_* */
+  uint8_t failed;            /* connect(): an attempt failed; it is retried until the connection goes on */
+  uint8_t base;              /* of the first plan: kept for later when it cannot be reached */
+  const char *why;           /* the last failure (a static string) */
   uint64_t retry_at_ns;
   uint32_t generation;       /* the attempt the hellos announce (0: first connection) */
   uint8_t resync;            /* the listener's floor says the next attempt is resync_floor + 1 */
@@ -101,7 +106,12 @@ typedef struct connect_state {
   uint64_t last_call_ns;     /* NCCL's latest connect() call for it */
   rr_peer_addrs peer;
   int nrails;
-  uint32_t rails_mask;       /* final once every rail is READY or FAILED */
+  int want;                  /* backups wanted */
+  int cand[RR_MAX_NETIFS];   /* local NICs in failover-chain order (known down last) ... */
+  int ncand, cand_next;      /* ... and the next one to plan when a backup is short */
+  int addr_used[RR_HANDLE_MAX_ADDRS]; /* the peer's addresses some rail is paired with */
+  uint32_t rails_mask;       /* the rails up when the connection went on (0 before) */
+  uint32_t later_mask;       /* ... and those that belong to it, to be reopened */
   int commit_rail;           /* the rail whose stream 0 carries COMMIT */
   uint16_t commit_sent;
   uint8_t commit[RR_HS_COMMIT_LEN];
@@ -114,7 +124,7 @@ struct rr_send_comm {
   int dev;
   rr_engine engine;
   connect_state conn;        /* the plan; then for reconnecting a rail */
-  uint32_t rails_mask;       /* planned rails that are part of the connection */
+  uint32_t rails_mask;       /* planned rails that are part of the connection (up or later) */
   int plan_of[RR_MAX_RAILS]; /* engine rail index -> planned rail index */
   int reconnecting[RR_MAX_RAILS];
   uint64_t attempt_start_ns[RR_MAX_RAILS]; /* when the current reconnect attempt began */
@@ -133,7 +143,7 @@ struct rr_recv_comm {
   int dev;
   rr_engine engine;
   uint64_t conn_id;
-  uint32_t rails_mask;
+  uint32_t rails_mask;       /* the connection's rails, up at setup or reopened later */
   uint32_t generation[RR_MAX_RAILS]; /* by planned rail: the attempt in use (listener's lock) */
   uint32_t gen_seen[RR_MAX_RAILS];   /* newest authenticated attempt (>= generation) */
   struct rr_listen_comm *listen; /* keeps the listener for reconnects */
@@ -175,6 +185,8 @@ typedef struct pending_group {
   int nstreams;
   uint32_t chunk_size;
   uint32_t rails_mask;       /* from COMMIT (first connections) or the reconnect's rail; 0 before */
+  uint32_t later_mask;       /* from COMMIT: rails the connector reopens once they work */
+  uint8_t later_addr[RR_MAX_RAILS]; /* ... and the handle address each will reach */
   int fds[RR_MAX_RAILS][RR_TCP_MAX_STREAMS];
   int dev[RR_MAX_RAILS];     /* our device each rail arrived on */
   rr_rail_ep *ep[RR_MAX_RAILS];  /* our endpoint of each rail (its blob went out in ACCEPT) */
@@ -199,7 +211,8 @@ struct rr_listen_comm {
   uint32_t magic;
   rr_profiler_fn profiler;   /* the context's, for the comms it accepts */
   int dev;
-  int fds[RR_LISTEN_FDS];    /* one listening socket per pooled NIC address */
+  int fds[RR_LISTEN_FDS];    /* one listening socket per pooled NIC address, in handle order */
+  int addr_dev[RR_LISTEN_FDS]; /* the device behind each of the handle's addresses */
   int nfds;
   uint8_t secret[RR_HS_SECRET_LEN];
   pthread_mutex_t lock;
@@ -263,6 +276,10 @@ void rr_core_engine_config(int role, size_t chunk_size, const struct sockaddr *p
 /* Background thread (monitor.c): link-state events, and progress for
  * connections NCCL is not driving. */
 void rr_monitor_add(rr_engine *e);
+/* Set every pooled NIC's state from its interface flags now (the plugin's
+ * start: a NIC down then is known down before the first connection plans
+ * its rails; the background thread follows netlink from then on). */
+void rr_monitor_read_links(const char *why);
 void rr_monitor_remove(rr_engine *e);
 void rr_monitor_add_listener(rr_listen_comm *l);
 /* Stop the background thread now (it touches the devices). */

@@ -33,6 +33,7 @@
 #define RR_HANDLE_LEN 122
 
 _Static_assert(RR_HANDLE_LEN <= RR_NET_HANDLE_SIZE, "handle must fit NCCL's 128 bytes");
+_Static_assert(RR_HANDLE_MAX_ADDRS == RR_HS_MAX_ADDRS, "a COMMIT names any of the handle's addresses");
 
 /* Decoded form. */
 typedef struct rr_peer_addrs {

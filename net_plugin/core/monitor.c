@@ -62,7 +62,7 @@ static int dev_by_name(const char *name) {
 }
 
 /* Initial states: whatever the interfaces say now. */
-static void read_initial_links(void) {
+void rr_monitor_read_links(const char *why) {
   int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return;
   const rr_devices *d = rr_core_devices();
@@ -71,7 +71,7 @@ static void read_initial_links(void) {
     memset(&ifr, 0, sizeof ifr);
     snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", d->nif[i].name);
     if (ioctl(fd, SIOCGIFFLAGS, &ifr) == 0)
-      set_link(i, link_is_up((unsigned)ifr.ifr_flags), "link state when monitoring began");
+      set_link(i, link_is_up((unsigned)ifr.ifr_flags), why);
   }
   close(fd);
 }
@@ -126,7 +126,7 @@ static void *monitor_main(void *arg) {
   (void)arg;
   int nl = netlink_open();
   if (nl < 0) RR_WARN("netlink unavailable (%s): link failures are found by timeouts only", strerror(errno));
-  read_initial_links();
+  rr_monitor_read_links("link state when monitoring began");
   for (;;) {
     pthread_mutex_lock(&registry_lock);
     int busy = nengines > 0;

@@ -135,6 +135,7 @@ rr_status rr_net_init(const rr_init_args *args, rr_net_ctx **out) {
     rr_params_get();
     choose_transport();
     discover_devices();
+    rr_monitor_read_links("link state when the plugin started");
     devices_ready = 1;
   }
   rr_net_ctx *ctx;

@@ -163,28 +163,43 @@ rr_status rr_hs_proof_decode(int type, const uint8_t *buf, size_t len, rr_hs_pro
   return RR_OK;
 }
 
-size_t rr_hs_commit_encode(uint32_t rails_mask, uint8_t out[RR_HS_COMMIT_LEN]) {
+size_t rr_hs_commit_encode(const rr_hs_commit *c, uint8_t out[RR_HS_COMMIT_LEN]) {
   put_hdr(out, RR_HS_COMMIT);
-  put32(out + 8, rails_mask);
-  put32(out + 12, 0);
+  put32(out + 8, c->rails);
+  uint32_t later = 0;
+  for (int r = 0; r < RR_HS_MAX_RAILS; r++)
+    if (c->later & (1u << r)) later |= (uint32_t)(c->later_addr[r] + 1u) << (4 * r);
+  put32(out + 12, later);
   return RR_HS_COMMIT_LEN;
 }
 
-rr_status rr_hs_commit_decode(const uint8_t *buf, size_t len, uint32_t *rails_mask, size_t *need,
+rr_status rr_hs_commit_decode(const uint8_t *buf, size_t len, rr_hs_commit *out, size_t *need,
                               const char **why) {
   rr_status st = check_hdr(buf, len, RR_HS_COMMIT, RR_HS_COMMIT_LEN, need, why);
   if (st != RR_OK) return st;
-  uint32_t m = get32(buf + 8);
-  if (!m || (m >> RR_HS_MAX_RAILS) || get32(buf + 12) != 0) {
+  uint32_t m = get32(buf + 8), later = get32(buf + 12);
+  if (!m || (m >> RR_HS_MAX_RAILS)) {
     *why = "malformed commit (rails)";
     return RR_ERR_PROTOCOL;
   }
-  *rails_mask = m;
+  memset(out, 0, sizeof *out);
+  out->rails = m;
+  for (int r = 0; r < RR_HS_MAX_RAILS; r++) {
+    uint32_t nib = later >> (4 * r) & 0xfu;
+    if (!nib) continue;
+    if (nib > RR_HS_MAX_ADDRS || (m & (1u << r))) {
+      *why = "malformed commit (rails to reopen later)";
+      return RR_ERR_PROTOCOL;
+    }
+    out->later |= 1u << r;
+    out->later_addr[r] = (uint8_t)(nib - 1);
+  }
   return RR_OK;
 }
 
 /* The labels keep the three keyed hashes apart: a listener's proof is never
- * a valid connector proof, whatever the nonces. */
+ * a valid connector proof, whatever the nonces. They did not change with
+ * version 5: every hash covers the HELLO, which carries the version. */
 static const char label_challenge[] = "rerail/setup/v4 challenge";
 static const char label_proof[] = "rerail/setup/v4 proof";
 static const char label_accept[] = "rerail/setup/v4 accept";

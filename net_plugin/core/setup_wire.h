@@ -10,9 +10,10 @@
  *   connector -> listener  PROOF      the connector's proof, its endpoint blob
  *   listener  -> connector ACCEPT     the listener's endpoint blob, its proof
  *   connector -> listener  COMMIT     once, on stream 0 of the lowest rail
- *                                     that came up: the final set of rails
- *                                     (a reconnect: its one rail, and the
- *                                     word to install it)
+ *                                     that came up: the final set of rails,
+ *                                     and the rails of the connection that
+ *                                     could not be reached yet (a reconnect:
+ *                                     its one rail, and the word to install it)
  *
  * Each socket authenticates on its own as soon as it connects, so a rail that
  * is slow to come up never holds another rail's socket past the listener's
@@ -31,13 +32,15 @@
 #include "rr_status.h"
 
 #define RR_HS_MAGIC 0x33435252u      /* "RRC3" read little-endian */
-#define RR_HS_VERSION 4              /* 4: challenge-response (3 sent a token in clear) */
+/* 5: COMMIT names the rails reopened later (4: challenge-response; 3 sent a token in clear) */
+#define RR_HS_VERSION 5
 #define RR_HS_SECRET_LEN 32
 #define RR_HS_NONCE_LEN 32
 #define RR_HS_MAC_LEN 32
 #define RR_HS_BLOB_MAX 128           /* = RR_RAIL_ADDR_MAX (checked where both are known) */
 #define RR_HS_MAX_STREAMS 8          /* setup sockets per rail */
 #define RR_HS_MAX_RAILS 8
+#define RR_HS_MAX_ADDRS 5            /* = RR_HANDLE_MAX_ADDRS (checked in handle.h) */
 /* A reconnect may name at most this many generations beyond the rail's
  * floor (the listener's newest installed or authenticated attempt), so a peer
  * cannot push a rail's generation out of reach of the real sender. */
@@ -78,11 +81,27 @@ typedef struct rr_hs_proof {
   uint8_t blob[RR_HS_BLOB_MAX];
 } rr_hs_proof;
 
+/* COMMIT: the rails whose sockets are all there now (`rails`, never empty),
+ * and the rails that belong to the connection although they could not be
+ * reached while it was set up (`later`: a NIC of either end was down). Both
+ * ends hold a later rail as one that failed; the connector reopens it like
+ * any failed rail once its path works, to the listener's address
+ * later_addr[r] (an index into the handle's addresses), which tells the
+ * listener the device that rail will arrive on. A reconnect's COMMIT names
+ * its one rail and no later ones. On the wire: rails (4), then one nibble per
+ * rail (rail r: bits 4r..4r+3), 0 for a rail that is not later, else 1 + its
+ * address index. */
+typedef struct rr_hs_commit {
+  uint32_t rails;
+  uint32_t later;
+  uint8_t later_addr[RR_HS_MAX_RAILS];
+} rr_hs_commit;
+
 /* Encoders write exactly the message's length into out and return it. */
 size_t rr_hs_hello_encode(const rr_hs_hello *h, uint8_t out[RR_HS_HELLO_LEN]);
 size_t rr_hs_challenge_encode(const rr_hs_challenge *c, uint8_t out[RR_HS_CHALLENGE_LEN]);
 size_t rr_hs_proof_encode(int type, const rr_hs_proof *p, uint8_t out[RR_HS_MAX_LEN]);
-size_t rr_hs_commit_encode(uint32_t rails_mask, uint8_t out[RR_HS_COMMIT_LEN]);
+size_t rr_hs_commit_encode(const rr_hs_commit *c, uint8_t out[RR_HS_COMMIT_LEN]);
 
 /* Decoders: RR_OK with *out filled; RR_AGAIN when more bytes are needed
  * (*need says how many in all); RR_ERR_PROTOCOL with *why otherwise.
@@ -93,7 +112,7 @@ rr_status rr_hs_challenge_decode(const uint8_t *buf, size_t len, rr_hs_challenge
                                  size_t *need, const char **why);
 rr_status rr_hs_proof_decode(int type, const uint8_t *buf, size_t len, rr_hs_proof *out,
                              size_t *need, const char **why);
-rr_status rr_hs_commit_decode(const uint8_t *buf, size_t len, uint32_t *rails_mask, size_t *need,
+rr_status rr_hs_commit_decode(const uint8_t *buf, size_t len, rr_hs_commit *out, size_t *need,
                               const char **why);
 
 /* Keyed hashes (HMAC-SHA256 under the handle's secret). Each is over a

@@ -88,6 +88,29 @@ rr_status rr_engine_add_rail(rr_engine *e, rr_rail_ep *ep, int weight, const cha
   return RR_OK;
 }
 
+rr_status rr_engine_add_rail_later(rr_engine *e, rr_rail_ep *ep, int weight, const char *ifname,
+                                   const char *peer_addr, const char *why) {
+  rr_status st = rr_engine_add_rail(e, ep, weight, ifname, peer_addr);
+  if (st != RR_OK) return st;
+  engine_rail *rl = &e->rails[e->nrails - 1];
+  /* DEAD: the engine neither posts to nor polls its endpoint, never fences
+   * it, and reopens it (sender) or takes a reopened one (receiver) like any
+   * broken rail's. It never lived: no life to count in any grace. */
+  rl->state = RR_RAIL_DEAD;
+  rl->cause = RR_ERR_PEER; /* neutral in "did the peer close every rail?": see engine.h */
+  rl->fenced = 1;
+  rl->last_alive_ns = 0;
+  snprintf(rl->why, sizeof rl->why, "not connected at setup: %.38s", why ? why : "unreachable");
+  /* Dashboards and the health table see the rail down from the start. */
+  rr_health_event ev = {.kind = RR_HEV_RAIL_STATE, .dev = ep->dev->index, .to_dev = -1, .state = RR_LINK_DOWN};
+  snprintf(ev.ifname, sizeof ev.ifname, "%s", rl->ifname);
+  snprintf(ev.peer, sizeof ev.peer, "%s", e->cfg.peer);
+  snprintf(ev.reason, sizeof ev.reason, "%s %.40s: %.40s", e->cfg.role == RR_ENGINE_SEND ? "send" : "recv",
+           rl->name, rl->why);
+  rr_health_report(&ev);
+  return RR_OK;
+}
+
 void rr_engine_fini(rr_engine *e) {
   for (int i = 0; i < e->nrails; i++) {
     rr_rail_ep *ep = e->rails[i].ep;

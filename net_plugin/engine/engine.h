@@ -286,6 +286,20 @@ rr_status rr_engine_init(rr_engine *e, const rr_engine_config *cfg);
  * per rail). */
 rr_status rr_engine_add_rail(rr_engine *e, rr_rail_ep *ep, int weight, const char *ifname,
                              const char *peer_addr);
+/* Add a rail that belongs to the connection but could not be reached while
+ * it was set up (a NIC of either end was down): ep is opened on the rail's
+ * device and never connected; the engine only reads its device (the NIC
+ * whose state gates a reopen, whose registration a clear-to-send names,
+ * that events and telemetry name) and destroys it when the rail is reopened
+ * (cfg.reconnect, rr_engine_rail_replace) or the engine ends. The rail is
+ * held as DEAD, so nothing is posted to or polled from it until then, and it
+ * earns its way back like any reopened rail (engine_rail_swap). Its cause is
+ * RR_ERR_PEER: the checks that decide whether the peer closed every rail
+ * (check_rails_left, busy_or_recent) require every rail DEAD by the peer,
+ * and a rail that never connected must tip them neither way. Same ordering
+ * rule as rr_engine_add_rail; why says what kept it out (for the log). */
+rr_status rr_engine_add_rail_later(rr_engine *e, rr_rail_ep *ep, int weight, const char *ifname,
+                                   const char *peer_addr, const char *why);
 void rr_engine_fini(rr_engine *e);
 /* Orderly close, before rr_engine_fini (engine_close.c): deliver what this
  * end owes the peer (a receiver its acknowledgements, a sender the messages

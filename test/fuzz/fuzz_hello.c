@@ -32,7 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   rr_hs_hello h;
   rr_hs_challenge c;
   rr_hs_proof p;
-  uint32_t mask = 0;
+  rr_hs_commit cm;
   switch (data[0] % 5) {
   case 0:
     st = rr_hs_hello_decode(m, n, &h, &need, &why);
@@ -57,8 +57,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     break;
   case 4:
-    st = rr_hs_commit_decode(m, n, &mask, &need, &why);
-    if (st == RR_OK) FUZZ_CHECK(mask && !(mask >> RR_HS_MAX_RAILS));
+    st = rr_hs_commit_decode(m, n, &cm, &need, &why);
+    if (st == RR_OK) {
+      FUZZ_CHECK(cm.rails && !(cm.rails >> RR_HS_MAX_RAILS) && !(cm.rails & cm.later) && !(cm.later >> RR_HS_MAX_RAILS));
+      for (int r = 0; r < RR_HS_MAX_RAILS; r++) FUZZ_CHECK(cm.later_addr[r] < RR_HS_MAX_ADDRS);
+      uint8_t again[RR_HS_COMMIT_LEN];
+      rr_hs_commit_encode(&cm, again);
+      FUZZ_CHECK(!memcmp(again, m, RR_HS_COMMIT_LEN));
+    }
     break;
   }
   if (st == RR_AGAIN) FUZZ_CHECK(need > n && need <= RR_HS_MAX_LEN);

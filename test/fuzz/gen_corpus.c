@@ -114,7 +114,10 @@ static void hellos(void) {
   p.blob_len = RR_VERBS_ADDR_LEN;
   rr_verbs_addr_encode(&va, p.blob);
   put_msg("accept-verbs", 3, m, rr_hs_proof_encode(RR_HS_ACCEPT, &p, m));
-  put_msg("commit", 4, m, rr_hs_commit_encode(0x3, m));
+  rr_hs_commit cm = {.rails = 0x3};
+  put_msg("commit", 4, m, rr_hs_commit_encode(&cm, m));
+  cm.rails = 0x2, cm.later = 0x5, cm.later_addr[0] = 0, cm.later_addr[2] = 2;
+  put_msg("commit-later", 4, m, rr_hs_commit_encode(&cm, m));
 }
 
 static void table_file(const char *path, unsigned char **buf, size_t *len) {

@@ -284,7 +284,8 @@ static int reopen(uint64_t conn, int rail, uint32_t gen, uint32_t *floor_out) {
     send_proof(fd, peer.secret, hello, &ch);
     uint8_t in[RR_HS_ACCEPT_FIXED];
     uint8_t commit[RR_HS_COMMIT_LEN];
-    rr_hs_commit_encode(1u << rail, commit); /* install it, as the real sender would */
+    rr_hs_commit cm = {.rails = 1u << rail};
+    rr_hs_commit_encode(&cm, commit); /* install it, as the real sender would */
     if (recv_full(fd, in, sizeof in) || send_full(fd, commit, sizeof commit)) {
       close(fd);
       return -1;

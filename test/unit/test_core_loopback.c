@@ -21,6 +21,7 @@
 
 #include "core_internal.h"
 #include "net_core.h"
+#include "rr_clock.h"
 #include "rr_health.h"
 #include "rr_health_table.h"
 #include "rr_params.h"
@@ -725,6 +726,42 @@ static void test_refused_health_table_traffic_moves(void **state) {
   assert_int_equal(rmdir(tdir), 0);
 }
 
+/* A listener no rail reaches (its address refuses every socket, as a peer
+ * whose NIC is not up yet may): connect() keeps returning a NULL comm, never
+ * an error, for RERAIL_CONNECT_TIMEOUT, and only then fails, clearly; it
+ * holds no socket afterwards. */
+static void test_unreachable_peer_retries_until_timeout(void **state) {
+  (void)state;
+  setenv("RERAIL_CONNECT_TIMEOUT", "1000", 1);
+  rr_params_reload();
+  rr_init_args args = {.traffic_class = -1};
+  rr_net_ctx *ctx;
+  assert_int_equal(rr_net_init(&args, &ctx), RR_OK);
+  char handle[RR_NET_HANDLE_SIZE];
+  rr_listen_comm *l;
+  assert_int_equal(rr_net_listen(ctx, 0, handle, &l), RR_OK);
+  int fds_before = open_fds();
+  handle[42 + 3] = 2; /* the first address: 127.0.0.2, where nothing listens */
+  rr_send_comm *s = NULL;
+  rr_status st = RR_OK;
+  uint64_t t0 = rr_now_ns(), calls = 0;
+  while (st == RR_OK && rr_now_ns() - t0 < 5000000000ull) {
+    st = rr_net_connect(ctx, 0, handle, &s);
+    assert_null(s);
+    calls++;
+    usleep(1000);
+  }
+  uint64_t took_ms = (rr_now_ns() - t0) / 1000000;
+  assert_int_equal(st, RR_ERR_PEER);
+  assert_true(took_ms >= 1000);
+  assert_true(calls > 10);
+  assert_int_equal(open_fds(), fds_before);
+  rr_net_close_listen(l);
+  rr_net_finalize(ctx);
+  unsetenv("RERAIL_CONNECT_TIMEOUT");
+  rr_params_reload();
+}
+
 /* RR_TEST_IFNAME pools other interfaces than lo (two_rails.sh: two NICs, so
  * every connection has two rails) and RR_TEST_FILTER picks the cases. */
 int main(void) {
@@ -749,6 +786,7 @@ int main(void) {
       cmocka_unit_test(test_properties_follow_health),
       cmocka_unit_test(test_tcp_memory_types),
       cmocka_unit_test(test_refused_health_table_traffic_moves),
+      cmocka_unit_test(test_unreachable_peer_retries_until_timeout),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -96,16 +96,52 @@ static void test_proof_blob_bounds(void **state) {
 static void test_commit(void **state) {
   (void)state;
   uint8_t b[RR_HS_COMMIT_LEN];
-  uint32_t m = 0;
+  rr_hs_commit c = {.rails = 0x5}, d;
   size_t need;
   const char *why;
-  rr_hs_commit_encode(0x5, b);
-  assert_int_equal(rr_hs_commit_decode(b, sizeof b, &m, &need, &why), RR_OK);
-  assert_int_equal(m, 0x5);
-  rr_hs_commit_encode(0, b);
-  assert_int_equal(rr_hs_commit_decode(b, sizeof b, &m, &need, &why), RR_ERR_PROTOCOL);
-  rr_hs_commit_encode(1u << RR_HS_MAX_RAILS, b);
-  assert_int_equal(rr_hs_commit_decode(b, sizeof b, &m, &need, &why), RR_ERR_PROTOCOL);
+  rr_hs_commit_encode(&c, b);
+  assert_int_equal(rr_hs_commit_decode(b, sizeof b, &d, &need, &why), RR_OK);
+  assert_int_equal(d.rails, 0x5);
+  assert_int_equal(d.later, 0);
+  c.rails = 0;
+  rr_hs_commit_encode(&c, b);
+  assert_int_equal(rr_hs_commit_decode(b, sizeof b, &d, &need, &why), RR_ERR_PROTOCOL);
+  c.rails = 1u << RR_HS_MAX_RAILS;
+  rr_hs_commit_encode(&c, b);
+  assert_int_equal(rr_hs_commit_decode(b, sizeof b, &d, &need, &why), RR_ERR_PROTOCOL);
+}
+
+/* Rails to reopen later: one nibble per rail, 1 + the handle address it
+ * reaches; round trip, byte layout, and what a peer could get wrong. */
+static void test_commit_later(void **state) {
+  (void)state;
+  uint8_t b[RR_HS_COMMIT_LEN];
+  rr_hs_commit c = {.rails = 0x2, .later = 0x81}, d;
+  c.later_addr[0] = 0;
+  c.later_addr[7] = RR_HS_MAX_ADDRS - 1;
+  size_t need;
+  const char *why;
+  assert_int_equal(rr_hs_commit_encode(&c, b), RR_HS_COMMIT_LEN);
+  assert_int_equal(b[8], 0x2);
+  assert_int_equal(b[12], 0x01);                       /* rail 0: address 0 */
+  assert_int_equal(b[15], (uint8_t)(RR_HS_MAX_ADDRS << 4)); /* rail 7: the last address */
+  assert_int_equal(rr_hs_commit_decode(b, sizeof b, &d, &need, &why), RR_OK);
+  assert_int_equal(d.rails, 0x2);
+  assert_int_equal(d.later, 0x81);
+  assert_int_equal(d.later_addr[0], 0);
+  assert_int_equal(d.later_addr[7], RR_HS_MAX_ADDRS - 1);
+  /* A rail both up and for later, or an address index past the handle's. */
+  uint8_t bad[RR_HS_COMMIT_LEN];
+  memcpy(bad, b, sizeof bad);
+  bad[12] = 0x10; /* rail 1 (up) named for later too */
+  assert_int_equal(rr_hs_commit_decode(bad, sizeof bad, &d, &need, &why), RR_ERR_PROTOCOL);
+  memcpy(bad, b, sizeof bad);
+  bad[12] = RR_HS_MAX_ADDRS + 1;
+  assert_int_equal(rr_hs_commit_decode(bad, sizeof bad, &d, &need, &why), RR_ERR_PROTOCOL);
+  assert_non_null(why);
+  /* Short input asks for the rest. */
+  assert_int_equal(rr_hs_commit_decode(b, RR_HS_COMMIT_LEN - 1, &d, &need, &why), RR_AGAIN);
+  assert_int_equal(need, RR_HS_COMMIT_LEN);
 }
 
 static void test_macs(void **state) {
@@ -182,6 +218,7 @@ int main(void) {
       cmocka_unit_test(test_hello_refusals),
       cmocka_unit_test(test_proof_blob_bounds),
       cmocka_unit_test(test_commit),
+      cmocka_unit_test(test_commit_later),
       cmocka_unit_test(test_macs),
       cmocka_unit_test(test_handle),
   };

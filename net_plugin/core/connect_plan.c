@@ -1,0 +1,37 @@
+/* The rules of connect_plan.h. */
+#include "connect_plan.h"
+
+enum rr_connect_verdict rr_connect_decide(const rr_connect_rail_view *v, int n, int settled,
+                                          uint32_t *later, uint32_t *dropped) {
+  *later = *dropped = 0;
+  int ready = 0, alive = 0;
+  for (int r = 0; r < n; r++) {
+    ready |= v[r].status == RAIL_READY;
+    alive |= v[r].status != RAIL_FAILED;
+  }
+  /* Nothing up yet: keep trying every rail that may still come (the
+   * connect timeout bounds it), unless none can. */
+  if (!ready) return alive ? RR_CONNECT_WAIT : RR_CONNECT_FAIL;
+  for (int r = 0; r < n; r++) {
+    if (v[r].status != RAIL_PENDING) continue;
+    /* A rail that has not failed may be about to come up: it gets the
+     * settle time. One that failed is down now; waiting is for nothing. */
+    if (!v[r].failed && !settled) return RR_CONNECT_WAIT;
+    if (v[r].base) *later |= 1u << r;
+    else *dropped |= 1u << r;
+  }
+  return RR_CONNECT_COMMIT;
+}
+
+static int hoped(const rr_connect_rail_view *v) {
+  return v->status == RAIL_READY || (v->status == RAIL_PENDING && !v->failed);
+}
+
+int rr_connect_backups_short(const rr_connect_rail_view *v, int n, int want) {
+  int backups = 0;
+  for (int r = 1; r < n; r++) backups += hoped(&v[r]);
+  if (backups < want) return want - backups;
+  /* Even without backups wanted, a connection whose every rail is down
+   * reaches its peer over another NIC rather than not at all. */
+  return !backups && (n < 1 || !hoped(&v[0]));
+}

@@ -1,0 +1,103 @@
+/* What connect() does with its planned rails (net_plugin/core/connect_plan.c):
+ * it never fails nor waits for a rail whose NIC is down while another rail
+ * works, keeps the first plan's unreachable rails for later, and plans more
+ * backups when those planned are down. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "connect_plan.h"
+
+#define V(st, f, b) ((rr_connect_rail_view){.status = (st), .failed = (f), .base = (b)})
+
+/* Nothing up yet: wait (the caller's connect timeout bounds it) while any
+ * rail may still come; fail only when none can. */
+static void test_nothing_up(void **state) {
+  (void)state;
+  uint32_t later, dropped;
+  rr_connect_rail_view v[3] = {V(RAIL_PENDING, 1, 1), V(RAIL_PENDING, 1, 1), V(RAIL_FAILED, 0, 1)};
+  assert_int_equal(rr_connect_decide(v, 3, 1, &later, &dropped), RR_CONNECT_WAIT);
+  v[0] = V(RAIL_FAILED, 0, 1);
+  v[1] = V(RAIL_FAILED, 0, 1);
+  assert_int_equal(rr_connect_decide(v, 3, 1, &later, &dropped), RR_CONNECT_FAIL);
+}
+
+/* The primary's NIC is down (its attempts fail), a backup is up: go on at
+ * once, the primary kept for later; nothing dropped. */
+static void test_primary_down_backup_up(void **state) {
+  (void)state;
+  uint32_t later, dropped;
+  rr_connect_rail_view v[2] = {V(RAIL_PENDING, 1, 1), V(RAIL_READY, 0, 1)};
+  assert_int_equal(rr_connect_decide(v, 2, 0, &later, &dropped), RR_CONNECT_COMMIT);
+  assert_int_equal(later, 0x1);
+  assert_int_equal(dropped, 0);
+}
+
+/* A rail that has not failed may be about to come up: it gets the settle
+ * time, then is kept for later. */
+static void test_slow_rail_gets_settle_time(void **state) {
+  (void)state;
+  uint32_t later, dropped;
+  rr_connect_rail_view v[3] = {V(RAIL_READY, 0, 1), V(RAIL_PENDING, 0, 1), V(RAIL_READY, 0, 1)};
+  assert_int_equal(rr_connect_decide(v, 3, 0, &later, &dropped), RR_CONNECT_WAIT);
+  assert_int_equal(rr_connect_decide(v, 3, 1, &later, &dropped), RR_CONNECT_COMMIT);
+  assert_int_equal(later, 0x2);
+}
+
+/* A rail added to replace a backup joins only if it is up; the backups of
+ * the first plan stay (for later) whatever happens. */
+static void test_replacement_joins_only_when_up(void **state) {
+  (void)state;
+  uint32_t later, dropped;
+  rr_connect_rail_view v[4] = {V(RAIL_READY, 0, 1), V(RAIL_PENDING, 1, 1), V(RAIL_PENDING, 1, 0),
+                               V(RAIL_READY, 0, 0)};
+  assert_int_equal(rr_connect_decide(v, 4, 0, &later, &dropped), RR_CONNECT_COMMIT);
+  assert_int_equal(later, 0x2);
+  assert_int_equal(dropped, 0x4);
+  /* A backup that failed its listener's proof is neither. */
+  v[1] = V(RAIL_FAILED, 0, 1);
+  assert_int_equal(rr_connect_decide(v, 4, 0, &later, &dropped), RR_CONNECT_COMMIT);
+  assert_int_equal(later, 0);
+  assert_int_equal(dropped, 0x4);
+}
+
+/* Backups are short when those planned are down (or not ours): plan more;
+ * a healthy plan asks for nothing, nor does the primary count. */
+static void test_backups_short(void **state) {
+  (void)state;
+  rr_connect_rail_view v[4] = {V(RAIL_PENDING, 1, 1), V(RAIL_PENDING, 0, 1), V(RAIL_READY, 0, 1),
+                               V(RAIL_PENDING, 1, 1)};
+  assert_int_equal(rr_connect_backups_short(v, 2, 1), 0);  /* pending, not failed: hoped for */
+  v[1] = V(RAIL_PENDING, 1, 1);
+  assert_int_equal(rr_connect_backups_short(v, 2, 1), 1);  /* failed: plan another */
+  v[1] = V(RAIL_FAILED, 0, 1);
+  assert_int_equal(rr_connect_backups_short(v, 2, 1), 1);
+  assert_int_equal(rr_connect_backups_short(v, 4, 1), 0);  /* rail 2 is up */
+  assert_int_equal(rr_connect_backups_short(v, 4, 3), 2);
+  assert_int_equal(rr_connect_backups_short(v, 4, 0), 0);  /* RERAIL_BACKUPS=0, a rail up */
+  v[0] = V(RAIL_READY, 0, 1);
+  assert_int_equal(rr_connect_backups_short(v, 1, 1), 1);  /* no backup planned at all */
+  /* RERAIL_BACKUPS=0: nothing more while the primary may work; one other
+   * NIC once it failed and nothing else is up or hoped for. */
+  assert_int_equal(rr_connect_backups_short(v, 1, 0), 0);
+  v[0] = V(RAIL_PENDING, 0, 1);
+  assert_int_equal(rr_connect_backups_short(v, 1, 0), 0);
+  v[0] = V(RAIL_PENDING, 1, 1);
+  assert_int_equal(rr_connect_backups_short(v, 1, 0), 1);
+  v[1] = V(RAIL_PENDING, 0, 0);
+  assert_int_equal(rr_connect_backups_short(v, 2, 0), 0);  /* the one planned is still hoped for */
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_nothing_up),
+      cmocka_unit_test(test_primary_down_backup_up),
+      cmocka_unit_test(test_slow_rail_gets_settle_time),
+      cmocka_unit_test(test_replacement_joins_only_when_up),
+      cmocka_unit_test(test_backups_short),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
