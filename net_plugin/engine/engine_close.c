@@ -81,7 +81,10 @@ rr_status rr_engine_close(rr_engine *e, uint64_t timeout_ns) {
       st = RR_OK;
       break;
     }
-    if (rr_now_ns() >= deadline) break;
+    /* No rail can carry anything now (every NIC down): waiting out δ for
+     * one to heal would hold NCCL's teardown for each such comm, and the
+     * peer copes with a close that says nothing (docs/failover.md). */
+    if (engine_control_rail(e) < 0 || rr_now_ns() >= deadline) break;
     pthread_mutex_unlock(&e->lock);
     pause_briefly();
     pthread_mutex_lock(&e->lock);
