@@ -160,17 +160,7 @@ static void expect_refused_as(rr_ht_refusal why, const char *check) {
   assert_int_equal(warns, 2);
 
   /* The plugin keeps working without the table, and says nothing more. */
-  rr_netif nif;
-  memset(&nif, 0, sizeof nif);
-  snprintf(nif.name, sizeof nif.name, "rr0");
-  for (int round = 0; round < 3; round++) {
-    rr_health_table_start(&nif, 1);
-    assert_false(rr_health_table_active());
-    rr_health_table_set_figures(0, RR_HT_TX, 1, 2, 3);
-    rr_health_table_tick(1ull << 62);
-    rr_health_nic_state(0, "rr0", RR_LINK_UP, "still moving data");
-    rr_health_table_stop();
-  }
+  start_without_table();
   assert_int_equal(rr_health_table_refusals(why), n0 + 5);
   assert_int_equal(warns, 2);
   if (check) expect_unchanged(check, &before);

@@ -406,18 +406,7 @@ static void expect_bad(mutation m, rr_ht_problem want) {
   assert_int_equal(p, want);
   assert_int_equal(warns, 2);
   assert_non_null(strstr(last_warn, path));
-  rr_netif nif;
-  memset(&nif, 0, sizeof nif);
-  snprintf(nif.name, sizeof nif.name, "rr0");
-  for (int round = 0; round < 3; round++) {
-    rr_health_table_start(&nif, 1);
-    assert_false(rr_health_table_active());
-    /* Everything the plugin calls keeps working, doing nothing. */
-    rr_health_table_set_figures(0, RR_HT_TX, 1, 2, 3);
-    rr_health_table_tick(1ull << 62);
-    rr_health_nic_state(0, "rr0", RR_LINK_UP, "still moving data");
-    rr_health_table_stop();
-  }
+  start_without_table();
   assert_int_equal(warns, 2);
 
   /* Never trusted, never repaired: the file is as it was. */
