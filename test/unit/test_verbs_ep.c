@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "rail_verbs.h"
+#include "verbs_ep.h" /* RECV_TAG: a receive completion's wr_id */
 #include "rr_params.h"
 #include "verbs_ring.h"
 
@@ -572,6 +573,36 @@ static void test_two_qps_fail_and_fence(void **state) {
   assert_int_equal(write_imm(w, 1, 1), RR_ERR_RAIL);
 }
 
+/* A failed work completion: transport errors fail the rail over (RR_ERR_RAIL), the peer
+ * refusing what we named is a protocol matter of that rail (RR_ERR_PROTOCOL), and a local
+ * protection, length or operation error on our own send is a bug: RR_ERR_INTERNAL, which
+ * fails the connection instead of replaying elsewhere. A receive's length error is the
+ * peer's oversized SEND. */
+static void test_completion_errors_classified(void **state) {
+  (void)state;
+  static const struct {
+    enum ibv_wc_status status;
+    int recv;
+    rr_status want;
+  } cases[] = {
+      {IBV_WC_RETRY_EXC_ERR, 0, RR_ERR_RAIL},       {IBV_WC_RNR_RETRY_EXC_ERR, 0, RR_ERR_RAIL},
+      {IBV_WC_WR_FLUSH_ERR, 0, RR_ERR_RAIL},        {IBV_WC_REM_ACCESS_ERR, 0, RR_ERR_PROTOCOL},
+      {IBV_WC_REM_INV_REQ_ERR, 0, RR_ERR_PROTOCOL}, {IBV_WC_LOC_LEN_ERR, 1, RR_ERR_PROTOCOL},
+      {IBV_WC_LOC_PROT_ERR, 0, RR_ERR_INTERNAL},    {IBV_WC_LOC_LEN_ERR, 0, RR_ERR_INTERNAL},
+      {IBV_WC_LOC_QP_OP_ERR, 0, RR_ERR_INTERNAL},   {IBV_WC_MW_BIND_ERR, 0, RR_ERR_INTERNAL},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    void *st = NULL;
+    assert_int_equal(setup_pair2(&st), 0);
+    world *w = st;
+    push_wc((struct ibv_wc){.wr_id = cases[i].recv ? RECV_TAG : 0, .status = cases[i].status, .qp_num = 0x101});
+    assert_int_equal(progress(w, 0), cases[i].want);
+    assert_int_equal(progress(w, 0), cases[i].want); /* sticky */
+    assert_int_equal(progress(w, 1), RR_OK);          /* the other endpoint is untouched */
+    teardown(&st);
+  }
+}
+
 /* A peer offering fewer QPs: both use as many as it has. */
 static void test_qps_agree_on_the_minimum(void **state) {
   world *w = *state;
@@ -751,6 +782,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_qps_agree_on_the_minimum, setup, teardown),
       cmocka_unit_test_setup_teardown(test_two_qps_global_order, setup_pair2, teardown),
       cmocka_unit_test_setup_teardown(test_two_qps_fail_and_fence, setup_pair2, teardown),
+      cmocka_unit_test(test_completion_errors_classified),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
