@@ -161,8 +161,10 @@ static struct ibv_qp *f_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *at
   q->qp_num = 0x100u + (uint32_t)nqps++;
   return q;
 }
+static struct ibv_ah_attr last_av; /* the address vector of the last QP moved to RTR */
 static int f_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask) {
   if (mask & IBV_QP_DEST_QPN) lb[qp - fake_qps].dest_qpn = attr->dest_qp_num;
+  if (mask & IBV_QP_AV) last_av = attr->ah_attr;
   return 0;
 }
 static int f_destroy_qp(struct ibv_qp *qp) {
@@ -603,6 +605,46 @@ static void test_completion_errors_classified(void **state) {
   }
 }
 
+/* The fabric's QoS reaches every QP's address vector: RERAIL_IB_TC / RERAIL_IB_SL, else
+ * NCCL_IB_TC / NCCL_IB_SL, else 0. */
+static uint8_t connect_one(world *w, uint8_t *sl) {
+  rr_rail_ep *ep;
+  assert_int_equal(rr_verbs_rail_ops.ep_open(&w->h->base, &no_events, NULL, &ep), RR_OK);
+  rr_verbs_addr peer = {.qpn = {0x901}, .nqps = 1, .psn = 1, .mtu = IBV_MTU_1024,
+                        .link_layer = IBV_LINK_LAYER_ETHERNET, .ring_slots = VERBS_RING_SLOTS};
+  uint8_t blob[RR_VERBS_ADDR_LEN];
+  rr_verbs_addr_encode(&peer, blob);
+  rr_rail_connect_args a = {.peer_addr = blob, .peer_addr_len = sizeof blob};
+  memset(&last_av, 0xee, sizeof last_av);
+  assert_int_equal(rr_verbs_rail_ops.ep_connect(ep, &a), RR_OK);
+  rr_verbs_rail_ops.destroy(ep);
+  assert_int_equal(last_av.is_global, 1);
+  *sl = last_av.sl;
+  return last_av.grh.traffic_class;
+}
+
+static void test_traffic_class_and_sl(void **state) {
+  world *w = *state;
+  uint8_t sl;
+  unsetenv("RERAIL_IB_TC"), unsetenv("RERAIL_IB_SL");
+  setenv("NCCL_IB_TC", "106", 1), setenv("NCCL_IB_SL", "3", 1);
+  rr_params_reload();
+  assert_int_equal(connect_one(w, &sl), 106); /* DSCP 26 on RoCE */
+  assert_int_equal(sl, 3);
+  /* Ours win over NCCL's; out of range is unset (the device's default, 0). */
+  setenv("RERAIL_IB_TC", "0x20", 1), setenv("RERAIL_IB_SL", "5", 1);
+  rr_params_reload();
+  assert_int_equal(rr_params_get()->ib_tc, 0x20);
+  assert_int_equal(rr_params_get()->ib_sl, 5);
+  setenv("RERAIL_IB_TC", "256", 1), setenv("RERAIL_IB_SL", "16", 1);
+  rr_params_reload();
+  assert_int_equal(rr_params_get()->ib_tc, -1);
+  assert_int_equal(rr_params_get()->ib_sl, -1);
+  unsetenv("RERAIL_IB_TC"), unsetenv("RERAIL_IB_SL"), unsetenv("NCCL_IB_TC"), unsetenv("NCCL_IB_SL");
+  rr_params_reload();
+  assert_int_equal(rr_params_get()->ib_tc, -1);
+}
+
 /* A peer offering fewer QPs: both use as many as it has. */
 static void test_qps_agree_on_the_minimum(void **state) {
   world *w = *state;
@@ -783,6 +825,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_two_qps_global_order, setup_pair2, teardown),
       cmocka_unit_test_setup_teardown(test_two_qps_fail_and_fence, setup_pair2, teardown),
       cmocka_unit_test(test_completion_errors_classified),
+      cmocka_unit_test_setup_teardown(test_traffic_class_and_sl, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
