@@ -48,6 +48,20 @@ int rr_param_parse_choice(const char *name, const char *value, const char *const
   return dflt;
 }
 
+/* An optional integer 0..max: `name` when set, else `nccl_name` (NCCL's own
+ * variable of the same meaning), else -1 (unset: the device's default). */
+static int param_int_or_nccl(const char *name, const char *nccl_name, uint64_t max) {
+  const char *v = getenv(name);
+  if (!v || !*v) {
+    v = getenv(nccl_name);
+    name = nccl_name;
+  }
+  if (!v || !*v) return -1;
+  uint64_t bad = max + 1;
+  uint64_t x = rr_param_parse_u64(name, v, bad, 0, max);
+  return x == bad ? -1 : (int)x;
+}
+
 static void params_parse(void) {
   memset(&params, 0, sizeof params);
   const char *ifname = getenv("RERAIL_SOCKET_IFNAME");
@@ -125,6 +139,10 @@ static void params_parse(void) {
                                                 getenv("RERAIL_IB_RETRY_CNT"), 6, 0, 7);
   params.ib_qps_per_rail = (int)rr_param_parse_u64("RERAIL_IB_QPS_PER_RAIL",
                                                    getenv("RERAIL_IB_QPS_PER_RAIL"), 1, 1, 16);
+  /* The fabric's QoS, as NCCL takes it into a QP's address vector (GRH
+   * traffic class, service level): RERAIL_IB_* wins, NCCL_IB_* is the default. */
+  params.ib_tc = param_int_or_nccl("RERAIL_IB_TC", "NCCL_IB_TC", 255);
+  params.ib_sl = param_int_or_nccl("RERAIL_IB_SL", "NCCL_IB_SL", 15);
   /* NCCL_GDR_FLUSH_DISABLE's meaning. The test knob makes receives into host
    * memory flushed as GPU memory would be (the Soft-RoCE lab has no GPU): it
    * only adds reads, never changes where bytes go. */
@@ -135,6 +153,12 @@ static void params_parse(void) {
   /* Tests only: the Soft-RoCE lab's hostile-peer case makes one sender forge
    * one write's immediate, so the receiver's checks of what a NIC placed run
    * against a real verbs stack. 0 (unset) forges nothing. */
+  /* Tests only: the Soft-RoCE lab has no GPU; with this, verbs devices
+   * advertise GPU memory and register host memory typed NCCL_PTR_CUDA with
+   * the ordinary call, and everything else treats it as GPU memory (the CPU
+   * never touches it), so a test can take the CPU's access away from it. */
+  params.test_host_as_gpu = (int)rr_param_parse_u64("RERAIL_TEST_HOST_AS_GPU", getenv("RERAIL_TEST_HOST_AS_GPU"),
+                                                    0, 0, 1);
   params.test_forge_write = rr_param_parse_u64("RERAIL_TEST_FORGE_WRITE", getenv("RERAIL_TEST_FORGE_WRITE"), 0, 0,
                                                UINT64_MAX);
 }

@@ -27,10 +27,14 @@ typedef struct rr_params {
   int ib_timeout;            /* RERAIL_IB_TIMEOUT: QP ACK timeout exponent, 4.096 us x 2^N, 1..31 */
   int ib_retry_cnt;          /* RERAIL_IB_RETRY_CNT: QP retry count, 0..7 */
   int ib_qps_per_rail;       /* RERAIL_IB_QPS_PER_RAIL: QPs per rail, 1..16 */
+  int ib_tc;                 /* RERAIL_IB_TC (default NCCL_IB_TC): GRH traffic class, 0..255, -1 = unset */
+  int ib_sl;                 /* RERAIL_IB_SL (default NCCL_IB_SL): service level, 0..15, -1 = unset */
   int gdr_flush_disable;     /* RERAIL_GDR_FLUSH_DISABLE: no RDMA-read flush after receives into GPU memory */
   int test_force_gpu_flush;  /* RERAIL_TEST_FORCE_GPU_FLUSH: tests only, flush host memory as if it were GPU memory */
   uint64_t test_forge_write;  /* RERAIL_TEST_FORGE_WRITE=N: tests only, this process's Nth data write
                                * names a chunk no receive has (a hostile peer) */
+  int test_host_as_gpu;      /* RERAIL_TEST_HOST_AS_GPU: tests only, verbs devices take host memory
+                              * registered as NCCL_PTR_CUDA and treat it as GPU memory */
 } rr_params;
 
 /* The process-wide parameters (parsed on first call, thread safe). */

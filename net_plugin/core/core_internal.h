@@ -40,10 +40,10 @@ typedef struct rr_devices {
 
 const rr_devices *rr_core_devices(void);
 
-/* mr.c: the memory NCCL may register (RR_PTR_*): host, plus GPU memory by
- * address (CUDA) or by DMA-BUF when every pooled NIC can register it (a
- * registration spans them all), which only verbs NICs can. */
-int rr_core_ptr_support(void);
+/* mr.c: the memory NCCL may register for device dev (RR_PTR_*): host, plus
+ * GPU memory by address (CUDA) or by DMA-BUF when that device can register
+ * it, which only verbs NICs can; dev < 0: what any pooled device can. */
+int rr_core_ptr_support(int dev);
 
 /* flush.c: test() of a request iflush returned. */
 rr_status rr_core_flush_test(void *request, int *done);

@@ -1,5 +1,6 @@
 /* Memory registration: every buffer NCCL registers is registered at once on
- * every NIC rerail pools — a superset of any connection's failover chain —
+ * every NIC rerail pools that can register its kind (GPU memory: the RDMA
+ * NICs) — a superset of any connection's failover chain —
  * so a failover registers and exchanges nothing (the receiver's
  * clear-to-sends already carry the buffer's key on every rail), and the
  * handle is valid on every connection (NCCL may share it: regIsGlobal).
@@ -22,23 +23,34 @@ static void mr_release(rr_mr *mr) {
   free(mr);
 }
 
-/* The memory kinds every pooled device registers. Only RDMA NICs place
- * bytes in GPU memory: a TCP device (which reads and writes through the
- * CPU) never counts as one that can, whatever it accepts. */
-static uint32_t pool_mem_kinds(void) {
+/* The memory kinds device i registers. Only RDMA NICs place bytes in GPU
+ * memory: a TCP device (which reads and writes through the CPU) never
+ * counts as one that can, whatever it accepts. */
+static uint32_t dev_mem_kinds(int i) {
   const rr_devices *d = rr_core_devices();
-  uint32_t kinds = d->count > 0 ? ~0u : RR_MEM_HOST;
-  for (int i = 0; i < d->count; i++)
-    kinds &= d->verbs[i] ? d->rail[i]->attr.mem_kinds : RR_MEM_HOST;
+  if (i < 0 || i >= d->count) return 0;
+  return d->verbs[i] ? d->rail[i]->attr.mem_kinds : RR_MEM_HOST;
+}
+
+/* The kinds some pooled device registers. */
+static uint32_t any_mem_kinds(void) {
+  uint32_t kinds = RR_MEM_HOST;
+  for (int i = 0; i < rr_core_devices()->count; i++) kinds |= dev_mem_kinds(i);
   return kinds;
 }
 
-int rr_core_ptr_support(void) {
-  uint32_t kinds = pool_mem_kinds();
+static int kinds_to_ptr(uint32_t kinds) {
   return RR_PTR_HOST | (kinds & RR_MEM_CUDA ? RR_PTR_CUDA : 0) | (kinds & RR_MEM_DMABUF ? RR_PTR_DMABUF : 0);
 }
 
-/* kind: the rr_mem_kind every device registers it as. */
+/* Per device (issue 23): a TCP device in the pool does not turn GPUDirect
+ * off for the verbs devices; GPU memory is registered on the devices that
+ * can, and only their rails carry it (engine_send.c, rail_carries). */
+int rr_core_ptr_support(int dev) { return kinds_to_ptr(dev < 0 ? any_mem_kinds() : dev_mem_kinds(dev)); }
+
+/* kind: the rr_mem_kind it is registered as, on every device that
+ * registers that kind (GPU memory: RDMA NICs only; the others get NULL and
+ * carry none of it); at least one must. */
 static rr_status reg_on_every_device(void *comm, void *data, size_t size, int type, uint32_t kind, int fd,
                                      uint64_t offset, void **mhandle) {
   if (!mhandle || !comm_is_ours(comm)) {
@@ -53,12 +65,19 @@ static rr_status reg_on_every_device(void *comm, void *data, size_t size, int ty
   mr->type = type;
   const rr_devices *d = rr_core_devices();
   rr_status st = RR_OK;
+  int nreg = 0;
   for (int i = 0; i < d->count && st == RR_OK; i++) {
     rr_rail_dev *dev = d->rail[i];
+    if (!(dev_mem_kinds(i) & kind)) continue;
+    nreg++;
     st = dev->ops->reg_mr(dev, data, size, kind, fd, offset, &mr->reg[i]);
     if (st != RR_OK)
       RR_WARN("regMr: %zu bytes of memory type %d on device %d (%s): %s", size, type, dev->index,
               dev->ops->name, rr_status_str(st));
+  }
+  if (st == RR_OK && !nreg) {
+    RR_WARN("regMr: no NIC rerail pools registers memory type %d", type);
+    st = RR_ERR_UNSUPPORTED;
   }
   if (st != RR_OK) {
     mr_release(mr);
@@ -71,11 +90,11 @@ static rr_status reg_on_every_device(void *comm, void *data, size_t size, int ty
 rr_status rr_net_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle) {
   if (type == RR_PTR_HOST) return reg_on_every_device(comm, data, size, type, RR_MEM_HOST, -1, 0, mhandle);
   /* GPU memory by its address: GPUDirect RDMA (nvidia-peermem) lets
-   * ibv_reg_mr pin it, on every NIC of the pool. */
-  if (type == RR_PTR_CUDA && (pool_mem_kinds() & RR_MEM_CUDA))
+   * ibv_reg_mr pin it, on every NIC of the pool that has it. */
+  if (type == RR_PTR_CUDA && (any_mem_kinds() & RR_MEM_CUDA))
     return reg_on_every_device(comm, data, size, type, RR_MEM_CUDA, -1, 0, mhandle);
-  RR_WARN("regMr: memory type %d is not supported by every NIC rerail pools (ptrSupport 0x%x)", type,
-          rr_core_ptr_support());
+  RR_WARN("regMr: memory type %d is not supported by any NIC rerail pools (ptrSupport 0x%x)", type,
+          rr_core_ptr_support(-1));
   return RR_ERR_UNSUPPORTED;
 }
 
@@ -86,9 +105,9 @@ rr_status rr_net_reg_mr_dmabuf(void *comm, void *data, size_t size, int type, ui
   /* GPU memory with a descriptor: ibv_reg_dmabuf_mr on every NIC (NCCL
    * passes NCCL_PTR_CUDA with the descriptor); without one, by address. */
   if (fd >= 0 && (type == RR_PTR_CUDA || type == RR_PTR_DMABUF)) {
-    if (!(pool_mem_kinds() & RR_MEM_DMABUF)) {
-      RR_WARN("regMrDmaBuf: not every NIC rerail pools can register DMA-BUF memory (ptrSupport 0x%x)",
-              rr_core_ptr_support());
+    if (!(any_mem_kinds() & RR_MEM_DMABUF)) {
+      RR_WARN("regMrDmaBuf: no NIC rerail pools can register DMA-BUF memory (ptrSupport 0x%x)",
+              rr_core_ptr_support(-1));
       return RR_ERR_UNSUPPORTED;
     }
     return reg_on_every_device(comm, data, size, type, RR_MEM_DMABUF, fd, offset, mhandle);

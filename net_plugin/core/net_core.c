@@ -219,7 +219,7 @@ rr_status rr_net_get_properties(int dev, rr_dev_props *props) {
   props->name = nif->name;
   props->pci_path = nif->pci_path[0] ? nif->pci_path : NULL;
   props->guid = nic_guid(nif);
-  props->ptr_support = rr_core_ptr_support();
+  props->ptr_support = rr_core_ptr_support(dev); /* per device: issue 23 */
   props->reg_is_global = 1;       /* a registration covers every pooled NIC (mr.c) */
   props->force_flush = 0;
   /* Virtual NICs (veth, lo) report no speed: assume 10 Gb/s like NCCL's sockets. */

@@ -7,8 +7,8 @@
  * chunks received and the prefix of chunks that are all there ("done").
  *
  * A send completes towards NCCL only when its buffer may be reused: small
- * messages are copied into a bounce buffer and complete at once, larger ones
- * when acked. Keeping the data until the ack is what lets a failover replay it.
+ * messages in host memory are copied into a bounce buffer and complete at
+ * once, larger ones (and any in GPU memory) when acked. Keeping the data until the ack is what lets a failover replay it.
  *
  * Failover (engine_rails.c, engine_recv.c, engine_send.c): a connection holds
  * a primary rail and warm backups. When a rail dies, the receiver fences it,
@@ -38,6 +38,11 @@ typedef struct rr_mr {
   int type;                 /* RR_PTR_* */
   rr_rail_mr *reg[RR_MAX_DEVS]; /* by device index; NULL on devices not registered */
 } rr_mr;
+
+/* GPU memory (NCCL_PTR_CUDA, NCCL_PTR_DMABUF) is the NIC's alone: the CPU
+ * never reads or writes it (no bounce copy, no inline or eager send from
+ * it, no eager copy into it, no TCP rail touching it). */
+static inline int rr_mr_is_gpu(const rr_mr *m) { return m && (m->type == RR_PTR_CUDA || m->type == RR_PTR_DMABUF); }
 
 enum rr_engine_role { RR_ENGINE_SEND = 1, RR_ENGINE_RECV = 2 };
 enum rr_request_kind { RR_REQ_SEND = 0x5e, RR_REQ_RECV = 0x7e, RR_REQ_FLUSH = 0xf1 /* core/flush.c */ };
@@ -86,6 +91,8 @@ typedef struct rr_send_req {
   uint8_t acked;
   uint8_t sub;
   uint8_t eager;            /* sent before its clear-to-send: sub, raddr and rkey not known yet */
+  uint8_t nic_only;         /* GPU memory at either end: only rails whose NIC registered both
+                             * buffers carry it (a local registration, a non-zero key) */
   uint8_t parked;           /* accepted, but the receive it was sent to has no buffer with its
                              * tag: it waits, unsent, for the receive it belongs to (seq unset) */
   uint32_t known;           /* eager: the sender's known_seq when it chose seq (the frame carries it) */
@@ -237,6 +244,7 @@ struct rr_engine {
   int resume_wait;          /* a rollback is under way: post nothing until RESUME_END */
   uint64_t resume_wait_since_ns;
   uint64_t stall_start_ns;  /* when the failure that caused the current rollback was seen */
+  uint64_t no_carrier_since_ns; /* a GPU message has found no rail up that can carry it since (0: none) */
 
   /* receiver */
   rr_recv_req rreq[RR_NET_MAX_REQUESTS];

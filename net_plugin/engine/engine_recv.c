@@ -109,6 +109,10 @@ static rr_status check_write(rr_engine *e, int rail, const rr_write_hdr *h, rr_r
    * placing the bytes itself checked the key against its registrations and
    * reports neither.) */
   if (e->rails[rail].ep->dev->attr.caps & RR_RAIL_CAP_WRITE_BEGIN) {
+    /* Key 0: this rail's NIC did not register the buffer (GPU memory on a
+     * TCP rail, whose recv() would have the CPU write it). */
+    if (h->len && !ce->rkey[rail])
+      return engine_violation(e, rail, "a write over a rail whose NIC did not register the buffer");
     if (h->rkey != ce->rkey[rail]) return engine_violation(e, rail, "a write with a key the receive does not have");
     if (h->raddr != ce->addr + (uint64_t)k * chunk_size)
       return engine_violation(e, rail, "a write to an address chunk %u does not have", k);
@@ -205,6 +209,9 @@ static rr_status land_early(rr_engine *e, rr_recv_req *r) {
   /* No buffer with its tag: it belongs to a later receive, and the sender,
    * seeing this receive's clear-to-send, parks it and sends it again there. */
   if (sub < 0) return RR_OK;
+  /* GPU memory: the CPU never writes it. The copy is dropped; the sender,
+   * told by the same flag in the clear-to-send, sends it again as a write. */
+  if (r->cts.e[sub].flags & ENGINE_CTS_NO_CPU) return RR_OK;
   if (x->len > r->sub[sub].posted_size) return eager_misfit(e, r, sub, x->tag, x->len);
   rr_recv_sub *s = &r->sub[sub];
   if (x->len) memcpy(s->data, early_data(e, slot, best), x->len);
@@ -229,6 +236,7 @@ static rr_status eager_begin(rr_engine *e, int rail, rr_write_hdr *h, void **dst
     e->peer_eager = 1;
     int sub = sub_for_tag(r, tag);
     if (sub < 0) return RR_OK; /* sink it: a later receive's (land_early says why) */
+    if (r->cts.e[sub].flags & ENGINE_CTS_NO_CPU) return RR_OK; /* sink it: GPU memory (land_early says why) */
     if (h->len > r->sub[sub].posted_size) return eager_misfit(e, r, sub, tag, h->len);
     *h = (rr_write_hdr){.imm = imm_encode(e->epoch, slot, (uint32_t)sub, 1, 0, 0), .len = h->len,
                         .rkey = r->cts.e[sub].rkey[rail], .raddr = r->cts.e[sub].addr, .fence = h->fence};
@@ -594,7 +602,8 @@ static rr_status irecv_locked(rr_engine *e, int n, void **data, const size_t *si
       return RR_ERR_INVALID;
     }
     engine_cts_entry *ce = &c.u.cts.e[i];
-    *ce = (engine_cts_entry){.tag = tags[i], .addr = (uint64_t)(uintptr_t)data[i], .size = sizes[i]};
+    *ce = (engine_cts_entry){.tag = tags[i], .flags = rr_mr_is_gpu(m) ? ENGINE_CTS_NO_CPU : 0,
+                             .addr = (uint64_t)(uintptr_t)data[i], .size = sizes[i]};
     /* The buffer's key on every rail's NIC, so any rail can carry any chunk
      * and a failover exchanges nothing. */
     for (int k = 0; k < e->nrails && m; k++) {
@@ -611,7 +620,7 @@ static rr_status irecv_locked(rr_engine *e, int n, void **data, const size_t *si
    * put an extra system call in front of it; waiting acks go with it.
    * While the sender sends eagerly, a receive of one message holds it back
    * (CTS_HOLD_NS): the eager message usually comes first and makes it moot. */
-  int hold = e->peer_eager && n == 1 && !ended;
+  int hold = e->peer_eager && n == 1 && !ended && !(c.u.cts.e[0].flags & ENGINE_CTS_NO_CPU);
   if (!hold && !ended) {
     rr_status st = e->ack_pending ? acks_flush(e) : RR_OK;
     if (st != RR_OK) return st;

@@ -40,12 +40,33 @@ static int req_retired(const rr_engine *e, const rr_send_req *r) {
   return 1;
 }
 
+/* GPU memory (issue 23): a message in GPU memory, or for a receive buffer
+ * in GPU memory, goes only over a rail whose NIC registered our buffer and
+ * the receiver's (its clear-to-send key for that rail is not 0): any other
+ * rail would have a CPU read or write it (a TCP rail's send() or recv()).
+ * Zero bytes touch no memory and go anywhere. */
+static int rail_carries(const rr_engine *e, const rr_send_req *r, int i) {
+  if (!r->nic_only || !r->size) return 1;
+  int dev = e->rails[i].ep->dev->index;
+  const rr_rail_mr *local = r->mr ? r->mr->reg[dev] : e->bounce_reg[i];
+  return local && r->rkey[i];
+}
+
+/* Chain order's first usable rail that can carry r (-1: none). */
+static int first_carrier(rr_engine *e, const rr_send_req *r) {
+  for (int i = 0; i < e->nrails; i++)
+    if (engine_rail_usable(e, i) && rail_carries(e, r, i)) return i;
+  return -1;
+}
+
 /* Which rail carries the next chunk of r; -1 when none can take it now. */
 static int pick_rail(rr_engine *e, rr_send_req *r) {
   if (e->cfg.failover_mode == RR_FAILOVER_CHAIN) {
     /* A message stays on one rail (fail-back happens at message boundaries). */
     if (r->rail >= 0 && engine_rail_usable(e, r->rail)) return r->rail;
     r->rail = (int8_t)engine_control_rail(e);
+    /* issue 23 (GPU memory): the control rail may not have registered it. */
+    if (r->rail >= 0 && !rail_carries(e, r, r->rail)) r->rail = (int8_t)first_carrier(e, r);
     return r->rail;
   }
   /* Balance: weighted fair placement. Each chunk goes to the usable rail
@@ -54,7 +75,7 @@ static int pick_rail(rr_engine *e, rr_send_req *r) {
    * queue is backed up (it drains slower than its share) is skipped. */
   int best = -1;
   for (int i = 0; i < e->nrails; i++) {
-    if (!engine_rail_usable(e, i)) continue;
+    if (!engine_rail_usable(e, i) || !rail_carries(e, r, i)) continue; /* issue 23: GPU memory */
     if (e->rails[i].ep->ops->backlog(e->rails[i].ep) > 2 * e->cfg.chunk_size) continue;
     if (best < 0 || e->rails[i].vtime < e->rails[best].vtime) best = i;
   }
@@ -86,6 +107,24 @@ static void forge_count(void) {
   if (rr_params_get()->test_forge_write) atomic_fetch_add_explicit(&writes_posted, 1, memory_order_relaxed);
 }
 
+/* No rail can take r's next chunk now. With no rail up at all the
+ * connection's own bound applies (engine_rails.c, check_rails_left); but a
+ * message in GPU memory that no up rail registered waits for a rail that
+ * did, and fails within the same bound (δ + 600 ms) when none comes, rather
+ * than hang. */
+static rr_status no_carrier(rr_engine *e, const rr_send_req *r, uint64_t now) {
+  if (!r->nic_only || engine_control_rail(e) < 0) {
+    e->no_carrier_since_ns = 0;
+    return RR_OK;
+  }
+  if (!now) now = rr_now_ns();
+  if (!e->no_carrier_since_ns) e->no_carrier_since_ns = now;
+  if (now - e->no_carrier_since_ns < e->cfg.progress_timeout_ns + 600 * 1000000ull) return RR_OK;
+  return engine_fail(e, RR_ERR_RAIL,
+                     "message %u (%zu bytes) is in GPU memory at one end, and no rail up has a NIC that registered it",
+                     r->seq, r->size);
+}
+
 rr_status engine_send_post(rr_engine *e, uint64_t now) {
   if (e->fail_notice_pending) {
     engine_msg msg = {.type = ENGINE_CTRL_FAIL, .u.fail = {.epoch = e->fail_epoch, .down_mask = engine_down_mask(e)}};
@@ -105,7 +144,8 @@ rr_status engine_send_post(rr_engine *e, uint64_t now) {
     /* A parked request has no place yet; placing it rewinds fifo_post. */
     while (!r->parked && !r->acked && r->posted < r->nchunks) {
       int ri = pick_rail(e, r);
-      if (ri < 0) return RR_OK;
+      if (ri < 0) return no_carrier(e, r, now);
+      e->no_carrier_since_ns = 0;
       uint32_t k = r->posted;
       size_t off = (size_t)k * e->cfg.chunk_size;
       size_t len = r->size - off < e->cfg.chunk_size ? r->size - off : e->cfg.chunk_size;
@@ -229,6 +269,7 @@ static void take_place(rr_send_req *r, engine_cts_slot *s, int sub) {
   r->sub = (uint8_t)sub;
   r->raddr = ce->addr;
   memcpy(r->rkey, ce->rkey, sizeof r->rkey);
+  if (ce->flags & ENGINE_CTS_NO_CPU) r->nic_only = 1;
   s->matched |= (uint8_t)(1u << sub);
 }
 
@@ -241,8 +282,18 @@ static rr_status place_by_cts(rr_engine *e, rr_send_req *r, engine_cts_slot *s, 
   if (r->size > s->cts.e[sub].size)
     return engine_fail(e, RR_ERR_INVALID, "message of %zu bytes for a receive of %llu bytes (receive %u, tag %d)",
                        r->size, (unsigned long long)s->cts.e[sub].size, s->cts.seq, r->tag);
+  int was_eager = r->eager;
   r->eager = 0;
   take_place(r, s, sub);
+  if (was_eager && (s->cts.e[sub].flags & ENGINE_CTS_NO_CPU)) {
+    /* The buffer is GPU memory: the receiver sank our eager copy (the same
+     * flag told it to), so the message goes again, as an ordinary write on
+     * a rail whose NIC registered the buffer. */
+    r->posted = r->transmitted = 0;
+    r->rail = -1;
+    r->resumed = 0;
+    e->fifo_post = e->fifo_head;
+  }
   return RR_OK;
 }
 
@@ -558,7 +609,8 @@ static void bounce_setup(rr_engine *e) {
  * for this one must be past every receive we still wait to hear from (its
  * early buffer holds one message per slot). */
 #define EAGER_AHEAD 16
-static int eager_allowed(rr_engine *e, size_t size, int tag) {
+static int eager_allowed(rr_engine *e, size_t size, int tag, const rr_mr *mr) {
+  if (rr_mr_is_gpu(mr)) return 0; /* the CPU never reads GPU memory, and an eager copy is all CPU */
   if (!e->cfg.eager_max || size > e->cfg.eager_max || size > RR_BOUNCE_SIZE) return 0;
   /* Parked messages go first; assumptions in a row share a tag. */
   if (e->nparked || !may_assume(e, tag)) return 0;
@@ -589,7 +641,8 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
    * clear-to-send is here: that tells the receiver we send eagerly, and it
    * holds back the clear-to-sends eager messages make moot. */
   int have_cts = s->valid && s->cts.seq == e->send_seq && e->known_seq == e->send_seq;
-  int eager = eager_allowed(e, size, tag) && (!have_cts || (s->cts.n == 1 && s->matched == 0));
+  int eager = eager_allowed(e, size, tag, mr) &&
+              (!have_cts || (s->cts.n == 1 && s->matched == 0 && !(s->cts.e[0].flags & ENGINE_CTS_NO_CPU)));
   if (!have_cts && !eager) {
     e->cts_wanted = 1;
     return engine_progress(e);
@@ -625,10 +678,11 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
   rr_send_req *r = &e->sreq[idx];
   *r = (rr_send_req){.kind = RR_REQ_SEND, .in_use = 1, .sub = 0, .eager = (uint8_t)eager, .known = e->known_seq, .rail = -1,
                      .bounce = -1, .engine = e, .seq = e->send_seq, .tag = tag, .data = data,
-                     .size = size, .mr = mr, .nchunks = (uint32_t)nchunks};
+                     .size = size, .mr = mr, .nchunks = (uint32_t)nchunks,
+                     .nic_only = (uint8_t)rr_mr_is_gpu(mr)};
   /* The bounce arena is registered on every rail's device the first time
    * it is used (verbs writes need a local key on the NIC they leave by). */
-  if (size <= RR_BOUNCE_SIZE && size > 0) {
+  if (size <= RR_BOUNCE_SIZE && size > 0 && !rr_mr_is_gpu(mr)) {
     if (!e->bounce) bounce_setup(e);
     if (e->bounce && e->nbounce_free > 0) {
       r->bounce = e->bounce_free[--e->nbounce_free];

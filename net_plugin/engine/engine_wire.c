@@ -59,7 +59,7 @@ static void put_cts_body(wbuf *b, const engine_cts *c) {
   put16(b, 0);
   for (int i = 0; i < c->n; i++) {
     put32(b, (uint32_t)c->e[i].tag);
-    put32(b, 0);
+    put32(b, c->e[i].flags);
     put64(b, c->e[i].addr);
     put64(b, c->e[i].size);
     for (int r = 0; r < c->nrails; r++) put32(b, c->e[i].rkey[r]);
@@ -122,7 +122,8 @@ static const char *get_cts_body(rbuf *b, int nrails, int n_known, engine_cts *c)
   for (int i = 0; i < c->n; i++) {
     engine_cts_entry *e = &c->e[i];
     e->tag = (int32_t)get32(b);
-    if (get32(b) != 0) return "reserved bits set in a clear-to-send entry";
+    e->flags = get32(b);
+    if (e->flags & ~ENGINE_CTS_FLAGS) return "reserved bits set in a clear-to-send entry";
     e->addr = get64(b);
     e->size = get64(b);
     if (e->size > UINT64_MAX - e->addr) return "a receive buffer that wraps the address space";

@@ -9,7 +9,7 @@
  *
  *   header     type u8 | 0 u8 | 0 u16                                  4 bytes
  *   CTS        hdr | seq u32 | n u8 | nrails u8 | 0 u16 | n x entry
- *              entry: tag i32 | 0 u32 | addr u64 | size u64 | nrails x rkey u32
+ *              entry: tag i32 | flags u32 | addr u64 | size u64 | nrails x rkey u32
  *   ACK        hdr | seq u32 | more u32
  *   PROBE      hdr | rail u32
  *   FAIL, DOWN hdr | epoch u32 | down_mask u32
@@ -49,8 +49,17 @@ enum engine_ctrl_type {
   ENGINE_CTRL_NTYPES
 };
 
+/* Clear-to-send entry flags. NO_CPU: the buffer is GPU memory (registered
+ * as NCCL_PTR_CUDA or NCCL_PTR_DMABUF): only a NIC that registered it may
+ * write into it, so no eager copy lands there (the receiver sinks it and the
+ * sender, seeing this flag, sends the message again as an ordinary write on
+ * a rail whose key for it is not 0). Both ends decide from this one bit. */
+#define ENGINE_CTS_NO_CPU 0x1u
+#define ENGINE_CTS_FLAGS ENGINE_CTS_NO_CPU
+
 typedef struct engine_cts_entry {
   int32_t tag;
+  uint32_t flags;              /* ENGINE_CTS_* */
   uint64_t addr;               /* receiver address of the buffer */
   uint64_t size;               /* posted size: the most the sender may write */
   uint32_t rkey[RR_MAX_RAILS]; /* the buffer's key on every rail's NIC, by rail index */

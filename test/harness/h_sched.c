@@ -91,6 +91,14 @@ void h_sched_op(const h_sched *s, uint64_t seq, h_op *op) {
   int G = s->group;
   int single_tag = 0x100 + s->conn;   /* like NCCL's peer rank: one tag per connection */
 
+  if (s->nsizes > 0) { /* --sizes: the listed sizes in turn, each a single message */
+    op->n = 1;
+    op->m[0].size = s->sizes[seq % (uint64_t)s->nsizes];
+    op->m[0].posted = op->m[0].size + pick_slack(&rng, s->single_slack_min);
+    op->m[0].tag = single_tag;
+    return;
+  }
+
   /* The first ops are fixed edge cases, whatever the seed and --min-size:
    * 0: a zero-byte single; 1: a group with 0, 1, the largest and odd sizes;
    * 2: the largest single; 3: a group of zero-byte messages. */

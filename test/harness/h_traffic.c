@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define SIZE_SENTINEL (INT_MIN + 0x5a5a)
@@ -62,12 +63,23 @@ int h_conn_alloc(h_conn *c) {
 
 int h_conn_register(h_conn *c) {
   hnet *n = c->net;
-  int rc = H_CALL(A_REGMR, n->reg_mr(n, c->comm, c->buf, c->buf_bytes, HNET_PTR_HOST, &c->mh));
+  int rc = H_CALL(A_REGMR, n->reg_mr(n, c->comm, c->buf, c->buf_bytes, g_opt.mem_type, &c->mh));
   if (rc != HNET_SUCCESS) {
-    conn_error(c, "regMr(%zu bytes, NCCL_PTR_HOST) returned %s", c->buf_bytes, hnet_result_str(rc));
+    conn_error(c, "regMr(%zu bytes, NCCL_PTR_%s) returned %s", c->buf_bytes,
+               g_opt.mem_type == HNET_PTR_CUDA ? "CUDA" : "HOST", hnet_result_str(rc));
     return -1;
   }
   return 0;
+}
+
+/* --protect: while the plugin owns the buffer, the CPU may not touch it (as
+ * GPU memory): any read or write by the plugin faults. The NIC still
+ * reaches the pages it pinned at regMr. */
+static int buf_protect(h_conn *c, int plugin_owns) {
+  if (!g_opt.protect || !c->buf) return 0;
+  if (mprotect(c->buf, c->buf_bytes, plugin_owns ? PROT_NONE : PROT_READ | PROT_WRITE) == 0) return 0;
+  conn_error(c, "mprotect(%zu bytes, %s) failed", c->buf_bytes, plugin_owns ? "PROT_NONE" : "PROT_READ|PROT_WRITE");
+  return -1;
 }
 
 void h_conn_release(h_conn *c) {
@@ -89,6 +101,7 @@ void h_conn_release(h_conn *c) {
     if (rc != HNET_SUCCESS) conn_error(c, "closeListen returned %s", hnet_result_str(rc));
     c->listen = NULL;
   }
+  buf_protect(c, 0);
   free(c->buf);
   c->buf = NULL;
 }
@@ -125,6 +138,7 @@ static int sender_post(h_conn *c) {
         h_payload_fill(base + h_sched_offset(&c->sched, &sl->op, i), send_size(sl, i),
                        h_payload_key(&c->sched, sl->seq, sl->op.m[i].tag));
       c->posting = 1;
+      if (buf_protect(c, 1)) return -1;
       if (c->st.t_first == 0) c->st.t_first = h_now();
     }
     int i = sl->op.order[sl->nposted];
@@ -184,6 +198,7 @@ static int sender_test(h_conn *c) {
   if (c->failed) return -1;
   sl->ntested++;
   if (sl->ntested == sl->op.n) {
+    if (buf_protect(c, 0)) return -1;
     c->st.ops++;
     c->st.msgs += (uint64_t)sl->op.n;
     for (int k = 0; k < sl->op.n; k++) c->st.bytes += send_size(sl, k);
@@ -229,6 +244,7 @@ static int receiver_post(h_conn *c) {
     size_t sizes[H_MAX_GROUP];
     int tags[H_MAX_GROUP];
     recv_arrays(c, sl, data, sizes, tags, mh);
+    if (buf_protect(c, 1)) return -1;
     void *req = sl->op.hint ? HNET_OPTIONAL_RECV_COMPLETION : NULL;
     int rc = H_CALL(A_IRECV, n->irecv(n, c->comm, sl->op.n, data, sizes, tags, mh, &req));
     if (rc != HNET_SUCCESS) {
@@ -382,6 +398,7 @@ static int receiver_retire(h_conn *c) {
       if (!done) return progressed;
       sl->freq = NULL;
     }
+    if (buf_protect(c, 0)) return -1; /* the receive and its flush are done: ours to check */
     if (g_opt.selftest_corrupt >= 0 && c->idx == 0 && sl->seq == (uint64_t)g_opt.selftest_corrupt) {
       for (int i = 0; i < sl->op.n; i++)
         if (sl->op.m[i].size > 0) {

@@ -28,6 +28,7 @@ h_opts g_opt = {
     .role = -1,
     .conns = 4,
     .inflight = 8,
+    .mem_type = HNET_PTR_HOST,
     .max_size = 8u << 20,
     .seed = 1,
     .timeout = 120,
@@ -91,6 +92,13 @@ static void usage(FILE *f) {
 "                         single receives are always mixed in\n"
 "  --min-size S, --max-size S   message sizes (default 0 .. 8M; K/M/G suffixes)\n"
 "  --iters N              ops per connection and direction (default 256)\n"
+"  --mem host|cuda        register buffers as NCCL_PTR_HOST (default) or NCCL_PTR_CUDA (host\n"
+"                         memory a plugin test knob treats as GPU memory: RERAIL_TEST_HOST_AS_GPU)\n"
+"  --protect              the connection's buffer is PROT_NONE while the plugin owns it (isend or\n"
+"                         irecv until test() says done, and the flush): a plugin whose CPU reads or\n"
+"                         writes it faults (SIGSEGV); needs --inflight 1\n"
+"  --sizes S[,S...]       every op a single message of the listed sizes in turn (K/M suffixes;\n"
+"                         raises --max-size to the largest); replaces the random schedule\n"
 "  --no-flush             never iflush, as NCCL for host memory (default: once per received op;\n"
 "                         NCCL's own socket transport, --plugin nccl-socket, refuses iflush)\n"
 "  --duration SECONDS     the sender stops after this long and ends the schedule in-band\n"
@@ -160,8 +168,22 @@ static int parse_int(const char *s, long lo, long hi, long *out) {
 enum {
   O_PLUGIN = 256, O_NETVER, O_DEV, O_ROLE, O_RDV, O_CONNS, O_INFLIGHT, O_GROUP, O_MIN, O_MAX, O_DURATION,
   O_ITERS, O_SEED, O_BIDIR, O_THREADS, O_TIMEOUT, O_QUIET, O_JSON, O_BADHANDLE, O_WRONGTOKEN, O_KEEP,
-  O_DIE, O_DIESIZE, O_DIEAFTER, O_DIEBOUND, O_BADBOUND, O_PROBE, O_NOHINT, O_RDVTIMEOUT, O_MAXCALL, O_SELFTEST, O_CONTEXTS, O_ACCEPTDELAY, O_CLOSEDELAY, O_CLOSEDONE, O_STALL, O_TIMELINE, O_NOPEERABORT, O_CLOG, O_NOFLUSH, O_HELP
+  O_DIE, O_DIESIZE, O_DIEAFTER, O_DIEBOUND, O_BADBOUND, O_PROBE, O_NOHINT, O_RDVTIMEOUT, O_MAXCALL, O_SELFTEST, O_CONTEXTS, O_ACCEPTDELAY, O_CLOSEDELAY, O_CLOSEDONE, O_STALL, O_TIMELINE, O_NOPEERABORT, O_CLOG, O_NOFLUSH, O_MEM, O_PROTECT, O_SIZES, O_HELP
 };
+
+/* --sizes S[,S...]: at most H_MAX_SIZES sizes; --max-size grows to the largest. */
+static int parse_size_list(const char *a) {
+  char buf[1024];
+  if (strlen(a) >= sizeof buf) return -1;
+  strcpy(buf, a);
+  g_opt.nsizes = 0;
+  for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    if (g_opt.nsizes == H_MAX_SIZES || parse_size(t, &g_opt.sizes[g_opt.nsizes])) return -1;
+    if (g_opt.sizes[g_opt.nsizes] > g_opt.max_size) g_opt.max_size = g_opt.sizes[g_opt.nsizes];
+    g_opt.nsizes++;
+  }
+  return g_opt.nsizes ? 0 : -1;
+}
 
 static int parse_args(int argc, char **argv) {
   static const struct option opts[] = {
@@ -180,6 +202,7 @@ static int parse_args(int argc, char **argv) {
       {"close-delay-ms", 1, 0, O_CLOSEDELAY}, {"close-when-done", 0, 0, O_CLOSEDONE}, {"stall-report", 0, 0, O_STALL},
       {"timeline", 1, 0, O_TIMELINE}, {"no-peer-abort", 0, 0, O_NOPEERABORT},
       {"completion-log", 1, 0, O_CLOG}, {"no-flush", 0, 0, O_NOFLUSH},
+      {"mem", 1, 0, O_MEM}, {"protect", 0, 0, O_PROTECT}, {"sizes", 1, 0, O_SIZES},
       {"help", 0, 0, O_HELP},
       {0, 0, 0, 0}};
   int c, have_iters = 0;
@@ -248,6 +271,15 @@ static int parse_args(int argc, char **argv) {
     case O_CLOSEDELAY: if (parse_int(a, 0, 600000, &v)) goto bad; g_opt.close_delay_ms = (int)v; break;
     case O_CLOSEDONE: g_opt.close_when_done = 1; break;
     case O_NOFLUSH: g_opt.no_flush = 1; break;
+    case O_MEM:
+      if (!strcmp(a, "host")) g_opt.mem_type = HNET_PTR_HOST;
+      else if (!strcmp(a, "cuda")) g_opt.mem_type = HNET_PTR_CUDA;
+      else goto bad;
+      break;
+    case O_PROTECT: g_opt.protect = 1; break;
+    case O_SIZES:
+      if (parse_size_list(a)) goto bad;
+      break;
     case O_STALL: g_opt.stall_report = 1; break;
     case O_NOPEERABORT: g_opt.no_peer_abort = 1; break;
     case O_CLOG: if (!*a) goto bad; g_opt.completion_log = a; break;
@@ -265,6 +297,10 @@ static int parse_args(int argc, char **argv) {
     return -1;
   }
   if (!have_iters) g_opt.iters = 256;
+  if (g_opt.protect && g_opt.inflight != 1) {
+    fprintf(stderr, "rerail-harness: --protect needs --inflight 1 (one buffer per connection, one op at a time)\n");
+    return -1;
+  }
   if (g_opt.min_size > g_opt.max_size) {
     fprintf(stderr, "rerail-harness: --min-size is larger than --max-size\n");
     return -1;
@@ -464,6 +500,8 @@ static int setup_conns(const h_params *params) {
     c->last = g_opt.duration > 0 ? UINT64_MAX : g_opt.iters - 1;
     h_sched_init(&c->sched, g_opt.seed, is_send ? send_dir : recv_dir, c->idx, g_group, g_opt.min_size,
                  g_opt.max_size, g_opt.duration > 0);
+    c->sched.sizes = g_opt.sizes;
+    c->sched.nsizes = g_opt.nsizes;
     if (h_conn_alloc(c)) return -1;
   }
   /* Listen first (one listen comm per connection, as NCCL does per peer and

@@ -28,6 +28,7 @@
 enum { H_EXIT_OK = 0, H_EXIT_FAIL = 1, H_EXIT_USAGE = 2, H_EXIT_HANG = 3, H_EXIT_TOO_FAST = 4 };
 
 enum h_role { H_SERVER = 0, H_CLIENT = 1 };
+#define H_MAX_SIZES 64
 enum h_wrong_token { H_WT_NONE = 0, H_WT_TOKEN, H_WT_ALL_BUT_ADDR };
 
 typedef struct h_opts {
@@ -67,6 +68,10 @@ typedef struct h_opts {
   const char *completion_log; /* receiver: every completion to this file */
   int no_peer_abort;        /* traffic: ignore the peer's abort flag (learn failures from the plugin) */
   int no_flush;             /* receiver: no iflush, as NCCL for host memory (its socket transport refuses one) */
+  int mem_type;             /* --mem: HNET_PTR_HOST or HNET_PTR_CUDA (host memory typed as GPU memory) */
+  int protect;              /* --protect: the buffer is PROT_NONE while the plugin owns it (needs --inflight 1) */
+  size_t sizes[H_MAX_SIZES];/* --sizes: every op a single message of sizes[seq % nsizes] */
+  int nsizes;
 } h_opts;
 
 extern h_opts g_opt;
@@ -96,6 +101,8 @@ typedef struct h_sched {
   size_t slot_bytes;    /* bytes per in-flight slot */
   int single_slack_min; /* 1 in --duration mode: a single's posted size exceeds its size */
   int conn;
+  const size_t *sizes;  /* --sizes: fixed single sizes in turn (NULL: the random schedule) */
+  int nsizes;
 } h_sched;
 
 /* dir: 0 = server->client, 1 = client->server. */

@@ -1,6 +1,6 @@
 /* The engine's control messages on the wire: every type round-trips, the
  * byte order is little-endian whatever the host's, and every malformed
- * message (short, long, reserved bits, bad counts, keys for another rail
+ * message (short, long, reserved bits or unknown entry flags, bad counts, keys for another rail
  * count, a buffer that wraps) is refused with a reason. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,6 +22,7 @@ static engine_msg sample_cts(int n, int nrails) {
   m.u.cts.nrails = (uint8_t)nrails;
   for (int i = 0; i < n; i++) {
     m.u.cts.e[i].tag = -7 + i;
+    m.u.cts.e[i].flags = i % 2 ? ENGINE_CTS_NO_CPU : 0; /* GPU buffers among host ones */
     m.u.cts.e[i].addr = 0x1000u * (uint64_t)(i + 1);
     m.u.cts.e[i].size = 4096u * (uint64_t)(i + 3);
     for (int r = 0; r < nrails; r++) m.u.cts.e[i].rkey[r] = 0xa0000000u + (uint32_t)(i * 16 + r);
@@ -108,6 +109,17 @@ static void malformed_is_refused(void **state) {
   assert_int_equal(engine_msg_decode(buf, len, 2, &out, &why), RR_ERR_PROTOCOL);
   buf[8] = 2;
   assert_int_equal(engine_msg_decode(buf, len, 2, &out, &why), RR_OK);
+  /* Entry flags: NO_CPU is the only one defined; any other bit is refused. */
+  assert_int_equal(buf[16], 0);
+  buf[16] = ENGINE_CTS_NO_CPU;
+  assert_int_equal(engine_msg_decode(buf, len, 2, &out, &why), RR_OK);
+  assert_int_equal(out.u.cts.e[0].flags, ENGINE_CTS_NO_CPU);
+  buf[16] = 0x2;
+  assert_int_equal(engine_msg_decode(buf, len, 2, &out, &why), RR_ERR_PROTOCOL);
+  buf[19] = 0x80;
+  buf[16] = 0;
+  assert_int_equal(engine_msg_decode(buf, len, 2, &out, &why), RR_ERR_PROTOCOL);
+  buf[19] = 0;
   /* A buffer that wraps the address space. */
   engine_msg w = sample_cts(1, 1);
   w.u.cts.e[0].addr = UINT64_MAX - 10;

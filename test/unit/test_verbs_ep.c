@@ -8,7 +8,8 @@
  * port event still reads as before, and every event is acknowledged (libibverbs' destroy_qp
  * waits for that).
  *
- * Posting: small writes and control messages go inline, large writes do not; a write is
+ * Posting: control messages go inline, a write's payload never does (it may be GPU memory,
+ * which the CPU must not read); a write is
  * signalled every 16 requests or every quarter MiB; unsignalled writes get a signalled NOP
  * behind them once a progress cycle passes with nothing posted, not while the owner is
  * still posting.
@@ -33,6 +34,7 @@
 #include <string.h>
 
 #include "rail_verbs.h"
+#include "verbs_ep.h" /* RECV_TAG: a receive completion's wr_id */
 #include "rr_params.h"
 #include "verbs_ring.h"
 
@@ -159,8 +161,10 @@ static struct ibv_qp *f_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *at
   q->qp_num = 0x100u + (uint32_t)nqps++;
   return q;
 }
+static struct ibv_ah_attr last_av; /* the address vector of the last QP moved to RTR */
 static int f_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask) {
   if (mask & IBV_QP_DEST_QPN) lb[qp - fake_qps].dest_qpn = attr->dest_qp_num;
+  if (mask & IBV_QP_AV) last_av = attr->ah_attr;
   return 0;
 }
 static int f_destroy_qp(struct ibv_qp *qp) {
@@ -359,7 +363,7 @@ static rr_status post_write(world *w, int i, size_t len) {
   return w->ep[i]->ops->post_write(w->ep[i], &wr);
 }
 
-static void test_small_requests_inline(void **state) {
+static void test_only_own_messages_inline(void **state) {
   world *w = *state;
   char msg[40] = {0};
   assert_int_equal(post_write(w, 0, 16), RR_OK);
@@ -367,7 +371,7 @@ static void test_small_requests_inline(void **state) {
   assert_int_equal(w->ep[0]->ops->post_ctrl(w->ep[0], msg, sizeof msg), RR_OK);
   assert_int_equal(nposts, 3);
   assert_int_equal(posts[0].opcode, IBV_WR_RDMA_WRITE_WITH_IMM);
-  assert_true(posts[0].flags & IBV_SEND_INLINE);
+  assert_false(posts[0].flags & IBV_SEND_INLINE); /* 16 bytes of payload: still read by the NIC */
   assert_false(posts[1].flags & IBV_SEND_INLINE);
   assert_int_equal(posts[2].opcode, IBV_WR_RDMA_WRITE); /* into the peer's ring */
   assert_true(posts[2].flags & IBV_SEND_INLINE);
@@ -571,6 +575,76 @@ static void test_two_qps_fail_and_fence(void **state) {
   assert_int_equal(write_imm(w, 1, 1), RR_ERR_RAIL);
 }
 
+/* A failed work completion: transport errors fail the rail over (RR_ERR_RAIL), the peer
+ * refusing what we named is a protocol matter of that rail (RR_ERR_PROTOCOL), and a local
+ * protection, length or operation error on our own send is a bug: RR_ERR_INTERNAL, which
+ * fails the connection instead of replaying elsewhere. A receive's length error is the
+ * peer's oversized SEND. */
+static void test_completion_errors_classified(void **state) {
+  (void)state;
+  static const struct {
+    enum ibv_wc_status status;
+    int recv;
+    rr_status want;
+  } cases[] = {
+      {IBV_WC_RETRY_EXC_ERR, 0, RR_ERR_RAIL},       {IBV_WC_RNR_RETRY_EXC_ERR, 0, RR_ERR_RAIL},
+      {IBV_WC_WR_FLUSH_ERR, 0, RR_ERR_RAIL},        {IBV_WC_REM_ACCESS_ERR, 0, RR_ERR_PROTOCOL},
+      {IBV_WC_REM_INV_REQ_ERR, 0, RR_ERR_PROTOCOL}, {IBV_WC_LOC_LEN_ERR, 1, RR_ERR_PROTOCOL},
+      {IBV_WC_LOC_PROT_ERR, 0, RR_ERR_INTERNAL},    {IBV_WC_LOC_LEN_ERR, 0, RR_ERR_INTERNAL},
+      {IBV_WC_LOC_QP_OP_ERR, 0, RR_ERR_INTERNAL},   {IBV_WC_MW_BIND_ERR, 0, RR_ERR_INTERNAL},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    void *st = NULL;
+    assert_int_equal(setup_pair2(&st), 0);
+    world *w = st;
+    push_wc((struct ibv_wc){.wr_id = cases[i].recv ? RECV_TAG : 0, .status = cases[i].status, .qp_num = 0x101});
+    assert_int_equal(progress(w, 0), cases[i].want);
+    assert_int_equal(progress(w, 0), cases[i].want); /* sticky */
+    assert_int_equal(progress(w, 1), RR_OK);          /* the other endpoint is untouched */
+    teardown(&st);
+  }
+}
+
+/* The fabric's QoS reaches every QP's address vector: RERAIL_IB_TC / RERAIL_IB_SL, else
+ * NCCL_IB_TC / NCCL_IB_SL, else 0. */
+static uint8_t connect_one(world *w, uint8_t *sl) {
+  rr_rail_ep *ep;
+  assert_int_equal(rr_verbs_rail_ops.ep_open(&w->h->base, &no_events, NULL, &ep), RR_OK);
+  rr_verbs_addr peer = {.qpn = {0x901}, .nqps = 1, .psn = 1, .mtu = IBV_MTU_1024,
+                        .link_layer = IBV_LINK_LAYER_ETHERNET, .ring_slots = VERBS_RING_SLOTS};
+  uint8_t blob[RR_VERBS_ADDR_LEN];
+  rr_verbs_addr_encode(&peer, blob);
+  rr_rail_connect_args a = {.peer_addr = blob, .peer_addr_len = sizeof blob};
+  memset(&last_av, 0xee, sizeof last_av);
+  assert_int_equal(rr_verbs_rail_ops.ep_connect(ep, &a), RR_OK);
+  rr_verbs_rail_ops.destroy(ep);
+  assert_int_equal(last_av.is_global, 1);
+  *sl = last_av.sl;
+  return last_av.grh.traffic_class;
+}
+
+static void test_traffic_class_and_sl(void **state) {
+  world *w = *state;
+  uint8_t sl;
+  unsetenv("RERAIL_IB_TC"), unsetenv("RERAIL_IB_SL");
+  setenv("NCCL_IB_TC", "106", 1), setenv("NCCL_IB_SL", "3", 1);
+  rr_params_reload();
+  assert_int_equal(connect_one(w, &sl), 106); /* DSCP 26 on RoCE */
+  assert_int_equal(sl, 3);
+  /* Ours win over NCCL's; out of range is unset (the device's default, 0). */
+  setenv("RERAIL_IB_TC", "0x20", 1), setenv("RERAIL_IB_SL", "5", 1);
+  rr_params_reload();
+  assert_int_equal(rr_params_get()->ib_tc, 0x20);
+  assert_int_equal(rr_params_get()->ib_sl, 5);
+  setenv("RERAIL_IB_TC", "256", 1), setenv("RERAIL_IB_SL", "16", 1);
+  rr_params_reload();
+  assert_int_equal(rr_params_get()->ib_tc, -1);
+  assert_int_equal(rr_params_get()->ib_sl, -1);
+  unsetenv("RERAIL_IB_TC"), unsetenv("RERAIL_IB_SL"), unsetenv("NCCL_IB_TC"), unsetenv("NCCL_IB_SL");
+  rr_params_reload();
+  assert_int_equal(rr_params_get()->ib_tc, -1);
+}
+
 /* A peer offering fewer QPs: both use as many as it has. */
 static void test_qps_agree_on_the_minimum(void **state) {
   world *w = *state;
@@ -735,7 +809,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_device_fatal_fails_every_endpoint, setup, teardown),
       cmocka_unit_test_setup_teardown(test_port_events_fail_no_endpoint, setup, teardown),
       cmocka_unit_test_setup_teardown(test_event_for_unknown_qp_is_ignored, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_small_requests_inline, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_only_own_messages_inline, setup, teardown),
       cmocka_unit_test_setup_teardown(test_nop_after_an_idle_cycle_only, setup, teardown),
       cmocka_unit_test_setup_teardown(test_signalled_by_count_and_by_bytes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_blob_ring_slots_checked, setup, teardown),
@@ -750,6 +824,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_qps_agree_on_the_minimum, setup, teardown),
       cmocka_unit_test_setup_teardown(test_two_qps_global_order, setup_pair2, teardown),
       cmocka_unit_test_setup_teardown(test_two_qps_fail_and_fence, setup_pair2, teardown),
+      cmocka_unit_test(test_completion_errors_classified),
+      cmocka_unit_test_setup_teardown(test_traffic_class_and_sl, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -104,9 +104,10 @@ static inline char *recv_slot(verbs_ep *ep, int q, int i) {
   return credit_src(ep) + 64 + ((size_t)q * VERBS_RQ_DEPTH + (size_t)i) * RECV_BYTES;
 }
 
-/* Small requests travel inside the work request: the NIC need not read
- * them from memory (one DMA read less on the way out, which is most of a
- * clear-to-send's or an ack's cost on real hardware). */
+/* Small requests of the rail's own memory (never a write's payload, which
+ * may be GPU memory: verbs_post_write) travel inside the work request: the
+ * NIC need not read them from memory (one DMA read less on the way out,
+ * which is most of a clear-to-send's or an ack's cost on real hardware). */
 static inline unsigned inline_flag(const verbs_ep *ep, size_t len) {
   return len > 0 && len <= ep->max_inline ? IBV_SEND_INLINE : 0;
 }

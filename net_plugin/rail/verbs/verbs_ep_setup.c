@@ -137,20 +137,25 @@ static rr_status connect_qp(verbs_ep *ep, struct ibv_qp *qp, const rr_verbs_addr
                           .path_mtu = peer->mtu < p->active_mtu ? peer->mtu : (enum ibv_mtu)p->active_mtu,
                           .dest_qp_num = dest_qpn, .rq_psn = peer->psn, .max_dest_rd_atomic = 1,
                           .min_rnr_timer = 12};
+  const rr_params *prm = rr_params_get();
   a.ah_attr.port_num = (uint8_t)p->port;
   a.ah_attr.dlid = peer->lid;
+  /* The fabric's QoS, as NCCL sets it (NCCL_IB_SL, NCCL_IB_TC): every QP
+   * of the rail, which carries data and control messages alike. RoCE
+   * copies the GRH traffic class into the IP header (DSCP = TC >> 2). */
+  a.ah_attr.sl = prm->ib_sl >= 0 ? (uint8_t)prm->ib_sl : 0;
   if (p->link_layer == IBV_LINK_LAYER_ETHERNET || p->gid_index > 0) {
     a.ah_attr.is_global = 1;
     memcpy(a.ah_attr.grh.dgid.raw, peer->gid, 16);
     a.ah_attr.grh.sgid_index = (uint8_t)p->gid_index;
     a.ah_attr.grh.hop_limit = 255;
+    a.ah_attr.grh.traffic_class = prm->ib_tc >= 0 ? (uint8_t)prm->ib_tc : 0;
   }
   if (api->modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                                  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
     RR_WARN("verbs %s: queue pair to RTR failed: %s", p->dev_name, strerror(errno));
     return RR_ERR_RAIL;
   }
-  const rr_params *prm = rr_params_get();
   struct ibv_qp_attr r = {.qp_state = IBV_QPS_RTS, .timeout = (uint8_t)prm->ib_timeout,
                           .retry_cnt = (uint8_t)prm->ib_retry_cnt, .rnr_retry = 7, .sq_psn = ep->psn,
                           .max_rd_atomic = 1};

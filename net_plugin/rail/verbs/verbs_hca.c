@@ -286,6 +286,9 @@ rr_status rr_verbs_dev_open(int index, const rr_verbs_port *port, rr_rail_dev **
       .addr_len = RR_VERBS_ADDR_LEN,
       .speed_mbps = port->speed_mbps,
       .latency_us = 0};
+  /* Test knob: host memory typed NCCL_PTR_CUDA is registered with the
+   * ordinary call and treated as GPU memory everywhere else. */
+  if (rr_params_get()->test_host_as_gpu) h->base.attr.mem_kinds |= RR_MEM_CUDA;
   uint32_t k = h->base.attr.mem_kinds;
   RR_INFO(RR_SUB_INIT | RR_SUB_NET, "verbs %s: GPU memory by address (GPUDirect RDMA): %s; by DMA-BUF: %s",
           port->dev_name, k & RR_MEM_CUDA ? "yes" : "no (no nvidia-peermem)",

@@ -45,8 +45,12 @@ rr_status verbs_post_write(rr_rail_ep *rep, const rr_write_wr *w) {
   if (sq_full(q)) return RR_AGAIN; /* one credit stays free for a NOP */
   struct ibv_sge sge = {.addr = (uintptr_t)w->local, .length = (uint32_t)w->len,
                         .lkey = w->local_mr ? w->local_mr->lkey : 0};
+  /* Never inline: IBV_SEND_INLINE has the CPU copy the source into the work
+   * request, and a write's source may be GPU memory, which only the NIC may
+   * read (NCCL's IB transport never inlines payload either). Only the
+   * rail's own messages (ring, drains, NOPs) travel inline. */
   struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = w->len ? 1 : 0, .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
-                           .imm_data = htonl(w->imm), .send_flags = inline_flag(ep, w->len)};
+                           .imm_data = htonl(w->imm)};
   wr.wr.rdma.remote_addr = w->remote_addr;
   wr.wr.rdma.rkey = w->rkey;
   st = verbs_post_send(ep, q, &wr, w->wr_id, (uint32_t)w->len, -1, w->post_ns);

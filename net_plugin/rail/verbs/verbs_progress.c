@@ -5,6 +5,7 @@
  * alone; the setup socket tells when the peer's process is gone. */
 #include "verbs_ep.h"
 #include "rr_clock.h"
+#include "rr_log.h"
 
 #include <arpa/inet.h>
 #include <endian.h>
@@ -48,18 +49,51 @@ static rr_status retire_to(verbs_ep *ep, verbs_qp *q, uint64_t seq, uint64_t now
   return RR_OK;
 }
 
-static rr_status wc_status(verbs_ep *ep, const struct ibv_wc *wc) {
-  const char *why = ep->hca->api->wc_status_str(wc->status);
+/* What a failed work completion means (NCCL's IB transport treats only
+ * transport errors as recoverable):
+ *  - the path failed (retries exhausted, the QP flushed after an error, the
+ *    responder aborted or the device failed): RR_ERR_RAIL, the rail fails
+ *    over and its work is replayed on another;
+ *  - the peer refused what we named (a key or address from its
+ *    clear-to-send, or an operation it does not allow), or sent more than a
+ *    receive holds: RR_ERR_PROTOCOL, that rail fails over;
+ *  - our own work request was wrong (a local protection, length or
+ *    operation error on a send): a bug in rerail, which a replay on another
+ *    NIC would only hide: RR_ERR_INTERNAL fails the connection, saying which
+ *    status it was. */
+static rr_status wc_class(const struct ibv_wc *wc) {
+  int recv = (wc->wr_id & RECV_TAG) != 0;
   switch (wc->status) {
+  case IBV_WC_RETRY_EXC_ERR:
+  case IBV_WC_RNR_RETRY_EXC_ERR:
+  case IBV_WC_WR_FLUSH_ERR:
+  case IBV_WC_REM_ABORT_ERR:
+  case IBV_WC_RESP_TIMEOUT_ERR:
+  case IBV_WC_FATAL_ERR:
+  case IBV_WC_GENERAL_ERR:
+    return RR_ERR_RAIL;
   case IBV_WC_REM_ACCESS_ERR:
   case IBV_WC_REM_INV_REQ_ERR:
+  case IBV_WC_REM_OP_ERR:
+  case IBV_WC_BAD_RESP_ERR:
+    return RR_ERR_PROTOCOL;
   case IBV_WC_LOC_LEN_ERR:
-    /* Our write named memory the peer did not give us, or its message did
-     * not fit: a protocol matter, not a broken path. */
-    return verbs_ep_fail(ep, RR_ERR_PROTOCOL, why);
-  default:
-    return verbs_ep_fail(ep, RR_ERR_RAIL, why);
+    /* On a receive: the peer's SEND was longer than any receive we post. */
+    return recv ? RR_ERR_PROTOCOL : RR_ERR_INTERNAL;
+  default: /* LOC_PROT_ERR, LOC_QP_OP_ERR, LOC_EEC_OP_ERR, MW_BIND_ERR, LOC_ACCESS_ERR, ... */
+    return RR_ERR_INTERNAL;
   }
+}
+
+static rr_status wc_status(verbs_ep *ep, const struct ibv_wc *wc) {
+  const char *why = ep->hca->api->wc_status_str(wc->status);
+  rr_status st = wc_class(wc);
+  if (st == RR_ERR_INTERNAL)
+    RR_WARN("verbs rail %s: work completion status %d (%s) on our %s, opcode %d, QP %u: a bug in rerail, "
+            "not a path failure; the connection fails rather than replay it elsewhere",
+            ep->hca->port.dev_name, (int)wc->status, why, (wc->wr_id & RECV_TAG) ? "receive" : "send",
+            (int)wc->opcode, wc->qp_num);
+  return verbs_ep_fail(ep, st, why);
 }
 
 /* A receive completed on QP q: a NOP is done with at once; a write or a

@@ -4,7 +4,10 @@
 # receive by RDMA reads, as for GPU memory), across a rail going silent (RoCE dropped, links and
 # ports up), then the NIC case again with two QPs per rail (RERAIL_IB_QPS_PER_RAIL=2: chunks
 # spread over both, put back in order); then orderly closes (verbs_close.sh: one side closes as
-# soon as its schedule is done, 10 runs each way, zero errors). Root, as every lab test.
+# soon as its schedule is done, 10 runs each way, zero errors); then GPU memory
+# (verbs_gpu_mem.sh: buffers registered as NCCL_PTR_CUDA with RERAIL_TEST_HOST_AS_GPU=1 and
+# PROT_NONE while the plugin owns them, 0 B..4 MiB, pure verbs and a TCP+verbs pool: nothing
+# faults, every byte arrives). Root, as every lab test.
 #   usage: test_verbs_rail.sh HARNESS PLUGIN_DIR [SECONDS per case]
 set -euo pipefail
 here="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
@@ -12,9 +15,11 @@ if [[ $(id -u) -ne 0 ]]; then
   echo "verbs_rail: needs root (the Soft-RoCE lab prepares a kernel and boots it)" >&2
   exit 1
 fi
-exec "$here/rxelab.sh" run --timeout 230 -- bash -c '
+exec "$here/rxelab.sh" run --timeout 270 -- bash -c '
   "$0" "$1" "$2" "$3" link gpuflush; link=$?
   "$0" "$1" "$2" "$3" silent; silent=$?
   RERAIL_IB_QPS_PER_RAIL=2 "$0" "$1" "$2" "$3" link; qps=$?
   "$4" "$1" "$2" 10; close=$?
-  exit $((link || silent || qps || close))' "$here/verbs_harness.sh" "$1" "$2" "${3:-12}" "$here/verbs_close.sh"
+  "$5" "$1" "$2"; gpumem=$?
+  exit $((link || silent || qps || close || gpumem))' "$here/verbs_harness.sh" "$1" "$2" "${3:-12}" "$here/verbs_close.sh" \
+  "$here/verbs_gpu_mem.sh"

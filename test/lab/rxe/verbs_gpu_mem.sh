@@ -1,0 +1,68 @@
+#!/bin/bash
+# GPU memory is the NIC's alone (issue 23), inside the Soft-RoCE lab (run by test_verbs_rail.sh
+# through rxelab.sh). The lab has no GPU: RERAIL_TEST_HOST_AS_GPU=1 makes the verbs devices take
+# host memory registered as NCCL_PTR_CUDA and treat it as GPU memory, and the harness's
+# --protect makes that buffer PROT_NONE from isend/irecv until test() (and the flush) say done,
+# so any CPU read or write of it by the plugin (a bounce copy, an inline send, an eager copy, a
+# TCP rail's send() or recv()) kills the process with SIGSEGV. Sizes 0 B .. 4 MiB, every byte
+# checked. Cases (host A = client, sends; host B = server, receives):
+#  gpu-gpu-verbs  both NICs verbs, GPU buffers at both ends;
+#  host-gpu-mixed each host's rail 0 is TCP (its RDMA device left out of RERAIL_IB_HCA) and rail 1
+#                 verbs, connection on device 0: the TCP rail is the control rail, so small host
+#                 messages leave eagerly on it and meet a GPU receive buffer: the receiver must
+#                 sink them, the sender send them again over the verbs rail;
+#  gpu-gpu-mixed  the same pool, GPU buffers at both ends: only the verbs rail may carry them.
+# Also: in the mixed pool ptrSupport is per device (TCP 0x1, verbs 0x3).
+# usage: verbs_gpu_mem.sh HARNESS PLUGIN_DIR
+set -uo pipefail
+HARNESS=$1 PLUGIN_DIR=$2
+SIZES=0,1,7,4095,4096,4097,8191,65535,65536,131073,1M,4M
+work=$(mktemp -d /tmp/verbs-gpumem.XXXXXX)
+fails=0
+ok()  { echo "verbs_gpu_mem: ok   - $*"; }
+bad() { echo "verbs_gpu_mem: FAIL - $*"; fails=$((fails + 1)); }
+
+export LD_LIBRARY_PATH="$PLUGIN_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export RERAIL_IB_GID_INDEX=1 RERAIL_TEST_HOST_AS_GPU=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET
+
+# run NAME TRANSPORT HCA_A HCA_B SENDER_MEM RECEIVER_MEM
+run() {
+  local name=$1 transport=$2 hca_a=$3 hca_b=$4 smem=$5 rmem=$6 sprot=() rprot=()
+  [ "$smem" = cuda ] && sprot=(--protect)
+  [ "$rmem" = cuda ] && rprot=(--protect)
+  mkdir -p "$work/$name/rdv"
+  local common=(--rendezvous "$work/$name/rdv" --conns 1 --inflight 1 --sizes "$SIZES" --iters 24
+                --timeout 120)
+  RERAIL_TRANSPORT=$transport RERAIL_SOCKET_IFNAME==vethB0,vethB1 RERAIL_IB_HCA="$hca_b" \
+    RERAIL_HEALTH_PATH=/dev/shm/rr-health-B \
+    "$HARNESS" --role server --mem "$rmem" "${rprot[@]}" "${common[@]}" >"$work/$name/server.log" 2>&1 &
+  local server=$!
+  RERAIL_TRANSPORT=$transport RERAIL_SOCKET_IFNAME==vethA0,vethA1 RERAIL_IB_HCA="$hca_a" \
+    RERAIL_HEALTH_PATH=/dev/shm/rr-health-A \
+    "$HARNESS" --role client --mem "$smem" "${sprot[@]}" "${common[@]}" >"$work/$name/client.log" 2>&1
+  local crc=$?
+  wait "$server"; local src=$?
+  if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ]; then
+    ok "$name: sender $smem, receiver $rmem, sizes $SIZES: every byte arrived, nothing faulted"
+  else
+    bad "$name: client exit $crc, server exit $src (139 = SIGSEGV: the plugin touched protected memory)"
+    for side in client server; do
+      echo "---- $name $side.log (devices, warnings, tail)"
+      grep -iE 'verbs|WARN' "$work/$name/$side.log" | head -8
+      tail -n 8 "$work/$name/$side.log"
+    done
+  fi
+}
+
+run gpu-gpu-verbs verbs =rxe0,rxe1 =rxe2,rxe3 cuda cuda
+run host-gpu-mixed auto =rxe1 =rxe3 host cuda
+run gpu-gpu-mixed auto =rxe1 =rxe3 cuda cuda
+
+# Per-device ptrSupport in the mixed pool: the TCP device host only, the verbs one with CUDA.
+log="$work/gpu-gpu-mixed/client.log"
+if grep -q 'device 0: name vethA0 .*ptrSupport 0x1 ' "$log" && grep -q 'device 1: name vethA1 .*ptrSupport 0x3 ' "$log"; then
+  ok "ptrSupport per device: TCP vethA0 0x1, verbs vethA1 0x3"
+else bad "ptrSupport: $(grep -o 'device [0-9]: name [a-zA-Z0-9]* .*ptrSupport 0x[0-9a-f]*' "$log" | sed 's/ pci.*ptrSupport/ ptrSupport/' | tr '\n' ' ')"; fi
+
+echo "verbs_gpu_mem: $fails failure(s)"
+exit $((fails != 0))
