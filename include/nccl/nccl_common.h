@@ -2,7 +2,9 @@
  *
  * NCCL fixes the interface (values, field order, field types); the names and
  * the words here are rerail's. Only the files that export plugin tables (the
- * ABI shims) include these headers: the rest of rerail speaks rr_status.
+ * ABI shims) include these headers, and the engine's profiler events
+ * (engine_prof.c), which hand NCCL its own descriptors: the rest of rerail
+ * speaks rr_status.
  * abi_layout_checks.h pins every layout, so a wrong field breaks the build
  * instead of corrupting memory inside NCCL. */
 #ifndef RERAIL_NCCL_COMMON_H

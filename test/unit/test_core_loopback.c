@@ -520,12 +520,25 @@ static void test_many_connections_leak_nothing(void **state) {
   assert_int_equal(open_fds(), before);
 }
 
-/* NCCL's profiler callback, as net v10+ passes it to init(). */
+/* NCCL's profiler callback, as net v10+ passes it to init(). Each start's
+ * descriptor is kept as raw bytes: a profiler plugin reads them through
+ * NCCL's declaration, so they are checked at NCCL's offsets, not through
+ * rerail's struct. */
+#define PROF_MAX_EVENTS 16
 static int prof_starts, prof_stops, prof_bad;
+static struct {
+  int64_t plugin_id;
+  unsigned char bytes[24]; /* NCCL's socket descriptor v1 is 24 bytes */
+} prof_ev[PROF_MAX_EVENTS];
 static int fake_profiler(void **event, int type, void *phandle, int64_t plugin_id, void *ext) {
   static int token;
   if (type == 0) {
-    if (!phandle || plugin_id != ((2 << 16) | 1) || !ext || *(const uint8_t *)ext != 1) prof_bad++;
+    if (!phandle || !ext || prof_starts >= PROF_MAX_EVENTS) {
+      prof_bad++;
+    } else {
+      prof_ev[prof_starts].plugin_id = plugin_id;
+      memcpy(prof_ev[prof_starts].bytes, ext, sizeof prof_ev[prof_starts].bytes);
+    }
     *event = &token;
     prof_starts++;
   } else if (type == 1) {
@@ -533,6 +546,34 @@ static int fake_profiler(void **event, int type, void *phandle, int64_t plugin_i
     prof_stops++;
   }
   return 0;
+}
+
+static int32_t at_i32(const unsigned char *b, size_t off) {
+  int32_t v;
+  memcpy(&v, b + off, sizeof v);
+  return v;
+}
+static uint64_t at_u64(const unsigned char *b, size_t off) {
+  uint64_t v;
+  memcpy(&v, b + off, sizeof v);
+  return v;
+}
+
+/* NCCL's socket descriptor v1 (plugin id (2 << 16) | 1): type (1, a socket
+ * operation) at byte 0, then, 8-byte aligned, fd at 8, op at 12 (0 send,
+ * 1 receive), length at 16. The fd is one of the connection's sockets. */
+static void check_sock_event(int i, int op, size_t length) {
+  const unsigned char *b = prof_ev[i].bytes;
+  assert_int_equal(prof_ev[i].plugin_id, (2 << 16) | 1);
+  assert_int_equal(b[0], 1);
+  int fd = at_i32(b, 8);
+  int type = 0;
+  socklen_t len = sizeof type;
+  assert_true(fd >= 0);
+  assert_int_equal(getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len), 0);
+  assert_int_equal(type, SOCK_STREAM);
+  assert_int_equal(at_i32(b, 12), op);
+  assert_int_equal(at_u64(b, 16), length);
 }
 
 static void test_profiler_events(void **state) {
@@ -561,6 +602,7 @@ static void test_profiler_events(void **state) {
     ph[i] = &ph[i]; /* NCCL's per-request handle: any non-NULL pointer */
   }
   assert_int_equal(rr_net_irecv(p.recv, 3, rdata, rsz, tags, rmr, ph, &rreq), RR_OK);
+  assert_int_equal(prof_starts, 3); /* one per sub-receive, at once */
   int rdone = 0, sdone[3] = {0};
   for (int it = 0; it < 1000000 && !(rdone && sdone[0] && sdone[1] && sdone[2]); it++) {
     for (int i = 0; i < 3; i++) {
@@ -573,6 +615,12 @@ static void test_profiler_events(void **state) {
   assert_int_equal(prof_starts, 6); /* 3 sends + 3 sub-receives */
   assert_int_equal(prof_stops, 6);
   assert_int_equal(prof_bad, 0);
+  for (int i = 0; i < 3; i++) check_sock_event(i, 1, sizeof rbuf[i]); /* receives: the posted size */
+  for (int i = 3; i < 6; i++) { /* sends, in whatever order they were posted */
+    size_t length = at_u64(prof_ev[i].bytes, 16);
+    assert_true(length == 30000 || length == 60000 || length == 90000);
+    check_sock_event(i, 0, length);
+  }
   for (int i = 0; i < 3; i++) {
     rr_net_dereg_mr(p.send, smr[i]);
     rr_net_dereg_mr(p.recv, rmr[i]);
