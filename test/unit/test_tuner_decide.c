@@ -191,18 +191,55 @@ static void test_chunk_rules(void **state) {
   assert_non_null(strstr(last_warning, ":2: the rule changes nothing"));
   rr_tuner_finalize(c);
 
+  /* As NCCL 2.30 calls it: once per channel part, n_channels 1, the part's
+   * bytes. A 32 MiB all-reduce on 8 channels asks with 4 MiB parts. */
   write_rules("allreduce,1M,-1,ring,simple,-1,-1,-1,chunk=1M\n");
   c = make_ctx(8, 2, NULL);
   assert_int_equal(rr_tuner_chunk_size(c, RR_COLL_ALL_REDUCE, 4 << 20, RR_ALGO_RING,
-                                       RR_PROTO_SIMPLE, 8, &chunk),
+                                       RR_PROTO_SIMPLE, 1, &chunk),
                    RR_OK);
   assert_int_equal(chunk, 1 << 20);
   chunk = 131072; /* NCCL picked another protocol: not this rule's plan */
-  rr_tuner_chunk_size(c, RR_COLL_ALL_REDUCE, 4 << 20, RR_ALGO_RING, RR_PROTO_LL128, 8, &chunk);
+  rr_tuner_chunk_size(c, RR_COLL_ALL_REDUCE, 4 << 20, RR_ALGO_RING, RR_PROTO_LL128, 1, &chunk);
   assert_int_equal(chunk, 131072);
-  rr_tuner_chunk_size(c, RR_COLL_ALL_REDUCE, 1000, RR_ALGO_RING, RR_PROTO_SIMPLE, 8, &chunk);
+  /* The rule is matched on the part: a 4 MiB all-reduce (in getCollInfo's
+   * range) on 8 channels has 512 KiB parts, outside it. */
+  rr_tuner_chunk_size(c, RR_COLL_ALL_REDUCE, 512 << 10, RR_ALGO_RING, RR_PROTO_SIMPLE, 1, &chunk);
   assert_int_equal(chunk, 131072);
-  assert_int_equal(rr_tuner_chunk_size(c, RR_COLL_ALL_REDUCE, 1000, 0, 0, 8, NULL), RR_OK);
+  assert_int_equal(rr_tuner_chunk_size(c, RR_COLL_ALL_REDUCE, 1000, 0, 0, 1, NULL), RR_OK);
+  assert_int_equal(rr_tuner_finalize(c), RR_OK);
+}
+
+/* NCCL rounds the chunk down to the grain of the protocol it picked (LL 16 B,
+ * LL128 1920 B, Simple 512 B) and divides by the result: whatever a rule says,
+ * the chunk returned is NCCL's own or at least that grain, for every
+ * collective, algorithm, protocol and part size. */
+static void test_chunk_never_below_grain(void **state) {
+  (void)state;
+  write_rules("*,0,-1,keep,keep,-1,-1,-1,chunk=1K\n");
+  rr_tuner_ctx *c = make_ctx(16, 2, NULL);
+  const size_t parts[] = {0, 1, 1000, 1 << 20, (size_t)1 << 33};
+  const int grain[RR_NUM_PROTOS] = {16, 1920, 512};
+  int changed = 0;
+  for (int coll = 0; coll < RR_NUM_COLLS; coll++)
+    for (int a = 0; a < RR_NUM_ALGOS; a++)
+      for (int p = 0; p < RR_NUM_PROTOS; p++)
+        for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
+          const size_t nccl_choice = 3 * 1920 * 512; /* a multiple of every grain */
+          size_t chunk = nccl_choice;
+          assert_int_equal(rr_tuner_chunk_size(c, coll, parts[i], a, p, 1, &chunk), RR_OK);
+          assert_true(chunk == nccl_choice || chunk >= (size_t)grain[p]);
+          assert_true(chunk / (size_t)grain[p] * (size_t)grain[p] > 0); /* NCCL's divisor */
+          changed += chunk != nccl_choice;
+          if (chunk != nccl_choice) assert_int_equal(chunk, p == RR_PROTO_LL128 ? 1920 : 1024);
+        }
+  assert_int_equal(changed, RR_NUM_COLLS * RR_NUM_ALGOS * RR_NUM_PROTOS * 5);
+  /* A protocol NCCL does not have: nothing to size. */
+  size_t chunk = 4096;
+  rr_tuner_chunk_size(c, RR_COLL_ALL_REDUCE, 1 << 20, RR_ALGO_RING, RR_NUM_PROTOS, 1, &chunk);
+  assert_int_equal(chunk, 4096);
+  rr_tuner_chunk_size(c, RR_COLL_ALL_REDUCE, 1 << 20, RR_ALGO_RING, -1, 1, &chunk);
+  assert_int_equal(chunk, 4096);
   assert_int_equal(rr_tuner_finalize(c), RR_OK);
 }
 
@@ -343,6 +380,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_rules_override_table_and_channels, teardown),
       cmocka_unit_test_teardown(test_v2_answers_in_ids, teardown),
       cmocka_unit_test_teardown(test_chunk_rules, teardown),
+      cmocka_unit_test_teardown(test_chunk_never_below_grain, teardown),
       cmocka_unit_test_teardown(test_bad_file_keeps_nccl, teardown),
       cmocka_unit_test_teardown(test_model_under_agreed_view, teardown),
       cmocka_unit_test_teardown(test_net_latency_constants, teardown),

@@ -19,6 +19,9 @@ _Static_assert(RR_ALGO_TREE == NCCL_ALGO_TREE && RR_ALGO_RING == NCCL_ALGO_RING 
 _Static_assert(RR_PROTO_LL == NCCL_PROTO_LL && RR_PROTO_SIMPLE == NCCL_PROTO_SIMPLE &&
                    RR_NUM_PROTOS == NCCL_NUM_PROTOCOLS,
                "protocol ids");
+_Static_assert(RR_PROTO_GRAIN_LL == NCCL_PROTO_GRAIN_LL && RR_PROTO_GRAIN_LL128 == NCCL_PROTO_GRAIN_LL128 &&
+                   RR_PROTO_GRAIN_SIMPLE == NCCL_PROTO_GRAIN_SIMPLE,
+               "protocol grains");
 
 /* rr_status -> NCCL's result. Every tuner entry answers success: NCCL
  * checks getCollInfo's result (despite its header's comment) and fails the

@@ -309,7 +309,7 @@ rr_status rr_tuner_coll_info(rr_tuner_ctx *ctx, const rr_coll_query *q, int *n_c
   return RR_OK;
 }
 
-rr_status rr_tuner_chunk_size(rr_tuner_ctx *ctx, int coll, size_t nbytes, int algo, int proto,
+rr_status rr_tuner_chunk_size(rr_tuner_ctx *ctx, int coll, size_t part_bytes, int algo, int proto,
                               int n_channels, size_t *chunk_size) {
   (void)n_channels;
   if (!ctx_valid(ctx) || chunk_size == NULL) {
@@ -319,8 +319,9 @@ rr_status rr_tuner_chunk_size(rr_tuner_ctx *ctx, int coll, size_t nbytes, int al
     return RR_OK;
   }
   const rr_rules *rules = ctx->rules;
-  if (rules == NULL || rules->count == 0) return RR_OK;
-  rr_rule_query rq = {.coll = coll, .nbytes = nbytes, .nodes = (int64_t)ctx->n_nodes,
+  const int grain = rr_proto_grain(proto);
+  if (rules == NULL || rules->count == 0 || grain == 0) return RR_OK;
+  rr_rule_query rq = {.coll = coll, .nbytes = part_bytes, .nodes = (int64_t)ctx->n_nodes,
                       .ranks = (int64_t)ctx->n_ranks, .rails_down = ctx->rails_down,
                       .shape_unknown = 1};
   const rr_rule *r = rr_rules_match(rules, &rq);
@@ -328,6 +329,7 @@ rr_status rr_tuner_chunk_size(rr_tuner_ctx *ctx, int coll, size_t nbytes, int al
   if (r == NULL || r->chunk == RR_RULE_KEEP) return RR_OK;
   if ((r->algo != RR_RULE_KEEP && r->algo != algo) || (r->proto != RR_RULE_KEEP && r->proto != proto))
     return RR_OK;
-  *chunk_size = (size_t)r->chunk;
+  /* A rule's chunk (512 B and up) may be below LL128's grain. */
+  *chunk_size = r->chunk < grain ? (size_t)grain : (size_t)r->chunk;
   return RR_OK;
 }
