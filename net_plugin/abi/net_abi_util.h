@@ -12,6 +12,8 @@
 #include "nccl/nccl_common.h"
 #include "net_core.h"
 
+_Static_assert(RR_NET_MAX_BYTES == (size_t)NCCL_NET_MAX_SIZE_BYTES, "the core's size limit is NCCL's");
+
 /* The name NCCL logs and NCCL_NET / a comm config's netName select. */
 #define RR_ABI_NET_NAME "rerail"
 

@@ -250,7 +250,10 @@ rr_status rr_net_get_properties(int dev, rr_dev_props *props) {
             nif->name, rr_link_state_str(ls), props->speed_mbps);
   }
   props->max_recvs = RR_NET_MAX_RECVS;
+  /* A message may have IMM_MAX_CHUNKS chunks; above 4 MiB chunks that passes
+   * NCCL's limit, which NCCL would refuse at connection setup. */
   size_t max_bytes = p->chunk_size * (size_t)IMM_MAX_CHUNKS;
+  if (max_bytes > RR_NET_MAX_BYTES) max_bytes = RR_NET_MAX_BYTES;
   props->max_p2p_bytes = max_bytes;
   props->max_coll_bytes = max_bytes;
   props->max_multi_request_size = 1;

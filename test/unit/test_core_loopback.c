@@ -686,6 +686,35 @@ static void test_properties_follow_health(void **state) {
   rr_net_finalize(ctx);
 }
 
+/* NCCL 2.24+ refuses every connection of a device whose maxP2pBytes or
+ * maxCollBytes passes 1 TiB (NCCL_MAX_NET_SIZE_BYTES). A message may have
+ * 2^18 chunks, so chunks above 4 MiB would pass it: for every chunk size
+ * RERAIL_CHUNK_SIZE accepts (4K-64M) the sizes stay within the limit, and
+ * below it they are what the engine can carry. */
+static void test_max_bytes_within_nccls_limit(void **state) {
+  (void)state;
+  const size_t tib = (size_t)1 << 40;
+  static const char *const sizes[] = {"4K", "128K", "1M", "4M", "4100K", "5M", "32M", "64M", "65535K"};
+  rr_init_args args = {0};
+  rr_net_ctx *ctx = NULL;
+  assert_int_equal(rr_net_init(&args, &ctx), RR_OK);
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+    setenv("RERAIL_CHUNK_SIZE", sizes[i], 1);
+    rr_params_reload();
+    size_t chunk = rr_params_get()->chunk_size;
+    assert_true(chunk >= 4096); /* accepted, not the default */
+    assert_true(i == 1 || chunk != 128 << 10);
+    rr_dev_props props;
+    assert_int_equal(rr_net_get_properties(0, &props), RR_OK);
+    size_t carried = chunk << 18;
+    assert_int_equal(props.max_p2p_bytes, carried < tib ? carried : tib);
+    assert_int_equal(props.max_coll_bytes, props.max_p2p_bytes);
+  }
+  setenv("RERAIL_CHUNK_SIZE", "128K", 1); /* main's setting */
+  rr_params_reload();
+  rr_net_finalize(ctx);
+}
+
 /* TCP rails read and write through the CPU: host memory only (ptrSupport, regMr of CUDA
  * memory refused, a DMA-BUF of host memory accepted), and nothing to flush, even with the
  * test knob that flushes host memory on verbs NICs. */
@@ -795,6 +824,7 @@ int main(void) {
       cmocka_unit_test(test_many_connections_leak_nothing),
       cmocka_unit_test(test_tcp_congestion),
       cmocka_unit_test(test_properties_follow_health),
+      cmocka_unit_test(test_max_bytes_within_nccls_limit),
       cmocka_unit_test(test_tcp_memory_types),
       cmocka_unit_test(test_refused_health_table_traffic_moves),
   };
