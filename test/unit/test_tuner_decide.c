@@ -177,6 +177,82 @@ static void test_v2_answers_in_ids(void **state) {
   assert_int_equal(rr_tuner_finalize(c), RR_OK);
 }
 
+/* What NCCL 2.21 (the one version binding tuner v2) can run, from its
+ * sources: kernels exist for broadcast/reduce on ring, all-gather and
+ * reduce-scatter on ring, CollNet direct and NVLS, all-reduce on its six
+ * algorithms (no PAT); LL and LL128 on ring and tree only. CollNet needs
+ * collNetSupport, NVLS nvlsSupport; NVLS on several hosts needs CollNet and
+ * all-reduce; NVLS tree needs several hosts. CollNet direct also needs
+ * NVSwitch (and, across hosts, the CollNet plugin's all-gather), which a
+ * tuner cannot see: never safe to name. */
+static int nccl_2_21_runs(int coll, int algo, int proto, int collnet, int nvls, int nodes) {
+  static const int kernels[RR_NUM_COLLS][RR_NUM_ALGOS] = {
+      [RR_COLL_BROADCAST] = {[RR_ALGO_RING] = 1},
+      [RR_COLL_REDUCE] = {[RR_ALGO_RING] = 1},
+      [RR_COLL_ALL_GATHER] = {[RR_ALGO_RING] = 1, [RR_ALGO_COLLNET_DIRECT] = 1, [RR_ALGO_NVLS] = 1},
+      [RR_COLL_REDUCE_SCATTER] = {[RR_ALGO_RING] = 1, [RR_ALGO_COLLNET_DIRECT] = 1, [RR_ALGO_NVLS] = 1},
+      [RR_COLL_ALL_REDUCE] = {1, 1, 1, 1, 1, 1, 0},
+  };
+  if (!kernels[coll][algo]) return 0;
+  if (proto != RR_PROTO_SIMPLE && algo != RR_ALGO_RING && algo != RR_ALGO_TREE) return 0;
+  switch (algo) {
+  case RR_ALGO_COLLNET_DIRECT: return 0;
+  case RR_ALGO_COLLNET_CHAIN: return collnet == 1;
+  case RR_ALGO_NVLS: return nvls == 1 && (nodes == 1 || (collnet == 1 && coll == RR_COLL_ALL_REDUCE));
+  case RR_ALGO_NVLS_TREE: return nvls == 1 && nodes > 1;
+  default: return 1;
+  }
+}
+
+/* Tuner v2 has no cost table and NCCL 2.21 uses the pair it returns as
+ * given: whatever the rules name (PAT, NVLS or CollNet without support, a
+ * pair without a kernel), the answer is a pair 2.21 runs or NCCL's own. */
+static void test_v2_only_pairs_nccl_2_21_runs(void **state) {
+  (void)state;
+  static const char *const colls[] = {"broadcast", "reduce", "allgather", "reducescatter", "allreduce"};
+  static const char *const algos[] = {"tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"};
+  static const char *const protos[] = {"ll", "ll128", "simple"};
+  /* One rule per (collective, algorithm, protocol), told apart by size: rule i covers [10i, 10i+9]. */
+  char text[16384] = "";
+  int n = 0;
+  for (int c = 0; c < RR_NUM_COLLS; c++)
+    for (int a = 0; a < RR_NUM_ALGOS; a++)
+      for (int p = 0; p < RR_NUM_PROTOS; p++, n++) {
+        size_t len = strlen(text);
+        snprintf(text + len, sizeof text - len, "%s,%d,%d,%s,%s,-1,-1,-1\n", colls[c], 10 * n, 10 * n + 9,
+                 algos[a], protos[p]);
+      }
+  write_rules(text);
+  int granted = 0, refused = 0;
+  for (int nodes = 1; nodes <= 2; nodes++) {
+    rr_tuner_ctx *ctx = make_ctx(8 * (size_t)nodes, (size_t)nodes, NULL);
+    for (int support = 0; support < 4; support++) {
+      int collnet = support & 1, nvls = support >> 1;
+      n = 0;
+      for (int c = 0; c < RR_NUM_COLLS; c++)
+        for (int a = 0; a < RR_NUM_ALGOS; a++)
+          for (int p = 0; p < RR_NUM_PROTOS; p++, n++) {
+            int algo = -1, proto = -1, ch = 0;
+            rr_coll_query q = {.coll = c, .nbytes = (size_t)(10 * n + 5), .num_pipe_ops = 1, .reg_buff = -1,
+                               .algo_out = &algo, .proto_out = &proto, .collnet_support = collnet,
+                               .nvls_support = nvls};
+            assert_int_equal(rr_tuner_coll_info(ctx, &q, &ch), RR_OK);
+            if (nccl_2_21_runs(c, a, p, collnet, nvls, nodes)) {
+              assert_int_equal(algo, a);
+              assert_int_equal(proto, p);
+              granted++;
+            } else {
+              assert_int_equal(algo, -1); /* NCCL's to choose */
+              assert_int_equal(proto, -1);
+              refused++;
+            }
+          }
+    }
+    assert_int_equal(rr_tuner_finalize(ctx), RR_OK);
+  }
+  assert_true(granted > 0 && refused > 0);
+}
+
 static void test_chunk_rules(void **state) {
   (void)state;
   write_rules("allreduce,1M,-1,ring,simple,-1,-1,-1,chunk=1M\n"
@@ -379,6 +455,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_rules_override_table_and_channels, teardown),
       cmocka_unit_test_teardown(test_v2_answers_in_ids, teardown),
+      cmocka_unit_test_teardown(test_v2_only_pairs_nccl_2_21_runs, teardown),
       cmocka_unit_test_teardown(test_chunk_rules, teardown),
       cmocka_unit_test_teardown(test_chunk_never_below_grain, teardown),
       cmocka_unit_test_teardown(test_bad_file_keeps_nccl, teardown),

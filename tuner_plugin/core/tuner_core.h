@@ -44,7 +44,9 @@ typedef struct rr_tuner_init_args {
  * through NCCL's cost table (tuner v3+): cost is a row-major
  * float[num_algo][num_proto] whose cells the core may lower or raise, never
  * resize; or, without a table (tuner v2), by writing algorithm and protocol
- * ids to *algo_out / *proto_out, which enter as -1 ("NCCL decides"). */
+ * ids to *algo_out / *proto_out, which enter as -1 ("NCCL decides"). NCCL
+ * (2.21) uses those ids unchecked, so the core writes only a pair that
+ * version can run for the call. */
 typedef struct rr_coll_query {
   int coll;              /* NCCL function id */
   size_t nbytes;
@@ -55,6 +57,8 @@ typedef struct rr_coll_query {
   int num_proto;
   int *algo_out;         /* v2 only, else NULL */
   int *proto_out;        /* v2 only, else NULL */
+  int collnet_support;   /* v2 only: 1 when NCCL says CollNet may run for this call */
+  int nvls_support;      /* v2 only: 1 when NCCL says NVLS may run for this call */
 } rr_coll_query;
 
 /* Allocates the communicator's context (loading the rules file on the first
