@@ -46,6 +46,7 @@ typedef struct rr_dev_props {
   size_t max_p2p_bytes;
   size_t max_coll_bytes;
   int max_multi_request_size;
+  int rail_id;            /* the NIC's rail (rr_netif_rail_id), -1 when unknown */
 } rr_dev_props;
 
 /* NCCL's profiler callback (net v10+), in the core's own terms: report a
