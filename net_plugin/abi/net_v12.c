@@ -16,9 +16,10 @@ static nccl_result_t v12_get_properties(int dev, nccl_net_props_v12_t *props) {
   nccl_net_props_v12_t out = {0};
   RR_ABI_FILL_PROPS_V9(&out, &p, dev);
   out.max_multi_request_size = p.max_multi_request_size > 0 ? p.max_multi_request_size : 1;
-  /* The rail is the NIC's subnet (rr_netif_rail_id): NICs of one rail are
-   * interchangeable where NCCL keeps a channel on one rail across hosts.
-   * Planes (isolated fabrics) are not something rerail can observe. */
+  /* The rail is the NIC's subnet (rr_netif_rail_id), the same id on every
+   * host: where NCCL keeps a channel on one rail (NCCL_CROSS_NIC=0, NIC
+   * fusion by rail) it then pairs NICs that reach each other directly.
+   * Planes (fabrics no other NIC reaches) are not something rerail sees. */
   out.rail_id = p.rail_id >= 0 && p.rail_id <= INT16_MAX ? (int16_t)p.rail_id : NCCL_NET_ID_UNDEF;
   out.plane_id = NCCL_NET_ID_UNDEF;
   *props = out;
