@@ -52,8 +52,11 @@ static void nccl_table(const rr_net_view *healthy, int coll, uint64_t nbytes,
                     : -1.0f;
 }
 
+/* NCCL's pick: the cheapest usable cell; -1, -1 when none is usable (both
+ * set either way: GCC at -O3 cannot tell a table always has one). */
 static void argmin(float t[RR_NUM_ALGOS][RR_NUM_PROTOS], int *algo, int *proto) {
   *algo = -1;
+  *proto = -1;
   for (int a = 0; a < RR_NUM_ALGOS; a++)
     for (int p = 0; p < RR_NUM_PROTOS; p++)
       if (t[a][p] >= 0.0f && (*algo < 0 || t[a][p] < t[*algo][*proto])) {

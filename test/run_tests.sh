@@ -2,10 +2,12 @@
 # Build rerail and run the whole test suite: unit tests, the NCCL-faithful
 # harness against every exported ABI version, and the network-lab tests
 # (those need root: run as root, as CI does).
+# Warnings are errors here (-DRERAIL_WERROR=ON), for developers and CI alike;
+# tools/build.sh alone, as users build, leaves them warnings.
 #   BUILD_DIR=...  build directory (default: build/)
-#   extra arguments are passed to cmake (e.g. -DRERAIL_SANITIZE=ON)
+#   extra arguments are passed to cmake after it (e.g. -DRERAIL_SANITIZE=ON)
 set -euo pipefail
 top="$(cd "$(dirname "$0")/.." && pwd)"
 export BUILD_DIR="${BUILD_DIR:-$top/build}"
-"$top/tools/build.sh" "$@"
+"$top/tools/build.sh" -DRERAIL_WERROR=ON "$@"
 ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 900

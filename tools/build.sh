@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Configure and build rerail into BUILD_DIR (default: build/). Extra args go to cmake.
+# Warnings stay warnings unless -DRERAIL_WERROR=ON (test/run_tests.sh passes it).
 set -euo pipefail
 top="$(cd "$(dirname "$0")/.." && pwd)"
 build="${BUILD_DIR:-$top/build}"

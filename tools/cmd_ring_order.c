@@ -86,7 +86,7 @@ int cmd_ring_order(int argc, char **argv) {
   const char *hosts = NULL, *matrix = NULL, *fmt = "hostfile", *out = NULL;
   long slots = 8;
   double nic_gbs = 0.0, uplink_gbs = 0.0;
-  for (int i = 1; i < argc; i++) {
+  for (int i = 1; i < argc; i += 2) { /* every option but --help takes a value */
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout);
     if (v == NULL) {
@@ -116,7 +116,6 @@ int cmd_ring_order(int argc, char **argv) {
       fprintf(stderr, "rerail ring-order: unknown option '%s'\n", a);
       return usage(stderr);
     }
-    i++;
   }
   if ((hosts == NULL) == (matrix == NULL)) {
     fprintf(stderr, "rerail ring-order: give exactly one of --hosts and --matrix\n");

@@ -5,6 +5,7 @@
 #include <ifaddrs.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,32 @@ static int mask_bits(const struct sockaddr *mask) {
   for (size_t i = 0; i < n; i++)
     for (int k = 7; k >= 0 && (b[i] >> k & 1); k--) bits++;
   return bits;
+}
+
+int rr_netif_rail_id(const rr_netif *nif) {
+  if (!nif || nif->is_loopback) return -1;
+  const unsigned char *x;
+  int max;
+  if (nif->addr.ss_family == AF_INET) {
+    x = (const unsigned char *)&((const struct sockaddr_in *)&nif->addr)->sin_addr;
+    max = 32;
+  } else if (nif->addr.ss_family == AF_INET6) {
+    x = (const unsigned char *)&((const struct sockaddr_in6 *)&nif->addr)->sin6_addr;
+    max = 128;
+  } else {
+    return -1;
+  }
+  if (nif->prefix_len <= 0 || nif->prefix_len >= max) return -1;
+  /* FNV-1a over family, prefix length and the network bits. */
+  uint32_t h = 2166136261u;
+  const unsigned char head[2] = {(unsigned char)max, (unsigned char)nif->prefix_len};
+  for (int i = 0; i < 2; i++) h = (h ^ head[i]) * 16777619u;
+  for (int i = 0; i < max / 8; i++) {
+    int keep = nif->prefix_len - i * 8; /* network bits in this byte */
+    unsigned char mask = keep >= 8 ? 0xff : keep <= 0 ? 0 : (unsigned char)(0xff << (8 - keep));
+    h = (h ^ (x[i] & mask)) * 16777619u;
+  }
+  return (int)((h ^ (h >> 15)) & 0x7fff);
 }
 
 int rr_sockaddr_same_subnet(const struct sockaddr_storage *a, const struct sockaddr_storage *b,

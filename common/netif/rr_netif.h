@@ -47,6 +47,16 @@ void rr_netif_read_sysfs(const char *sysfs_root, rr_netif *nif);
 int rr_sockaddr_same_subnet(const struct sockaddr_storage *a, const struct sockaddr_storage *b,
                             int prefix_len);
 
+/* The rail a NIC is on, as NCCL's railId (0..32767), or -1 when unknown.
+ * A connection pairs a local NIC with the peer's address in the same subnet
+ * (rr_sockaddr_same_subnet), so a subnet is what rerail knows of a rail: the
+ * id is a hash of the NIC's network (family, prefix length, masked address),
+ * the same on every host for NICs in one subnet, whatever their host bits.
+ * Unknown: loopback, no usable address, or a prefix that names no shared
+ * network (0, or a host route /32, /128). Distinct subnets may collide
+ * (15 bits): NCCL would then treat two rails of a host as one. */
+int rr_netif_rail_id(const rr_netif *nif);
+
 /* "10.0.0.1" / "fe80::1" for logs; buf of at least 64 bytes. */
 const char *rr_sockaddr_str(const struct sockaddr *sa, char *buf, size_t len);
 

@@ -16,6 +16,7 @@
 #include "net_v10.h"
 #include "net_v11.h"
 #include "net_v12.h"
+#include "profiler_net.h"
 #include "tuner_v2.h"
 #include "tuner_v3.h"
 #include "tuner_v4.h"
@@ -182,6 +183,24 @@ RR_ABI_NET_SLOTS(nccl_net_v12_t);
 RR_ABI_SLOT(nccl_net_v12_t, make_vdevice, 19);
 RR_ABI_SLOT(nccl_net_v12_t, finalize, 20);
 RR_ABI_SLOT(nccl_net_v12_t, set_net_attr, 21);
+
+/* ---- Net profiler descriptors ------------------------------------------- */
+/* The union after `type` holds 8-byte fields, so it starts at byte 8. */
+RR_ABI_SIZE(nccl_profiler_net_sock_descr_v1_t, 24);
+RR_ABI_AT(nccl_profiler_net_sock_descr_v1_t, type, 0);
+RR_ABI_AT(nccl_profiler_net_sock_descr_v1_t, sock.fd, 8);
+RR_ABI_AT(nccl_profiler_net_sock_descr_v1_t, sock.op, 12);
+RR_ABI_AT(nccl_profiler_net_sock_descr_v1_t, sock.length, 16);
+
+RR_ABI_SIZE(nccl_profiler_net_ib_descr_v1_t, 40);
+RR_ABI_AT(nccl_profiler_net_ib_descr_v1_t, type, 0);
+RR_ABI_AT(nccl_profiler_net_ib_descr_v1_t, qp.device, 8);
+RR_ABI_AT(nccl_profiler_net_ib_descr_v1_t, qp.wr_id, 16);
+RR_ABI_AT(nccl_profiler_net_ib_descr_v1_t, qp.opcode, 24);
+RR_ABI_AT(nccl_profiler_net_ib_descr_v1_t, qp.qp_num, 28);
+RR_ABI_AT(nccl_profiler_net_ib_descr_v1_t, qp.length, 32);
+_Static_assert(NCCL_PROFILER_NET_TYPE_IB == 0x10000u && NCCL_PROFILER_NET_TYPE_SOCK == 0x20000u,
+               "profiler plugin types");
 
 /* ---- Tuner -------------------------------------------------------------- */
 #define RR_ABI_TUNER_SLOTS(T, last)   \

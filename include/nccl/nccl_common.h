@@ -2,7 +2,9 @@
  *
  * NCCL fixes the interface (values, field order, field types); the names and
  * the words here are rerail's. Only the files that export plugin tables (the
- * ABI shims) include these headers: the rest of rerail speaks rr_status.
+ * ABI shims) include these headers, and the engine's profiler events
+ * (engine_prof.c), which hand NCCL its own descriptors: the rest of rerail
+ * speaks rr_status.
  * abi_layout_checks.h pins every layout, so a wrong field breaks the build
  * instead of corrupting memory inside NCCL. */
 #ifndef RERAIL_NCCL_COMMON_H
@@ -176,6 +178,13 @@ typedef enum nccl_func {
 #define NCCL_PROTO_LL128 1
 #define NCCL_PROTO_SIMPLE 2
 #define NCCL_NUM_PROTOCOLS 3
+
+/* Bytes a protocol moves per grain (NCCL's ncclProtoGrainSize): NCCL rounds
+ * every chunk size down to a multiple of it and divides by the result. LL128:
+ * 32 threads x 8 elements / 16 per line x 15 data elements x 8 bytes. */
+#define NCCL_PROTO_GRAIN_LL 16
+#define NCCL_PROTO_GRAIN_LL128 1920
+#define NCCL_PROTO_GRAIN_SIMPLE 512
 
 /* A cost-table cell NCCL ruled out (the pair is unusable for this call). */
 #define NCCL_ALGO_PROTO_IGNORE (-1.0f)

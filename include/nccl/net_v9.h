@@ -60,7 +60,10 @@ typedef struct nccl_net_v9 {
   nccl_result_t (*get_device_mr)(void *comm, void *mhandle, void **dptr_mhandle);
   nccl_result_t (*irecv_consumed)(void *recv_comm, int n, void *request);
   /* Merge the physical devices in props into a new virtual device; return its
-   * index in *d. NCCL never asks for a single-device merge. */
+   * index in *d. NCCL never asks for a single-device merge. Optional (every
+   * version up to v12): NULL makes NCCL use the physical devices as they
+   * are, with no NIC fusion; a refusal instead makes NCCL try (and log)
+   * every merge it considers. */
   nccl_result_t (*make_vdevice)(int *d, nccl_net_vdev_props_v9_t *props);
 } nccl_net_v9_t;
 

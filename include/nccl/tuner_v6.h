@@ -20,9 +20,12 @@ typedef struct nccl_tuner_v6 {
                                  int *n_channels);
   nccl_result_t (*finalize)(void *ctx);
   /* Optional (NULL: NCCL keeps its own). Called after algorithm, protocol
-   * and channels are fixed; *chunk_size enters holding NCCL's choice, and
-   * whatever it holds on return is used (clamped to the buffer limit, then
-   * rounded down to the protocol's grain). Leaving it alone keeps NCCL's. */
+   * and channels are fixed, once per channel part of the collective: nbytes
+   * is that part's size and n_channels 1 (CollNet: the collective, with its
+   * channels). *chunk_size enters holding NCCL's choice, and whatever it
+   * holds on return is used (clamped to the buffer limit, then rounded down
+   * to the protocol's grain, NCCL_PROTO_GRAIN_*, and divided by it: a value
+   * below the grain is a division by zero). Leaving it alone keeps NCCL's. */
   nccl_result_t (*get_chunk_size)(void *ctx, nccl_func_t coll, size_t nbytes, int algo,
                                   int proto, int n_channels, size_t *chunk_size);
 } nccl_tuner_v6_t;

@@ -100,30 +100,6 @@ nccl_result_t rr_abi_dev_props(int dev, const void *dst, rr_dev_props *props) {
   return rr_abi_result(rr_net_get_properties(dev, props));
 }
 
-nccl_result_t rr_abi_make_vdevice(int *d, int ndevs, const int *devs) {
-  if (d == NULL || devs == NULL) {
-    RR_WARN("makeVDevice called with a NULL pointer");
-    return NCCL_RESULT_INVALID_ARGUMENT;
-  }
-  if (ndevs == 1) {
-    int count = 0;
-    rr_status s = rr_net_devices(&count);
-    if (rr_failed(s)) return rr_abi_result(s);
-    if (devs[0] < 0 || devs[0] >= count) {
-      RR_WARN("makeVDevice: device %d out of range [0, %d)", devs[0], count);
-      return NCCL_RESULT_INVALID_ARGUMENT;
-    }
-    *d = devs[0];
-    return NCCL_RESULT_SUCCESS;
-  }
-  /* NCCL downgrades this to INFO while it probes automatic fusion; it stays
-   * a warning when the user forced a merge (NCCL_NET_FORCE_MERGE). */
-  RR_WARN("merging %d NICs into one virtual NIC is not supported: rerail pools "
-          "and fails over between NICs itself (set NCCL_NET_MERGE_LEVEL=LOC to stop NCCL trying)",
-          ndevs);
-  return NCCL_RESULT_INVALID_USAGE;
-}
-
 /* ---- Connections -------------------------------------------------------- */
 
 nccl_result_t rr_abi_listen(rr_net_ctx *ctx, int dev, void *handle, void **listen_comm) {

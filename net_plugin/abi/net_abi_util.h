@@ -12,6 +12,8 @@
 #include "nccl/nccl_common.h"
 #include "net_core.h"
 
+_Static_assert(RR_NET_MAX_BYTES == (size_t)NCCL_NET_MAX_SIZE_BYTES, "the core's size limit is NCCL's");
+
 /* The name NCCL logs and NCCL_NET / a comm config's netName select. */
 #define RR_ABI_NET_NAME "rerail"
 
@@ -40,10 +42,6 @@ nccl_result_t rr_abi_devices(int *ndev);
 /* Core properties of dev; the version files copy what they carry into dst,
  * the version's struct NCCL passed (checked here for NULL). */
 nccl_result_t rr_abi_dev_props(int dev, const void *dst, rr_dev_props *props);
-/* makeVDevice: rerail pools NICs itself, so only a "merge" of one device
- * is accepted (NCCL never asks for one); anything larger is refused with a
- * warning, and NCCL keeps the physical devices. */
-nccl_result_t rr_abi_make_vdevice(int *d, int ndevs, const int *devs);
 
 /* Fill the fields every properties version shares (v8 to v12): the ones
  * up to net_device_version, except force_flush which v8 lacks. */

@@ -28,11 +28,6 @@ static nccl_result_t v10_connect(int dev, nccl_net_comm_config_v10_t *config, vo
   return rr_abi_connect(ctx, dev, handle, send_comm, dev_handle);
 }
 
-static nccl_result_t v10_make_vdevice(int *d, nccl_net_vdev_props_v10_t *props) {
-  if (props == NULL) return rr_abi_make_vdevice(d, 0, NULL);
-  return rr_abi_make_vdevice(d, props->ndevs, props->devs);
-}
-
 NCCL_ABI_EXPORT const nccl_net_v10_t ncclNetPlugin_v10 = {
     .name = RR_ABI_NET_NAME,
     .init = v10_init,
@@ -53,5 +48,7 @@ NCCL_ABI_EXPORT const nccl_net_v10_t ncclNetPlugin_v10 = {
     .close_listen = rr_abi_close_listen,
     .get_device_mr = rr_abi_get_device_mr,
     .irecv_consumed = rr_abi_irecv_consumed,
-    .make_vdevice = v10_make_vdevice,
+    /* NULL: NCCL then fuses no NICs (rerail pools them itself) instead of
+     * trying every merge and logging each refusal. */
+    .make_vdevice = NULL,
 };

@@ -30,11 +30,6 @@ static nccl_result_t v11_connect(void *ctx, int dev, void *handle, void **send_c
   return rr_abi_connect(ctx, dev, handle, send_comm, dev_handle);
 }
 
-static nccl_result_t v11_make_vdevice(int *d, nccl_net_vdev_props_v11_t *props) {
-  if (props == NULL) return rr_abi_make_vdevice(d, 0, NULL);
-  return rr_abi_make_vdevice(d, props->ndevs, props->devs);
-}
-
 /* Hints about the coming transfers. NCCL calls this on its proxy threads,
  * possibly per operation, so it must stay free; rerail's rails are chosen
  * by health, not by these hints, so they are accepted and ignored. */
@@ -64,7 +59,9 @@ NCCL_ABI_EXPORT const nccl_net_v11_t ncclNetPlugin_v11 = {
     .close_listen = rr_abi_close_listen,
     .get_device_mr = rr_abi_get_device_mr,
     .irecv_consumed = rr_abi_irecv_consumed,
-    .make_vdevice = v11_make_vdevice,
+    /* NULL: NCCL then fuses no NICs (rerail pools them itself) instead of
+     * trying every merge and logging each refusal. */
+    .make_vdevice = NULL,
     .finalize = rr_abi_finalize,
     .set_net_attr = v11_set_net_attr,
 };

@@ -16,9 +16,11 @@ static nccl_result_t v12_get_properties(int dev, nccl_net_props_v12_t *props) {
   nccl_net_props_v12_t out = {0};
   RR_ABI_FILL_PROPS_V9(&out, &p, dev);
   out.max_multi_request_size = p.max_multi_request_size > 0 ? p.max_multi_request_size : 1;
-  /* Unknown: with NCCL_NET_MERGE_POLICY=RAIL, NCCL then fuses nothing,
-   * which is what rerail wants (it pools the NICs itself). */
-  out.rail_id = NCCL_NET_ID_UNDEF;
+  /* The rail is the NIC's subnet (rr_netif_rail_id), the same id on every
+   * host: where NCCL keeps a channel on one rail (NCCL_CROSS_NIC=0, NIC
+   * fusion by rail) it then pairs NICs that reach each other directly.
+   * Planes (fabrics no other NIC reaches) are not something rerail sees. */
+  out.rail_id = p.rail_id >= 0 && p.rail_id <= INT16_MAX ? (int16_t)p.rail_id : NCCL_NET_ID_UNDEF;
   out.plane_id = NCCL_NET_ID_UNDEF;
   *props = out;
   return NCCL_RESULT_SUCCESS;
@@ -31,11 +33,6 @@ static nccl_result_t v12_listen(void *ctx, int dev, void *handle, void **listen_
 static nccl_result_t v12_connect(void *ctx, int dev, void *handle, void **send_comm,
                                  nccl_net_device_handle_t **dev_handle) {
   return rr_abi_connect(ctx, dev, handle, send_comm, dev_handle);
-}
-
-static nccl_result_t v12_make_vdevice(int *d, nccl_net_vdev_props_v12_t *props) {
-  if (props == NULL) return rr_abi_make_vdevice(d, 0, NULL);
-  return rr_abi_make_vdevice(d, props->ndevs, props->devs);
 }
 
 /* As in v11: hints on the proxy threads, accepted and ignored. */
@@ -65,7 +62,9 @@ NCCL_ABI_EXPORT const nccl_net_v12_t ncclNetPlugin_v12 = {
     .close_listen = rr_abi_close_listen,
     .get_device_mr = rr_abi_get_device_mr,
     .irecv_consumed = rr_abi_irecv_consumed,
-    .make_vdevice = v12_make_vdevice,
+    /* NULL: NCCL then fuses no NICs (rerail pools them itself) instead of
+     * trying every merge and logging each refusal. */
+    .make_vdevice = NULL,
     .finalize = rr_abi_finalize,
     .set_net_attr = v12_set_net_attr,
 };

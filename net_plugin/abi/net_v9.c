@@ -34,11 +34,6 @@ static nccl_result_t v9_irecv(void *recv_comm, int n, void **data, size_t *sizes
   return rr_abi_irecv(recv_comm, n, data, sizes, tags, mhandles, NULL, request);
 }
 
-static nccl_result_t v9_make_vdevice(int *d, nccl_net_vdev_props_v9_t *props) {
-  if (props == NULL) return rr_abi_make_vdevice(d, 0, NULL);
-  return rr_abi_make_vdevice(d, props->ndevs, props->devs);
-}
-
 NCCL_ABI_EXPORT const nccl_net_v9_t ncclNetPlugin_v9 = {
     .name = RR_ABI_NET_NAME,
     .init = v9_init,
@@ -59,5 +54,7 @@ NCCL_ABI_EXPORT const nccl_net_v9_t ncclNetPlugin_v9 = {
     .close_listen = rr_abi_close_listen,
     .get_device_mr = rr_abi_get_device_mr,
     .irecv_consumed = rr_abi_irecv_consumed,
-    .make_vdevice = v9_make_vdevice,
+    /* NULL: NCCL then fuses no NICs (rerail pools them itself) instead of
+     * trying every merge and logging each refusal. */
+    .make_vdevice = NULL,
 };

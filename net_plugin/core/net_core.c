@@ -237,21 +237,16 @@ rr_status rr_net_get_properties(int dev, rr_dev_props *props) {
     const rr_rail_dev_attr *a = &devices.rail[dev]->attr;
     if (a->max_eps > 0) props->max_comms = (int)a->max_eps;
   }
-  /* NCCL reads the properties again for every new communicator and builds
-   * its rings and channel-to-NIC map from them: a NIC known to be down (or
-   * degraded, or on probation) when a communicator is created is made
-   * unattractive, so the new communicator puts healthy NICs first. Running
-   * communicators are not touched (their rails fail over instead). */
-  rr_link_state ls = rr_health_nic_get(dev);
-  if (ls != RR_LINK_UP) {
-    int full = props->speed_mbps;
-    props->speed_mbps = ls == RR_LINK_DOWN ? (full / 100 > 0 ? full / 100 : 1) : full / 2;
-    props->latency_us += ls == RR_LINK_DOWN ? 1000.0f : 10.0f;
-    RR_INFO(RR_SUB_INIT | RR_SUB_NET, "getProperties: device %d (%s) is %s: advertised at %d Mb/s", dev,
-            nif->name, rr_link_state_str(ls), props->speed_mbps);
-  }
+  /* Speed and latency are the NIC's, whatever its health: every rank of a
+   * host builds its topology from these, and before NCCL 2.22 local ranks
+   * that saw different speeds could build different rings and hang. A NIC
+   * that is down is failed over by the rails instead. */
+  props->rail_id = rr_netif_rail_id(nif);
   props->max_recvs = RR_NET_MAX_RECVS;
+  /* A message may have IMM_MAX_CHUNKS chunks; above 4 MiB chunks that passes
+   * NCCL's limit, which NCCL would refuse at connection setup. */
   size_t max_bytes = p->chunk_size * (size_t)IMM_MAX_CHUNKS;
+  if (max_bytes > RR_NET_MAX_BYTES) max_bytes = RR_NET_MAX_BYTES;
   props->max_p2p_bytes = max_bytes;
   props->max_coll_bytes = max_bytes;
   props->max_multi_request_size = 1;

@@ -16,6 +16,9 @@
 #define RR_NET_HANDLE_SIZE 128   /* NCCL_NET_HANDLE_MAXSIZE */
 #define RR_NET_MAX_REQUESTS 32   /* NCCL_NET_MAX_REQUESTS: requests in flight per comm */
 #define RR_NET_MAX_RECVS 8       /* grouped receives per irecv */
+/* Largest maxP2pBytes / maxCollBytes NCCL accepts (NCCL_MAX_NET_SIZE_BYTES,
+ * 1 TiB): NCCL 2.24+ refuses every connection of a device that reports more. */
+#define RR_NET_MAX_BYTES ((size_t)1 << 40)
 
 /* Pointer types, NCCL's values. */
 #define RR_PTR_HOST 0x1
@@ -43,6 +46,7 @@ typedef struct rr_dev_props {
   size_t max_p2p_bytes;
   size_t max_coll_bytes;
   int max_multi_request_size;
+  int rail_id;            /* the NIC's rail (rr_netif_rail_id), -1 when unknown */
 } rr_dev_props;
 
 /* NCCL's profiler callback (net v10+), in the core's own terms: report a

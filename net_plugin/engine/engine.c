@@ -289,29 +289,3 @@ rr_status rr_engine_test(void *request, int *done, size_t *sizes) {
   pthread_mutex_unlock(&e->lock);
   return st;
 }
-
-/* ---------------------------------------------------- profiler events */
-
-/* NCCL's socket event descriptor, version 1 (plugin id = socket type | 1). */
-typedef struct prof_sock_descr {
-  uint8_t type;             /* 1: a socket operation */
-  int fd;                   /* rerail moves a message over several sockets: -1 */
-  int op;                   /* 0 send, 1 receive */
-  size_t length;
-} prof_sock_descr;
-#define PROF_PLUGIN_ID ((int64_t)((2u << 16) | 1u))
-#define PROF_EVENT_START 0
-#define PROF_EVENT_STOP 1
-
-void engine_prof_start(rr_engine *e, void **event, void *phandle, int op, size_t length) {
-  *event = NULL;
-  if (!e->cfg.profiler || !phandle) return;
-  prof_sock_descr d = {.type = 1, .fd = -1, .op = op, .length = length};
-  e->cfg.profiler(event, PROF_EVENT_START, phandle, PROF_PLUGIN_ID, &d);
-}
-
-void engine_prof_stop(rr_engine *e, void **event) {
-  if (!e->cfg.profiler || !*event) return;
-  e->cfg.profiler(event, PROF_EVENT_STOP, NULL, 0, NULL);
-  *event = NULL;
-}

@@ -343,9 +343,22 @@ rr_status engine_progress(rr_engine *e);
 int engine_control_rail(const rr_engine *e);
 int engine_outstanding(const rr_engine *e);
 
-/* NCCL profiler events (net v10+): one per message, from post to completion,
- * described with NCCL's socket event schema v1 so stock profilers read it. */
-void engine_prof_start(rr_engine *e, void **event, void *phandle, int op, size_t length);
+/* engine_prof.c: NCCL profiler events (net v10+), one per message from post
+ * to completion, in the descriptor NCCL's own transport of that kind uses
+ * (socket or IB), so stock profiler plugins decode them. */
+enum { ENGINE_PROF_SEND = 0, ENGINE_PROF_RECV = 1 };
+/* Room for any of NCCL's descriptors, aligned as they are. */
+typedef union engine_prof_descr {
+  uint64_t align;
+  unsigned char bytes[48];
+} engine_prof_descr;
+/* Fill *out with the descriptor of a message of `length` bytes (sequence
+ * number seq, direction ENGINE_PROF_*) posted on ep (NULL: none), in NCCL's
+ * layout; returns the plugin id that names that layout. */
+int64_t engine_prof_describe(const rr_rail_ep *ep, int op, uint32_t seq, size_t length,
+                             engine_prof_descr *out);
+void engine_prof_start(rr_engine *e, void **event, void *phandle, int op, uint32_t seq,
+                       size_t length);
 void engine_prof_stop(rr_engine *e, void **event);
 
 /* engine_close.c */

@@ -643,7 +643,8 @@ static rr_status irecv_locked(rr_engine *e, int n, void **data, const size_t *si
     if (i >= n) continue;
     r->sub[i].data = data[i];
     r->sub[i].posted_size = sizes[i];
-    engine_prof_start(e, &r->prof_event[i], phandles ? phandles[i] : NULL, 1, sizes[i]);
+    engine_prof_start(e, &r->prof_event[i], phandles ? phandles[i] : NULL, ENGINE_PROF_RECV, r->seq,
+                      sizes[i]);
   }
   r->in_use = 1;
   if (hold) {

@@ -701,7 +701,7 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
   }
   e->fifo[e->fifo_tail++ % RR_SEND_POOL] = (uint16_t)idx;
   e->cts_wanted = 0;
-  engine_prof_start(e, &r->prof_event, phandle, 0, size);
+  engine_prof_start(e, &r->prof_event, phandle, ENGINE_PROF_SEND, r->seq, size);
   *request = r;
   /* Errors surface through test(): the request exists now. */
   engine_progress(e);

@@ -202,11 +202,20 @@ typedef struct rr_rail_flush {
   uint64_t posted_ns;                  /* when it was posted (rr_now_ns) */
 } rr_rail_flush;
 
+/* What a transport's endpoint is on the wire. Observers outside the engine
+ * describe traffic in these terms: NCCL's profiler has one event descriptor
+ * for sockets and another for queue pairs. */
+typedef enum rr_rail_wire {
+  RR_RAIL_WIRE_STREAMS = 0,            /* byte streams (TCP sockets) */
+  RR_RAIL_WIRE_QUEUE_PAIRS = 1,        /* RDMA queue pairs (verbs) */
+} rr_rail_wire;
+
 /* One const table per transport; every entry is present (a stub where a
  * transport has nothing to do), except the flush entries, which a transport
  * whose memory needs no flush leaves NULL. */
 struct rr_rail_ops {
   const char *name;
+  rr_rail_wire wire;
 
   /* ---- device layer ---- */
   /* Registration of [base, base+len) of memory kind `kind` (enum
@@ -284,6 +293,10 @@ struct rr_rail_ep {
   const rr_rail_events *events;
   void *events_arg;                    /* the owning engine */
   int rail;                            /* the engine's index of this rail (set by the engine) */
+  /* What the endpoint is known by on the wire (rr_rail_ops.wire): its first
+   * socket (streams) or its first queue pair's number (queue pairs); -1
+   * while it has none. Set by the transport; for observers only. */
+  int wire_id;
   /* Telemetry recorders the owner installs (NULL when off): the rail records
    * every write it sends and every write that lands, with rr_tel_record(). */
   rr_tel_rail *tel_tx, *tel_rx;

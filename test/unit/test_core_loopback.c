@@ -521,12 +521,25 @@ static void test_many_connections_leak_nothing(void **state) {
   assert_int_equal(open_fds(), before);
 }
 
-/* NCCL's profiler callback, as net v10+ passes it to init(). */
+/* NCCL's profiler callback, as net v10+ passes it to init(). Each start's
+ * descriptor is kept as raw bytes: a profiler plugin reads them through
+ * NCCL's declaration, so they are checked at NCCL's offsets, not through
+ * rerail's struct. */
+#define PROF_MAX_EVENTS 16
 static int prof_starts, prof_stops, prof_bad;
+static struct {
+  int64_t plugin_id;
+  unsigned char bytes[24]; /* NCCL's socket descriptor v1 is 24 bytes */
+} prof_ev[PROF_MAX_EVENTS];
 static int fake_profiler(void **event, int type, void *phandle, int64_t plugin_id, void *ext) {
   static int token;
   if (type == 0) {
-    if (!phandle || plugin_id != ((2 << 16) | 1) || !ext || *(const uint8_t *)ext != 1) prof_bad++;
+    if (!phandle || !ext || prof_starts >= PROF_MAX_EVENTS) {
+      prof_bad++;
+    } else {
+      prof_ev[prof_starts].plugin_id = plugin_id;
+      memcpy(prof_ev[prof_starts].bytes, ext, sizeof prof_ev[prof_starts].bytes);
+    }
     *event = &token;
     prof_starts++;
   } else if (type == 1) {
@@ -534,6 +547,34 @@ static int fake_profiler(void **event, int type, void *phandle, int64_t plugin_i
     prof_stops++;
   }
   return 0;
+}
+
+static int32_t at_i32(const unsigned char *b, size_t off) {
+  int32_t v;
+  memcpy(&v, b + off, sizeof v);
+  return v;
+}
+static uint64_t at_u64(const unsigned char *b, size_t off) {
+  uint64_t v;
+  memcpy(&v, b + off, sizeof v);
+  return v;
+}
+
+/* NCCL's socket descriptor v1 (plugin id (2 << 16) | 1): type (1, a socket
+ * operation) at byte 0, then, 8-byte aligned, fd at 8, op at 12 (0 send,
+ * 1 receive), length at 16. The fd is one of the connection's sockets. */
+static void check_sock_event(int i, int op, size_t length) {
+  const unsigned char *b = prof_ev[i].bytes;
+  assert_int_equal(prof_ev[i].plugin_id, (2 << 16) | 1);
+  assert_int_equal(b[0], 1);
+  int fd = at_i32(b, 8);
+  int type = 0;
+  socklen_t len = sizeof type;
+  assert_true(fd >= 0);
+  assert_int_equal(getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len), 0);
+  assert_int_equal(type, SOCK_STREAM);
+  assert_int_equal(at_i32(b, 12), op);
+  assert_int_equal(at_u64(b, 16), length);
 }
 
 static void test_profiler_events(void **state) {
@@ -562,6 +603,7 @@ static void test_profiler_events(void **state) {
     ph[i] = &ph[i]; /* NCCL's per-request handle: any non-NULL pointer */
   }
   assert_int_equal(rr_net_irecv(p.recv, 3, rdata, rsz, tags, rmr, ph, &rreq), RR_OK);
+  assert_int_equal(prof_starts, 3); /* one per sub-receive, at once */
   int rdone = 0, sdone[3] = {0};
   for (int it = 0; it < 1000000 && !(rdone && sdone[0] && sdone[1] && sdone[2]); it++) {
     for (int i = 0; i < 3; i++) {
@@ -574,6 +616,12 @@ static void test_profiler_events(void **state) {
   assert_int_equal(prof_starts, 6); /* 3 sends + 3 sub-receives */
   assert_int_equal(prof_stops, 6);
   assert_int_equal(prof_bad, 0);
+  for (int i = 0; i < 3; i++) check_sock_event(i, 1, sizeof rbuf[i]); /* receives: the posted size */
+  for (int i = 3; i < 6; i++) { /* sends, in whatever order they were posted */
+    size_t length = at_u64(prof_ev[i].bytes, 16);
+    assert_true(length == 30000 || length == 60000 || length == 90000);
+    check_sock_event(i, 0, length);
+  }
   for (int i = 0; i < 3; i++) {
     rr_net_dereg_mr(p.send, smr[i]);
     rr_net_dereg_mr(p.recv, rmr[i]);
@@ -620,9 +668,11 @@ static void test_tcp_congestion(void **state) {
   rr_params_reload();
 }
 
-/* A NIC known to be down when NCCL creates a communicator is advertised as
- * slow, so the new communicator's search avoids it; healed, it is whole again. */
-static void test_properties_follow_health(void **state) {
+/* A NIC's advertised speed and latency do not follow this process's view of
+ * its health: every local rank builds its topology from them, and before
+ * NCCL 2.22 ranks that saw different speeds could build different rings and
+ * hang. Down, degraded or healed, the properties stay the same. */
+static void test_properties_ignore_local_health(void **state) {
   (void)state;
   rr_init_args args = {0};
   rr_net_ctx *ctx = NULL;
@@ -630,12 +680,43 @@ static void test_properties_follow_health(void **state) {
   rr_dev_props up, down, healed;
   assert_int_equal(rr_net_get_properties(0, &up), RR_OK);
   rr_health_nic_state(0, up.name, RR_LINK_DOWN, "test: link down");
+  assert_int_equal(rr_health_nic_get(0), RR_LINK_DOWN); /* the health view did change */
   assert_int_equal(rr_net_get_properties(0, &down), RR_OK);
   rr_health_nic_state(0, up.name, RR_LINK_UP, "test: link up");
   assert_int_equal(rr_net_get_properties(0, &healed), RR_OK);
-  assert_true(down.speed_mbps * 50 <= up.speed_mbps);
-  assert_true(down.latency_us > up.latency_us);
+  assert_int_equal(down.speed_mbps, up.speed_mbps);
+  assert_true(down.latency_us == up.latency_us);
   assert_int_equal(healed.speed_mbps, up.speed_mbps);
+  assert_true(healed.latency_us == up.latency_us);
+  rr_net_finalize(ctx);
+}
+
+/* NCCL 2.24+ refuses every connection of a device whose maxP2pBytes or
+ * maxCollBytes passes 1 TiB (NCCL_MAX_NET_SIZE_BYTES). A message may have
+ * 2^18 chunks, so chunks above 4 MiB would pass it: for every chunk size
+ * RERAIL_CHUNK_SIZE accepts (4K-64M) the sizes stay within the limit, and
+ * below it they are what the engine can carry. */
+static void test_max_bytes_within_nccls_limit(void **state) {
+  (void)state;
+  const size_t tib = (size_t)1 << 40;
+  static const char *const sizes[] = {"4K", "128K", "1M", "4M", "4100K", "5M", "32M", "64M", "65535K"};
+  rr_init_args args = {0};
+  rr_net_ctx *ctx = NULL;
+  assert_int_equal(rr_net_init(&args, &ctx), RR_OK);
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+    setenv("RERAIL_CHUNK_SIZE", sizes[i], 1);
+    rr_params_reload();
+    size_t chunk = rr_params_get()->chunk_size;
+    assert_true(chunk >= 4096); /* accepted, not the default */
+    assert_true(i == 1 || chunk != 128 << 10);
+    rr_dev_props props;
+    assert_int_equal(rr_net_get_properties(0, &props), RR_OK);
+    size_t carried = chunk << 18;
+    assert_int_equal(props.max_p2p_bytes, carried < tib ? carried : tib);
+    assert_int_equal(props.max_coll_bytes, props.max_p2p_bytes);
+  }
+  setenv("RERAIL_CHUNK_SIZE", "128K", 1); /* main's setting */
+  rr_params_reload();
   rr_net_finalize(ctx);
 }
 
@@ -783,7 +864,8 @@ int main(void) {
       cmocka_unit_test(test_profiler_events),
       cmocka_unit_test(test_many_connections_leak_nothing),
       cmocka_unit_test(test_tcp_congestion),
-      cmocka_unit_test(test_properties_follow_health),
+      cmocka_unit_test(test_properties_ignore_local_health),
+      cmocka_unit_test(test_max_bytes_within_nccls_limit),
       cmocka_unit_test(test_tcp_memory_types),
       cmocka_unit_test(test_refused_health_table_traffic_moves),
       cmocka_unit_test(test_unreachable_peer_retries_until_timeout),

@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <ftw.h>
 #include <limits.h>
@@ -592,6 +593,70 @@ static void test_real_sys(void **state) {
   assert_int_equal(rr_topo_distance("/sys", &a, &b), RR_TOPO_SAME_NUMA);
 }
 
+/* ---- rail ids ---------------------------------------------------------------- */
+
+static rr_netif addr_nif(const char *addr, int prefix_len) {
+  rr_netif n;
+  memset(&n, 0, sizeof n);
+  n.prefix_len = prefix_len;
+  if (strchr(addr, ':')) {
+    struct sockaddr_in6 *a = (struct sockaddr_in6 *)&n.addr;
+    a->sin6_family = AF_INET6;
+    assert_int_equal(inet_pton(AF_INET6, addr, &a->sin6_addr), 1);
+  } else {
+    struct sockaddr_in *a = (struct sockaddr_in *)&n.addr;
+    a->sin_family = AF_INET;
+    assert_int_equal(inet_pton(AF_INET, addr, &a->sin_addr), 1);
+  }
+  return n;
+}
+
+static int rail_of(const char *addr, int prefix_len) {
+  rr_netif n = addr_nif(addr, prefix_len);
+  return rr_netif_rail_id(&n);
+}
+
+/* NCCL's railId (net v12) is the NIC's subnet: NICs in one subnet share it on
+ * every host whatever their host bits, NICs of different subnets (a
+ * rail-optimized cluster's rails) get different ids, and an address that
+ * names no shared network gives none (-1). */
+static void test_rail_ids_follow_subnets(void **state) {
+  (void)state;
+  int r0 = rail_of("10.77.0.1", 24), r1 = rail_of("10.77.1.1", 24);
+  assert_true(r0 >= 0 && r0 <= 32767);
+  assert_true(r1 >= 0 && r1 <= 32767);
+  assert_int_not_equal(r0, r1);
+  assert_int_equal(rail_of("10.77.0.2", 24), r0);   /* the peer host's NIC on rail 0 */
+  assert_int_equal(rail_of("10.77.0.254", 24), r0);
+  assert_int_not_equal(rail_of("10.77.0.1", 16), r0); /* another network */
+  assert_int_equal(rail_of("10.77.0.1", 16), rail_of("10.77.1.1", 16)); /* one flat /16: one rail */
+  int v6 = rail_of("fd00:77:0:1::5", 64);
+  assert_true(v6 >= 0 && v6 <= 32767);
+  assert_int_equal(rail_of("fd00:77:0:1::9", 64), v6);
+  assert_int_not_equal(rail_of("fd00:77:0:2::5", 64), v6);
+  /* Eight rails of a /24 each: all told apart. */
+  int ids[8];
+  for (int i = 0; i < 8; i++) {
+    char a[32];
+    snprintf(a, sizeof a, "192.168.%d.10", i);
+    ids[i] = rail_of(a, 24);
+    for (int k = 0; k < i; k++) assert_int_not_equal(ids[i], ids[k]);
+  }
+  /* Unknown: host routes, no prefix, loopback, no address. */
+  assert_int_equal(rail_of("10.77.0.1", 32), -1);
+  assert_int_equal(rail_of("fd00::1", 128), -1);
+  assert_int_equal(rail_of("10.77.0.1", 0), -1);
+  assert_int_equal(rail_of("10.77.0.1", -1), -1);
+  rr_netif lo = addr_nif("127.0.0.1", 8);
+  lo.is_loopback = 1;
+  assert_int_equal(rr_netif_rail_id(&lo), -1);
+  rr_netif none;
+  memset(&none, 0, sizeof none);
+  none.prefix_len = 24;
+  assert_int_equal(rr_netif_rail_id(&none), -1);
+  assert_int_equal(rr_netif_rail_id(NULL), -1);
+}
+
 int main(void) {
   const struct CMUnitTest t1_tests[] = {
       cmocka_unit_test(test_t1_sysfs_read),
@@ -615,6 +680,7 @@ int main(void) {
       cmocka_unit_test(test_malformed_paths),
       cmocka_unit_test(test_unusual_but_valid_paths),
       cmocka_unit_test(test_real_sys),
+      cmocka_unit_test(test_rail_ids_follow_subnets),
   };
   int failed = 0;
   failed += cmocka_run_group_tests_name("topo_8gpu_server", t1_tests, t1_setup, t1_teardown);

@@ -177,6 +177,82 @@ static void test_v2_answers_in_ids(void **state) {
   assert_int_equal(rr_tuner_finalize(c), RR_OK);
 }
 
+/* What NCCL 2.21 (the one version binding tuner v2) can run, from its
+ * sources: kernels exist for broadcast/reduce on ring, all-gather and
+ * reduce-scatter on ring, CollNet direct and NVLS, all-reduce on its six
+ * algorithms (no PAT); LL and LL128 on ring and tree only. CollNet needs
+ * collNetSupport, NVLS nvlsSupport; NVLS on several hosts needs CollNet and
+ * all-reduce; NVLS tree needs several hosts. CollNet direct also needs
+ * NVSwitch (and, across hosts, the CollNet plugin's all-gather), which a
+ * tuner cannot see: never safe to name. */
+static int nccl_2_21_runs(int coll, int algo, int proto, int collnet, int nvls, int nodes) {
+  static const int kernels[RR_NUM_COLLS][RR_NUM_ALGOS] = {
+      [RR_COLL_BROADCAST] = {[RR_ALGO_RING] = 1},
+      [RR_COLL_REDUCE] = {[RR_ALGO_RING] = 1},
+      [RR_COLL_ALL_GATHER] = {[RR_ALGO_RING] = 1, [RR_ALGO_COLLNET_DIRECT] = 1, [RR_ALGO_NVLS] = 1},
+      [RR_COLL_REDUCE_SCATTER] = {[RR_ALGO_RING] = 1, [RR_ALGO_COLLNET_DIRECT] = 1, [RR_ALGO_NVLS] = 1},
+      [RR_COLL_ALL_REDUCE] = {1, 1, 1, 1, 1, 1, 0},
+  };
+  if (!kernels[coll][algo]) return 0;
+  if (proto != RR_PROTO_SIMPLE && algo != RR_ALGO_RING && algo != RR_ALGO_TREE) return 0;
+  switch (algo) {
+  case RR_ALGO_COLLNET_DIRECT: return 0;
+  case RR_ALGO_COLLNET_CHAIN: return collnet == 1;
+  case RR_ALGO_NVLS: return nvls == 1 && (nodes == 1 || (collnet == 1 && coll == RR_COLL_ALL_REDUCE));
+  case RR_ALGO_NVLS_TREE: return nvls == 1 && nodes > 1;
+  default: return 1;
+  }
+}
+
+/* Tuner v2 has no cost table and NCCL 2.21 uses the pair it returns as
+ * given: whatever the rules name (PAT, NVLS or CollNet without support, a
+ * pair without a kernel), the answer is a pair 2.21 runs or NCCL's own. */
+static void test_v2_only_pairs_nccl_2_21_runs(void **state) {
+  (void)state;
+  static const char *const colls[] = {"broadcast", "reduce", "allgather", "reducescatter", "allreduce"};
+  static const char *const algos[] = {"tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"};
+  static const char *const protos[] = {"ll", "ll128", "simple"};
+  /* One rule per (collective, algorithm, protocol), told apart by size: rule i covers [10i, 10i+9]. */
+  char text[16384] = "";
+  int n = 0;
+  for (int c = 0; c < RR_NUM_COLLS; c++)
+    for (int a = 0; a < RR_NUM_ALGOS; a++)
+      for (int p = 0; p < RR_NUM_PROTOS; p++, n++) {
+        size_t len = strlen(text);
+        snprintf(text + len, sizeof text - len, "%s,%d,%d,%s,%s,-1,-1,-1\n", colls[c], 10 * n, 10 * n + 9,
+                 algos[a], protos[p]);
+      }
+  write_rules(text);
+  int granted = 0, refused = 0;
+  for (int nodes = 1; nodes <= 2; nodes++) {
+    rr_tuner_ctx *ctx = make_ctx(8 * (size_t)nodes, (size_t)nodes, NULL);
+    for (int support = 0; support < 4; support++) {
+      int collnet = support & 1, nvls = support >> 1;
+      n = 0;
+      for (int c = 0; c < RR_NUM_COLLS; c++)
+        for (int a = 0; a < RR_NUM_ALGOS; a++)
+          for (int p = 0; p < RR_NUM_PROTOS; p++, n++) {
+            int algo = -1, proto = -1, ch = 0;
+            rr_coll_query q = {.coll = c, .nbytes = (size_t)(10 * n + 5), .num_pipe_ops = 1, .reg_buff = -1,
+                               .algo_out = &algo, .proto_out = &proto, .collnet_support = collnet,
+                               .nvls_support = nvls};
+            assert_int_equal(rr_tuner_coll_info(ctx, &q, &ch), RR_OK);
+            if (nccl_2_21_runs(c, a, p, collnet, nvls, nodes)) {
+              assert_int_equal(algo, a);
+              assert_int_equal(proto, p);
+              granted++;
+            } else {
+              assert_int_equal(algo, -1); /* NCCL's to choose */
+              assert_int_equal(proto, -1);
+              refused++;
+            }
+          }
+    }
+    assert_int_equal(rr_tuner_finalize(ctx), RR_OK);
+  }
+  assert_true(granted > 0 && refused > 0);
+}
+
 static void test_chunk_rules(void **state) {
   (void)state;
   write_rules("allreduce,1M,-1,ring,simple,-1,-1,-1,chunk=1M\n"
@@ -191,18 +267,55 @@ static void test_chunk_rules(void **state) {
   assert_non_null(strstr(last_warning, ":2: the rule changes nothing"));
   rr_tuner_finalize(c);
 
+  /* As NCCL 2.30 calls it: once per channel part, n_channels 1, the part's
+   * bytes. A 32 MiB all-reduce on 8 channels asks with 4 MiB parts. */
   write_rules("allreduce,1M,-1,ring,simple,-1,-1,-1,chunk=1M\n");
   c = make_ctx(8, 2, NULL);
   assert_int_equal(rr_tuner_chunk_size(c, RR_COLL_ALL_REDUCE, 4 << 20, RR_ALGO_RING,
-                                       RR_PROTO_SIMPLE, 8, &chunk),
+                                       RR_PROTO_SIMPLE, 1, &chunk),
                    RR_OK);
   assert_int_equal(chunk, 1 << 20);
   chunk = 131072; /* NCCL picked another protocol: not this rule's plan */
-  rr_tuner_chunk_size(c, RR_COLL_ALL_REDUCE, 4 << 20, RR_ALGO_RING, RR_PROTO_LL128, 8, &chunk);
+  rr_tuner_chunk_size(c, RR_COLL_ALL_REDUCE, 4 << 20, RR_ALGO_RING, RR_PROTO_LL128, 1, &chunk);
   assert_int_equal(chunk, 131072);
-  rr_tuner_chunk_size(c, RR_COLL_ALL_REDUCE, 1000, RR_ALGO_RING, RR_PROTO_SIMPLE, 8, &chunk);
+  /* The rule is matched on the part: a 4 MiB all-reduce (in getCollInfo's
+   * range) on 8 channels has 512 KiB parts, outside it. */
+  rr_tuner_chunk_size(c, RR_COLL_ALL_REDUCE, 512 << 10, RR_ALGO_RING, RR_PROTO_SIMPLE, 1, &chunk);
   assert_int_equal(chunk, 131072);
-  assert_int_equal(rr_tuner_chunk_size(c, RR_COLL_ALL_REDUCE, 1000, 0, 0, 8, NULL), RR_OK);
+  assert_int_equal(rr_tuner_chunk_size(c, RR_COLL_ALL_REDUCE, 1000, 0, 0, 1, NULL), RR_OK);
+  assert_int_equal(rr_tuner_finalize(c), RR_OK);
+}
+
+/* NCCL rounds the chunk down to the grain of the protocol it picked (LL 16 B,
+ * LL128 1920 B, Simple 512 B) and divides by the result: whatever a rule says,
+ * the chunk returned is NCCL's own or at least that grain, for every
+ * collective, algorithm, protocol and part size. */
+static void test_chunk_never_below_grain(void **state) {
+  (void)state;
+  write_rules("*,0,-1,keep,keep,-1,-1,-1,chunk=1K\n");
+  rr_tuner_ctx *c = make_ctx(16, 2, NULL);
+  const size_t parts[] = {0, 1, 1000, 1 << 20, (size_t)1 << 33};
+  const int grain[RR_NUM_PROTOS] = {16, 1920, 512};
+  int changed = 0;
+  for (int coll = 0; coll < RR_NUM_COLLS; coll++)
+    for (int a = 0; a < RR_NUM_ALGOS; a++)
+      for (int p = 0; p < RR_NUM_PROTOS; p++)
+        for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
+          const size_t nccl_choice = 3 * 1920 * 512; /* a multiple of every grain */
+          size_t chunk = nccl_choice;
+          assert_int_equal(rr_tuner_chunk_size(c, coll, parts[i], a, p, 1, &chunk), RR_OK);
+          assert_true(chunk == nccl_choice || chunk >= (size_t)grain[p]);
+          assert_true(chunk / (size_t)grain[p] * (size_t)grain[p] > 0); /* NCCL's divisor */
+          changed += chunk != nccl_choice;
+          if (chunk != nccl_choice) assert_int_equal(chunk, p == RR_PROTO_LL128 ? 1920 : 1024);
+        }
+  assert_int_equal(changed, RR_NUM_COLLS * RR_NUM_ALGOS * RR_NUM_PROTOS * 5);
+  /* A protocol NCCL does not have: nothing to size. */
+  size_t chunk = 4096;
+  rr_tuner_chunk_size(c, RR_COLL_ALL_REDUCE, 1 << 20, RR_ALGO_RING, RR_NUM_PROTOS, 1, &chunk);
+  assert_int_equal(chunk, 4096);
+  rr_tuner_chunk_size(c, RR_COLL_ALL_REDUCE, 1 << 20, RR_ALGO_RING, -1, 1, &chunk);
+  assert_int_equal(chunk, 4096);
   assert_int_equal(rr_tuner_finalize(c), RR_OK);
 }
 
@@ -342,7 +455,9 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_rules_override_table_and_channels, teardown),
       cmocka_unit_test_teardown(test_v2_answers_in_ids, teardown),
+      cmocka_unit_test_teardown(test_v2_only_pairs_nccl_2_21_runs, teardown),
       cmocka_unit_test_teardown(test_chunk_rules, teardown),
+      cmocka_unit_test_teardown(test_chunk_never_below_grain, teardown),
       cmocka_unit_test_teardown(test_bad_file_keeps_nccl, teardown),
       cmocka_unit_test_teardown(test_model_under_agreed_view, teardown),
       cmocka_unit_test_teardown(test_net_latency_constants, teardown),

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine.h"
 #include "rail_verbs.h"
 #include "verbs_ep.h" /* RECV_TAG: a receive completion's wr_id */
 #include "rr_params.h"
@@ -801,6 +802,42 @@ static void test_blob_ring_slots_checked(void **state) {
   rr_verbs_rail_ops.destroy(ep);
 }
 
+/* NCCL profiler events of a message on a verbs rail use NCCL's IB descriptor v1 (plugin id
+ * (1 << 16) | 1), read here as raw bytes at NCCL's offsets: type 1 (a QP work request) at 0,
+ * then, 8-byte aligned, device at 8, wr_id at 16, opcode at 24, qpNum at 28, length at 32.
+ * The endpoint is named by its first QP; the opcodes are libibverbs' own. */
+static void test_profiler_descriptor_is_nccls_ib_v1(void **state) {
+  world *w = *state;
+  w->h->base.index = 3;
+  const struct {
+    int op;
+    int opcode;
+  } dirs[] = {{ENGINE_PROF_SEND, IBV_WR_RDMA_WRITE_WITH_IMM}, {ENGINE_PROF_RECV, IBV_WC_RECV_RDMA_WITH_IMM}};
+  for (int i = 0; i < 2; i++)
+    for (size_t k = 0; k < sizeof dirs / sizeof *dirs; k++) {
+      engine_prof_descr d;
+      memset(&d, 0xa5, sizeof d);
+      int64_t id = engine_prof_describe(w->ep[i], dirs[k].op, 77 + (uint32_t)i, 123456789 + (size_t)i, &d);
+      const unsigned char *b = d.bytes;
+      int32_t device, opcode, qpn;
+      uint64_t wr_id, length;
+      memcpy(&device, b + 8, 4);
+      memcpy(&wr_id, b + 16, 8);
+      memcpy(&opcode, b + 24, 4);
+      memcpy(&qpn, b + 28, 4);
+      memcpy(&length, b + 32, 8);
+      assert_int_equal(id, (1 << 16) | 1);
+      assert_int_equal(b[0], 1);
+      assert_int_equal(device, 3);
+      assert_int_equal(wr_id, 77 + i);
+      assert_int_equal(opcode, dirs[k].opcode);
+      /* setup opens one QP per endpoint (the default), numbered from 0x100 */
+      assert_int_equal(qpn, (int32_t)fake_qps[i].qp_num);
+      assert_true(qpn != 0);
+      assert_int_equal(length, 123456789 + i);
+    }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_qp_fatal_fails_its_endpoint_only, setup, teardown),
@@ -813,6 +850,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_nop_after_an_idle_cycle_only, setup, teardown),
       cmocka_unit_test_setup_teardown(test_signalled_by_count_and_by_bytes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_blob_ring_slots_checked, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_profiler_descriptor_is_nccls_ib_v1, setup, teardown),
       cmocka_unit_test_setup_teardown(test_ring_ctrl_both_ways, setup_pair, teardown),
       cmocka_unit_test_setup_teardown(test_ring_ctrl_held_behind_write, setup_pair, teardown),
       cmocka_unit_test_setup_teardown(test_ring_credits_never_overrun, setup_pair, teardown),

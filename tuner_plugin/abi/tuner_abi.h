@@ -16,9 +16,13 @@ _Static_assert((int)RR_COLL_ALL_REDUCE == (int)NCCL_FUNC_ALL_REDUCE && RR_NUM_CO
 _Static_assert(RR_ALGO_TREE == NCCL_ALGO_TREE && RR_ALGO_RING == NCCL_ALGO_RING &&
                    RR_ALGO_PAT == NCCL_ALGO_PAT && RR_NUM_ALGOS == NCCL_NUM_ALGORITHMS,
                "algorithm ids");
+_Static_assert(RR_NUM_ALGOS_2_21 == NCCL_ALGO_PAT, "NCCL 2.21's algorithms are the ones before PAT");
 _Static_assert(RR_PROTO_LL == NCCL_PROTO_LL && RR_PROTO_SIMPLE == NCCL_PROTO_SIMPLE &&
                    RR_NUM_PROTOS == NCCL_NUM_PROTOCOLS,
                "protocol ids");
+_Static_assert(RR_PROTO_GRAIN_LL == NCCL_PROTO_GRAIN_LL && RR_PROTO_GRAIN_LL128 == NCCL_PROTO_GRAIN_LL128 &&
+                   RR_PROTO_GRAIN_SIMPLE == NCCL_PROTO_GRAIN_SIMPLE,
+               "protocol grains");
 
 /* rr_status -> NCCL's result. Every tuner entry answers success: NCCL
  * checks getCollInfo's result (despite its header's comment) and fails the

@@ -7,13 +7,12 @@ static nccl_result_t v2_init(size_t n_ranks, size_t n_nodes, nccl_logger_t logge
   return rr_tuner_abi_init(2, ctx, 0, n_ranks, n_nodes, logger, NULL, NULL);
 }
 
-/* A matching rule that names both answers in algorithm/protocol; else they stay as NCCL
- * entered them (undefined: NCCL picks), and *n_channels too. */
+/* A matching rule that names both answers in algorithm/protocol, if NCCL 2.21 can run
+ * that pair for this call (it uses them unchecked); else they stay as NCCL entered them
+ * (undefined: NCCL picks), and *n_channels too. */
 static nccl_result_t v2_get_coll_info(void *ctx, nccl_func_t coll, size_t nbytes,
                                       int collnet_support, int nvls_support, int num_pipe_ops,
                                       int *algorithm, int *protocol, int *n_channels) {
-  (void)collnet_support;
-  (void)nvls_support;
   rr_coll_query q = {
       .coll = (int)coll,
       .nbytes = nbytes,
@@ -21,6 +20,8 @@ static nccl_result_t v2_get_coll_info(void *ctx, nccl_func_t coll, size_t nbytes
       .reg_buff = -1,
       .algo_out = algorithm,
       .proto_out = protocol,
+      .collnet_support = collnet_support,
+      .nvls_support = nvls_support,
   };
   return rr_tuner_abi_result(rr_tuner_coll_info(ctx, &q, n_channels));
 }

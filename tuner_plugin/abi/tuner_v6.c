@@ -9,6 +9,7 @@ static nccl_result_t v6_init(void **ctx, uint64_t comm_id, size_t n_ranks, size_
   return rr_tuner_abi_init(6, ctx, comm_id, n_ranks, n_nodes, logger, nvl_domains, constants);
 }
 
+/* NCCL 2.30 calls this per channel part: nbytes is one part, not the collective. */
 static nccl_result_t v6_get_chunk_size(void *ctx, nccl_func_t coll, size_t nbytes, int algo,
                                        int proto, int n_channels, size_t *chunk_size) {
   return rr_tuner_abi_result(

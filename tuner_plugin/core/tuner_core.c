@@ -265,6 +265,40 @@ static int force_cell(const rr_coll_query *q, int algo, int proto) {
   return 1;
 }
 
+/* Can NCCL 2.21 run (algo, proto) for this call? Tuner v2 is bound by 2.21
+ * alone (later versions bind v3+, or check a v2 answer against their cost
+ * table themselves), and 2.21 indexes its tables and kernels with the pair
+ * as given: a pair it lacks reads out of bounds. What 2.21 has: six
+ * algorithms (no PAT); kernels for broadcast and reduce on ring only,
+ * all-gather and reduce-scatter on ring, CollNet direct and NVLS, all-reduce
+ * on all six; LL and LL128 on ring and tree only. CollNet needs
+ * collnet_support and NVLS needs nvls_support (NCCL's arguments); NVLS
+ * across hosts needs CollNet and does all-reduce only; NVLS tree needs
+ * several hosts. CollNet direct is refused: 2.21 turns it off on hosts
+ * without NVSwitch and for multi-host all-gather/reduce-scatter without the
+ * CollNet plugin's support, neither of which the tuner can see. */
+static int v2_pair_runs(const rr_tuner_ctx *c, const rr_coll_query *q, int algo, int proto) {
+  if (algo < 0 || algo >= RR_NUM_ALGOS_2_21 || proto < 0 || proto >= RR_NUM_PROTOS) return 0;
+  if (algo != RR_ALGO_RING && algo != RR_ALGO_TREE && proto != RR_PROTO_SIMPLE) return 0;
+  if (algo == RR_ALGO_COLLNET_DIRECT) return 0;
+  const int multi_host = c->n_nodes > 1;
+  switch (q->coll) {
+  case RR_COLL_BROADCAST:
+  case RR_COLL_REDUCE:
+    return algo == RR_ALGO_RING;
+  case RR_COLL_ALL_GATHER:
+  case RR_COLL_REDUCE_SCATTER:
+    return algo == RR_ALGO_RING || (algo == RR_ALGO_NVLS && q->nvls_support == 1 && !multi_host);
+  case RR_COLL_ALL_REDUCE:
+    if (algo == RR_ALGO_COLLNET_CHAIN) return q->collnet_support == 1;
+    if (algo == RR_ALGO_NVLS) return q->nvls_support == 1 && (!multi_host || q->collnet_support == 1);
+    if (algo == RR_ALGO_NVLS_TREE) return q->nvls_support == 1 && multi_host;
+    return 1; /* ring, tree */
+  default:
+    return 0;
+  }
+}
+
 rr_status rr_tuner_coll_info(rr_tuner_ctx *ctx, const rr_coll_query *q, int *n_channels) {
   if (!ctx_valid(ctx) || q == NULL || n_channels == NULL) {
     if (ctx != NULL || q == NULL || n_channels == NULL)
@@ -297,9 +331,13 @@ rr_status rr_tuner_coll_info(rr_tuner_ctx *ctx, const rr_coll_query *q, int *n_c
             !force_cell(q, r->algo, r->proto))
           warn_bad_query_once("a rule names an algorithm/protocol NCCL cannot run for this call");
       } else if (r->algo != RR_RULE_KEEP && r->proto != RR_RULE_KEEP) {
-        /* v2: no table; NCCL takes the pair as given. */
-        *q->algo_out = r->algo;
-        *q->proto_out = r->proto;
+        /* v2: no table; NCCL takes the pair as given, so only one it can run. */
+        if (v2_pair_runs(ctx, q, r->algo, r->proto)) {
+          *q->algo_out = r->algo;
+          *q->proto_out = r->proto;
+        } else {
+          warn_bad_query_once("a rule names an algorithm/protocol NCCL cannot run for this call");
+        }
       }
       if (r->channels != RR_RULE_KEEP) channels = r->channels;
       announce_rule(r, q->coll, q->nbytes, channels);
@@ -309,7 +347,7 @@ rr_status rr_tuner_coll_info(rr_tuner_ctx *ctx, const rr_coll_query *q, int *n_c
   return RR_OK;
 }
 
-rr_status rr_tuner_chunk_size(rr_tuner_ctx *ctx, int coll, size_t nbytes, int algo, int proto,
+rr_status rr_tuner_chunk_size(rr_tuner_ctx *ctx, int coll, size_t part_bytes, int algo, int proto,
                               int n_channels, size_t *chunk_size) {
   (void)n_channels;
   if (!ctx_valid(ctx) || chunk_size == NULL) {
@@ -319,8 +357,9 @@ rr_status rr_tuner_chunk_size(rr_tuner_ctx *ctx, int coll, size_t nbytes, int al
     return RR_OK;
   }
   const rr_rules *rules = ctx->rules;
-  if (rules == NULL || rules->count == 0) return RR_OK;
-  rr_rule_query rq = {.coll = coll, .nbytes = nbytes, .nodes = (int64_t)ctx->n_nodes,
+  const int grain = rr_proto_grain(proto);
+  if (rules == NULL || rules->count == 0 || grain == 0) return RR_OK;
+  rr_rule_query rq = {.coll = coll, .nbytes = part_bytes, .nodes = (int64_t)ctx->n_nodes,
                       .ranks = (int64_t)ctx->n_ranks, .rails_down = ctx->rails_down,
                       .shape_unknown = 1};
   const rr_rule *r = rr_rules_match(rules, &rq);
@@ -328,6 +367,7 @@ rr_status rr_tuner_chunk_size(rr_tuner_ctx *ctx, int coll, size_t nbytes, int al
   if (r == NULL || r->chunk == RR_RULE_KEEP) return RR_OK;
   if ((r->algo != RR_RULE_KEEP && r->algo != algo) || (r->proto != RR_RULE_KEEP && r->proto != proto))
     return RR_OK;
-  *chunk_size = (size_t)r->chunk;
+  /* A rule's chunk (512 B and up) may be below LL128's grain. */
+  *chunk_size = r->chunk < grain ? (size_t)grain : (size_t)r->chunk;
   return RR_OK;
 }

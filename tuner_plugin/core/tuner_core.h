@@ -44,7 +44,9 @@ typedef struct rr_tuner_init_args {
  * through NCCL's cost table (tuner v3+): cost is a row-major
  * float[num_algo][num_proto] whose cells the core may lower or raise, never
  * resize; or, without a table (tuner v2), by writing algorithm and protocol
- * ids to *algo_out / *proto_out, which enter as -1 ("NCCL decides"). */
+ * ids to *algo_out / *proto_out, which enter as -1 ("NCCL decides"). NCCL
+ * (2.21) uses those ids unchecked, so the core writes only a pair that
+ * version can run for the call. */
 typedef struct rr_coll_query {
   int coll;              /* NCCL function id */
   size_t nbytes;
@@ -55,6 +57,8 @@ typedef struct rr_coll_query {
   int num_proto;
   int *algo_out;         /* v2 only, else NULL */
   int *proto_out;        /* v2 only, else NULL */
+  int collnet_support;   /* v2 only: 1 when NCCL says CollNet may run for this call */
+  int nvls_support;      /* v2 only: 1 when NCCL says NVLS may run for this call */
 } rr_coll_query;
 
 /* Allocates the communicator's context (loading the rules file on the first
@@ -70,9 +74,14 @@ rr_status rr_tuner_finalize(rr_tuner_ctx *ctx);
  * enters as "NCCL decides"). Always RR_OK: bad input is reported once and
  * leaves everything as NCCL proposed it. */
 rr_status rr_tuner_coll_info(rr_tuner_ctx *ctx, const rr_coll_query *q, int *n_channels);
-/* Per collective (tuner v6): *chunk_size holds NCCL's proposal; a matching
- * rule with chunk= replaces it. Always RR_OK. */
-rr_status rr_tuner_chunk_size(rr_tuner_ctx *ctx, int coll, size_t nbytes, int algo, int proto,
+/* Tuner v6 getChunkSize, after NCCL fixed algorithm, protocol and channels.
+ * NCCL 2.30 calls it once per channel part of a collective: part_bytes is
+ * that part (n_channels 1), not the collective's size, and rules are matched
+ * against it. *chunk_size holds NCCL's proposal; a matching rule with chunk=
+ * whose pair is NCCL's replaces it, raised to at least the grain of the
+ * protocol NCCL picked (NCCL rounds down to the grain and divides by the
+ * result). Always RR_OK; on anything odd *chunk_size is left alone. */
+rr_status rr_tuner_chunk_size(rr_tuner_ctx *ctx, int coll, size_t part_bytes, int algo, int proto,
                               int n_channels, size_t *chunk_size);
 
 /* For tests and the agreement protocol: install an agreed view of the

@@ -573,7 +573,7 @@ static rr_status tcp_ep_open(rr_rail_dev *dev, const rr_rail_events *events, voi
   tcp_ep *ep = calloc(1, sizeof *ep);
   if (!ep) return RR_ERR_NOMEM;
   ep->base = (rr_rail_ep){.ops = &rr_tcp_rail_ops, .dev = dev, .events = events,
-                          .events_arg = events_arg, .rail = -1};
+                          .events_arg = events_arg, .rail = -1, .wire_id = -1};
   ep->last_rx_ns = rr_now_ns();
   *out = &ep->base;
   return RR_OK;
@@ -606,6 +606,7 @@ static rr_status tcp_ep_connect(rr_rail_ep *rep, const rr_rail_connect_args *arg
     ep->streams[i]->fd = args->fds[i];
     args->fds[i] = -1; /* ours now */
   }
+  ep->base.wire_id = ep->streams[0]->fd; /* the control stream names the endpoint */
   ep->connected = 1;
   ep->last_rx_ns = rr_now_ns();
   return RR_OK;
@@ -613,6 +614,7 @@ static rr_status tcp_ep_connect(rr_rail_ep *rep, const rr_rail_connect_args *arg
 
 const rr_rail_ops rr_tcp_rail_ops = {
     .name = "tcp",
+    .wire = RR_RAIL_WIRE_STREAMS,
     .reg_mr = tcp_reg_mr,
     .dereg_mr = tcp_dereg_mr,
     .dev_progress = tcp_dev_progress,

@@ -115,6 +115,7 @@ static uint64_t verbs_last_alive_ns(rr_rail_ep *rep, uint64_t now_ns) {
 
 const rr_rail_ops rr_verbs_rail_ops = {
     .name = "verbs",
+    .wire = RR_RAIL_WIRE_QUEUE_PAIRS,
     .reg_mr = verbs_reg_mr,
     .dereg_mr = verbs_dereg_mr,
     .dev_progress = verbs_dev_progress,

@@ -72,7 +72,8 @@ rr_status verbs_ep_open(rr_rail_dev *dev, const rr_rail_events *events, void *ev
   const rr_ibv_api *api = h->api;
   verbs_ep *ep = calloc(1, sizeof *ep);
   if (!ep) return RR_ERR_NOMEM;
-  ep->base = (rr_rail_ep){.ops = &rr_verbs_rail_ops, .dev = dev, .events = events, .events_arg = events_arg, .rail = -1};
+  ep->base = (rr_rail_ep){.ops = &rr_verbs_rail_ops, .dev = dev, .events = events, .events_arg = events_arg, .rail = -1,
+                          .wire_id = -1};
   ep->watch_fd = -1;
   ep->hca = h;
   for (int i = 0; i < SEND_SLOTS; i++) ep->send_free[i] = (int16_t)i;
@@ -101,6 +102,8 @@ rr_status verbs_ep_open(rr_rail_dev *dev, const rr_rail_events *events, void *ev
   if (!ep->ring_mr) goto fail;
   for (int k = 0; k < ep->nqps; k++)
     if ((st = open_qp(ep, k)) != RR_OK) goto fail;
+  /* Writes go round-robin over the QPs: the first one names the endpoint. */
+  ep->base.wire_id = (int)ep->qps[0].qp->qp_num;
   if (getrandom(&ep->psn, sizeof ep->psn, 0) != (ssize_t)sizeof ep->psn) ep->psn = (uint32_t)rr_now_ns();
   ep->psn &= 0xffffff;
   st = verbs_hca_attach(h, ep);
