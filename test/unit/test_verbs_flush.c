@@ -28,6 +28,7 @@
 
 #include "core_internal.h"
 #include "rail_verbs.h"
+#include "rr_clock.h"
 #include "rr_params.h"
 
 /* ---- a fake libibverbs ------------------------------------------------------------ */
@@ -518,20 +519,31 @@ static void test_iflush_failed_nic_hands_over(void **state) {
   assert_int_equal(st, RR_OK);
 }
 
+/* Polls for longer than any scheduling delay, short of a hang: the cases below
+ * wait on what the flush does, not on a sleep that a loaded machine stretches. */
+#define WAIT_NS (10ull * 1000000000ull)
+
 static void test_iflush_stuck_read_is_abandoned(void **state) {
   world *w = *state;
   set_delta_ms("20");
   w->comm->engine.rails[1].state = RR_RAIL_DOWN;
   void *req = NULL;
+  uint64_t t0 = rr_now_ns();
   assert_int_equal(iflush(w, &w->mr, 0, 100, &req), RR_OK);
   /* Rail 0's read never completes: after the progress timeout it is given up on and the
-   * other NIC reads instead. */
+   * other NIC reads instead. Only a test() gives a read up, so the test() that posts the
+   * other NIC's read is caught here, before that read can in turn outlive a timeout
+   * (which a fixed sleep allowed when this thread was held up past 20 ms). */
   rr_status st;
-  struct timespec ts = {0, 30 * 1000000};
   assert_false(test_req(req, &st));
-  nanosleep(&ts, NULL);
-  assert_false(test_req(req, &st));
-  assert_int_equal(st, RR_OK);
+  struct timespec ts = {0, 1000000};
+  while (reads_on(w, 1) == 0 && rr_now_ns() - t0 < WAIT_NS) {
+    nanosleep(&ts, NULL);
+    assert_false(test_req(req, &st));
+    assert_int_equal(st, RR_OK);
+  }
+  /* Never before its progress timeout (delays only make this later). */
+  assert_true(rr_now_ns() - t0 >= 20 * 1000000ull);
   assert_int_equal(qps_destroyed, 1);
   assert_int_equal(reads_on(w, 1), 1);
   assert_true(complete_next(w->h[1], IBV_WC_SUCCESS));
@@ -543,28 +555,35 @@ static void test_iflush_no_nic_can_read_is_an_error_not_a_hang(void **state) {
   world *w = *state;
   set_delta_ms("20");
   void *req = NULL;
+  uint64_t t0 = rr_now_ns();
   assert_int_equal(iflush(w, &w->mr, 0, 100, &req), RR_OK);
   w->h[0]->port_down = w->h[1]->port_down = 1;
   assert_true(complete_next(w->h[0], IBV_WC_RETRY_EXC_ERR));
   assert_true(complete_next(w->h[1], IBV_WC_RETRY_EXC_ERR));
   /* Every NIC fails: rounds again for 4 progress timeouts (a port may come back), then an
-   * error -- within a bounded time, never a hang. */
+   * error -- within a bounded time, never a hang. Not at the first failure: the error
+   * comes 4 x 20 ms after the flush began at the soonest, however the calls were spaced
+   * (counting calls assumed 2 ms sleeps, which a loaded machine stretches). */
   rr_status st = RR_OK;
-  int done = 0, calls = 0;
+  int done = 0;
   struct timespec ts = {0, 2 * 1000000};
-  for (; !done && calls < 1000; calls++) {
+  while (!done && rr_now_ns() - t0 < WAIT_NS) {
     done = test_req(req, &st);
     if (!done) nanosleep(&ts, NULL);
   }
+  uint64_t took = rr_now_ns() - t0;
   assert_true(done);
   assert_int_equal(st, RR_ERR_RAIL);
-  assert_true(calls > 10); /* not at the first failure */
+  assert_true(took >= 4 * 20 * 1000000ull);
 }
 
 static void test_iflush_port_back_within_the_rounds(void **state) {
   world *w = *state;
-  set_delta_ms("20");
+  /* A progress timeout long enough that no scheduling delay uses up the rounds (4 of
+   * them, 4 s) before the port is back; the rounds come every tenth of it. */
+  set_delta_ms("1000");
   void *req = NULL;
+  uint64_t t0 = rr_now_ns();
   w->comm->engine.rails[1].state = RR_RAIL_DOWN;
   assert_int_equal(iflush(w, &w->mr, 0, 100, &req), RR_OK);
   w->h[0]->port_down = w->h[1]->port_down = 1;
@@ -572,13 +591,15 @@ static void test_iflush_port_back_within_the_rounds(void **state) {
   rr_status st;
   assert_false(test_req(req, &st));
   assert_int_equal(st, RR_OK);
-  /* The port comes back before the rounds run out: the flush completes. */
+  /* The port comes back before the rounds run out: the next round reads on it, and the
+   * flush completes. */
   w->h[0]->port_down = 0;
   int before = reads_on(w, 0);
   struct timespec ts = {0, 5 * 1000000};
-  for (int i = 0; i < 20 && reads_on(w, 0) == before; i++) {
+  while (reads_on(w, 0) == before && rr_now_ns() - t0 < WAIT_NS) {
     nanosleep(&ts, NULL);
     assert_false(test_req(req, &st));
+    assert_int_equal(st, RR_OK);
   }
   assert_int_equal(reads_on(w, 0), before + 1);
   while (complete_next(w->h[0], IBV_WC_SUCCESS)) {}
