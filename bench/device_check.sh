@@ -55,6 +55,7 @@
 #   DC_LOOP_SECONDS   the all-reduce loop of the failover step (default 20;
 #                     --no-gpu: the harness's run, 8)
 #   DC_E2E_MAX        the largest size of the e2e sweep (default 32M)
+#   DC_CMAKE_ARGS     more arguments for a fresh configure (split at spaces)
 #   NCCL_HOME         a folder with lib/libnccl.so.2 (default: python3's
 #                     nvidia-nccl-* package, as bench/run_gpu_e2e.sh)
 #   CUDA_HOME         the CUDA toolkit or runtime (default: nvcc on PATH, else
@@ -226,12 +227,16 @@ step_build() {
     how="configured and built"
     local args=(-S "$DC_TOP" -B "$DC_BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRERAIL_BUILD_TESTS=ON
       -DRERAIL_BUILD_BENCH=ON -DRERAIL_UNIT_TESTS=OFF -DRERAIL_FUZZ=OFF -DRERAIL_LIBNUMA=AUTO -DRERAIL_WERROR=OFF)
+    # The machine's own NCCL and CUDA first, then what --deps carried for what it lacks.
     local prefix=()
-    [[ -n $DC_DEPS ]] && prefix+=("$DC_DEPS")
-    [[ -n $DC_CUDA_ROOT ]] && prefix+=("$DC_CUDA_ROOT") && args+=("-DCUDA_HOME=$DC_CUDA_ROOT")
     [[ -n $DC_NCCL_ROOT ]] && prefix+=("$DC_NCCL_ROOT") && args+=("-DNCCL_HOME=$DC_NCCL_ROOT")
+    [[ -n $DC_CUDA_ROOT ]] && prefix+=("$DC_CUDA_ROOT") && args+=("-DCUDA_HOME=$DC_CUDA_ROOT")
+    [[ -n $DC_DEPS ]] && prefix+=("$DC_DEPS")
     [[ ${#prefix[@]} -gt 0 ]] && args+=("-DCMAKE_PREFIX_PATH=$(IFS=';'; echo "${prefix[*]}")")
     if ! command -v make >/dev/null && command -v ninja >/dev/null; then args+=(-G Ninja); fi
+    local extra=()
+    read -r -a extra <<<"${DC_CMAKE_ARGS:-}"
+    args+=("${extra[@]}")
     echo "+ $cmake_bin ${args[*]}"
     if ! "$cmake_bin" "${args[@]}"; then
       if grep -q "SODIUM" "$DC_OUT/build.log"; then
@@ -253,16 +258,17 @@ step_build() {
     detail "build failed: $(grep -m1 -E 'error:|Error [0-9]' "$DC_OUT/build.log" | cut -c1-200)"
     return 1
   fi
-  local so bad=""
+  local so bad="" miss
   for so in "$(find_built net_plugin libnccl-net-rerail.so)" "$(find_built tuner_plugin libnccl-tuner-rerail.so)"; do
-    ldd "$so" | grep -q 'not found' && bad+=" $(basename "$so"): $(ldd "$so" | grep 'not found' | tr -s ' \t' ' ')"
+    miss=$(ldd "$so" 2>&1 | grep 'not found' | tr -s ' \t' ' ')
+    [[ -z $miss ]] || bad+=" $(basename "$so"):$miss"
   done
   [[ -z $bad ]] || { detail "built, but a plugin cannot load here:$bad"; return 1; }
   local cache=$DC_BUILD/CMakeCache.txt numa sodium drv
-  numa=$(sed -n 's/^NUMA_LIBRARY:FILEPATH=//p; s/^NUMA_LINK_LIBRARIES:INTERNAL=//p' "$cache" | head -n1)
   case $(sed -n 's/^RERAIL_LIBNUMA:[A-Z]*=//p' "$cache") in
     OFF) numa="libnuma off (sysfs)" ;;
-    *) if ldd "$(find_built net_plugin libnccl-net-rerail.so)" | grep -q libnuma; then numa="libnuma"; else numa="no libnuma (sysfs distances)"; fi ;;
+    *) numa=$(ldd "$(find_built net_plugin libnccl-net-rerail.so)" 2>&1)
+       if [[ $numa == *libnuma* ]]; then numa="libnuma"; else numa="no libnuma (sysfs distances)"; fi ;;
   esac
   sodium=$(sed -n 's/^SODIUM_STATIC_LIB:FILEPATH=//p' "$cache")
   drv="rerail-nccl-e2e: not built"
@@ -290,17 +296,20 @@ step_e2e() {
   rc=$?
   local avg
   avg=$(grep -h '^  avg busbw:' "$DC_OUT/e2e.log" | sed 's/^ *//')
-  {
-    echo "**Stock NCCL, two ranks on one GPU (bench/run_gpu_e2e.sh), every result checked:**"
-    grep -h -m2 -E '^# (rerail-nccl-e2e|NCCL [0-9])' "$out/rerail.r0.out" 2>/dev/null | sed 's/^# /    /'
-    echo '```'
-    sed -n '/== comparison: busbw/,/avg busbw:/p' "$DC_OUT/e2e.log"
-    echo '```'
-  } >>"$DC_OUT/steps/e2e.results"
+  if grep -q '== comparison: busbw' "$DC_OUT/e2e.log"; then
+    {
+      echo "**Stock NCCL, two ranks on one GPU (bench/run_gpu_e2e.sh), every result checked:**"
+      grep -h -m2 -E '^# (rerail-nccl-e2e|NCCL [0-9])' "$out/rerail.r0.out" 2>/dev/null | sed 's/^# /    /'
+      echo '```'
+      sed -n '/== comparison: busbw/,/avg busbw:/p' "$DC_OUT/e2e.log"
+      echo '```'
+    } >>"$DC_OUT/steps/e2e.results"
+  fi
   if [[ $rc == 0 ]]; then
     detail "all results correct through rerail and NCCL's Socket; ${avg:-no comparison}"
   else
-    detail "run_gpu_e2e.sh exited $rc: $(grep -h -E '^== (rerail|socket):|FAIL|error' "$DC_OUT/e2e.log" | head -n3 | tr '\n' ' ')"
+    detail "run_gpu_e2e.sh exited $rc: $(grep -h -E '^== (rerail|socket):' "$DC_OUT/e2e.log" | tr '\n' ' ')" \
+      "first error: $(grep -h -m1 -E 'error|FAIL' "$DC_OUT/e2e.log" | sed 's/^ *//' | cut -c1-180)"
   fi
   return $rc
 }
@@ -343,8 +352,8 @@ lab_ready() {
   local h r
   for h in 0 1; do
     for r in 0 1; do
-      ip -n "$LAB-h$h" link show "rail$r" | grep -q LOWER_UP || return 1
-      ip -n "$LAB-sw" -d link show "h$h-r$r" | grep -q 'state forwarding' || return 1
+      [[ $(ip -n "$LAB-h$h" link show "rail$r") == *LOWER_UP* ]] || return 1
+      [[ $(ip -n "$LAB-sw" -d link show "h$h-r$r") == *"state forwarding"* ]] || return 1
     done
   done
 }
@@ -405,16 +414,20 @@ step_failover() {
     fi
     sleep 0.2
   done
-  local ready=$((SECONDS - t0)) fail_rail down_at up_at
-  sleep "$(awk -v l="$loop" 'BEGIN { printf "%.1f", l / 4 }')"
-  fail_rail=$(busiest_rail "$dir/telemetry")
-  down_at=$((SECONDS - t0))
-  note "rail$fail_rail of host 0 goes down (ip link set rail$fail_rail down), ${down_at} s after the first connection"
-  "$NETLAB" --name "$LAB" link 0 "$fail_rail" down
-  sleep "$(awk -v l="$loop" 'BEGIN { printf "%.1f", l / 3 }')"
-  up_at=$((SECONDS - t0))
-  note "rail$fail_rail comes back at ${up_at} s"
-  "$NETLAB" --name "$LAB" link 0 "$fail_rail" up
+  local ready=$((SECONDS - t0)) fail_rail=none down_at=- up_at=-
+  if grep -qs '^rerail_rail_state{' "$dir"/telemetry/*.prom && kill -0 "${pids[0]}" 2>/dev/null && kill -0 "${pids[1]}" 2>/dev/null; then
+    sleep "$(awk -v l="$loop" 'BEGIN { printf "%.1f", l / 4 }')"
+    fail_rail=$(busiest_rail "$dir/telemetry")
+    down_at=$((SECONDS - t0))
+    note "rail$fail_rail of host 0 goes down (ip link set rail$fail_rail down), ${down_at} s after the first connection"
+    "$NETLAB" --name "$LAB" link 0 "$fail_rail" down
+    sleep "$(awk -v l="$loop" 'BEGIN { printf "%.1f", l / 3 }')"
+    up_at=$((SECONDS - t0))
+    note "rail$fail_rail comes back at ${up_at} s"
+    "$NETLAB" --name "$LAB" link 0 "$fail_rail" up
+  else
+    note "no traffic after ${ready} s (a rank ended or never connected): no fault injected"
+  fi
   for r in 0 1; do
     wait "${pids[r]}"
     rcs[r]=$?
@@ -425,13 +438,19 @@ step_failover() {
   failbacks=$(grep -c '"kind":"failback"' <<<"$events")
   local ok=1 why=()
   for r in 0 1; do
-    [[ ${rcs[r]} == 0 ]] || { ok=0; why+=("rank $r exited ${rcs[r]}: $(tail -n2 "$dir/rank$r.err" | tr '\n' ' ' | cut -c1-160)"); }
+    [[ ${rcs[r]} == 0 ]] || { ok=0; why+=("rank $r exited ${rcs[r]} ($(grep -m1 -iE 'error|mismatch|fail' "$dir/rank$r.err" | cut -c1-140))"); }
   done
   ((failovers > 0)) || { ok=0; why+=("rerail reported no failover (telemetry events)"); }
   if [[ $wl == nccl ]]; then
     # shellcheck source=bench/nccl_log_check.sh
     . "$DC_TOP/bench/nccl_log_check.sh"
-    nccl_log_check "$dir"/nccl.r*.log || { ok=0; why+=("NCCL's log: $(nccl_log_check "$dir"/nccl.r*.log | tail -n1)"); }
+    local logs=("$dir"/nccl.r*.log)
+    if [[ -e ${logs[0]} ]]; then
+      nccl_log_check "${logs[@]}" >"$dir/nccl-log.summary" || { ok=0; why+=("NCCL's log: $(tail -n1 "$dir/nccl-log.summary" | sed 's/^nccl_log_check: //')"); }
+      cat "$dir/nccl-log.summary"
+    else
+      ok=0 why+=("no NCCL log")
+    fi
     what="$(grep -h '^# loop done' "$dir/rank0.out" | sed 's/^# //')"
   else
     local sent recv errs
@@ -442,14 +461,15 @@ step_failover() {
     ((errs == 0)) || { ok=0; why+=("$errs harness error(s)"); }
     what="harness: ${recv:-?} bytes over 2 connections, every byte checked, $errs errors"
   fi
-  local summary="2 namespaces x 2 veth rails, rail$fail_rail of rank 0 down at ${down_at} s, up at ${up_at} s" 
-  summary+=" (traffic from ${ready} s): $what; $failovers failover(s), $failbacks fail-back(s); exit ${rcs[0]}/${rcs[1]}"
+  local summary="2 namespaces x 2 veth rails, rail$fail_rail of rank 0 down at ${down_at} s, up at ${up_at} s"
+  [[ $fail_rail == none ]] && summary="2 namespaces x 2 veth rails, no fault injected"
+  summary+=" (traffic from ${ready} s): ${what:-no result}; $failovers failover(s), $failbacks fail-back(s); exit ${rcs[0]}/${rcs[1]}"
   if ((ok)); then
     detail "$summary"
     [[ $wl == nccl ]] && result "**Failover under stock NCCL (bench/device_check.sh, ${loop} s all-reduce loop of 32 MiB, every result checked):** $summary"
     return 0
   fi
-  detail "${why[*]} -- $summary"
+  detail "$(printf '%s; ' "${why[@]}")-- $summary"
   return 1
 }
 
@@ -622,7 +642,8 @@ DEADLINE=$((START + BUDGET))
   for v in "DC_MODE=$MODE" "DC_TOP=$TOP" "DC_BUILD=$BUILD" "DC_OUT=$OUT" "DC_DEPS=$DEPS" "DC_PREBUILT=$PREBUILT" \
     "DC_NCCL_LIB=$NCCL_LIB_FOUND" "DC_NCCL_ROOT=$NCCL_ROOT" "DC_CUDA_ROOT=$CUDA_ROOT" "DC_GPU_LD=$GPU_LD" \
     "DC_JOBS=$JOBS" "DC_NCCL_NTHREADS=${DC_NCCL_NTHREADS:-4}" "DC_NCCL_NSOCKS=${DC_NCCL_NSOCKS:-4}" \
-    "DC_LOOP_SECONDS=${DC_LOOP_SECONDS:-$([[ $MODE == gpu ]] && echo 20 || echo 8)}" "DC_E2E_MAX=${DC_E2E_MAX:-32M}"; do
+    "DC_LOOP_SECONDS=${DC_LOOP_SECONDS:-$([[ $MODE == gpu ]] && echo 20 || echo 8)}" "DC_E2E_MAX=${DC_E2E_MAX:-32M}" \
+    "DC_CMAKE_ARGS=${DC_CMAKE_ARGS:-}"; do
     printf 'export %s=%q\n' "${v%%=*}" "${v#*=}"
   done
 } >"$OUT/env.sh"
@@ -650,6 +671,11 @@ for s in "${STEPS[@]}"; do
   left=$((DEADLINE - SECONDS))
   lim=${LIMIT[$s]}
   ((lim > left)) && lim=$left
+  if [[ ${RES[build]:-} == FAIL && $s != nccl-log ]]; then
+    RES[$s]=FAIL SECS[$s]=0 DETAIL[$s]="not run: the build failed"
+    say "  FAIL $s: ${DETAIL[$s]}"
+    continue
+  fi
   if ((lim < 5)); then
     RES[$s]=FAIL SECS[$s]=0 DETAIL[$s]="not started: the ${BUDGET} s budget is spent"
     say "  FAIL $s: ${DETAIL[$s]}"
