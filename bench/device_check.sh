@@ -393,7 +393,7 @@ step_failover() {
       ip netns exec "$LAB-h$r" env LD_LIBRARY_PATH="$plug:$(dirname "$(find_built tuner_plugin libnccl-tuner-rerail.so)")${DC_GPU_LD:+:$DC_GPU_LD}" \
         NCCL_HOSTID="dcheck-host$r" NCCL_SOCKET_IFNAME=mgmt NCCL_NET_PLUGIN=rerail NCCL_TUNER_PLUGIN=rerail NCCL_NET=rerail \
         NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NVLS_ENABLE=0 NCCL_IB_DISABLE=1 \
-        NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,TUNING NCCL_DEBUG_FILE="$dir/nccl.r$r.log" \
+        NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV,TUNING NCCL_DEBUG_FILE="$dir/nccl.r$r.log" \
         timeout -k 5 $((loop + 60)) "$(find_built bench rerail-nccl-e2e)" --rank "$r" --nranks 2 \
         --rendezvous "$dir/rdv/id" --device 0 --loop-seconds "$loop" --max-bytes 32M --timeout 30 \
         >"$dir/rank$r.out" 2>"$dir/rank$r.err" &

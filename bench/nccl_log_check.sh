@@ -14,7 +14,10 @@
 #   carried  at least one "Channel ... via NET/NAME/..." line, and no channel
 #            "via NET/<another net>" (NCCL's Socket or IB) nor via P2P/SHM
 #   tuner    "TUNER/Plugin: Using NAME" (or NCCL's "Successfully loaded
-#            external tuner plugin ...NAME...")
+#            external tuner plugin ...NAME...", or the tuner's own INFO line
+#            "NET/NAME: tuner: bound as ncclTunerPlugin_vN"); the collectives
+#            it was asked about ("tuner: comm ... finalized after N
+#            collectives") are counted, not required
 # Prints one line per log and one of totals (key=value counts); exit 0 when
 # every check passed, 1 when one failed, 2 on usage errors or a missing log.
 #
@@ -28,21 +31,21 @@ nccl_log_check() {
       --net) net=${2:?--net needs a name}; shift 2 ;;
       --tuner) tuner=${2:?--tuner needs a name}; shift 2 ;;
       --no-tuner) tuner=""; shift ;;
-      -h | --help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; return 0 ;;
+      -h | --help) sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; return 0 ;;
       --) shift; logs+=("$@"); break ;;
       -*) echo "nccl_log_check: unknown option '$1'" >&2; return 2 ;;
       *) logs+=("$1"); shift ;;
     esac
   done
   [[ ${#logs[@]} -gt 0 ]] || { echo "nccl_log_check: no log given" >&2; return 2; }
-  local t_loaded=0 t_ours=0 t_other=0 t_bypass=0 t_tuner=0 t_plugin_lines=0 others=""
+  local t_loaded=0 t_ours=0 t_other=0 t_bypass=0 t_tuner=0 t_colls=0 t_plugin_lines=0 others=""
   for f in "${logs[@]}"; do
     if [[ ! -s $f ]]; then
       echo "nccl_log_check: $f: missing or empty (was NCCL_DEBUG_FILE set, NCCL_DEBUG=INFO?)" >&2
       rc=2
       continue
     fi
-    local loaded ours other bypass tun lines bad=()
+    local loaded ours other bypass tun lines colls=0 bad=()
     # Counts, not wording: grep -c on NCCL's format strings (2.2x, src/plugin/*.cc, transport.cc).
     loaded=$(grep -cE "NET/Plugin: Loaded net plugin ${net} |Using network ${net}\$" "$f")
     ours=$(grep -cE "Channel [0-9]+/[0-9]+ .* via NET/${net}/" "$f")
@@ -51,7 +54,8 @@ nccl_log_check() {
     lines=$(grep -c "NET/${net}:" "$f")
     tun=0
     if [[ -n $tuner ]]; then
-      tun=$(grep -cE "TUNER/Plugin: Using ${tuner} |Successfully loaded external tuner plugin .*${tuner}" "$f")
+      tun=$(grep -cE "TUNER/Plugin: Using ${tuner} |Successfully loaded external tuner plugin .*${tuner}|NET/${tuner}: tuner: bound as ncclTunerPlugin_v" "$f")
+      colls=$(sed -n "s|.*NET/${tuner}: tuner: comm .* finalized after \([0-9]*\) collectives.*|\1|p" "$f" | awk '{ s += $1 } END { print s + 0 }')
     fi
     ((loaded > 0)) || bad+=("net plugin '$net' not loaded")
     ((ours > 0)) || bad+=("no channel via NET/$net")
@@ -69,10 +73,10 @@ nccl_log_check() {
       rc=$((rc > 1 ? rc : 1))
     fi
     t_loaded=$((t_loaded + (loaded > 0))) t_ours=$((t_ours + ours)) t_other=$((t_other + other))
-    t_bypass=$((t_bypass + bypass)) t_tuner=$((t_tuner + (tun > 0))) t_plugin_lines=$((t_plugin_lines + lines))
+    t_bypass=$((t_bypass + bypass)) t_tuner=$((t_tuner + (tun > 0))) t_colls=$((t_colls + colls)) t_plugin_lines=$((t_plugin_lines + lines))
   done
   echo "nccl_log_check: logs=${#logs[@]} net_loaded=$t_loaded channels_via_$net=$t_ours channels_via_other=$t_other" \
-       "bypass=$t_bypass tuner_loaded=$t_tuner ${net}_log_lines=$t_plugin_lines${others:+ other_nets:$(echo "$others" | tr -s ' ' | sed 's/ $//')}"
+       "bypass=$t_bypass tuner_loaded=$t_tuner tuner_collectives=$t_colls ${net}_log_lines=$t_plugin_lines${others:+ other_nets:$(echo "$others" | tr -s ' ' | sed 's/ $//')}"
   return $rc
 }
 
