@@ -23,7 +23,10 @@
 #                NCCL_NSOCKS_PERTHREAD tuned, then with NCCL's defaults
 #                (bench/socket_compare.sh --quick)
 # then prints one summary: a PASS/FAIL line per step, where the logs are, and
-# the lines worth pasting into bench/RESULTS.md.
+# the lines worth pasting into bench/RESULTS.md. The logs folder (--out) keeps
+# one log per step, summary.txt, summary.tsv (step, result, seconds, detail:
+# for scripts), results.md (the RESULTS.md lines), the e2e run's and the
+# failover run's NCCL logs and rank outputs, the bench tables.
 #
 # Every step runs under its own time limit, all of them under one budget
 # (default 440 s: the whole run stays under 8 minutes even when every step
@@ -713,23 +716,28 @@ for s in preflight "${STEPS[@]}"; do
   printf '%s\t%s\t%s\t%s\n' "$s" "${RES[$s]}" "${SECS[$s]}" "${DETAIL[$s]}" >>"$OUT/summary.tsv"
 done
 verdict=$([[ $nfail == 0 ]] && echo PASS || echo FAIL)
-echo
-echo "================ rerail device check: $verdict ($([[ $MODE == gpu ]] && echo "GPU" || echo "--no-gpu")) ================"
-for s in preflight "${STEPS[@]}"; do
-  printf '  %-9s %-4s %4s s  %s\n' "$s" "${RES[$s]}" "${SECS[$s]}" "${DETAIL[$s]}"
-done
-echo "  total: $npass passed, $nfail failed, $nskip skipped in $((SECONDS - START)) s (budget $BUDGET s)"
-echo "  logs: $OUT (<step>.log per step, summary.tsv, e2e/, failover/, bench.*)"
-if [[ $MODE == gpu ]]; then
-  echo "---------------- for bench/RESULTS.md ----------------"
-  echo "### GPU device check, $START_DATE: \`bench/device_check.sh\` ($verdict)"
+{
   echo
-  echo "On \`$(hostname)\`: $GPU_DESC; $(nproc) cores ($(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo)), Linux $(uname -r); $NCCL_DESC; CUDA runtime: $CUDA_DESC; rerail at $(git -C "$TOP" rev-parse --short HEAD 2>/dev/null || echo '?')."
-  echo
-  for s in "${STEPS[@]}"; do
-    if [[ -s $OUT/steps/$s.results ]]; then cat "$OUT/steps/$s.results"; echo; fi
+  echo "================ rerail device check: $verdict ($([[ $MODE == gpu ]] && echo "GPU" || echo "--no-gpu")) ================"
+  for s in preflight "${STEPS[@]}"; do
+    printf '  %-9s %-4s %4s s  %s\n' "$s" "${RES[$s]}" "${SECS[$s]}" "${DETAIL[$s]}"
   done
-  echo "Steps: $(for s in preflight "${STEPS[@]}"; do printf '%s %s (%s s); ' "$s" "${RES[$s]}" "${SECS[$s]}"; done | sed 's/; $//')."
+  echo "  total: $npass passed, $nfail failed, $nskip skipped in $((SECONDS - START)) s (budget $BUDGET s)"
+  echo "  logs: $OUT (<step>.log per step, summary.txt, summary.tsv, results.md, e2e/, failover/, bench.*)"
+} | tee "$OUT/summary.txt"
+if [[ $MODE == gpu ]]; then
+  {
+    echo "### GPU device check, $START_DATE: \`bench/device_check.sh\` ($verdict)"
+    echo
+    echo "On \`$(hostname)\`: $GPU_DESC; $(nproc) cores ($(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo)), Linux $(uname -r); $NCCL_DESC; CUDA runtime: $CUDA_DESC; rerail at $(git -C "$TOP" rev-parse --short HEAD 2>/dev/null || echo '?')."
+    echo
+    for s in "${STEPS[@]}"; do
+      if [[ -s $OUT/steps/$s.results ]]; then cat "$OUT/steps/$s.results"; echo; fi
+    done
+    echo "Steps: $(for s in preflight "${STEPS[@]}"; do printf '%s %s (%s s); ' "$s" "${RES[$s]}" "${SECS[$s]}"; done | sed 's/; $//')."
+  } >"$OUT/results.md"
+  echo "---------------- for bench/RESULTS.md (also in $OUT/results.md) ----------------"
+  cat "$OUT/results.md"
   echo "-------------------------------------------------------"
 fi
 [[ $nfail == 0 ]]
