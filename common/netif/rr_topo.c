@@ -2,7 +2,9 @@
 #include "rr_log.h"
 
 #include <limits.h>
+#ifdef RERAIL_HAVE_LIBNUMA
 #include <numa.h>
+#endif
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,7 +152,9 @@ static int pci_distance(const pci_loc *a, const pci_loc *b) {
 
 /* libnuma builds its distance table lazily on first use without a lock; the
  * plugin calls in here from NCCL's proxy threads, so serialise. */
+#ifdef RERAIL_HAVE_LIBNUMA
 static pthread_mutex_t numa_lock = PTHREAD_MUTEX_INITIALIZER;
+#endif
 
 /* Entry `to` of <root>/devices/system/node/node<from>/distance; -1 if absent. */
 static int sysfs_numa_distance(const char *root, int from, int to) {
@@ -169,23 +173,31 @@ static int sysfs_numa_distance(const char *root, int from, int to) {
   return v > 0 ? v : -1; /* 0 and negatives are not distances */
 }
 
+/* Built without libnuma (RERAIL_LIBNUMA=AUTO/OFF), the distances come from
+ * sysfs alone: the same table libnuma reads. */
 static int one_way_numa_distance(const char *root, int use_libnuma, int from, int to) {
+#ifdef RERAIL_HAVE_LIBNUMA
   if (use_libnuma) {
     pthread_mutex_lock(&numa_lock);
     int d = numa_distance(from, to); /* 0 when libnuma does not know */
     pthread_mutex_unlock(&numa_lock);
     if (d > 0) return d;
   }
+#else
+  (void)use_libnuma;
+#endif
   return sysfs_numa_distance(root, from, to);
 }
 
 static int numa_refinement(const char *root, int x, int y) {
   int use_libnuma = 0;
+#ifdef RERAIL_HAVE_LIBNUMA
   if (!strcmp(root, "/sys")) {
     pthread_mutex_lock(&numa_lock);
     use_libnuma = numa_available() >= 0;
     pthread_mutex_unlock(&numa_lock);
   }
+#endif
   /* SLIT tables may be asymmetric; the larger direction keeps
    * distance(a, b) == distance(b, a) without favouring either end. */
   int dxy = one_way_numa_distance(root, use_libnuma, x, y);
