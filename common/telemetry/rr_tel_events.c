@@ -126,7 +126,11 @@ void rr_tel_events_apply(rr_tel_tables *t, const rr_health_event *ev) {
     if ((n = nic_get(t, ev->ifname))) n->state = (int)ev->state;
     break;
   case RR_HEV_RAIL_STATE:
-    if ((l = link_get(t, ev->ifname, ev->peer))) l->state = (int)ev->state;
+    if ((l = link_get(t, ev->ifname, ev->peer))) {
+      l->state = (int)ev->state;
+      /* A failure or demotion (one that says where it is) is a fault. */
+      if (ev->where > RR_WHERE_NONE && ev->where < RR_WHERE_COUNT) l->faults[ev->where]++;
+    }
     break;
   case RR_HEV_FAILOVER:
     if ((l = link_get(t, ev->ifname, ev->peer))) l->failovers++;
@@ -168,6 +172,7 @@ void rr_tel_event_json(rr_tel_buf *b, const rr_tel_config *cfg, const rr_health_
   /* A failover names two rails and carries no state of its own. */
   json_str_or_null(b, "state", ev->kind == RR_HEV_FAILOVER ? NULL : rr_link_state_str(ev->state));
   json_str_or_null(b, "reason", ev->reason);
+  json_str_or_null(b, "where", rr_fault_where_str(ev->where));
   if (ev->kind == RR_HEV_FAILOVER || ev->kind == RR_HEV_FAILBACK)
     rr_tel_buf_printf(b, ",\"stall_ms\":%.3f", (double)ev->stall_ns / 1e6);
   else
