@@ -130,6 +130,7 @@ void rr_tel_events_apply(rr_tel_tables *t, const rr_health_event *ev) {
       l->state = (int)ev->state;
       /* A failure or demotion (one that says where it is) is a fault. */
       if (ev->where > RR_WHERE_NONE && ev->where < RR_WHERE_COUNT) l->faults[ev->where]++;
+      if (ev->state == RR_LINK_DEGRADED) l->demotions++;
     }
     break;
   case RR_HEV_FAILOVER:

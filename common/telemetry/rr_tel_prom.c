@@ -163,6 +163,11 @@ void rr_tel_prom_render(rr_tel_buf *b, const rr_tel_config *cfg, rr_tel_series *
       link_head(b, RR_TEL_M_DEGRADED, cfg, &t->links[i]);
       rr_tel_buf_printf(b, "%d\n", t->links[i].state == RR_LINK_DEGRADED);
     }
+    family(b, RR_TEL_M_DEMOTIONS, "counter", "Demotions of the rail over nic to peer as degraded.");
+    for (int i = 0; i < t->nlinks; i++) {
+      link_head(b, RR_TEL_M_DEMOTIONS, cfg, &t->links[i]);
+      rr_tel_buf_printf(b, "%llu\n", (unsigned long long)t->links[i].demotions);
+    }
   }
   if (t->nnics) {
     family(b, RR_TEL_M_NIC_STATE, "gauge",

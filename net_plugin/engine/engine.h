@@ -88,6 +88,7 @@ typedef struct engine_rail {
    * last tick the bytes posted and the rail's backlog then. */
   uint64_t g_posted, g_prev_posted;
   size_t g_prev_backlog;
+  int g_prev_loaded;
   uint64_t g_prev_ns;
   uint64_t probe_start_ns;  /* DEGRADED: the probe in flight began (0: none) */
   uint64_t probe_bytes;
@@ -413,7 +414,7 @@ void engine_gray_on_notice(rr_engine *e, const engine_msg *m);
 /* A probe write arrived (receiver): RR_OK to discard it, or a violation. */
 rr_status engine_gray_probe_begin(rr_engine *e, int rail, const rr_write_hdr *h);
 #define ENGINE_PROBE_WR_ID UINT64_MAX
-#define ENGINE_PROBE_MAX_WRITE (1u << 20)
+#define ENGINE_PROBE_MAX_WRITE (1u << 20)   /* the receiver refuses larger probe writes */
 
 /* engine_send.c */
 /* now: the caller's clock reading, or 0 to read it when a chunk is posted. */

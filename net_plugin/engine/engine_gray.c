@@ -43,9 +43,11 @@
 #define RR_GRAY_LINKS 256
 #define RR_GRAY_TICK_GAP_NS (5 * MS)       /* a longer gap between ticks proves no load */
 #define RR_GRAY_DECAY 0.995
-#define RR_GRAY_PROBE_BYTES (2u << 20)
-#define RR_GRAY_PROBE_WRITE (256u << 10)
-#define RR_GRAY_PROBE_GAP_NS (100 * MS)
+#define RR_GRAY_LOADED_PCT 30                /* a window this loaded can judge the rail */
+#define RR_GRAY_PROBE_BYTES (8u << 20)     /* large enough that a tick's granularity and a busy
+                                             * core's stalls do not dominate its timing */
+#define RR_GRAY_PROBE_WRITE (1u << 20)
+#define RR_GRAY_PROBE_GAP_NS (200 * MS)
 #define RR_GRAY_PROBE_TIMEOUT_NS (1000 * MS)
 _Static_assert(RR_GRAY_PROBE_WRITE <= ENGINE_PROBE_MAX_WRITE, "a probe write the receiver accepts");
 
@@ -56,10 +58,12 @@ typedef struct gray_link {
   double level;             /* healthy level, bytes/s (0: not known yet) */
   uint64_t below_since;     /* the first window of a run under the threshold (0: none) */
   double below_frac;        /* the last such window's rate over the level */
+  uint32_t run_windows, run_below; /* windows in the run, and how many were below */
   int degraded;             /* the verdict: connections demote their rails on it */
   const rr_engine *probe_owner; /* the connection whose probe is in flight (compared only) */
   uint64_t probe_since;
   uint64_t ok_since;        /* probes at the restore level since (0: the last one was not) */
+  uint64_t probe_done_ns;   /* the last probe on this link ended */
 } gray_link;
 
 static pthread_mutex_t gray_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -81,20 +85,27 @@ static gray_link *link_get(int dev, const char *peer, uint64_t now) {
   return l;
 }
 
+/* A window is "below" (loaded at least RR_GRAY_LOADED_PCT of it, under
+ * degraded_pct of the level), "good" (at or over degraded_pct), or says
+ * nothing (little load and a low rate: the rail delivered what it was asked
+ * for). A run of windows that are mostly below, with none good, for
+ * degraded_ns is a degraded link. */
 static void window_close(gray_link *l, const rr_engine_config *cfg, uint64_t now) {
   uint64_t dur = now - l->win_start;
   double rate = (double)l->bytes * 1e9 / (double)dur;
-  int loaded = l->loaded_ns * 10 >= dur * 8;
+  int loaded = l->loaded_ns * 100 >= dur * RR_GRAY_LOADED_PCT;
   double frac = l->level > 0 ? rate / l->level : 1.0;
-  if (loaded && frac * 100.0 < (double)cfg->degraded_pct) {
-    if (!l->below_since) l->below_since = l->win_start;
-    l->below_frac = frac;
-    if (now - l->below_since >= cfg->degraded_ns) l->degraded = 1;
-  } else {
+  if (frac * 100.0 >= (double)cfg->degraded_pct) {
     l->below_since = 0;
+    l->run_windows = l->run_below = 0;
     if (rate > l->level) l->level = rate;
     else if (loaded) l->level = l->level * RR_GRAY_DECAY + rate * (1.0 - RR_GRAY_DECAY);
     if (loaded) l->degraded = 0;
+  } else if (loaded || l->below_since) {
+    if (!l->below_since) l->below_since = l->win_start;
+    l->run_windows++;
+    if (loaded) l->run_below++, l->below_frac = frac;
+    if (now - l->below_since >= cfg->degraded_ns && l->run_below * 10 >= l->run_windows * 6) l->degraded = 1;
   }
   l->win_start = now;
   l->bytes = l->loaded_ns = 0;
@@ -103,11 +114,15 @@ static void window_close(gray_link *l, const rr_engine_config *cfg, uint64_t now
 /* One tick's measurement of an ACTIVE rail into its link's window. */
 static void measure(rr_engine *e, engine_rail *rl, gray_link *l, uint64_t now) {
   size_t b = rl->ep->ops->backlog(rl->ep);
+  /* Loaded: data waits for the rail, in its queue or in the transport's
+   * (TCP: bytes the kernel has not sent yet; what NCCL posts comes in
+   * bursts, so the rail's own queue alone runs dry between them). */
+  int loaded = b > 0 || !rl->ep->ops->flushed(rl->ep);
   if (rl->g_prev_ns && now > rl->g_prev_ns) {
     uint64_t in = rl->g_posted - rl->g_prev_posted;
     uint64_t out = in + rl->g_prev_backlog > b ? in + rl->g_prev_backlog - b : 0;
     l->bytes += out;
-    if (rl->g_prev_backlog && b && now - rl->g_prev_ns <= RR_GRAY_TICK_GAP_NS) {
+    if (rl->g_prev_loaded && loaded && now - rl->g_prev_ns <= RR_GRAY_TICK_GAP_NS) {
       /* The union of every connection's loaded time on this link. */
       uint64_t from = l->last_loaded_ns > rl->g_prev_ns ? l->last_loaded_ns : rl->g_prev_ns;
       if (now > from) l->loaded_ns += now - from;
@@ -117,6 +132,7 @@ static void measure(rr_engine *e, engine_rail *rl, gray_link *l, uint64_t now) {
   rl->g_prev_ns = now;
   rl->g_prev_posted = rl->g_posted;
   rl->g_prev_backlog = b;
+  rl->g_prev_loaded = loaded;
   if (now - l->win_start >= RR_GRAY_WINDOW_NS) window_close(l, &e->cfg, now);
 }
 
@@ -160,13 +176,18 @@ static void probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
     int done = rl->ep->ops->flushed(rl->ep);
     if (!done && now - rl->probe_start_ns < RR_GRAY_PROBE_TIMEOUT_NS) return;
     double rate = done ? (double)rl->probe_bytes * 1e9 / (double)(now - rl->probe_start_ns) : 0;
+    /* Good at restore_pct of the level; bad under degraded_pct; between,
+     * a probe neither starts nor breaks the healthy run (a probe of a few
+     * milliseconds is noisier than a 100 ms window). */
     int ok = done && rate * 100.0 >= (double)e->cfg.restore_pct * l->level;
-    if (!ok) l->ok_since = 0;
-    else if (!l->ok_since) l->ok_since = now;
+    int bad = !done || rate * 100.0 < (double)e->cfg.degraded_pct * l->level;
+      if (bad) l->ok_since = 0;
+    else if (ok && !l->ok_since) l->ok_since = now;
+    l->probe_done_ns = now;
     rl->probe_start_ns = 0;
     rl->probe_done_ns = now;
     if (l->probe_owner == e) l->probe_owner = NULL;
-  } else if (now - rl->probe_done_ns >= RR_GRAY_PROBE_GAP_NS &&
+  } else if (now - rl->probe_done_ns >= RR_GRAY_PROBE_GAP_NS && now - l->probe_done_ns >= RR_GRAY_PROBE_GAP_NS &&
              (!l->probe_owner || now - l->probe_since > 2 * RR_GRAY_PROBE_TIMEOUT_NS) &&
              rl->ep->ops->flushed(rl->ep)) {
     probe_post(e, rl, now);
@@ -174,7 +195,7 @@ static void probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
   }
   if (l->ok_since && now - l->ok_since >= engine_rail_hold_ns(e, rl)) {
     l->degraded = 0;
-    l->below_since = 0;
+    l->below_since = 0, l->run_windows = l->run_below = 0;
     engine_rail_set_state(e, r, RR_RAIL_ACTIVE, "delivers its healthy level again");
     e->down_notice_pending = 1; /* the receiver restores it on our word */
     e->restore_notice = 1;
