@@ -173,7 +173,6 @@ void rr_tel_event_json(rr_tel_buf *b, const rr_tel_config *cfg, const rr_health_
   /* A failover names two rails and carries no state of its own. */
   json_str_or_null(b, "state", ev->kind == RR_HEV_FAILOVER ? NULL : rr_link_state_str(ev->state));
   json_str_or_null(b, "reason", ev->reason);
-  json_str_or_null(b, "where", rr_fault_where_str(ev->where));
   if (ev->kind == RR_HEV_FAILOVER || ev->kind == RR_HEV_FAILBACK)
     rr_tel_buf_printf(b, ",\"stall_ms\":%.3f", (double)ev->stall_ns / 1e6);
   else
@@ -188,6 +187,8 @@ void rr_tel_event_json(rr_tel_buf *b, const rr_tel_config *cfg, const rr_health_
   rr_health_nic_transport(ev->to_dev, tr, sizeof tr, rd, sizeof rd, NULL);
   json_str_or_null(b, "to_transport", tr);
   json_str_or_null(b, "to_rdma_device", rd);
+  /* Where a failure or demotion is (local, peer, path, process); null otherwise. */
+  json_str_or_null(b, "where", rr_fault_where_str(ev->where));
   rr_tel_buf_put(b, "}\n", 2);
 }
 
