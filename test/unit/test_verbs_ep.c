@@ -592,7 +592,7 @@ static void test_completion_errors_classified(void **state) {
       {IBV_WC_WR_FLUSH_ERR, 0, RR_ERR_RAIL},        {IBV_WC_REM_ACCESS_ERR, 0, RR_ERR_PROTOCOL},
       {IBV_WC_REM_INV_REQ_ERR, 0, RR_ERR_PROTOCOL}, {IBV_WC_LOC_LEN_ERR, 1, RR_ERR_PROTOCOL},
       {IBV_WC_LOC_PROT_ERR, 0, RR_ERR_INTERNAL},    {IBV_WC_LOC_LEN_ERR, 0, RR_ERR_INTERNAL},
-      {IBV_WC_LOC_QP_OP_ERR, 0, RR_ERR_INTERNAL},   {IBV_WC_MW_BIND_ERR, 0, RR_ERR_INTERNAL},
+      {IBV_WC_LOC_QP_OP_ERR, 0, RR_ERR_RAIL},   {IBV_WC_MW_BIND_ERR, 0, RR_ERR_INTERNAL},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     void *st = NULL;

@@ -71,6 +71,11 @@ static rr_status wc_class(const struct ibv_wc *wc) {
   case IBV_WC_RESP_TIMEOUT_ERR:
   case IBV_WC_FATAL_ERR:
   case IBV_WC_GENERAL_ERR:
+  /* A local QP operation error is also what Soft-RoCE reports when it
+   * cannot transmit (its netdev went down under a flapping port: verbs_flaps
+   * saw it on both rails of a flap), so it is taken as the path failing:
+   * calling a link flap a bug would end a job that a replay saves. */
+  case IBV_WC_LOC_QP_OP_ERR:
     return RR_ERR_RAIL;
   case IBV_WC_REM_ACCESS_ERR:
   case IBV_WC_REM_INV_REQ_ERR:
@@ -80,7 +85,7 @@ static rr_status wc_class(const struct ibv_wc *wc) {
   case IBV_WC_LOC_LEN_ERR:
     /* On a receive: the peer's SEND was longer than any receive we post. */
     return recv ? RR_ERR_PROTOCOL : RR_ERR_INTERNAL;
-  default: /* LOC_PROT_ERR, LOC_QP_OP_ERR, LOC_EEC_OP_ERR, MW_BIND_ERR, LOC_ACCESS_ERR, ... */
+  default: /* LOC_PROT_ERR, LOC_EEC_OP_ERR, MW_BIND_ERR, LOC_ACCESS_ERR, ... */
     return RR_ERR_INTERNAL;
   }
 }
