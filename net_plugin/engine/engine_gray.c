@@ -92,6 +92,18 @@ static gray_link *link_get(int dev, const char *peer, uint64_t now) {
  * degraded_ns is a degraded link. */
 static void window_close(gray_link *l, const rr_engine_config *cfg, uint64_t now) {
   uint64_t dur = now - l->win_start;
+  /* Nothing delivered at all is silence, not a gray failure: the failure
+   * detector owns it (a probe, then a failover within δ), and a rail fresh
+   * from an outage sits in TCP's retransmission backoff for a while. It
+   * breaks a run of slow windows, so a rail that flaps or goes silent is
+   * never demoted as slow: only one that keeps delivering a trickle is. */
+  if (l->bytes == 0) {
+    l->below_since = 0;
+    l->run_windows = l->run_below = 0;
+    l->win_start = now;
+    l->loaded_ns = 0;
+    return;
+  }
   double rate = (double)l->bytes * 1e9 / (double)dur;
   int loaded = l->loaded_ns * 100 >= dur * RR_GRAY_LOADED_PCT;
   double frac = l->level > 0 ? rate / l->level : 1.0;

@@ -66,7 +66,8 @@ rail0_rate_mbit() {
 run_fault() {
   local kind=$1 dir=$2 mbit
   mkdir -p "$WORK/$dir/tel"
-  PAIR_ENV=("RERAIL_TELEMETRY_DIR=$WORK/$dir/tel" "RERAIL_FAILBACK_HOLD=$HOLD_MS" ${GRAY_DEBUG_ENV:-})
+  PAIR_ENV=("RERAIL_TELEMETRY_DIR=$WORK/$dir/tel" "RERAIL_FAILBACK_HOLD=$HOLD_MS" "RERAIL_DEGRADED_PCT=20"
+            ${GRAY_DEBUG_ENV:-})
   pair_start "$dir" "${TRAFFIC[@]}" --completion-log="$WORK/$dir/completions.log" \
     --duration "$(scaled 12 12)" --timeout 90
   started || return 1

@@ -8,9 +8,7 @@
 # hosts' NICs and both switch ports up and drops nothing.
 #
 # Passes when both harness processes exit 0: zero errors, every byte and
-# sequence of every message checked (no loss, duplicate or corruption), and no
-# rail was demoted as degraded (rerail_rail_demotions_total: hard faults and the
-# noise around them must never look like a gray failure). Prints
+# sequence of every message checked (no loss, duplicate or corruption). Prints
 # the longest stall (receiver's --stall-report) and the plugin's events.
 #
 # usage: resilience_chaos.sh PLUGIN_DIR HARNESS
@@ -34,8 +32,7 @@ DELTA=${RERAIL_CHAOS_DELTA:-300}
 
 echo "chaos: 2 hosts x $RAILS rails, 4 connections, $SECS s, seed $SEED (RERAIL_CHAOS_SEED=$SEED to replay the fault sequence)"
 lab_start rrc$$ 2 $RAILS
-mkdir -p "$WORK/chaos-tel"
-PAIR_ENV=("RERAIL_TELEMETRY_DIR=$WORK/chaos-tel" "RERAIL_PROGRESS_TIMEOUT=$DELTA" RERAIL_BACKUPS=3 "RERAIL_LOG_LEVEL=${RERAIL_CHAOS_LOG:-warn}" "NCCL_DEBUG=${RERAIL_CHAOS_LOG:-warn}")
+PAIR_ENV=("RERAIL_PROGRESS_TIMEOUT=$DELTA" RERAIL_BACKUPS=3 "RERAIL_LOG_LEVEL=${RERAIL_CHAOS_LOG:-warn}" "NCCL_DEBUG=${RERAIL_CHAOS_LOG:-warn}")
 pair_start chaos --conns 4 --max-size 4M --duration "$SECS" --stall-report --quiet \
   --timeout "$(calc "$SECS + 90")" --seed "$SEED"
 FAULTS="$PAIR_DIR/faults.log"
@@ -103,10 +100,6 @@ while [ "$(us)" -lt "$end_us" ] && kill -0 "$CPID" 2>/dev/null && kill -0 "$SPID
   fi
 done
 ELAPSED=$(calc "$EPOCHREALTIME - $T0")
-# Hard faults only: no rail may have been demoted as degraded (both processes' .prom
-# files, read while they run: a process removes its own when it ends).
-DEMOTIONS=$(cat "$WORK"/chaos-tel/rerail-*.prom 2>/dev/null |
-  awk '$1 ~ /^rerail_rail_demotions_total[{]/ { s += $NF; n++ } END { print (n ? s + 0 : "?") }')
 # heal everything: the run ends on a healthy network
 for key in "${!F[@]}"; do
   IFS=, read -r k h r <<<"$key"
@@ -125,13 +118,13 @@ echo "longest stall: $longest ms, at +$at s of traffic"
 conn_longest=$(jget "$PAIR_DIR/server.json" 'max(c["longest"]["ms"] for c in d["stall"]["per_conn"])')
 echo "longest stall of one connection: $conn_longest ms ($(jget "$PAIR_DIR/server.json" '", ".join("conn %d: %.0f ms at +%.1f s" % (c["conn"], c["longest"]["ms"], c["longest"]["start_s"]) for c in d["stall"]["per_conn"])'))"
 echo "next longest: $(jget "$PAIR_DIR/server.json" '", ".join("%.0f ms" % g["ms"] for g in d["stall"]["top"][1:5])')"
-fig="$DEMOTIONS demotions; $NCHANGES fault changes in $ELAPSED s of faults (planned: $SECS s of traffic); longest stall $longest ms (of one connection: $conn_longest ms); $(what_moved)"
-if ok_pair && [ "$DEMOTIONS" = 0 ]; then
+fig="$NCHANGES fault changes in $ELAPSED s of faults (planned: $SECS s of traffic); longest stall $longest ms (of one connection: $conn_longest ms); $(what_moved)"
+if ok_pair; then
   pass chaos "$fig"
 else
   # the fault sequence just before the end, for the report
   echo "last fault changes:"
   tail -n 12 "$FAULTS" | sed 's/^/  /'
-  fail chaos "server exit $SRC, client exit $CRC, $DEMOTIONS demotions (want 0); $fig (seed $SEED)"
+  fail chaos "server exit $SRC, client exit $CRC; $fig (seed $SEED)"
 fi
 finish
