@@ -109,6 +109,19 @@ static void params_parse(void) {
       "RERAIL_PROGRESS_TIMEOUT", getenv("RERAIL_PROGRESS_TIMEOUT"), 1000, 20, 600000);
   params.failback_hold_ms = rr_param_parse_u64("RERAIL_FAILBACK_HOLD",
                                                getenv("RERAIL_FAILBACK_HOLD"), 500, 0, 600000);
+  /* Gray failures (docs/failover.md, "Degraded rails"): ordinary noise (a
+   * busy receiver, CPU contention on a shared host) moves a healthy rail's
+   * rate by a factor of two or three for moments; a rail must stay under
+   * RERAIL_DEGRADED_PCT of its healthy level for a whole second, with data
+   * waiting for it all along, before it is demoted (20 is the value the
+   * lab's slow-rail test uses). Off (0) by default until the chaos run shows
+   * zero demotions with it on: it still demotes a few rails there. */
+  params.degraded_pct = (uint32_t)rr_param_parse_u64("RERAIL_DEGRADED_PCT", getenv("RERAIL_DEGRADED_PCT"),
+                                                     0, 0, 90);
+  params.degraded_ms = rr_param_parse_u64("RERAIL_DEGRADED_MS", getenv("RERAIL_DEGRADED_MS"), 1000, 100,
+                                          600000);
+  params.degraded_restore_pct = (uint32_t)rr_param_parse_u64(
+      "RERAIL_DEGRADED_RESTORE_PCT", getenv("RERAIL_DEGRADED_RESTORE_PCT"), 50, 1, 100);
   const char *hca = getenv("RERAIL_IB_HCA");
   if (hca) {
     if (strlen(hca) >= sizeof params.ib_hca)

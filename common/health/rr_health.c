@@ -31,6 +31,16 @@ const char *rr_link_state_str(rr_link_state st) {
   return "unknown";
 }
 
+const char *rr_fault_where_str(rr_fault_where w) {
+  switch (w) {
+  case RR_WHERE_LOCAL: return "local";
+  case RR_WHERE_PEER: return "peer";
+  case RR_WHERE_PATH: return "path";
+  case RR_WHERE_PROCESS: return "process";
+  default: return "";
+  }
+}
+
 const char *rr_health_event_str(rr_health_event_kind kind) {
   switch (kind) {
   case RR_HEV_NIC_STATE: return "nic_state";

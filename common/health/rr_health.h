@@ -29,6 +29,18 @@ typedef enum rr_health_event_kind {
 
 #define RR_HEALTH_TEXT 96
 
+/* Where a rail's failure or demotion is (docs/failover.md, "Where a fault
+ * is"): this host's NIC or port, the peer's, the path between two working
+ * ends (cable, optics, switch), or the peer process. */
+typedef enum rr_fault_where {
+  RR_WHERE_NONE = 0,
+  RR_WHERE_LOCAL,
+  RR_WHERE_PEER,
+  RR_WHERE_PATH,
+  RR_WHERE_PROCESS,
+  RR_WHERE_COUNT
+} rr_fault_where;
+
 typedef struct rr_health_event {
   rr_health_event_kind kind;
   uint64_t time_ns;          /* CLOCK_MONOTONIC */
@@ -41,6 +53,7 @@ typedef struct rr_health_event {
   char peer[64];             /* the remote end ("10.77.0.2"), "" when local only */
   char reason[RR_HEALTH_TEXT];
   uint64_t stall_ns;         /* FAILOVER: how long traffic stood still */
+  rr_fault_where where;      /* RAIL_STATE into down/degraded, ERROR: where the fault is */
 } rr_health_event;
 
 typedef void (*rr_health_sink_fn)(void *arg, const rr_health_event *ev);
@@ -75,6 +88,8 @@ void rr_health_nic_transport_set(int dev, const char *transport, const char *rdm
 void rr_health_nic_transport(int dev, char *transport, int tlen, char *rdma_dev, int dlen, int *rdma_port);
 
 const char *rr_link_state_str(rr_link_state st);
+/* "local", "peer", "path", "process"; "" for RR_WHERE_NONE. */
+const char *rr_fault_where_str(rr_fault_where w);
 const char *rr_health_event_str(rr_health_event_kind kind);
 
 #endif

@@ -126,7 +126,12 @@ void rr_tel_events_apply(rr_tel_tables *t, const rr_health_event *ev) {
     if ((n = nic_get(t, ev->ifname))) n->state = (int)ev->state;
     break;
   case RR_HEV_RAIL_STATE:
-    if ((l = link_get(t, ev->ifname, ev->peer))) l->state = (int)ev->state;
+    if ((l = link_get(t, ev->ifname, ev->peer))) {
+      l->state = (int)ev->state;
+      /* A failure or demotion (one that says where it is) is a fault. */
+      if (ev->where > RR_WHERE_NONE && ev->where < RR_WHERE_COUNT) l->faults[ev->where]++;
+      if (ev->state == RR_LINK_DEGRADED) l->demotions++;
+    }
     break;
   case RR_HEV_FAILOVER:
     if ((l = link_get(t, ev->ifname, ev->peer))) l->failovers++;
@@ -182,6 +187,8 @@ void rr_tel_event_json(rr_tel_buf *b, const rr_tel_config *cfg, const rr_health_
   rr_health_nic_transport(ev->to_dev, tr, sizeof tr, rd, sizeof rd, NULL);
   json_str_or_null(b, "to_transport", tr);
   json_str_or_null(b, "to_rdma_device", rd);
+  /* Where a failure or demotion is (local, peer, path, process); null otherwise. */
+  json_str_or_null(b, "where", rr_fault_where_str(ev->where));
   rr_tel_buf_put(b, "}\n", 2);
 }
 

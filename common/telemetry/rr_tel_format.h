@@ -39,6 +39,9 @@
 #define RR_TEL_M_RAIL_STATE "rerail_rail_state"
 #define RR_TEL_M_FAILOVERS "rerail_failovers_total"
 #define RR_TEL_M_FAILBACKS "rerail_failbacks_total"
+#define RR_TEL_M_FAULTS "rerail_rail_faults_total"
+#define RR_TEL_M_DEGRADED "rerail_rail_degraded"
+#define RR_TEL_M_DEMOTIONS "rerail_rail_demotions_total"
 /* host, pid, nic */
 #define RR_TEL_M_NIC_STATE "rerail_nic_state"
 /* host, pid, nic, transport, rdma_device, rdma_port: always 1 */

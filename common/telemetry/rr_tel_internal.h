@@ -117,6 +117,8 @@ typedef struct rr_tel_link {
   char nic[16], peer[64];
   int state;                  /* rr_link_state, -1 = never reported */
   uint64_t failovers, failbacks;
+  uint64_t demotions;         /* times it was demoted as degraded */
+  uint64_t faults[RR_WHERE_COUNT]; /* failures and demotions, by where (index rr_fault_where) */
 } rr_tel_link;
 typedef struct rr_tel_nic { char nic[16]; int state; } rr_tel_nic;
 typedef struct rr_tel_peer { char peer[64]; uint64_t errors; } rr_tel_peer;

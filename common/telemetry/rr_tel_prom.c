@@ -145,6 +145,29 @@ void rr_tel_prom_render(rr_tel_buf *b, const rr_tel_config *cfg, rr_tel_series *
       link_head(b, RR_TEL_M_FAILBACKS, cfg, &t->links[i]);
       rr_tel_buf_printf(b, "%llu\n", (unsigned long long)t->links[i].failbacks);
     }
+    family(b, RR_TEL_M_FAULTS, "counter",
+           "Failures and demotions of the rail over nic to peer, by where the fault is: local (this "
+           "host's NIC), peer (the peer's NIC), path (between two working ends), process (the peer died).");
+    for (int i = 0; i < t->nlinks; i++)
+      for (int w = RR_WHERE_LOCAL; w < RR_WHERE_COUNT; w++) {
+        rr_tel_buf_printf(b, "%s{", RR_TEL_M_FAULTS);
+        proc_labels(b, cfg);
+        label(b, "nic", t->links[i].nic, 0);
+        label(b, "peer", t->links[i].peer, 0);
+        label(b, "where", rr_fault_where_str((rr_fault_where)w), 0);
+        rr_tel_buf_printf(b, "} %llu\n", (unsigned long long)t->links[i].faults[w]);
+      }
+    family(b, RR_TEL_M_DEGRADED, "gauge",
+           "1 while the rail over nic to peer is demoted (up, but delivering a fraction of its rate).");
+    for (int i = 0; i < t->nlinks; i++) {
+      link_head(b, RR_TEL_M_DEGRADED, cfg, &t->links[i]);
+      rr_tel_buf_printf(b, "%d\n", t->links[i].state == RR_LINK_DEGRADED);
+    }
+    family(b, RR_TEL_M_DEMOTIONS, "counter", "Demotions of the rail over nic to peer as degraded.");
+    for (int i = 0; i < t->nlinks; i++) {
+      link_head(b, RR_TEL_M_DEMOTIONS, cfg, &t->links[i]);
+      rr_tel_buf_printf(b, "%llu\n", (unsigned long long)t->links[i].demotions);
+    }
   }
   if (t->nnics) {
     family(b, RR_TEL_M_NIC_STATE, "gauge",

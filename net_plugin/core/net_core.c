@@ -124,6 +124,9 @@ void rr_core_engine_config(int role, size_t chunk_size, const struct sockaddr *p
   cfg->failback_hold_ns = p->failback_hold_ms * 1000000ull;
   cfg->profiler = profiler;
   cfg->eager_max = p->tcp_eager_max;
+  cfg->degraded_pct = p->degraded_pct;
+  cfg->restore_pct = p->degraded_restore_pct;
+  cfg->degraded_ns = p->degraded_ms * 1000000ull;
   rr_sockaddr_str(peer, cfg->peer, sizeof cfg->peer);
 }
 

@@ -78,6 +78,7 @@ rr_status rr_engine_add_rail(rr_engine *e, rr_rail_ep *ep, int weight, const cha
   snprintf(r->ifname, sizeof r->ifname, "%s", ifname ? ifname : "?");
   snprintf(r->name, sizeof r->name, "rail%d (%.15s -> %.40s)", idx, ifname ? ifname : "?", peer_addr ? peer_addr : "?");
   snprintf(r->why, sizeof r->why, "up");
+  snprintf(r->peer_addr, sizeof r->peer_addr, "%s", peer_addr ? peer_addr : "?");
   /* A sender's rails record what they send, a receiver's what lands. */
   rr_tel_rail *t = rr_tel_rail_open(ep->dev->index, ifname, peer_addr, idx,
                                     e->cfg.role == RR_ENGINE_SEND ? RR_TEL_TX : RR_TEL_RX);

@@ -54,6 +54,10 @@ typedef enum rr_rail_state {
   RR_RAIL_DOWN,             /* failed: link down, silent, or the peer said so */
   RR_RAIL_RECOVERING,       /* signs of life again: on probation (hysteresis) */
   RR_RAIL_DEAD,             /* the endpoint broke: never used again */
+  /* Demoted (sender's measurement, engine_gray.c): up, but delivering a
+   * fraction of what it should. Carries no traffic, stays connected, is
+   * probed, and returns like a healed rail. */
+  RR_RAIL_DEGRADED,
   RR_RAIL_NSTATES
 } rr_rail_state;
 
@@ -82,6 +86,20 @@ typedef struct engine_rail {
   char ifname[16];          /* local NIC */
   char name[80];            /* "rail1 (eth1 -> 10.0.1.2)" for messages */
   char why[64];             /* why it went down */
+  char peer_addr[48];       /* the remote address (the gray-failure table's key, with the NIC) */
+  int where;                /* rr_fault_where of its last failure or demotion */
+  int where_hint;           /* the caller's knowledge for the next transition (0: classify) */
+  /* Gray failures (engine_gray.c). Sender: bytes posted on it, and at the
+   * last tick the bytes posted and the rail's backlog then. */
+  uint64_t g_posted, g_prev_posted;
+  size_t g_prev_backlog;
+  int g_prev_loaded;
+  uint64_t g_prev_ns;
+  uint64_t probe_start_ns;  /* DEGRADED: the probe in flight began (0: none) */
+  uint64_t probe_bytes;
+  uint64_t probe_done_ns;   /* when the last probe ended */
+  double degraded_frac;     /* what it delivered, as a fraction of its healthy level */
+  uint64_t degraded_for_ns; /* for how long it had delivered that little when demoted */
 } engine_rail;
 
 typedef struct rr_send_req {
@@ -166,6 +184,7 @@ typedef struct rr_engine_stats {
   uint64_t rollbacks;       /* epochs started (receiver) or adopted (sender) */
   uint64_t closes_owed;     /* our closes that gave up with something owed undelivered */
   uint64_t parked;          /* sender: eager messages parked (sent to a receive without their tag) */
+  uint64_t demotions;       /* rails demoted as degraded (this end's view) */
 } rr_engine_stats;
 
 #define RR_SEND_POOL (RR_NET_MAX_REQUESTS * RR_NET_MAX_RECVS)
@@ -198,6 +217,12 @@ typedef struct rr_engine_config {
    * leave before their clear-to-send, on rails where the receiver places
    * writes itself (RR_RAIL_CAP_WRITE_BEGIN); 0: never. */
   size_t eager_max;
+  /* Gray failures (engine_gray.c): a rail delivering under degraded_pct %
+   * of its healthy level while loaded, for degraded_ns, is demoted; it
+   * returns once probes show restore_pct % for the fail-back hold.
+   * degraded_pct 0: never demote. */
+  uint32_t degraded_pct, restore_pct;
+  uint64_t degraded_ns;
 } rr_engine_config;
 
 struct rr_engine {
@@ -266,6 +291,7 @@ struct rr_engine {
   int resume_cursor;        /* next slot to announce after a rollback; -1 = none, 32 = END */
   int fail_notice_pending;  /* a FAIL message still has to be posted */
   int down_notice_pending;  /* sender: a rail that carried no traffic failed; tell the receiver */
+  uint8_t restore_notice;   /* sender: a demoted rail is back: the next DOWN goes even if it names none */
   uint64_t down_notice_ns;  /* when the peer was last reminded of rails waiting to be reopened */
   uint32_t resume_mask;     /* receiver: slots this rollback's RESUME_SLOTs named so far */
   uint32_t resume_got;      /* sender: slots whose RESUME_SLOT of this epoch arrived */
@@ -379,6 +405,8 @@ uint32_t engine_down_mask(const rr_engine *e);
  * (a reopened rail the peer may already use is not reported). */
 uint32_t engine_given_up_mask(const rr_engine *e, uint64_t now);
 int engine_rail_usable(const rr_engine *e, int r);
+/* The fail-back hold of rail rl now: doubled for each recent failure. */
+uint64_t engine_rail_hold_ns(const rr_engine *e, const engine_rail *rl);
 
 /* A rail carried something that breaks the protocol: record it (the caller
  * returns RR_ERR_PROTOCOL, which fails that rail over, never the job). */
@@ -392,6 +420,22 @@ rr_status engine_post_msg_on(rr_rail_ep *ep, const engine_msg *m);
 /* Rails fenced at a rollback: every rail whose fence is cheap and keeps the
  * endpoint (RR_RAIL_CAP_WRITE_BEGIN), besides the failed one. */
 int engine_rail_fence_cheap(const rr_engine *e, int r);
+
+/* engine_gray.c: gray failures (slow or lossy rails that stay up) */
+/* Sender, once per tick per rail: measure, demote, probe, restore. */
+void engine_gray_tick(rr_engine *e, int r, uint64_t now);
+/* A failure notice (FAIL or DOWN) naming down_mask, qualified with what
+ * this end knows: which of those rails are demoted, which fail here. */
+engine_msg engine_notice(const rr_engine *e, uint8_t type, uint32_t epoch, uint32_t down_mask);
+/* The peer's notice: where its qualifications place our rails' faults.
+ * Sets where_hint for the transitions the notice causes. */
+void engine_notice_where(rr_engine *e, const engine_msg *m);
+/* Receiver: the sender's notice demotes and restores rails. */
+void engine_gray_on_notice(rr_engine *e, const engine_msg *m);
+/* A probe write arrived (receiver): RR_OK to discard it, or a violation. */
+rr_status engine_gray_probe_begin(rr_engine *e, int rail, const rr_write_hdr *h);
+#define ENGINE_PROBE_WR_ID UINT64_MAX
+#define ENGINE_PROBE_MAX_WRITE (1u << 20)   /* the receiver refuses larger probe writes */
 
 /* engine_send.c */
 /* now: the caller's clock reading, or 0 to read it when a chunk is posted. */

@@ -7,6 +7,9 @@
  *   DOWN ---(signs of life after the failure)-------------> RECOVERING
  *   RECOVERING --(alive for the hold time)----------------> ACTIVE (fail-back)
  *   RECOVERING --(silent again | link down)---------------> DOWN
+ *   ACTIVE --(delivers a fraction of its level)-----------> DEGRADED (engine_gray.c)
+ *   DEGRADED --(probes healthy for the hold time)---------> ACTIVE
+ *   DEGRADED --(link down)--------------------------------> DOWN
  *
  * The hold time doubles with each failure of the same rail within 10 s (up
  * to 64x), so a port flapping every 200 ms never gets traffic back. */
@@ -31,6 +34,7 @@ static const char *const rail_state_names[RR_RAIL_NSTATES] = {
     [RR_RAIL_DOWN] = "down",
     [RR_RAIL_RECOVERING] = "recovering",
     [RR_RAIL_DEAD] = "dead",
+    [RR_RAIL_DEGRADED] = "degraded",
 };
 _Static_assert(sizeof rail_state_names / sizeof *rail_state_names == RR_RAIL_NSTATES,
                "a name for every rail state");
@@ -41,6 +45,7 @@ static const rr_link_state rail_health_state[RR_RAIL_NSTATES] = {
     [RR_RAIL_DOWN] = RR_LINK_DOWN,
     [RR_RAIL_RECOVERING] = RR_LINK_RECOVERING,
     [RR_RAIL_DEAD] = RR_LINK_DOWN,
+    [RR_RAIL_DEGRADED] = RR_LINK_DEGRADED,
 };
 
 int engine_rail_usable(const rr_engine *e, int r) { return e->rails[r].state == RR_RAIL_ACTIVE; }
@@ -74,6 +79,9 @@ static void report(rr_engine *e, int r, rr_health_event_kind kind, int to) {
   const engine_rail *about = to >= 0 ? &e->rails[to] : rl;
   snprintf(ev.reason, sizeof ev.reason, "%s %.40s: %.40s",
            e->cfg.role == RR_ENGINE_SEND ? "send" : "recv", about->name, about->why);
+  /* A rail that just failed or was demoted says where its fault is. */
+  if (kind == RR_HEV_RAIL_STATE && (ev.state == RR_LINK_DOWN || ev.state == RR_LINK_DEGRADED))
+    ev.where = (rr_fault_where)about->where;
   rr_health_report(&ev);
 }
 
@@ -140,16 +148,36 @@ static void check_rails_left(rr_engine *e, uint64_t now) {
     /* The peer closing an idle connection is how connections end (a peer
      * older than BYE, or one whose close could not say it). */
     engine_closed_by_peer(e);
-  } else if (peer_closed)
+  } else if (peer_closed) {
+    /* No reopen followed: the peer's process is gone, not a NIC or a path. */
+    for (int i = 0; i < e->nrails; i++) {
+      e->rails[i].where = RR_WHERE_PROCESS;
+      report(e, i, RR_HEV_RAIL_STATE, -1);
+    }
     engine_fail(e, RR_ERR_PEER, "the peer closed every rail (did its process die?): %s", list);
+  }
   else
     engine_fail(e, RR_ERR_RAIL, "no rail left: %s", list);
+}
+
+/* Where the fault that takes rail r out of service is: what the caller
+ * learned (the peer's notice), else this end's own link, else the path.
+ * A NIC that fails towards every peer of the host is classified by the
+ * health table's readers (rerail status), which see every connection. */
+static int classify(const rr_engine *e, int r) {
+  const engine_rail *rl = &e->rails[r];
+  if (rl->where_hint) return rl->where_hint;
+  if (rr_health_nic_get(rl->ep->dev->index) == RR_LINK_DOWN) return RR_WHERE_LOCAL;
+  return RR_WHERE_PATH;
 }
 
 void engine_rail_set_state(rr_engine *e, int r, rr_rail_state st, const char *why) {
   engine_rail *rl = &e->rails[r];
   rr_rail_state old = rl->state;
   if (old == st || old == RR_RAIL_DEAD) return;
+  int in_service = old == RR_RAIL_ACTIVE || old == RR_RAIL_RECOVERING || old == RR_RAIL_DEGRADED;
+  if (in_service && (st == RR_RAIL_DOWN || st == RR_RAIL_DEAD || st == RR_RAIL_DEGRADED)) rl->where = classify(e, r);
+  rl->where_hint = 0;
   uint64_t now = rr_now_ns();
   int prev_control = engine_control_rail(e);
   rl->state = st;
@@ -169,7 +197,7 @@ void engine_rail_set_state(rr_engine *e, int r, rr_rail_state st, const char *wh
    * receives that waited only for that drain may complete. (One on
    * probation here may still carry chunks the peer sent on it: it is not
    * cut off without the rollback that only a failure from ACTIVE starts.) */
-  if ((st == RR_RAIL_DOWN && old == RR_RAIL_ACTIVE) || st == RR_RAIL_DEAD) {
+  if (((st == RR_RAIL_DOWN || st == RR_RAIL_DEGRADED) && old == RR_RAIL_ACTIVE) || st == RR_RAIL_DEAD) {
     if (!rl->fenced) rl->ep->ops->fence(rl->ep), rl->fenced = 1;
     if (rl->need_drain) {
       rl->need_drain = 0;
@@ -273,7 +301,7 @@ static void probe(rr_engine *e, int r, uint64_t now) {
   if (engine_post_msg_on(rl->ep, &p) == RR_OK) rl->last_probe_ns = now;
 }
 
-static uint64_t hold_ns(const rr_engine *e, const engine_rail *rl) {
+uint64_t engine_rail_hold_ns(const rr_engine *e, const engine_rail *rl) {
   uint32_t shift = rl->recent_failures > 1 ? rl->recent_failures - 1 : 0;
   if (shift > 6) shift = 6;
   return e->cfg.failback_hold_ns << shift;
@@ -364,12 +392,14 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
        * signs of life either way. */
       if (since(now, rl->last_alive_ns) > (e->cfg.reopens ? fresh : delta / 2))
         engine_rail_set_state(e, i, RR_RAIL_DOWN, "silent again while recovering");
-      else if (since(now, rl->healthy_since_ns) >= hold_ns(e, rl) && since(now, rl->last_alive_ns) <= fresh)
+      else if (since(now, rl->healthy_since_ns) >= engine_rail_hold_ns(e, rl) && since(now, rl->last_alive_ns) <= fresh)
         engine_rail_set_state(e, i, RR_RAIL_ACTIVE, "healthy for the hold time");
       break;
     default:
       break;
     }
+    /* Measured after the checks above, which may have taken it down. */
+    if (rl->state == RR_RAIL_ACTIVE || rl->state == RR_RAIL_DEGRADED) engine_gray_tick(e, i, now);
   }
   /* With no rail up, a rail on probation that is alive right now beats
    * failing the connection: the hold protects traffic from thrash, not from
@@ -379,6 +409,13 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
       engine_rail *rl = &e->rails[i];
       if (rl->state == RR_RAIL_RECOVERING && since(now, rl->last_alive_ns) <= fresh) {
         engine_rail_set_state(e, i, RR_RAIL_ACTIVE, "alive, and no other rail is up");
+        break;
+      }
+      /* A demoted rail still delivers something: better than nothing. */
+      if (rl->state == RR_RAIL_DEGRADED && e->cfg.role == RR_ENGINE_SEND) {
+        engine_rail_set_state(e, i, RR_RAIL_ACTIVE, "degraded, but no other rail is up");
+        e->down_notice_pending = 1;
+        e->restore_notice = 1;
         break;
       }
     }

@@ -287,6 +287,7 @@ rr_status engine_recv_write_begin(rr_engine *e, int rail, rr_write_hdr *h, void 
   uint32_t k;
   *dst = NULL;
   if (h->flags & RR_WRITE_EAGER) return eager_begin(e, rail, h, dst);
+  if (h->flags & RR_WRITE_PROBE) return engine_gray_probe_begin(e, rail, h); /* read and forgotten */
   rr_status st = check_write(e, rail, h, &r, &s, &k);
   if (st != RR_OK || !s) return st;
   *dst = s->data + (size_t)k * e->cfg.chunk_size;
@@ -372,7 +373,7 @@ static void notice_on_down_rail(rr_engine *e) {
     int i = (e->notice_rail + k) % e->nrails;
     engine_rail *rl = &e->rails[i];
     if (rl->state == RR_RAIL_DEAD) continue;
-    engine_msg f = {.type = ENGINE_CTRL_FAIL, .u.fail = {.epoch = e->epoch, .down_mask = engine_down_mask(e)}};
+    engine_msg f = engine_notice(e, ENGINE_CTRL_FAIL, e->epoch, engine_down_mask(e));
     if (engine_post_msg_on(rl->ep, &f) == RR_OK) {
       e->notice_rail = i;
       e->fail_notice_pending = 0;
@@ -428,7 +429,7 @@ rr_status engine_recv_outbox(rr_engine *e) {
     if (st != RR_OK) return st;
   }
   if (e->fail_notice_pending) {
-    engine_msg f = {.type = ENGINE_CTRL_FAIL, .u.fail = {.epoch = e->epoch, .down_mask = engine_down_mask(e)}};
+    engine_msg f = engine_notice(e, ENGINE_CTRL_FAIL, e->epoch, engine_down_mask(e));
     if (engine_post_msg(e, &f) != RR_OK) return RR_OK;
     e->fail_notice_pending = 0;
   }
@@ -522,21 +523,26 @@ void engine_recv_rollback(rr_engine *e) {
 }
 
 rr_status engine_recv_on_msg(rr_engine *e, int rail, const engine_msg *m) {
+  uint32_t failed = m->u.fail.down_mask & ~m->u.fail.degraded_mask;
   if (m->type == ENGINE_CTRL_DOWN) {
     /* Rails the sender gave up on while they carried no traffic: we must not
      * keep using them (for our control messages, above all). */
+    engine_notice_where(e, m);
     for (int i = 0; i < e->nrails; i++)
-      if ((m->u.fail.down_mask & (1u << i)) && e->rails[i].state != RR_RAIL_DOWN && e->rails[i].state != RR_RAIL_DEAD)
+      if ((failed & (1u << i)) && e->rails[i].state != RR_RAIL_DOWN && e->rails[i].state != RR_RAIL_DEAD)
         engine_rail_set_state(e, i, RR_RAIL_DOWN, "the sender sees it down");
+    engine_gray_on_notice(e, m);
     return RR_OK;
   }
   if (m->type != ENGINE_CTRL_FAIL)
     return engine_violation(e, rail, "control message %u sent to a receiver", m->type);
   uint32_t before = e->epoch, x = m->u.fail.epoch;
   if (seq_before(before, x)) return engine_violation(e, rail, "a failure notice from a future epoch");
+  engine_notice_where(e, m);
   for (int i = 0; i < e->nrails; i++)
-    if ((m->u.fail.down_mask & (1u << i)) && engine_rail_usable(e, i))
+    if ((failed & (1u << i)) && engine_rail_usable(e, i))
       engine_rail_set_state(e, i, RR_RAIL_DOWN, "the sender sees it down");
+  engine_gray_on_notice(e, m);
   if (e->epoch != before) return RR_OK; /* marking a rail down rolled back already */
   if (x == e->epoch) {
     /* The sender lost something in our current epoch: a new rollback. */

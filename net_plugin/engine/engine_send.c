@@ -127,14 +127,18 @@ static rr_status no_carrier(rr_engine *e, const rr_send_req *r, uint64_t now) {
 
 rr_status engine_send_post(rr_engine *e, uint64_t now) {
   if (e->fail_notice_pending) {
-    engine_msg msg = {.type = ENGINE_CTRL_FAIL, .u.fail = {.epoch = e->fail_epoch, .down_mask = engine_down_mask(e)}};
-    if (engine_post_msg(e, &msg) == RR_OK) e->fail_notice_pending = e->down_notice_pending = 0;
+    engine_msg msg = engine_notice(e, ENGINE_CTRL_FAIL, e->fail_epoch, engine_down_mask(e));
+    if (engine_post_msg(e, &msg) == RR_OK) e->fail_notice_pending = e->down_notice_pending = e->restore_notice = 0;
   } else if (e->down_notice_pending) {
     /* The receiver takes the rails down (rolling back if one carried traffic
-     * for it) and asks nothing of us. */
+     * for it) and asks nothing of us; demoted rails it holds demoted, and
+     * restores the ones the notice no longer names. */
     uint32_t mask = engine_given_up_mask(e, rr_now_ns());
-    engine_msg msg = {.type = ENGINE_CTRL_DOWN, .u.fail = {.epoch = e->epoch, .down_mask = mask}};
-    if (!mask || engine_post_msg(e, &msg) == RR_OK) e->down_notice_pending = 0;
+    for (int i = 0; i < e->nrails; i++)
+      if (e->rails[i].state == RR_RAIL_DEGRADED) mask |= 1u << i;
+    engine_msg msg = engine_notice(e, ENGINE_CTRL_DOWN, e->epoch, mask);
+    if ((!mask && !e->restore_notice) || engine_post_msg(e, &msg) == RR_OK)
+      e->down_notice_pending = e->restore_notice = 0;
   }
   if (e->resume_wait) return RR_OK; /* the receiver has yet to say what it holds */
   post_drains(e);
@@ -194,6 +198,7 @@ rr_status engine_send_post(rr_engine *e, uint64_t now) {
       }
       r->posted++;
       e->rails[ri].vtime += (double)(len ? len : 1) / e->rails[ri].weight;
+      e->rails[ri].g_posted += len;
     }
     e->fifo_post++;
   }
@@ -201,6 +206,7 @@ rr_status engine_send_post(rr_engine *e, uint64_t now) {
 }
 
 rr_status engine_send_on_write_done(rr_engine *e, uint64_t wr_id) {
+  if (wr_id == ENGINE_PROBE_WR_ID) return RR_OK; /* filler measuring a demoted rail */
   uint32_t idx = (uint32_t)(wr_id & 0xffff);
   uint32_t epoch = (uint32_t)(wr_id >> 16);
   if (idx >= RR_SEND_POOL) return RR_ERR_INTERNAL;
@@ -234,8 +240,10 @@ void engine_send_rail_lost(rr_engine *e) {
 static void adopt_epoch(rr_engine *e, uint32_t epoch) {
   e->epoch = epoch;
   e->stats.rollbacks++;
-  for (int i = 0; i < e->nrails; i++)
+  for (int i = 0; i < e->nrails; i++) {
     if (e->rails[i].state != RR_RAIL_DEAD && engine_rail_fence_cheap(e, i)) e->rails[i].ep->ops->fence(e->rails[i].ep);
+    e->rails[i].g_prev_ns = 0; /* the fence emptied its queue: that is no delivery */
+  }
   for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
     rr_send_req *r = &e->sreq[e->fifo[i % RR_SEND_POOL]];
     if (!r->acked) r->posted = r->transmitted = 0, r->rail = -1;
@@ -569,8 +577,10 @@ rr_status engine_send_on_msg(rr_engine *e, int rail, const engine_msg *m) {
      * we reopened the rail): a rail reopened within δ is not taken down on
      * it. The receiver repeats its list every δ while a rail stays down. */
     uint64_t now = rr_now_ns();
+    engine_notice_where(e, m);
+    /* Rails it names degraded are the ones we demoted, echoed back. */
     for (int i = 0; i < e->nrails; i++)
-      if ((m->u.fail.down_mask & (1u << i)) && engine_rail_usable(e, i) &&
+      if ((m->u.fail.down_mask & ~m->u.fail.degraded_mask & (1u << i)) && engine_rail_usable(e, i) &&
           now - e->rails[i].swapped_ns >= e->cfg.progress_timeout_ns)
         engine_rail_set_state(e, i, RR_RAIL_DOWN, "the receiver sees it down");
     e->peer_told = 0;

@@ -90,6 +90,8 @@ uint32_t engine_msg_encode(const engine_msg *m, uint8_t *buf, uint32_t cap) {
   case ENGINE_CTRL_DOWN:
     put32(&b, m->u.fail.epoch);
     put32(&b, m->u.fail.down_mask);
+    put32(&b, m->u.fail.degraded_mask);
+    put32(&b, m->u.fail.local_mask);
     break;
   case ENGINE_CTRL_RESUME_SLOT:
     if (m->u.slot.cts.n < 1 || m->u.slot.cts.n > RR_NET_MAX_RECVS || m->u.slot.cts.nrails > RR_MAX_RAILS)
@@ -161,7 +163,16 @@ rr_status engine_msg_decode(const void *buf, uint32_t len, int nrails, engine_ms
   case ENGINE_CTRL_DOWN:
     m->u.fail.epoch = get32(&b);
     m->u.fail.down_mask = get32(&b);
+    /* The short form (12 bytes) is a peer that knows no degraded rails. */
+    if (len != 12) {
+      m->u.fail.degraded_mask = get32(&b);
+      m->u.fail.local_mask = get32(&b);
+    }
     if (nrails < 32 && m->u.fail.down_mask >> nrails) bad = "a failure notice for rails the connection lacks";
+    else if ((m->u.fail.degraded_mask | m->u.fail.local_mask) & ~m->u.fail.down_mask)
+      bad = "a failure notice that qualifies rails it does not name";
+    else if (m->u.fail.degraded_mask & m->u.fail.local_mask)
+      bad = "a failure notice with a rail both degraded and down at its end";
     break;
   case ENGINE_CTRL_RESUME_SLOT: {
     m->u.slot.epoch = get32(&b);

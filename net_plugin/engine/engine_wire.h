@@ -12,7 +12,8 @@
  *              entry: tag i32 | flags u32 | addr u64 | size u64 | nrails x rkey u32
  *   ACK        hdr | seq u32 | more u32
  *   PROBE      hdr | rail u32
- *   FAIL, DOWN hdr | epoch u32 | down_mask u32
+ *   FAIL, DOWN hdr | epoch u32 | down_mask u32 | degraded_mask u32 | local_mask u32
+ *              (a peer before degraded rails sends the first two only: both masks 0)
  *   RESUME_SLOT hdr | epoch u32 | n x prefix u32 | CTS body (from seq on)
  *   RESUME_END hdr | epoch u32 | recv_seq u32 | slot_mask u32
  *   BYE        hdr | seq u32 */
@@ -85,6 +86,13 @@ typedef struct engine_msg {
     struct {
       uint32_t epoch;
       uint32_t down_mask;      /* bit per rail index */
+      /* Of down_mask: rails the writer demoted (up, but delivering a fraction
+       * of their rate): kept connected and probed, not reopened. */
+      uint32_t degraded_mask;
+      /* Of down_mask: rails whose fault the writer places at its own end
+       * (its NIC's link is down, or that NIC fails towards every peer): the
+       * reader classifies them as the peer's fault (docs/failover.md). */
+      uint32_t local_mask;
     } fail;
     struct {
       uint32_t epoch;

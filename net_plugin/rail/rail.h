@@ -132,6 +132,10 @@ typedef struct rr_write_wr {
  * the receiver places it (remote_addr carries the receive's sequence number,
  * rkey the message's tag). Only rails with RR_RAIL_CAP_WRITE_BEGIN carry it. */
 #define RR_WRITE_EAGER 0x1u
+/* A probe write carries filler to measure a demoted rail's rate without
+ * putting NCCL's data on it: the receiver discards it (on_write_begin sets
+ * *dst to NULL). Only rails with RR_RAIL_CAP_WRITE_BEGIN carry it. */
+#define RR_WRITE_PROBE 0x2u
 
 /* A write from the peer as the rail saw it arrive. */
 typedef struct rr_write_hdr {

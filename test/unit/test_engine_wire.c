@@ -67,6 +67,10 @@ static void every_type_roundtrips(void **state) {
   roundtrip(&f, 3);
   engine_msg d = {.type = ENGINE_CTRL_DOWN, .u.fail = {.epoch = 9, .down_mask = 0x2}};
   roundtrip(&d, 3);
+  engine_msg g = {.type = ENGINE_CTRL_FAIL, .u.fail = {.epoch = 9, .down_mask = 0x7, .degraded_mask = 0x1, .local_mask = 0x4}};
+  roundtrip(&g, 3);
+  engine_msg gd = {.type = ENGINE_CTRL_DOWN, .u.fail = {.epoch = 9, .down_mask = 0x2, .degraded_mask = 0x2}};
+  roundtrip(&gd, 2);
   engine_msg e = {.type = ENGINE_CTRL_RESUME_END, .u.end = {.epoch = 9, .recv_seq = 40, .slot_mask = 0x80000001u}};
   roundtrip(&e, 2);
   engine_msg b = {.type = ENGINE_CTRL_BYE, .u.bye_seq = 0xfffffff0u};
@@ -137,6 +141,23 @@ static void malformed_is_refused(void **state) {
   len = engine_msg_encode(&f, buf, sizeof buf);
   assert_int_equal(engine_msg_decode(buf, len, 2, &out, &why), RR_ERR_PROTOCOL);
   assert_int_equal(engine_msg_decode(buf, len, 3, &out, &why), RR_OK);
+  /* Degraded or local rails the notice does not name down, or a rail both. */
+  engine_msg q = {.type = ENGINE_CTRL_DOWN, .u.fail = {.epoch = 1, .down_mask = 0x1, .degraded_mask = 0x2}};
+  len = engine_msg_encode(&q, buf, sizeof buf);
+  assert_int_equal(engine_msg_decode(buf, len, 2, &out, &why), RR_ERR_PROTOCOL);
+  q.u.fail.degraded_mask = 0, q.u.fail.local_mask = 0x2;
+  len = engine_msg_encode(&q, buf, sizeof buf);
+  assert_int_equal(engine_msg_decode(buf, len, 2, &out, &why), RR_ERR_PROTOCOL);
+  q.u.fail.down_mask = 0x3, q.u.fail.degraded_mask = 0x2;
+  len = engine_msg_encode(&q, buf, sizeof buf);
+  assert_int_equal(engine_msg_decode(buf, len, 2, &out, &why), RR_ERR_PROTOCOL);
+  /* The short form of a peer that knows no degraded rails: both masks 0. */
+  q.u.fail.local_mask = 0;
+  len = engine_msg_encode(&q, buf, sizeof buf);
+  assert_int_equal(len, 20);
+  assert_int_equal(engine_msg_decode(buf, 12, 2, &out, &why), RR_OK);
+  assert_int_equal(out.u.fail.down_mask, 0x3);
+  assert_int_equal(out.u.fail.degraded_mask | out.u.fail.local_mask, 0);
   /* A resume whose prefix count and CTS count disagree. */
   engine_msg s;
   memset(&s, 0, sizeof s);

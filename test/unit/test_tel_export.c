@@ -450,9 +450,9 @@ static void nic_transport(void **state) {
   assert_non_null(text);
   assert_non_null(strstr(text, "\"kind\":\"failover\""));
   assert_non_null(strstr(text, "\"dev\":0,\"to_dev\":1,\"transport\":\"verbs\",\"rdma_device\":\"mlx5_0\","
-                               "\"to_transport\":\"tcp\",\"to_rdma_device\":null}"));
+                               "\"to_transport\":\"tcp\",\"to_rdma_device\":null,\"where\":null}"));
   assert_non_null(strstr(text, "\"dev\":2,\"to_dev\":-1,\"transport\":null,\"rdma_device\":null,"
-                               "\"to_transport\":null,\"to_rdma_device\":null}"));
+                               "\"to_transport\":null,\"to_rdma_device\":null,\"where\":null}"));
   free(text);
   rr_tel_rail_close(a);
   for (int i = 0; i < 3; i++) rr_health_nic_transport_set(i, "", "", 0);

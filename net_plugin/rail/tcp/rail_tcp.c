@@ -159,7 +159,8 @@ static rr_status tcp_post_write(rr_rail_ep *rep, const rr_write_wr *wr) {
   tcp_tx *t = tx_push(s);
   if (!t) return RR_AGAIN;
   tcp_frame_hdr h = {.type = TCP_FRAME_WRITE,
-                     .flags = (wr->flags & RR_WRITE_EAGER) ? TCP_FRAME_F_EAGER : 0,
+                     .flags = (uint8_t)(((wr->flags & RR_WRITE_EAGER) ? TCP_FRAME_F_EAGER : 0) |
+                                        ((wr->flags & RR_WRITE_PROBE) ? TCP_FRAME_F_PROBE : 0)),
                      .fence = wr->fence,
                      .len = (uint32_t)wr->len,
                      .imm = wr->imm,
@@ -309,7 +310,7 @@ static rr_status parse_staging(tcp_ep *ep, tcp_stream *s) {
     tcp_frame_decode((const uint8_t *)s->staging + s->stage_off, &h);
     const char *body = s->staging + s->stage_off + TCP_FRAME_BYTES;
     uint32_t body_avail = avail - TCP_FRAME_BYTES;
-    if (h.flags & ~(h.type == TCP_FRAME_WRITE ? TCP_FRAME_F_EAGER : 0u))
+    if (h.flags & ~(h.type == TCP_FRAME_WRITE ? TCP_FRAME_F_EAGER | TCP_FRAME_F_PROBE : 0u))
       return ep_fail(ep, RR_ERR_PROTOCOL, "a frame with unknown flags", 0);
     if (h.type == TCP_FRAME_CTRL) {
       if (h.len > RR_RAIL_CTRL_MAX) return ep_fail(ep, RR_ERR_PROTOCOL, "an oversized control frame", 0);
@@ -333,7 +334,8 @@ static rr_status parse_staging(tcp_ep *ep, tcp_stream *s) {
      * refuses fails the rail before a byte is written. It may rewrite wh (an
      * eager write resolved): what it hands back is what is delivered. */
     rr_write_hdr wh = {.imm = h.imm, .len = h.len, .rkey = h.rkey, .raddr = h.raddr, .fence = h.fence,
-                       .flags = (h.flags & TCP_FRAME_F_EAGER) ? RR_WRITE_EAGER : 0};
+                       .flags = (uint8_t)(((h.flags & TCP_FRAME_F_EAGER) ? RR_WRITE_EAGER : 0) |
+                                           ((h.flags & TCP_FRAME_F_PROBE) ? RR_WRITE_PROBE : 0))};
     void *dstp = NULL;
     rr_status st = ep->base.events->on_write_begin(&ep->base, &wh, &dstp);
     if (st != RR_OK) return ep_fail(ep, st, "write refused by the engine", 0);

@@ -30,6 +30,9 @@ typedef struct tcp_frame_hdr {
 /* An eager write (RR_WRITE_EAGER): raddr carries the receive's sequence
  * number and rkey the message's tag; the receiver places it. */
 #define TCP_FRAME_F_EAGER 0x1u
+/* A probe (RR_WRITE_PROBE): filler that measures a demoted rail; the
+ * receiver reads and forgets it. */
+#define TCP_FRAME_F_PROBE 0x2u
 
 /* Offsets on the wire: type 0, flags 1, fence 2, len 4, imm 8, rkey 12, raddr 16. */
 #define TCP_FRAME_BYTES 24

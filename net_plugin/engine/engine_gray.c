@@ -1,0 +1,281 @@
+/* Gray failures: rails that stay up but deliver a fraction of their rate (a
+ * port renegotiated down, a cable with CRC errors, a congested path). Hard
+ * failures are found by silence and link state (engine_rails.c); these are
+ * found by measuring.
+ *
+ * What is measured (sender, chain mode): per rail, the bytes the rail hands
+ * on (posted minus what still waits in its queue) and whether data waited
+ * for it ("loaded": a backlog at two ticks in a row). A rail that is not
+ * loaded delivered everything it was asked for, so its rate says nothing
+ * against it. Rates are kept per link (local NIC, remote address) across
+ * every connection of the process, in 100 ms windows: connections sharing a
+ * NIC share its rate, and judging each connection's share alone would make a
+ * rail shared by four look four times slower than when it carried one.
+ *
+ * The healthy level of a link is the highest window seen, decaying slowly
+ * (RR_GRAY_DECAY per loaded window) towards what it delivers while loaded, so
+ * a lasting change of the machine's speed becomes the new normal in tens of
+ * seconds, a gray failure (a drop to a few percent) never within the
+ * seconds it takes to demote. A link whose loaded windows stay under
+ * degraded_pct of that level for degraded_ns is degraded; each connection
+ * with traffic elsewhere then demotes its rail on it (DEGRADED, through
+ * engine_rail_set_state: the same rollback as a failure, so nothing is lost
+ * or duplicated).
+ *
+ * A demoted rail carries no NCCL data. It is probed with filler writes the
+ * receiver discards (RR_WRITE_PROBE; rails that place writes themselves
+ * only): one probe of RR_GRAY_PROBE_BYTES per link at a time, posted when
+ * the rail has handed everything on and timed until it has again
+ * (rr_rail_ops.flushed: the peer's kernel or NIC acknowledged it). Probes at
+ * restore_pct of the healthy level for the fail-back hold (with the same
+ * flap damping) bring traffic back. docs/failover.md, "Degraded rails". */
+#include "engine.h"
+#include "rr_clock.h"
+#include "rr_health.h"
+#include "rr_log.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MS 1000000ull
+#define RR_GRAY_WINDOW_NS (100 * MS)
+#define RR_GRAY_LINKS 256
+#define RR_GRAY_TICK_GAP_NS (5 * MS)       /* a longer gap between ticks proves no load */
+#define RR_GRAY_DECAY 0.995
+#define RR_GRAY_LOADED_PCT 30                /* a window this loaded can judge the rail */
+#define RR_GRAY_PROBE_BYTES (8u << 20)     /* large enough that a tick's granularity and a busy
+                                             * core's stalls do not dominate its timing */
+#define RR_GRAY_PROBE_WRITE (1u << 20)
+#define RR_GRAY_PROBE_GAP_NS (200 * MS)
+#define RR_GRAY_PROBE_TIMEOUT_NS (1000 * MS)
+_Static_assert(RR_GRAY_PROBE_WRITE <= ENGINE_PROBE_MAX_WRITE, "a probe write the receiver accepts");
+
+typedef struct gray_link {
+  int dev;
+  char peer[48];
+  uint64_t win_start, bytes, loaded_ns, last_loaded_ns;
+  double level;             /* healthy level, bytes/s (0: not known yet) */
+  uint64_t below_since;     /* the first window of a run under the threshold (0: none) */
+  double below_frac;        /* the last such window's rate over the level */
+  uint32_t run_windows, run_below; /* windows in the run, and how many were below */
+  int degraded;             /* the verdict: connections demote their rails on it */
+  const rr_engine *probe_owner; /* the connection whose probe is in flight (compared only) */
+  uint64_t probe_since;
+  uint64_t ok_since;        /* probes at the restore level since (0: the last one was not) */
+  uint64_t probe_done_ns;   /* the last probe on this link ended */
+} gray_link;
+
+static pthread_mutex_t gray_lock = PTHREAD_MUTEX_INITIALIZER;
+static gray_link gray_links[RR_GRAY_LINKS];
+static int gray_nlinks;
+
+/* Filler for probes: never read by anybody. */
+static const char probe_fill[RR_GRAY_PROBE_WRITE];
+
+static gray_link *link_get(int dev, const char *peer, uint64_t now) {
+  for (int i = 0; i < gray_nlinks; i++)
+    if (gray_links[i].dev == dev && !strcmp(gray_links[i].peer, peer)) return &gray_links[i];
+  if (gray_nlinks == RR_GRAY_LINKS) return NULL; /* not judged: never wrongly demoted */
+  gray_link *l = &gray_links[gray_nlinks++];
+  memset(l, 0, sizeof *l);
+  l->dev = dev;
+  snprintf(l->peer, sizeof l->peer, "%s", peer);
+  l->win_start = now;
+  return l;
+}
+
+/* A window is "below" (loaded at least RR_GRAY_LOADED_PCT of it, under
+ * degraded_pct of the level), "good" (at or over degraded_pct), or says
+ * nothing (little load and a low rate: the rail delivered what it was asked
+ * for). A run of windows that are mostly below, with none good, for
+ * degraded_ns is a degraded link. */
+static void window_close(gray_link *l, const rr_engine_config *cfg, uint64_t now) {
+  uint64_t dur = now - l->win_start;
+  /* Nothing delivered at all is silence, not a gray failure: the failure
+   * detector owns it (a probe, then a failover within δ), and a rail fresh
+   * from an outage sits in TCP's retransmission backoff for a while. It
+   * breaks a run of slow windows, so a rail that flaps or goes silent is
+   * never demoted as slow: only one that keeps delivering a trickle is. */
+  if (l->bytes == 0) {
+    l->below_since = 0;
+    l->run_windows = l->run_below = 0;
+    l->win_start = now;
+    l->loaded_ns = 0;
+    return;
+  }
+  double rate = (double)l->bytes * 1e9 / (double)dur;
+  int loaded = l->loaded_ns * 100 >= dur * RR_GRAY_LOADED_PCT;
+  double frac = l->level > 0 ? rate / l->level : 1.0;
+  if (frac * 100.0 >= (double)cfg->degraded_pct) {
+    l->below_since = 0;
+    l->run_windows = l->run_below = 0;
+    if (rate > l->level) l->level = rate;
+    else if (loaded) l->level = l->level * RR_GRAY_DECAY + rate * (1.0 - RR_GRAY_DECAY);
+    if (loaded) l->degraded = 0;
+  } else if (loaded || l->below_since) {
+    if (!l->below_since) l->below_since = l->win_start;
+    l->run_windows++;
+    if (loaded) l->run_below++, l->below_frac = frac;
+    if (now - l->below_since >= cfg->degraded_ns && l->run_below * 10 >= l->run_windows * 6) l->degraded = 1;
+  }
+  l->win_start = now;
+  l->bytes = l->loaded_ns = 0;
+}
+
+/* One tick's measurement of an ACTIVE rail into its link's window. */
+static void measure(rr_engine *e, engine_rail *rl, gray_link *l, uint64_t now) {
+  size_t b = rl->ep->ops->backlog(rl->ep);
+  /* Loaded: data waits for the rail, in its queue or in the transport's
+   * (TCP: bytes the kernel has not sent yet; what NCCL posts comes in
+   * bursts, so the rail's own queue alone runs dry between them). */
+  int loaded = b > 0 || !rl->ep->ops->flushed(rl->ep);
+  if (rl->g_prev_ns && now > rl->g_prev_ns) {
+    uint64_t in = rl->g_posted - rl->g_prev_posted;
+    uint64_t out = in + rl->g_prev_backlog > b ? in + rl->g_prev_backlog - b : 0;
+    l->bytes += out;
+    if (rl->g_prev_loaded && loaded && now - rl->g_prev_ns <= RR_GRAY_TICK_GAP_NS) {
+      /* The union of every connection's loaded time on this link. */
+      uint64_t from = l->last_loaded_ns > rl->g_prev_ns ? l->last_loaded_ns : rl->g_prev_ns;
+      if (now > from) l->loaded_ns += now - from;
+      if (now > l->last_loaded_ns) l->last_loaded_ns = now;
+    }
+  }
+  rl->g_prev_ns = now;
+  rl->g_prev_posted = rl->g_posted;
+  rl->g_prev_backlog = b;
+  rl->g_prev_loaded = loaded;
+  if (now - l->win_start >= RR_GRAY_WINDOW_NS) window_close(l, &e->cfg, now);
+}
+
+static int other_rail_usable(const rr_engine *e, int r) {
+  for (int i = 0; i < e->nrails; i++)
+    if (i != r && engine_rail_usable(e, i)) return 1;
+  return 0;
+}
+
+static void demote(rr_engine *e, int r, const gray_link *l, uint64_t now) {
+  engine_rail *rl = &e->rails[r];
+  rl->degraded_frac = l->below_frac;
+  rl->degraded_for_ns = now - l->below_since;
+  rl->probe_start_ns = 0;
+  rl->probe_done_ns = now;
+  char why[64];
+  snprintf(why, sizeof why, "delivers %.0f %% of its healthy level for %.1f s", rl->degraded_frac * 100.0,
+           (double)rl->degraded_for_ns / 1e9);
+  e->stats.demotions++;
+  engine_rail_set_state(e, r, RR_RAIL_DEGRADED, why);
+}
+
+/* Post one probe (as much of it as the rail takes now). */
+static void probe_post(rr_engine *e, engine_rail *rl, uint64_t now) {
+  uint64_t sent = 0;
+  while (sent < RR_GRAY_PROBE_BYTES) {
+    rr_write_wr wr = {.wr_id = ENGINE_PROBE_WR_ID, .local = probe_fill, .len = RR_GRAY_PROBE_WRITE,
+                      .fence = (uint16_t)e->epoch, .post_ns = now, .flags = RR_WRITE_PROBE};
+    if (rl->ep->ops->post_write(rl->ep, &wr) != RR_OK) break;
+    sent += RR_GRAY_PROBE_WRITE;
+  }
+  rl->probe_bytes = sent;
+  rl->probe_start_ns = sent ? now : 0;
+}
+
+/* A demoted rail: probe it, and restore it once the probes show it healthy
+ * for the hold time. */
+static void probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
+  engine_rail *rl = &e->rails[r];
+  if (rl->probe_start_ns) {
+    int done = rl->ep->ops->flushed(rl->ep);
+    if (!done && now - rl->probe_start_ns < RR_GRAY_PROBE_TIMEOUT_NS) return;
+    double rate = done ? (double)rl->probe_bytes * 1e9 / (double)(now - rl->probe_start_ns) : 0;
+    /* Good at restore_pct of the level; bad under degraded_pct; between,
+     * a probe neither starts nor breaks the healthy run (a probe of a few
+     * milliseconds is noisier than a 100 ms window). */
+    int ok = done && rate * 100.0 >= (double)e->cfg.restore_pct * l->level;
+    int bad = !done || rate * 100.0 < (double)e->cfg.degraded_pct * l->level;
+      if (bad) l->ok_since = 0;
+    else if (ok && !l->ok_since) l->ok_since = now;
+    l->probe_done_ns = now;
+    rl->probe_start_ns = 0;
+    rl->probe_done_ns = now;
+    if (l->probe_owner == e) l->probe_owner = NULL;
+  } else if (now - rl->probe_done_ns >= RR_GRAY_PROBE_GAP_NS && now - l->probe_done_ns >= RR_GRAY_PROBE_GAP_NS &&
+             (!l->probe_owner || now - l->probe_since > 2 * RR_GRAY_PROBE_TIMEOUT_NS) &&
+             rl->ep->ops->flushed(rl->ep)) {
+    probe_post(e, rl, now);
+    if (rl->probe_start_ns) l->probe_owner = e, l->probe_since = now;
+  }
+  if (l->ok_since && now - l->ok_since >= engine_rail_hold_ns(e, rl)) {
+    l->degraded = 0;
+    l->below_since = 0, l->run_windows = l->run_below = 0;
+    engine_rail_set_state(e, r, RR_RAIL_ACTIVE, "delivers its healthy level again");
+    e->down_notice_pending = 1; /* the receiver restores it on our word */
+    e->restore_notice = 1;
+  }
+}
+
+void engine_gray_tick(rr_engine *e, int r, uint64_t now) {
+  engine_rail *rl = &e->rails[r];
+  /* Balance mode already gives a slow rail the share it drains (a backed-up
+   * rail is skipped); a rail the receiver cannot be probed through (verbs
+   * places writes itself) is judged by failures only, for now. */
+  if (e->cfg.role != RR_ENGINE_SEND || !e->cfg.degraded_pct || e->cfg.failover_mode != RR_FAILOVER_CHAIN ||
+      !(rl->ep->dev->attr.caps & RR_RAIL_CAP_WRITE_BEGIN))
+    return;
+  pthread_mutex_lock(&gray_lock);
+  gray_link *l = link_get(rl->ep->dev->index, rl->peer_addr, now);
+  if (!l) {
+    pthread_mutex_unlock(&gray_lock);
+    return;
+  }
+  if (rl->state == RR_RAIL_ACTIVE) {
+    if (e->resume_wait) rl->g_prev_ns = 0; /* a rollback empties queues: no delivery */
+    else measure(e, rl, l, now);
+    if (l->degraded && !e->resume_wait && other_rail_usable(e, r)) demote(e, r, l, now);
+  } else if (rl->state == RR_RAIL_DEGRADED) {
+    probe_and_restore(e, r, l, now);
+  }
+  pthread_mutex_unlock(&gray_lock);
+}
+
+/* ---------------------------------------------------------- notices */
+
+engine_msg engine_notice(const rr_engine *e, uint8_t type, uint32_t epoch, uint32_t down_mask) {
+  engine_msg m = {.type = type, .u.fail = {.epoch = epoch, .down_mask = down_mask}};
+  for (int i = 0; i < e->nrails; i++) {
+    if (!(down_mask & (1u << i))) continue;
+    if (e->rails[i].state == RR_RAIL_DEGRADED) m.u.fail.degraded_mask |= 1u << i;
+    else if (e->rails[i].where == RR_WHERE_LOCAL) m.u.fail.local_mask |= 1u << i;
+  }
+  return m;
+}
+
+void engine_notice_where(rr_engine *e, const engine_msg *m) {
+  for (int i = 0; i < e->nrails; i++) {
+    engine_rail *rl = &e->rails[i];
+    if (!(m->u.fail.local_mask & (1u << i))) continue;
+    /* The peer's own NIC: ours is not to blame. A rail already down here
+     * (we saw it first, as silence) learns where its fault is. */
+    rl->where_hint = RR_WHERE_PEER;
+    if (rl->state == RR_RAIL_DOWN || rl->state == RR_RAIL_DEAD) rl->where = RR_WHERE_PEER;
+  }
+}
+
+void engine_gray_on_notice(rr_engine *e, const engine_msg *m) {
+  for (int i = 0; i < e->nrails; i++) {
+    uint32_t bit = 1u << i;
+    engine_rail *rl = &e->rails[i];
+    if ((m->u.fail.degraded_mask & bit) && rl->state == RR_RAIL_ACTIVE) {
+      e->stats.demotions++;
+      engine_rail_set_state(e, i, RR_RAIL_DEGRADED, "the sender demoted it");
+    } else if (!(m->u.fail.down_mask & bit) && rl->state == RR_RAIL_DEGRADED) {
+      engine_rail_set_state(e, i, RR_RAIL_ACTIVE, "the sender restored it");
+    }
+  }
+}
+
+rr_status engine_gray_probe_begin(rr_engine *e, int rail, const rr_write_hdr *h) {
+  if (h->len > ENGINE_PROBE_MAX_WRITE)
+    return engine_violation(e, rail, "a probe write of %u bytes", (unsigned)h->len);
+  return RR_OK;
+}
