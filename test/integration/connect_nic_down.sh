@@ -220,31 +220,4 @@ case_flapping() {
   else ok "every connection made through the flapping, then back on rail0"; fi
 }
 
-echo "connections set up with a NIC down (scale $SCALE): ${CASES[*]}"
-for c in "${CASES[@]}"; do
-  declare -f "case_$c" >/dev/null || { echo "unknown case '$c' (cases: ${ALL_CASES[*]})" >&2; exit 2; }
-done
-for c in "${CASES[@]}"; do
-  echo "---- $c"
-  attempt=0 note=""
-  while :; do
-    CASE_DIR=$c
-    [ $attempt -gt 0 ] && CASE_DIR=$c.retry$attempt
-    VERDICT="" VMSG="" VFIG=""
-    "case_$c"
-    lab_cleanup
-    if [ "$VERDICT" = slow ] && [ $attempt -lt "$RETRIES" ]; then
-      attempt=$((attempt + 1))
-      note+=" [attempt $attempt: $VMSG: $VFIG]"
-      echo "  timing bound missed ($VMSG: $VFIG); running it once more"
-      continue
-    fi
-    break
-  done
-  if [ -n "$note" ]; then
-    [ "$VERDICT" = pass ] && note="; passed on a retry, first:$note" || note="; earlier:$note"
-  fi
-  if [ "$VERDICT" = pass ]; then pass "$CASE_DIR" "$VMSG: $VFIG$note"
-  else fail "$CASE_DIR" "$VMSG: $VFIG$note"; fi
-done
-finish
+run_cases "connections set up with a NIC down (scale $SCALE)" "${CASES[@]}"

@@ -194,29 +194,4 @@ case_where() {
   if [ -n "$why" ]; then bad "$why"; else ok "every fault placed"; fi
 }
 
-echo "gray failures (scale $SCALE): ${CASES[*]}"
-for c in "${CASES[@]}"; do
-  declare -f "case_$c" >/dev/null || { echo "unknown case '$c' (cases: ${ALL_CASES[*]})" >&2; exit 2; }
-done
-for c in "${CASES[@]}"; do
-  echo "---- $c"
-  attempt=0 note=""
-  while :; do
-    CASE_DIR=$c
-    [ $attempt -gt 0 ] && CASE_DIR=$c.retry$attempt
-    VERDICT="" VMSG="" VFIG=""
-    "case_$c"
-    lab_cleanup
-    if [ "$VERDICT" = slow ] && [ $attempt -lt "$RETRIES" ]; then
-      attempt=$((attempt + 1))
-      note+=" [attempt $attempt: $VMSG: $VFIG]"
-      echo "  bound missed ($VMSG: $VFIG); running it once more"
-      continue
-    fi
-    break
-  done
-  [ -n "$note" ] && note="; earlier:$note"
-  if [ "$VERDICT" = pass ]; then pass "$CASE_DIR" "$VMSG: $VFIG$note"
-  else fail "$CASE_DIR" "$VMSG: $VFIG$note"; fi
-done
-finish
+run_cases "gray failures (scale $SCALE)" "${CASES[@]}"

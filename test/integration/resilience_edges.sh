@@ -314,32 +314,4 @@ case_hold_bypass() {
   if ok_pair; then ok "traffic moved to the healed rail"; else bad "the connection died although rail0 was healthy"; fi
 }
 
-echo "resilience edge cases (scale $SCALE): ${CASES[*]}"
-for c in "${CASES[@]}"; do
-  declare -f "case_$c" >/dev/null || { echo "unknown case '$c' (cases: ${ALL_CASES[*]} blip hold_bypass)" >&2; exit 2; }
-done
-for c in "${CASES[@]}"; do
-  echo "---- $c"
-  attempt=0 note=""
-  while :; do
-    CASE_DIR=$c
-    [ $attempt -gt 0 ] && CASE_DIR=$c.retry$attempt
-    VERDICT="" VMSG="" VFIG=""
-    "case_$c"
-    lab_cleanup
-    if [ "$VERDICT" = slow ] && [ $attempt -lt "$RETRIES" ]; then
-      attempt=$((attempt + 1))
-      note+=" [attempt $attempt: $VMSG: $VFIG]"
-      echo "  timing bound missed ($VMSG: $VFIG); running it once more"
-      continue
-    fi
-    break
-  done
-  if [ -n "$note" ]; then
-    [ "$VERDICT" = pass ] && note="; passed on a retry, first:$note" || note="; earlier:$note"
-  fi
-  # pass/fail (harness_lib.sh) tail the logs of $WORK/NAME
-  if [ "$VERDICT" = pass ]; then pass "$CASE_DIR" "$VMSG: $VFIG$note"
-  else fail "$CASE_DIR" "$VMSG: $VFIG$note"; fi
-done
-finish
+run_cases "resilience edge cases (scale $SCALE)" "${CASES[@]}"
