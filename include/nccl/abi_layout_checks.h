@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "nccl_common.h"
+#include "net_v7.h"
 #include "net_v8.h"
 #include "net_v9.h"
 #include "net_v10.h"
@@ -53,7 +54,22 @@ RR_ABI_AT(nccl_net_device_handle_t, size, 16);
 RR_ABI_AT(nccl_net_device_handle_t, needs_proxy_progress, 24);
 
 /* ---- Net properties ----------------------------------------------------- */
-/* Fields shared by every version up to net_device_version. v8 lacks
+/* v7 has neither reg_is_global nor force_flush: everything after ptr_support
+ * sits 4 bytes earlier than in v8. */
+RR_ABI_SIZE(nccl_net_props_v7_t, 56);
+RR_ABI_AT(nccl_net_props_v7_t, name, 0);
+RR_ABI_AT(nccl_net_props_v7_t, pci_path, 8);
+RR_ABI_AT(nccl_net_props_v7_t, guid, 16);
+RR_ABI_AT(nccl_net_props_v7_t, ptr_support, 24);
+RR_ABI_AT(nccl_net_props_v7_t, speed, 28);
+RR_ABI_AT(nccl_net_props_v7_t, port, 32);
+RR_ABI_AT(nccl_net_props_v7_t, latency, 36);
+RR_ABI_AT(nccl_net_props_v7_t, max_comms, 40);
+RR_ABI_AT(nccl_net_props_v7_t, max_recvs, 44);
+RR_ABI_AT(nccl_net_props_v7_t, net_device_type, 48);
+RR_ABI_AT(nccl_net_props_v7_t, net_device_version, 52);
+
+/* Fields shared by v8 and later up to net_device_version. v8 lacks
  * force_flush, so everything after reg_is_global sits 4 bytes earlier. */
 RR_ABI_SIZE(nccl_net_props_v8_t, 64);
 RR_ABI_AT(nccl_net_props_v8_t, name, 0);
@@ -139,7 +155,7 @@ RR_ABI_NET_ATTR(nccl_net_attr_v11_t, nccl_net_comm_attr_v11_t);
 RR_ABI_NET_ATTR(nccl_net_attr_v12_t, nccl_net_comm_attr_v12_t);
 
 /* ---- Net tables --------------------------------------------------------- */
-/* Entries 0..18 keep their places from v8 to v12. */
+/* Entries 0..18 keep their places from v7 to v12. */
 #define RR_ABI_NET_SLOTS(T)             \
   RR_ABI_SLOT(T, name, 0);              \
   RR_ABI_SLOT(T, init, 1);              \
@@ -160,6 +176,9 @@ RR_ABI_NET_ATTR(nccl_net_attr_v12_t, nccl_net_comm_attr_v12_t);
   RR_ABI_SLOT(T, close_listen, 16);     \
   RR_ABI_SLOT(T, get_device_mr, 17);    \
   RR_ABI_SLOT(T, irecv_consumed, 18)
+
+RR_ABI_SIZE(nccl_net_v7_t, 19 * 8);
+RR_ABI_NET_SLOTS(nccl_net_v7_t);
 
 RR_ABI_SIZE(nccl_net_v8_t, 19 * 8);
 RR_ABI_NET_SLOTS(nccl_net_v8_t);

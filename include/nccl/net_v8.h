@@ -1,8 +1,8 @@
-/* ncclNet v8 (NCCL 2.19 onwards): exported as ncclNetPlugin_v8.
+/* ncclNet v8 (NCCL 2.20 onwards): exported as ncclNetPlugin_v8.
  *
- * The oldest table rerail serves. No per-communicator context: init runs
- * once per process, and message sizes are int. This header documents every
- * entry once; the later versions only note what changed. */
+ * No per-communicator context: init runs once per process, and message
+ * sizes are int. This header documents every entry once; the other versions
+ * only note what differs (v7, for NCCL 2.19, in two places: net_v7.h). */
 #ifndef RERAIL_NCCL_NET_V8_H
 #define RERAIL_NCCL_NET_V8_H
 #include "nccl_common.h"

@@ -1,11 +1,11 @@
-/* What the five ncclNet shims share.
+/* What the six ncclNet shims share.
  *
- * Most entries have the same signature in every version from v8 to v12:
+ * Most entries have the same signature in every version from v7 to v12:
  * those are implemented once here, with NCCL's types, and every version's
  * table points straight at them. A version file (net_vN.c) only holds the
  * entries whose arguments changed, and its table. Nothing here holds state
  * of its own except the process-wide context of the context-less versions
- * (v8-v10), which lives in the core (rr_net_default_ctx). */
+ * (v7-v10), which lives in the core (rr_net_default_ctx). */
 #ifndef RERAIL_NET_ABI_UTIL_H
 #define RERAIL_NET_ABI_UTIL_H
 #include "nccl/abi_layout_checks.h"
@@ -23,7 +23,7 @@ nccl_result_t rr_abi_result(rr_status s);
 
 /* ---- Init / finalize ---------------------------------------------------- */
 
-/* v8-v10: NCCL calls init once per process (again after every comm has been
+/* v7-v10: NCCL calls init once per process (again after every comm has been
  * destroyed, without a finalize in between). Sets up the core's process
  * context; repeated calls are harmless. profiler may be NULL. */
 nccl_result_t rr_abi_init_process(nccl_logger_t logger, nccl_profiler_cb_t profiler);
@@ -32,7 +32,7 @@ nccl_result_t rr_abi_init_process(nccl_logger_t logger, nccl_profiler_cb_t profi
 nccl_result_t rr_abi_init_comm(void **ctx, uint64_t comm_id, int traffic_class,
                                nccl_logger_t logger, nccl_profiler_cb_t profiler);
 nccl_result_t rr_abi_finalize(void *ctx);
-/* The context behind v8-v10 calls (NULL, with a warning, if the core has
+/* The context behind v7-v10 calls (NULL, with a warning, if the core has
  * none). */
 rr_net_ctx *rr_abi_process_ctx(void);
 
@@ -43,15 +43,14 @@ nccl_result_t rr_abi_devices(int *ndev);
  * the version's struct NCCL passed (checked here for NULL). */
 nccl_result_t rr_abi_dev_props(int dev, const void *dst, rr_dev_props *props);
 
-/* Fill the fields every properties version shares (v8 to v12): the ones
- * up to net_device_version, except force_flush which v8 lacks. */
-#define RR_ABI_FILL_PROPS_COMMON(dst, src)                  \
+/* Fill the fields every properties version shares (v7 to v12): the ones
+ * up to net_device_version, except reg_is_global (v8+) and force_flush (v9+). */
+#define RR_ABI_FILL_PROPS_V7(dst, src)                      \
   do {                                                      \
     (dst)->name = (char *)(src)->name;                      \
     (dst)->pci_path = (char *)(src)->pci_path;              \
     (dst)->guid = (src)->guid;                              \
     (dst)->ptr_support = (src)->ptr_support;                \
-    (dst)->reg_is_global = (src)->reg_is_global;            \
     (dst)->speed = (src)->speed_mbps;                       \
     (dst)->port = (src)->port;                              \
     (dst)->latency = (src)->latency_us;                     \
@@ -59,6 +58,13 @@ nccl_result_t rr_abi_dev_props(int dev, const void *dst, rr_dev_props *props);
     (dst)->max_recvs = (src)->max_recvs;                    \
     (dst)->net_device_type = NCCL_NET_DEVICE_HOST;          \
     (dst)->net_device_version = NCCL_NET_DEVICE_INVALID_VERSION; \
+  } while (0)
+
+/* v8+: the v7 fields and reg_is_global. */
+#define RR_ABI_FILL_PROPS_COMMON(dst, src)                  \
+  do {                                                      \
+    RR_ABI_FILL_PROPS_V7(dst, src);                         \
+    (dst)->reg_is_global = (src)->reg_is_global;            \
   } while (0)
 
 /* v9+: the rest up to max_coll_bytes; a physical device is its own vNIC. */
@@ -83,7 +89,7 @@ nccl_result_t rr_abi_close_send(void *send_comm);
 nccl_result_t rr_abi_close_recv(void *recv_comm);
 nccl_result_t rr_abi_close_listen(void *listen_comm);
 
-/* v8-v10 listen: the process context. */
+/* v7-v10 listen: the process context. */
 nccl_result_t rr_abi_listen_process(int dev, void *handle, void **listen_comm);
 
 /* ---- Memory ------------------------------------------------------------- */
@@ -98,12 +104,12 @@ nccl_result_t rr_abi_get_device_mr(void *comm, void *mhandle, void **dptr_mhandl
 
 /* ---- Data path ---------------------------------------------------------- */
 
-/* v10+ forms (size_t sizes, profiler handles); v8/v9 adapt to these. */
+/* v10+ forms (size_t sizes, profiler handles); v7-v9 adapt to these. */
 nccl_result_t rr_abi_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle,
                            void *phandle, void **request);
 nccl_result_t rr_abi_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
                            void **mhandles, void **phandles, void **request);
-/* v8: int sizes; a negative size is refused. */
+/* v7/v8: int sizes; a negative size is refused. */
 nccl_result_t rr_abi_isend_int(void *send_comm, void *data, int size, int tag, void *mhandle,
                                void **request);
 nccl_result_t rr_abi_irecv_int(void *recv_comm, int n, void **data, int *sizes, int *tags,

@@ -1,6 +1,6 @@
 /* ncclNetPlugin_v8: the table NCCL 2.20-2.23 bind (and later ones when no
- * newer symbol exists). No context: every call runs on the process context
- * created by init. Sizes are int. */
+ * newer symbol exists; 2.19 knows only v7). No context: every call runs on
+ * the process context created by init. Sizes are int. */
 #include "net_abi_util.h"
 #include "nccl/net_v8.h"
 
