@@ -69,7 +69,7 @@ static void usage(FILE *f) {
 "\n"
 "Plugin and setup\n"
 "  --plugin NAME|PATH     as NCCL_NET_PLUGIN: NAME -> libnccl-net-NAME.so (default rerail)\n"
-"  --net-version V        bind ncclNetPlugin_vV (8..12); 0 = newest exported (default)\n"
+"  --net-version V        bind ncclNetPlugin_vV (7..12); 0 = newest exported (default)\n"
 "  --dev N                device index (default 0)\n"
 "  --role server|client   the server listens and receives, the client connects and sends\n"
 "  --rendezvous DIR       directory both processes share for handles and flags\n"
@@ -77,7 +77,7 @@ static void usage(FILE *f) {
 "  --bidir                each process both sends and receives (listens and connects)\n"
 "  --threads              drive each connection (setup and traffic) from its own thread\n"
 "  --contexts C           net v11+: init() C contexts, as C communicators would; connection i\n"
-"                         uses context i %% C (default 1; v8-v10 share one process-wide init)\n"
+"                         uses context i %% C (default 1; v7-v10 share one process-wide init)\n"
 "  --accept-delay-ms MS   the server waits MS ms after publishing its handles before the\n"
 "                         first accept() (connect must cope with a slow peer)\n"
 "  --close-when-done      close every connection as soon as this side's schedule is done,\n"
@@ -213,7 +213,7 @@ static int parse_args(int argc, char **argv) {
     switch (c) {
     case O_PLUGIN: g_opt.plugin = a; break;
     case O_NETVER:
-      if (parse_int(a, 0, 12, &v) || (v && v < 8)) goto bad;
+      if (parse_int(a, 0, 12, &v) || (v && v < 7)) goto bad;
       g_opt.net_version = (int)v;
       break;
     case O_DEV: if (parse_int(a, 0, 1 << 20, &v)) goto bad; g_opt.dev = (int)v; break;
@@ -782,7 +782,7 @@ int main(int argc, char **argv) {
     g_nctx = i + 1;
   }
   if (g_nctx > 1)
-    h_info("%d contexts%s", g_nctx, g_net.version < 11 ? " (net v8-v10: one process-wide init, no contexts)" : "");
+    h_info("%d contexts%s", g_nctx, g_net.version < 11 ? " (net v7-v10: one process-wide init, no contexts)" : "");
   int ndev = 0;
   hnet_props props;
   memset(&props, 0, sizeof props);

@@ -7,7 +7,7 @@
  * - request pointers are passed through untouched: whatever the caller left in
  *   *request is what the plugin sees. NCCL leaves a stale pointer there for
  *   isend and NULL (or HNET_OPTIONAL_RECV_COMPLETION, v9+) for irecv; the
- *   plugin must always overwrite it. For a v8 plugin the loader clears the
+ *   plugin must always overwrite it. For a v7/v8 plugin the loader clears the
  *   optional-completion hint first, as NCCL does.
  * - test(): sizes may be NULL; otherwise it must have room for one entry per
  *   receive of the request (1 for a send). The loader calls the plugin with
@@ -26,7 +26,7 @@
 #define HNET_PTR_CUDA 0x2
 #define HNET_PTR_DMABUF 0x4
 #define HNET_OPTIONAL_RECV_COMPLETION ((void *)0x1)
-#define HNET_V8_MAX_BYTES (1024L * 1024 * 1024)  /* NCCL's limit for int-sized (v8) plugins */
+#define HNET_V8_MAX_BYTES (1024L * 1024 * 1024)  /* NCCL's limit for int-sized (v7/v8) plugins */
 
 /* ncclResult_t values */
 enum { HNET_SUCCESS = 0, HNET_SYSTEM_ERROR = 2, HNET_INTERNAL_ERROR = 3,
@@ -63,7 +63,7 @@ typedef struct hnet_net_attr {
 } hnet_net_attr;
 
 typedef struct hnet {
-  int version;          /* 8..12: which ncclNetPlugin_vN was bound */
+  int version;          /* 7..12: which ncclNetPlugin_vN was bound */
   const char *name;     /* the plugin's own name field */
   void *dl;             /* dlopen handle */
   void *ctx;            /* v11+: the context init() returned (one per hnet) */
@@ -100,10 +100,10 @@ typedef struct hnet {
 
 /* Load a plugin by NCCL's naming rules: name_or_path as NCCL_NET_PLUGIN would
  * take it ("rerail" -> libnccl-net-rerail.so, or a path). version 0 binds the
- * newest ncclNetPlugin_vN (12..8) found; 8..12 forces that one. Calls init().
+ * newest ncclNetPlugin_vN (12..7) found; 7..12 forces that one. Calls init().
  * Returns 0 and fills *out, or prints why and returns -1.
  * Loading the same library again gives another hnet: v11+ gets a fresh init()
- * (another context, like a second NCCL communicator); v8-v10 are initialised
+ * (another context, like a second NCCL communicator); v7-v10 are initialised
  * once per process, as NCCL's compatibility layer does.
  * "nccl-socket" or "nccl-socket:PATH" binds NCCL's own socket transport (the
  * one NCCL_NET=Socket selects) from libnccl.so.2 instead (see

@@ -15,19 +15,20 @@
  *  - dlopen() flags are RTLD_NOW | RTLD_LOCAL: every undefined symbol must
  *    resolve at load time, and the plugin's symbols stay private.
  *  - NCCL then looks for the newest table it knows: ncclNetPlugin_v12, then
- *    _v11, _v10, _v9, _v8 (and older ones this harness does not drive), and
- *    uses the first found.
+ *    _v11 ... _v7 (and v6/v5, which this harness does not drive), and uses
+ *    the first found. NCCL 2.19 knows nothing newer than v7.
  *  - v11+ init(&ctx, commId, &config, logger, profiler) runs once per
  *    communicator and yields a context; finalize(ctx) ends it. v10
- *    init(logger, profiler) and v8/v9 init(logger) run once per process (NCCL's
+ *    init(logger, profiler) and v7-v9 init(logger) run once per process (NCCL's
  *    compatibility layer counts references), and their connect gets the comm
  *    config (v10) or nothing.
  *  - When the last communicator using the library is finalized, NCCL
  *    dlclose()s it. hnet_unload() does the same: a plugin that leaves threads
  *    running inside its code after finalize crashes here, as it would in NCCL.
  *
- * Argument adaptation follows NCCL's compatibility layer: v8 gets int sizes
- * (sizes above 1 GiB are refused before the call, as NCCL does) and never sees
+ * Argument adaptation follows NCCL's compatibility layer: v7/v8 get int sizes
+ * (sizes above 1 GiB are refused before the call, as NCCL does; v7 also
+ * registers with an int size, refused from 2 GiB as NCCL's v7 layer does) and never sees
  * the optional-completion hint; v10+ get profiler parent handles that point at
  * NULL slots (no profiler); test() always takes int sizes. */
 #include "net_api.h"
@@ -46,6 +47,7 @@
 #include "nccl/net_v10.h"
 #include "nccl/net_v11.h"
 #include "nccl/net_v12.h"
+#include "nccl/net_v7.h"
 #include "nccl/net_v8.h"
 #include "nccl/net_v9.h"
 
@@ -182,6 +184,7 @@ const char *hnet_result_str(int rc) {
 
 /* ---- per-version adapters ---------------------------------------------------- */
 
+#define T7(n) ((const nccl_net_v7_t *)(n)->table)
 #define T8(n) ((const nccl_net_v8_t *)(n)->table)
 #define T9(n) ((const nccl_net_v9_t *)(n)->table)
 #define T10(n) ((const nccl_net_v10_t *)(n)->table)
@@ -196,6 +199,7 @@ static void *phandle_slots[HNET_MAX_RECVS];
 
 static int a_devices(hnet *n, int *ndev) {
   switch (n->version) {
+  case 7: return T7(n)->devices(ndev);
   case 8: return T8(n)->devices(ndev);
   case 9: return T9(n)->devices(ndev);
   case 10: return T10(n)->devices(ndev);
@@ -206,19 +210,24 @@ static int a_devices(hnet *n, int *ndev) {
 
 static void copy_str(char *dst, size_t len, const char *src) { snprintf(dst, len, "%s", src ? src : ""); }
 
-#define COPY_COMMON(out, p)                                        \
+/* v7 has no reg_is_global: NCCL 2.19 registers per communicator. */
+#define COPY_V7(out, p)                                            \
   do {                                                             \
     copy_str((out)->name, sizeof (out)->name, (p).name);           \
     copy_str((out)->pci_path, sizeof (out)->pci_path, (p).pci_path); \
     (out)->guid = (p).guid;                                        \
     (out)->ptr_support = (p).ptr_support;                          \
-    (out)->reg_is_global = (p).reg_is_global;                      \
     (out)->speed_mbps = (p).speed;                                 \
     (out)->port = (p).port;                                        \
     (out)->latency = (p).latency;                                  \
     (out)->max_comms = (p).max_comms;                              \
     (out)->max_recvs = (p).max_recvs;                              \
     (out)->net_device_type = (int)(p).net_device_type;             \
+  } while (0)
+#define COPY_COMMON(out, p)                        \
+  do {                                             \
+    COPY_V7(out, p);                               \
+    (out)->reg_is_global = (p).reg_is_global;      \
   } while (0)
 #define COPY_V9(out, p)                          \
   do {                                           \
@@ -232,6 +241,15 @@ static int a_get_properties(hnet *n, int dev, hnet_props *out) {
   int rc;
   memset(out, 0, sizeof *out);
   switch (n->version) {
+  case 7: {
+    nccl_net_props_v7_t p;
+    memset(&p, 0, sizeof p);
+    if ((rc = T7(n)->get_properties(dev, &p))) return rc;
+    COPY_V7(out, p);
+    out->max_p2p_bytes = out->max_coll_bytes = HNET_V8_MAX_BYTES;   /* what NCCL assumes */
+    out->max_multi_request_size = 1;
+    return 0;
+  }
   case 8: {
     nccl_net_props_v8_t p;
     memset(&p, 0, sizeof p);
@@ -278,6 +296,7 @@ static int a_get_properties(hnet *n, int dev, hnet_props *out) {
 
 static int a_listen(hnet *n, int dev, void *handle, void **lc) {
   switch (n->version) {
+  case 7: return T7(n)->listen(dev, handle, lc);
   case 8: return T8(n)->listen(dev, handle, lc);
   case 9: return T9(n)->listen(dev, handle, lc);
   case 10: return T10(n)->listen(dev, handle, lc);
@@ -289,6 +308,7 @@ static int a_listen(hnet *n, int dev, void *handle, void **lc) {
 static int a_connect(hnet *n, int dev, void *handle, void **sc) {
   nccl_net_device_handle_t *devh = NULL;   /* NULL: no device offload requested */
   switch (n->version) {
+  case 7: return T7(n)->connect(dev, handle, sc, &devh);
   case 8: return T8(n)->connect(dev, handle, sc, &devh);
   case 9: return T9(n)->connect(dev, handle, sc, &devh);
   case 10: return T10(n)->connect(dev, &config_v10, handle, sc, &devh);
@@ -300,6 +320,7 @@ static int a_connect(hnet *n, int dev, void *handle, void **sc) {
 static int a_accept(hnet *n, void *lc, void **rc) {
   nccl_net_device_handle_t *devh = NULL;
   switch (n->version) {
+  case 7: return T7(n)->accept(lc, rc, &devh);
   case 8: return T8(n)->accept(lc, rc, &devh);
   case 9: return T9(n)->accept(lc, rc, &devh);
   case 10: return T10(n)->accept(lc, rc, &devh);
@@ -310,6 +331,9 @@ static int a_accept(hnet *n, void *lc, void **rc) {
 
 static int a_reg_mr(hnet *n, void *comm, void *data, size_t size, int type, void **mh) {
   switch (n->version) {
+  case 7:
+    if (size >= (size_t)1 << 31) return HNET_INTERNAL_ERROR;   /* NCCL's v7 layer refuses too */
+    return T7(n)->reg_mr(comm, data, (int)size, type, mh);
   case 8: return T8(n)->reg_mr(comm, data, size, type, mh);
   case 9: return T9(n)->reg_mr(comm, data, size, type, mh);
   case 10: return T10(n)->reg_mr(comm, data, size, type, mh);
@@ -320,6 +344,7 @@ static int a_reg_mr(hnet *n, void *comm, void *data, size_t size, int type, void
 
 static int a_dereg_mr(hnet *n, void *comm, void *mh) {
   switch (n->version) {
+  case 7: return T7(n)->dereg_mr(comm, mh);
   case 8: return T8(n)->dereg_mr(comm, mh);
   case 9: return T9(n)->dereg_mr(comm, mh);
   case 10: return T10(n)->dereg_mr(comm, mh);
@@ -330,8 +355,10 @@ static int a_dereg_mr(hnet *n, void *comm, void *mh) {
 
 static int a_isend(hnet *n, void *sc, void *data, size_t size, int tag, void *mh, void **req) {
   switch (n->version) {
+  case 7:
   case 8:
     if (size > (size_t)HNET_V8_MAX_BYTES) return HNET_INTERNAL_ERROR;   /* NCCL refuses too */
+    if (n->version == 7) return T7(n)->isend(sc, data, (int)size, tag, mh, req);
     return T8(n)->isend(sc, data, (int)size, tag, mh, req);
   case 9: return T9(n)->isend(sc, data, size, tag, mh, req);
   case 10: return T10(n)->isend(sc, data, size, tag, mh, &phandle_slots[0], req);
@@ -346,13 +373,15 @@ static int a_irecv(hnet *n, void *rc, int count, void **data, size_t *sizes, int
   void *ph[HNET_MAX_RECVS];
   for (int i = 0; i < count; i++) ph[i] = &phandle_slots[i];
   switch (n->version) {
+  case 7:
   case 8: {
     int isizes[HNET_MAX_RECVS];
-    if (*req == HNET_OPTIONAL_RECV_COMPLETION) *req = NULL;   /* as NCCL's v8 layer */
+    if (*req == HNET_OPTIONAL_RECV_COMPLETION) *req = NULL;   /* as NCCL's v7/v8 layers */
     for (int i = 0; i < count; i++) {
       if (sizes[i] > (size_t)HNET_V8_MAX_BYTES) return HNET_INTERNAL_ERROR;
       isizes[i] = (int)sizes[i];
     }
+    if (n->version == 7) return T7(n)->irecv(rc, count, data, isizes, tags, mh, req);
     return T8(n)->irecv(rc, count, data, isizes, tags, mh, req);
   }
   case 9: return T9(n)->irecv(rc, count, data, sizes, tags, mh, req);
@@ -364,6 +393,7 @@ static int a_irecv(hnet *n, void *rc, int count, void **data, size_t *sizes, int
 
 static int a_iflush(hnet *n, void *rc, int count, void **data, int *sizes, void **mh, void **req) {
   switch (n->version) {
+  case 7: return T7(n)->iflush(rc, count, data, sizes, mh, req);
   case 8: return T8(n)->iflush(rc, count, data, sizes, mh, req);
   case 9: return T9(n)->iflush(rc, count, data, sizes, mh, req);
   case 10: return T10(n)->iflush(rc, count, data, sizes, mh, req);
@@ -374,6 +404,7 @@ static int a_iflush(hnet *n, void *rc, int count, void **data, int *sizes, void 
 
 static int a_test_raw(hnet *n, void *req, int *done, int *sizes) {
   switch (n->version) {
+  case 7: return T7(n)->test(req, done, sizes);
   case 8: return T8(n)->test(req, done, sizes);
   case 9: return T9(n)->test(req, done, sizes);
   case 10: return T10(n)->test(req, done, sizes);
@@ -394,6 +425,7 @@ static int a_test(hnet *n, void *req, int *done, size_t *sizes) {
 
 static int a_close_send(hnet *n, void *c) {
   switch (n->version) {
+  case 7: return T7(n)->close_send(c);
   case 8: return T8(n)->close_send(c);
   case 9: return T9(n)->close_send(c);
   case 10: return T10(n)->close_send(c);
@@ -404,6 +436,7 @@ static int a_close_send(hnet *n, void *c) {
 
 static int a_close_recv(hnet *n, void *c) {
   switch (n->version) {
+  case 7: return T7(n)->close_recv(c);
   case 8: return T8(n)->close_recv(c);
   case 9: return T9(n)->close_recv(c);
   case 10: return T10(n)->close_recv(c);
@@ -414,6 +447,7 @@ static int a_close_recv(hnet *n, void *c) {
 
 static int a_close_listen(hnet *n, void *c) {
   switch (n->version) {
+  case 7: return T7(n)->close_listen(c);
   case 8: return T8(n)->close_listen(c);
   case 9: return T9(n)->close_listen(c);
   case 10: return T10(n)->close_listen(c);
@@ -438,6 +472,7 @@ static int a_set_net_attr(hnet *n, hnet_net_attr *attr) {
 
 static int a_irecv_consumed(hnet *n, void *rc, int count, void *req) {
   switch (n->version) {
+  case 7: return T7(n)->irecv_consumed(rc, count, req);
   case 8: return T8(n)->irecv_consumed(rc, count, req);
   case 9: return T9(n)->irecv_consumed(rc, count, req);
   case 10: return T10(n)->irecv_consumed(rc, count, req);
@@ -448,7 +483,7 @@ static int a_irecv_consumed(hnet *n, void *rc, int count, void *req) {
 
 /* ---- loading -------------------------------------------------------------- */
 
-/* v8-v10 plugins are initialised once per process and library, as NCCL's
+/* v7-v10 plugins are initialised once per process and library, as NCCL's
  * compatibility layer does: count the hnets bound to each. */
 static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
@@ -515,7 +550,7 @@ static uint64_t new_comm_id(void) {
 /* n->table may be set already (NCCL's built-in transport, found by
  * nccl_builtin_loader.c): then n->version says what it is. */
 static int bind_and_init(hnet *n, int version) {
-  int first = version ? version : 12, lastv = version ? version : 8;
+  int first = version ? version : 12, lastv = version ? version : 7;
   for (int v = first; v >= lastv && !n->table; v--) {
     char sym[32];
     snprintf(sym, sizeof sym, "ncclNetPlugin_v%d", v);
@@ -529,18 +564,20 @@ static int bind_and_init(hnet *n, int version) {
     if (version)
       fprintf(stderr, "hnet: %s does not export ncclNetPlugin_v%d\n", n->path, version);
     else
-      fprintf(stderr, "hnet: %s exports no ncclNetPlugin_v12..v8 table\n", n->path);
+      fprintf(stderr, "hnet: %s exports no ncclNetPlugin_v12..v7 table\n", n->path);
     return -1;
   }
   n->name = *(const char *const *)n->table;   /* every table starts with its name */
   int rc = 0;
   switch (n->version) {
+  case 7:
   case 8:
   case 9:
   case 10:
     pthread_mutex_lock(&load_lock);
     if (legacy_ref(n->dl, n->version, 1) == 0) {
-      if (n->version == 8) rc = T8(n)->init((nccl_logger_t)nccl_logger);
+      if (n->version == 7) rc = T7(n)->init((nccl_logger_t)nccl_logger);
+      else if (n->version == 8) rc = T8(n)->init((nccl_logger_t)nccl_logger);
       else if (n->version == 9) rc = T9(n)->init((nccl_logger_t)nccl_logger);
       else rc = T10(n)->init((nccl_logger_t)nccl_logger, profiler_cb);
       if (rc) legacy_ref(n->dl, n->version, -1);
@@ -591,6 +628,7 @@ static void fill_entries(hnet *n) {
     n->set_net_attr = a_set_net_attr;
   int has_consumed = 0;
   switch (n->version) {
+  case 7: has_consumed = T7(n)->irecv_consumed != NULL; break;
   case 8: has_consumed = T8(n)->irecv_consumed != NULL; break;
   case 9: has_consumed = T9(n)->irecv_consumed != NULL; break;
   case 10: has_consumed = T10(n)->irecv_consumed != NULL; break;
@@ -627,8 +665,8 @@ static int load_builtin(const char *spec, int version, hnet *out) {
 
 int hnet_load(const char *name_or_path, int version, hnet *out) {
   memset(out, 0, sizeof *out);
-  if (version && (version < 8 || version > 12)) {
-    fprintf(stderr, "hnet: net version %d is not one of 8..12\n", version);
+  if (version && (version < 7 || version > 12)) {
+    fprintf(stderr, "hnet: net version %d is not one of 7..12\n", version);
     return -1;
   }
   const char *spec = name_or_path && *name_or_path ? name_or_path : "libnccl-net.so";
@@ -667,7 +705,7 @@ int hnet_load(const char *name_or_path, int version, hnet *out) {
 
 void hnet_unload(hnet *n) {
   if (!n->dl) return;
-  if (n->version >= 8 && n->version <= 10) {
+  if (n->version >= 7 && n->version <= 10) {
     pthread_mutex_lock(&load_lock);
     legacy_ref(n->dl, n->version, -1);
     pthread_mutex_unlock(&load_lock);

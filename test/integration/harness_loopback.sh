@@ -6,7 +6,7 @@
 #   PLUGIN_DIR  directory holding libnccl-net-rerail.so (put on LD_LIBRARY_PATH)
 #   HARNESS     the rerail-harness executable
 #
-# Cases: each net version 8..12 bound explicitly; the newest one with
+# Cases: each net version 7..12 bound explicitly; the newest one with
 # --bidir --threads (both comm types in each process, one thread per
 # connection); a --duration run (the sender ends the schedule in-band); and
 # three v12 contexts in each process (three communicators) with a server that
@@ -44,14 +44,14 @@ grep -q 'libnccl-net-no_such_plugin_x.so' "$WORK/naming/missing.log" || {
   echo "naming[missing]: the error does not name libnccl-net-no_such_plugin_x.so"
   naming_ok=0
 }
-for v in 8 9 10 11 12; do
+for v in 7 8 9 10 11 12; do
   probe 0 "v$v" "$HARNESS" --probe --net-version "$v"
   grep -q "as net v$v\$" "$WORK/naming/v$v.log" || { echo "naming[v$v]: not bound as v$v"; naming_ok=0; }
 done
-if [ $naming_ok -eq 1 ]; then pass naming "name, lib name, path, list, missing; v8..v12 bound"
+if [ $naming_ok -eq 1 ]; then pass naming "name, lib name, path, list, missing; v7..v12 bound"
 else fail naming; fi
 
-for v in 8 9 10 11 12; do
+for v in 7 8 9 10 11 12; do
   run_pair "v$v" "${COMMON[@]}" --net-version "$v"
   if [ "$SRC" -eq 0 ] && [ "$CRC" -eq 0 ]; then pass "v$v" "$(rate "v$v")"
   else fail "v$v" "server exit $SRC, client exit $CRC"; fi
