@@ -143,7 +143,7 @@ rr_status rr_net_init(const rr_init_args *args, rr_net_ctx **out) {
   }
   rr_net_ctx *ctx;
   if (args->comm_id == 0) {
-    /* v8-v10: one process-wide context, shared by every init call. */
+    /* v7-v10: one process-wide context, shared by every init call. */
     ctx = &default_ctx;
     if (!default_ctx_live) {
       ctx_refs++;

@@ -63,7 +63,7 @@ typedef struct rr_init_args {
 /* Process-wide state (devices) is reference counted across contexts. */
 rr_status rr_net_init(const rr_init_args *args, rr_net_ctx **ctx);
 rr_status rr_net_finalize(rr_net_ctx *ctx);
-/* The context used by net v8-v10, whose calls carry none. Created by the
+/* The context used by v7-v10, whose calls carry none. Created by the
  * first rr_net_init with comm_id 0. */
 rr_net_ctx *rr_net_default_ctx(void);
 
