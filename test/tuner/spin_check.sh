@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Model-check the tuner's agreement protocol (agree.pml) with Spin: every
-# configuration below must be searched exhaustively with no error, and the
-# planted bug (-DBROKEN) must be found, which shows the check can fail.
+# configuration below must be searched exhaustively with no error, and each
+# planted bug (-DBROKEN, -DBROKEN_LATE, -DBROKEN_FP, -DBROKEN_SIM) must be
+# found, which shows the check can fail where each fix matters.
 # Usage: spin_check.sh PATH/agree.pml WORKDIR
 set -euo pipefail
 pml="$1"
@@ -20,9 +21,10 @@ check() {
 }
 
 fail=0
-# Ranks, collectives per rank, re-planning epochs: exhaustive within about
-# 20 s on 2 cores (larger ones outgrow 1 GiB: see docs/tuner.md).
-for cfg in "-DN=2 -DS=5 -DE=2" "-DN=3 -DS=4 -DE=1" "-DN=3 -DS=3 -DE=2"; do
+# Ranks, collectives per rank, re-planning epochs, simulated calls per rank:
+# exhaustive within about 30 s on 2 cores (larger ones outgrow 1 GiB: see
+# docs/tuner.md).
+for cfg in "-DN=2 -DS=5 -DE=2 -DSIM=1" "-DN=3 -DS=4 -DE=1 -DSIM=0" "-DN=3 -DS=2 -DE=2 -DSIM=1"; do
   # shellcheck disable=SC2086
   check $cfg
   states="$(grep -Eo '[0-9]+ states, stored' <<<"$out" || true)"
@@ -36,12 +38,16 @@ for cfg in "-DN=2 -DS=5 -DE=2" "-DN=3 -DS=4 -DE=1" "-DN=3 -DS=3 -DE=2"; do
   fi
 done
 
-check -DBROKEN -DN=2 -DS=4 -DE=2
-if grep -q "assertion violated" <<<"$out"; then
-  echo "agree.pml -DBROKEN: the planted bug is found ($(grep -o 'assertion violated.*' <<<"$out" | head -1))"
-else
-  echo "agree.pml -DBROKEN: the planted bug was NOT found: the check cannot fail"
-  echo "$out" | tail -20
-  fail=1
-fi
+for bug in "-DBROKEN -DN=2 -DS=4 -DE=2" "-DBROKEN_LATE -DN=2 -DS=4 -DE=2" \
+           "-DBROKEN_FP -DN=2 -DS=2 -DE=1" "-DBROKEN_SIM -DN=2 -DS=4 -DE=2"; do
+  # shellcheck disable=SC2086
+  check $bug
+  if grep -q "assertion violated" <<<"$out"; then
+    echo "agree.pml $bug: the planted bug is found ($(grep -o 'assertion violated.*' <<<"$out" | head -1 | cut -c1-60)...)"
+  else
+    echo "agree.pml $bug: the planted bug was NOT found: the check cannot fail"
+    echo "$out" | tail -20
+    fail=1
+  fi
+done
 exit $fail

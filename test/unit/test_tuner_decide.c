@@ -2,6 +2,7 @@
  * RERAIL_TUNER_CONFIG override NCCL's table, channels and chunk size; the
  * cost model acts only under an agreed view with rails down; local health
  * never enters by default; a bad rules file leaves NCCL alone. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,11 +16,15 @@
 
 #include "tuner_core.h"
 #include "tuner_ids.h"
+#include "tuner_inputs.h"
 #include "tuner_model.h"
 
 static int warnings;
 static char last_warning[512];
 static char infos[4096];
+
+/* Ranks made on threads log at once. */
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void logger(int level, unsigned long flags, const char *file, int line, const char *fmt,
                    ...) {
@@ -27,6 +32,7 @@ static void logger(int level, unsigned long flags, const char *file, int line, c
   (void)file;
   (void)line;
   va_list ap;
+  pthread_mutex_lock(&log_lock);
   if (level == RR_LOG_INFO) {
     size_t len = strlen(infos);
     va_start(ap, fmt);
@@ -34,13 +40,13 @@ static void logger(int level, unsigned long flags, const char *file, int line, c
     va_end(ap);
     len = strlen(infos);
     if (len + 1 < sizeof(infos)) strcat(infos, "\n");
-    return;
+  } else if (level == RR_LOG_WARN) {
+    warnings++;
+    va_start(ap, fmt);
+    vsnprintf(last_warning, sizeof(last_warning), fmt, ap);
+    va_end(ap);
   }
-  if (level != RR_LOG_WARN) return;
-  warnings++;
-  va_start(ap, fmt);
-  vsnprintf(last_warning, sizeof(last_warning), fmt, ap);
-  va_end(ap);
+  pthread_mutex_unlock(&log_lock);
 }
 
 static char cfg_path[64];
@@ -429,14 +435,158 @@ static void test_agreement_dir_problems(void **state) {
   setenv("RERAIL_TUNER_AGREE_DIR", dir, 1);
   setenv("RERAIL_TUNER_AGREE_LOOK", "0", 1);
   warnings = 0;
-  c = make_ctx(4, 2, NULL);
+  c = make_ctx(1, 1, NULL); /* one rank: its inputs agree with themselves at once */
   assert_non_null(strstr(last_warning, "RERAIL_TUNER_AGREE_LOOK='0'"));
+  rr_tuner_stats st;
+  rr_tuner_get_stats(c, &st);
+  assert_int_equal(st.agreement, 1);
+  assert_int_equal(st.inputs_refused, 0);
+  assert_int_equal(st.replanning, 1);
   rr_tuner_finalize(c);
   unsetenv("RERAIL_TUNER_AGREE_LOOK");
   unsetenv("RERAIL_TUNER_AGREE_DIR");
   char cmd[64];
   snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
   assert_int_equal(system(cmd), 0);
+}
+
+
+/* Fingerprints: the rules as parsed (not comments, spacing or line
+ * numbers), @net, settings, NCCL and shape each have their own, so that a
+ * mismatch can be named. */
+static void test_input_fingerprints(void **state) {
+  (void)state;
+  rr_rules a, b;
+  char err[256];
+  assert_int_equal(rr_rules_parse("allreduce,0,4K,ring,ll,4,-1,-1\n@net,nics=2,gbps=100,lat_us=2\n",
+                                  "a", &a, err, sizeof(err)), RR_OK);
+  assert_int_equal(rr_rules_parse("# same rules, said differently\n\n@net,nics=2,gbps=100,lat_us=2\n"
+                                  "allreduce,0,4096,ring,ll,4,-1,-1\n", "b", &b, err, sizeof(err)),
+                   RR_OK);
+  const uint64_t settings[] = {256, 4096, 5};
+  double lat[RR_NUM_ALGOS][RR_NUM_PROTOS] = {{5.0, 8.5, 14.0}, {2.7, 4.0, 14.0}};
+  rr_tuner_input_args in = {.rules = &a, .settings = settings, .n_settings = 3, .abi_version = 6,
+                            .nccl_version = 23007, .nccl_latencies = (const double(*)[RR_NUM_PROTOS])lat,
+                            .n_ranks = 16, .n_nodes = 2, .nvl_domains = 2};
+  uint64_t fa[RR_AGREE_INPUT_KINDS], fb[RR_AGREE_INPUT_KINDS];
+  rr_tuner_inputs_fingerprint(&in, fa);
+  in.rules = &b;
+  rr_tuner_inputs_fingerprint(&in, fb);
+  assert_memory_equal(fa, fb, sizeof(fa));
+
+  /* Each change moves exactly its own fingerprint. */
+  b.rule[0].channels = 8;
+  rr_tuner_inputs_fingerprint(&in, fb);
+  for (int k = 0; k < RR_AGREE_INPUT_KINDS; k++) assert_true((fa[k] != fb[k]) == (k == RR_INPUT_RULES));
+  b.rule[0].channels = 4;
+  b.net.lat_us = 2.5;
+  rr_tuner_inputs_fingerprint(&in, fb);
+  for (int k = 0; k < RR_AGREE_INPUT_KINDS; k++) assert_true((fa[k] != fb[k]) == (k == RR_INPUT_NET));
+  b.net.lat_us = 2.0;
+  in.rules = NULL; /* a file rejected on one node: no rules there */
+  rr_tuner_inputs_fingerprint(&in, fb);
+  assert_true(fa[RR_INPUT_RULES] != fb[RR_INPUT_RULES] && fa[RR_INPUT_NET] != fb[RR_INPUT_NET]);
+  in.rules = &b;
+  const uint64_t other[] = {256, 8192, 5};
+  in.settings = other;
+  rr_tuner_inputs_fingerprint(&in, fb);
+  for (int k = 0; k < RR_AGREE_INPUT_KINDS; k++) assert_true((fa[k] != fb[k]) == (k == RR_INPUT_SETTINGS));
+  in.settings = settings;
+  in.nccl_version = 22809;
+  rr_tuner_inputs_fingerprint(&in, fb);
+  for (int k = 0; k < RR_AGREE_INPUT_KINDS; k++) assert_true((fa[k] != fb[k]) == (k == RR_INPUT_NCCL));
+  in.nccl_version = 23007;
+  lat[RR_ALGO_RING][RR_PROTO_LL] = 2.8; /* NCCL's own constants differ */
+  rr_tuner_inputs_fingerprint(&in, fb);
+  for (int k = 0; k < RR_AGREE_INPUT_KINDS; k++) assert_true((fa[k] != fb[k]) == (k == RR_INPUT_NCCL));
+  lat[RR_ALGO_RING][RR_PROTO_LL] = 2.7;
+  in.n_nodes = 4;
+  rr_tuner_inputs_fingerprint(&in, fb);
+  for (int k = 0; k < RR_AGREE_INPUT_KINDS; k++) assert_true((fa[k] != fb[k]) == (k == RR_INPUT_SHAPE));
+
+  char what[256];
+  rr_tuner_inputs_describe((1u << RR_INPUT_RULES) | (1u << RR_INPUT_SHAPE), what, sizeof(what));
+  assert_non_null(strstr(what, "rules"));
+  assert_non_null(strstr(what, "ranks"));
+  assert_null(strstr(what, "@net"));
+}
+
+/* Two ranks of one communicator (same id, same directory; threads here)
+ * whose inputs differ: both stand aside alike (NCCL's table untouched,
+ * NCCL's latencies unedited, NCCL's chunk size), the refusal is counted
+ * and names what differed. Then the same with equal inputs: both act. */
+typedef struct rank_arg {
+  size_t nodes;
+  double lat[RR_NUM_ALGOS][RR_NUM_PROTOS];
+  rr_tuner_ctx *ctx;
+} rank_arg;
+
+static void *rank_init(void *p) {
+  rank_arg *r = p;
+  rr_tuner_init_args a = {.abi_version = 6, .comm_id = 0x5eedu, .n_ranks = 2, .n_nodes = r->nodes,
+                          .nvl_domains = -1, .logger = logger, .net_latencies = r->lat};
+  rr_tuner_init(&a, &r->ctx);
+  return NULL;
+}
+
+static void two_ranks(size_t nodes0, size_t nodes1, rank_arg r[2]) {
+  char dir[] = "/tmp/rr-agree-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  setenv("RERAIL_TUNER_AGREE_DIR", dir, 1);
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) {
+    memset(&r[i], 0, sizeof(r[i]));
+    r[i].nodes = i == 0 ? nodes0 : nodes1;
+    r[i].lat[RR_ALGO_RING][RR_PROTO_LL] = 2.7;
+    assert_int_equal(pthread_create(&t[i], NULL, rank_init, &r[i]), 0);
+  }
+  for (int i = 0; i < 2; i++) assert_int_equal(pthread_join(t[i], NULL), 0);
+  unsetenv("RERAIL_TUNER_AGREE_DIR");
+  char cmd[64];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+static void test_inputs_refused_alike(void **state) {
+  (void)state;
+  write_rules("allreduce,0,-1,ring,ll,3,-1,-1,-1,-1,chunk=64K\n@net,nics=2,gbps=100,lat_us=1.7\n");
+  const uint64_t before = rr_tuner_inputs_refusals();
+  rank_arg r[2];
+  two_ranks(2, 4, r); /* the ranks see different node counts */
+  assert_int_equal(rr_tuner_inputs_refusals(), before + 2);
+  for (int i = 0; i < 2; i++) {
+    assert_non_null(r[i].ctx);
+    rr_tuner_stats st;
+    rr_tuner_get_stats(r[i].ctx, &st);
+    assert_int_equal(st.inputs_refused, 1);
+    assert_int_equal(st.inputs_differ, 1u << RR_INPUT_SHAPE);
+    assert_int_equal(st.replanning, 0);
+    assert_true(r[i].lat[RR_ALGO_RING][RR_PROTO_LL] == 2.7); /* NCCL's, unedited */
+    float t[RR_NUM_ALGOS][RR_NUM_PROTOS], expect[RR_NUM_ALGOS][RR_NUM_PROTOS];
+    fill(t, 4096);
+    memcpy(expect, t, sizeof(t));
+    assert_int_equal(coll_info(r[i].ctx, RR_COLL_ALL_REDUCE, 4096, t, 0), 0);
+    assert_memory_equal(t, expect, sizeof(t));
+    size_t chunk = 131072;
+    rr_tuner_chunk_size(r[i].ctx, RR_COLL_ALL_REDUCE, 4096, RR_ALGO_RING, RR_PROTO_LL, 1, &chunk);
+    assert_int_equal(chunk, 131072);
+    rr_tuner_finalize(r[i].ctx);
+  }
+
+  two_ranks(2, 2, r); /* equal inputs: both act */
+  assert_int_equal(rr_tuner_inputs_refusals(), before + 2);
+  for (int i = 0; i < 2; i++) {
+    rr_tuner_stats st;
+    rr_tuner_get_stats(r[i].ctx, &st);
+    assert_int_equal(st.agreement, 1);
+    assert_int_equal(st.inputs_refused, 0);
+    assert_int_equal(st.replanning, 1);
+    assert_true(r[i].lat[RR_ALGO_RING][RR_PROTO_LL] > 1.69 && r[i].lat[RR_ALGO_RING][RR_PROTO_LL] < 1.71);
+    float t[RR_NUM_ALGOS][RR_NUM_PROTOS];
+    fill(t, 4096);
+    assert_int_equal(coll_info(r[i].ctx, RR_COLL_ALL_REDUCE, 4096, t, 0), 3);
+    rr_tuner_finalize(r[i].ctx);
+  }
 }
 
 static void test_null_and_foreign_contexts(void **state) {
@@ -462,6 +612,8 @@ int main(void) {
       cmocka_unit_test_teardown(test_model_under_agreed_view, teardown),
       cmocka_unit_test_teardown(test_net_latency_constants, teardown),
       cmocka_unit_test_teardown(test_agreement_dir_problems, teardown),
+      cmocka_unit_test_teardown(test_input_fingerprints, teardown),
+      cmocka_unit_test_teardown(test_inputs_refused_alike, teardown),
       cmocka_unit_test_teardown(test_null_and_foreign_contexts, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -16,19 +16,28 @@ static int path_of(const rr_agree_dir *d, const char *name, char *out, size_t le
   return n > 0 && (size_t)n < len ? 0 : -1;
 }
 
+/* A register's text (at most len - 1 bytes, NUL-terminated); -1 when it is
+ * absent or unreadable, else its length. */
+static ssize_t read_text(const rr_agree_dir *d, const char *name, char *buf, size_t len) {
+  char p[PATH_MAX + 64];
+  if (path_of(d, name, p, sizeof(p)) != 0) return -1;
+  int fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, len - 1);
+  close(fd);
+  if (n < 0) n = 0;
+  buf[n] = '\0';
+  return n;
+}
+
 /* The register's value; 0 when absent, unreadable or not a number. */
 static uint64_t read_reg(const rr_agree_dir *d, const char *name, int *present) {
-  char p[PATH_MAX + 64];
-  if (present != NULL) *present = 0;
-  if (path_of(d, name, p, sizeof(p)) != 0) return 0;
-  int fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  if (fd < 0) return 0;
-  if (present != NULL) *present = 1;
   char buf[32];
-  ssize_t n = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
+  if (present != NULL) *present = 0;
+  ssize_t n = read_text(d, name, buf, sizeof(buf));
+  if (n < 0) return 0;
+  if (present != NULL) *present = 1;
+  if (n == 0) return 0;
   char *end = NULL;
   errno = 0;
   unsigned long long v = strtoull(buf, &end, 10);
@@ -36,16 +45,16 @@ static uint64_t read_reg(const rr_agree_dir *d, const char *name, int *present) 
   return (uint64_t)v;
 }
 
-/* Write-once: returns 1 if this call wrote it, 0 if it was there, -1 on error. */
-static int write_once(rr_agree_dir *d, const char *name, uint64_t value) {
+/* Write-once with a text value: returns 1 if this call wrote it, 0 if it
+ * was there (link: EEXIST, decided by the server even where reads are
+ * late), -1 on error. */
+static int write_text_once(rr_agree_dir *d, const char *name, const char *buf, size_t n) {
   char tmp[PATH_MAX + 64], dst[PATH_MAX + 64], leaf[160];
   snprintf(leaf, sizeof(leaf), ".t.%s.%" PRIu64, d->token, d->tmp_seq++);
   if (path_of(d, leaf, tmp, sizeof(tmp)) != 0 || path_of(d, name, dst, sizeof(dst)) != 0) return -1;
   int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return -1;
-  char buf[32];
-  int n = snprintf(buf, sizeof(buf), "%" PRIu64 "\n", value);
-  int ok = write(fd, buf, (size_t)n) == n;
+  int ok = write(fd, buf, n) == (ssize_t)n;
   if (close(fd) != 0) ok = 0;
   int rc = -1;
   if (ok) {
@@ -54,6 +63,12 @@ static int write_once(rr_agree_dir *d, const char *name, uint64_t value) {
   }
   unlink(tmp);
   return rc;
+}
+
+static int write_once(rr_agree_dir *d, const char *name, uint64_t value) {
+  char buf[32];
+  int n = snprintf(buf, sizeof(buf), "%" PRIu64 "\n", value);
+  return write_text_once(d, name, buf, (size_t)n);
 }
 
 static uint64_t m_proposal(void *arg, uint32_t e) {
@@ -106,14 +121,87 @@ static uint64_t m_decision(void *arg, uint32_t e) {
   return v == RR_AGREE_NONE ? RR_AGREE_ABORT : v; /* unreadable: ABORT, the same everywhere */
 }
 
+/* What a decision register holds after this rank's compare-and-swap:
+ * its own value when it wrote it; else the winner's, or NONE when that is
+ * not visible here yet (the protocol reads it again: tuner_agree.c). */
+static uint64_t decide_in(rr_agree_dir *d, const char *name, uint64_t value) {
+  int rc = write_once(d, name, value);
+  if (rc == 1) return value;
+  int present = 0;
+  uint64_t v = read_reg(d, name, &present);
+  if (present) return v == RR_AGREE_NONE ? RR_AGREE_ABORT : v;
+  /* Could not even try (rc -1) and nothing there: the directory went away,
+   * which the protocol assumes does not happen during a job (docs/tuner.md). */
+  return rc == 0 ? RR_AGREE_NONE : RR_AGREE_ABORT;
+}
+
 static uint64_t m_decide(void *arg, uint32_t e, uint64_t value) {
   char name[32];
   snprintf(name, sizeof(name), "d%" PRIu32, e);
-  write_once(arg, name, value);
-  uint64_t now = m_decision(arg, e);
-  /* Could not write and nothing there: the directory went away, which the
-   * protocol assumes does not happen during a job (docs/tuner.md). */
-  return now != RR_AGREE_NONE ? now : RR_AGREE_ABORT;
+  return decide_in(arg, name, value);
+}
+
+/* INPUTS: i.<token> holds a context's fingerprints as hex words; 'di' the
+ * decision. */
+static void m_post_inputs(void *arg, const uint64_t fp[RR_AGREE_INPUT_KINDS]) {
+  rr_agree_dir *d = arg;
+  char name[160], buf[RR_AGREE_INPUT_KINDS * 17 + 2];
+  size_t n = 0;
+  snprintf(name, sizeof(name), "i.%s", d->token);
+  for (int k = 0; k < RR_AGREE_INPUT_KINDS; k++)
+    n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%016" PRIx64 "%c", fp[k],
+                          k + 1 < RR_AGREE_INPUT_KINDS ? ' ' : '\n');
+  write_text_once(d, name, buf, n);
+}
+
+/* One context's fingerprints; 0 when the text is not exactly that. */
+static int parse_inputs(const char *text, uint64_t fp[RR_AGREE_INPUT_KINDS]) {
+  const char *p = text;
+  for (int k = 0; k < RR_AGREE_INPUT_KINDS; k++) {
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(p, &end, 16);
+    if (errno != 0 || end != p + 16) return 0;
+    fp[k] = (uint64_t)v;
+    if (*end != (k + 1 < RR_AGREE_INPUT_KINDS ? ' ' : '\n')) return 0;
+    p = end + 1;
+  }
+  return *p == '\0';
+}
+
+static uint32_t m_count_inputs(void *arg, uint32_t n, const uint64_t mine[RR_AGREE_INPUT_KINDS],
+                               uint32_t *differ) {
+  rr_agree_dir *d = arg;
+  *differ = 0;
+  DIR *dir = opendir(d->path);
+  if (dir == NULL) return 0;
+  uint32_t count = 0;
+  struct dirent *ent;
+  while ((ent = readdir(dir)) != NULL && count <= n) {
+    if (strncmp(ent->d_name, "i.", 2) != 0) continue;
+    char buf[RR_AGREE_INPUT_KINDS * 17 + 8];
+    uint64_t fp[RR_AGREE_INPUT_KINDS];
+    /* Not parsable (yet): not counted; a register is complete once visible,
+     * so this is a foreign file, the same for every reader. */
+    if (read_text(d, ent->d_name, buf, sizeof(buf)) <= 0 || !parse_inputs(buf, fp)) continue;
+    count++;
+    for (int k = 0; k < RR_AGREE_INPUT_KINDS; k++)
+      if (fp[k] != mine[k]) *differ |= 1u << k;
+  }
+  closedir(dir);
+  return count;
+}
+
+static uint64_t m_inputs_decision(void *arg) {
+  int present = 0;
+  uint64_t v = read_reg(arg, "di", &present);
+  if (!present) return RR_AGREE_NONE;
+  return v == RR_AGREE_NONE ? RR_AGREE_IN_REFUSE : v; /* unreadable: REFUSE everywhere */
+}
+
+static uint64_t m_inputs_decide(void *arg, uint64_t value) {
+  uint64_t v = decide_in(arg, "di", value);
+  return v == RR_AGREE_ABORT ? RR_AGREE_IN_REFUSE : v;
 }
 
 rr_status rr_agree_dir_open(rr_agree_dir *d, const char *base, uint64_t comm_id,
@@ -137,7 +225,9 @@ rr_status rr_agree_dir_open(rr_agree_dir *d, const char *base, uint64_t comm_id,
 
 rr_agree_medium rr_agree_dir_medium(rr_agree_dir *d) {
   rr_agree_medium m = {.arg = d, .proposal = m_proposal, .propose = m_propose, .vote = m_vote,
-                       .count_votes = m_count_votes, .decision = m_decision, .decide = m_decide};
+                       .count_votes = m_count_votes, .decision = m_decision, .decide = m_decide,
+                       .post_inputs = m_post_inputs, .count_inputs = m_count_inputs,
+                       .inputs_decision = m_inputs_decision, .inputs_decide = m_inputs_decide};
   return m;
 }
 

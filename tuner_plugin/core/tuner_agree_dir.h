@@ -5,14 +5,17 @@
  * One subdirectory per communicator (comm-<id>); registers are files:
  * p<e> (proposal), d<e> (decision), v<e>.<token> (votes; the tuner is not
  * told its rank, so a voter is a per-context token and the votes of an
- * epoch are counted by name), plus two that are not protocol registers:
+ * epoch are counted by name), i.<token> and di (the inputs step's
+ * fingerprints and decision), plus two that are not protocol registers:
  * 'leader' (the first context to create it proposes) and 'hint' (touched by
  * a rank whose view differs from the plan in force, so the leader proposes).
  * A register is written by creating a temporary file with the whole value
  * and link()ing it to its name: link fails if the name exists, which makes
  * every register write-once and a decision a compare-and-swap (also on NFS,
  * where link is atomic). Contents that do not parse read as "not written"
- * (proposals, votes) or ABORT (decisions): the same on every rank. */
+ * (proposals, votes, fingerprints) or ABORT/REFUSE (decisions): the same on
+ * every rank. A decision this context lost the race for reads as NONE
+ * until the winner's file is visible here (the protocol reads it again). */
 #ifndef RERAIL_TUNER_AGREE_DIR_H
 #define RERAIL_TUNER_AGREE_DIR_H
 #include <limits.h>

@@ -13,10 +13,6 @@
 
 #include "tuner_core_internal.h"
 
-/* Marks a live context, so that a stale or foreign pointer (NCCL's net
- * context, a freed tuner context) is refused instead of trusted. */
-#define RR_TUNER_CTX_MAGIC 0x72727475u  /* "rrtu" */
-
 /* Process-wide state shared by every context: the rules file, loaded when
  * the first context is made and dropped with the last. Init and finalize
  * are rare; the lock never touches the per-collective path. */
@@ -168,7 +164,9 @@ rr_status rr_tuner_init(const rr_tuner_init_args *args, rr_tuner_ctx **ctx) {
   c->comm_id = args->comm_id;
   c->n_ranks = args->n_ranks;
   c->n_nodes = args->n_nodes;
+  c->nvl_domains = args->nvl_domains;
   atomic_init(&c->colls, 0);
+  atomic_init(&c->parts, 0);
 
   pthread_mutex_lock(&process.lock);
   if (process.live++ == 0) load_rules_locked();
@@ -176,19 +174,23 @@ rr_status rr_tuner_init(const rr_tuner_init_args *args, rr_tuner_ctx **ctx) {
   c->rules = process.rules;
   pthread_mutex_unlock(&process.lock);
 
-  set_net_latencies(c->rules, args->net_latencies);
   rr_tuner_set_view(c, NULL);
-  rr_tuner_agree_start(c);
+  /* Before NCCL's latencies are edited: they are one of the inputs the
+   * ranks compare, and on a mismatch they must stay NCCL's. */
+  rr_tuner_agree_start(c, (const double(*)[RR_NUM_PROTOS])args->net_latencies);
+  if (!c->inert) set_net_latencies(c->rules, args->net_latencies);
 
   char nvl[32] = "";
   if (args->nvl_domains >= 0) snprintf(nvl, sizeof(nvl), " nvlDomains %d", args->nvl_domains);
   RR_INFO(RR_SUB_TUNING,
           "tuner: bound as ncclTunerPlugin_v%d; comm 0x%" PRIx64
-          " nRanks %zu nNodes %zu%s; %d rule%s, cost model %s (%d live comm%s)",
+          " nRanks %zu nNodes %zu%s; %d rule%s, cost model %s%s (%d live comm%s)",
           c->abi_version, c->comm_id, c->n_ranks, c->n_nodes, nvl,
           c->rules != NULL ? c->rules->count : 0,
           c->rules != NULL && c->rules->count == 1 ? "" : "s",
-          c->have_net ? "on (static view)" : "off (no @net)", live, live == 1 ? "" : "s");
+          c->have_net ? "on (static view)" : "off (no @net)",
+          c->inert ? "; standing aside (inputs differ between ranks)" : "", live,
+          live == 1 ? "" : "s");
   *ctx = c;
   return RR_OK;
 }
@@ -314,8 +316,9 @@ rr_status rr_tuner_coll_info(rr_tuner_ctx *ctx, const rr_coll_query *q, int *n_c
                             : "getCollInfo with neither a cost table nor algorithm/protocol ids");
     return RR_OK;
   }
-  uint64_t seq = atomic_fetch_add_explicit(&ctx->colls, 1, memory_order_relaxed);
-  if (ctx->agree != NULL) rr_tuner_agree_step(ctx, seq);
+  atomic_fetch_add_explicit(&ctx->colls, 1, memory_order_relaxed);
+  if (ctx->inert) return RR_OK; /* the ranks' inputs differ: NCCL's choice on every rank */
+  if (ctx->agree != NULL) rr_tuner_agree_step(ctx);
   int channels = *n_channels;
   if (q->cost != NULL) apply_model(ctx, q, &channels);
 
@@ -356,6 +359,9 @@ rr_status rr_tuner_chunk_size(rr_tuner_ctx *ctx, int coll, size_t part_bytes, in
                                           : "getChunkSize with a NULL chunk-size pointer");
     return RR_OK;
   }
+  /* The agreement's key: counted before anything else, on every rank alike. */
+  atomic_fetch_add_explicit(&ctx->parts, 1, memory_order_relaxed);
+  if (ctx->inert) return RR_OK;
   const rr_rules *rules = ctx->rules;
   const int grain = rr_proto_grain(proto);
   if (rules == NULL || rules->count == 0 || grain == 0) return RR_OK;

@@ -84,6 +84,20 @@ rr_status rr_tuner_coll_info(rr_tuner_ctx *ctx, const rr_coll_query *q, int *n_c
 rr_status rr_tuner_chunk_size(rr_tuner_ctx *ctx, int coll, size_t part_bytes, int algo, int proto,
                               int n_channels, size_t *chunk_size);
 
+/* What the agreement did on a context, for tests and tools. */
+typedef struct rr_tuner_stats {
+  int agreement;          /* 1: RERAIL_TUNER_AGREE_DIR in use for this communicator */
+  int inputs_refused;     /* 1: the ranks' inputs differed: NCCL's choices on every rank */
+  uint32_t inputs_differ; /* the kinds that differed (tuner_inputs.h); 0 with a timeout */
+  int replanning;         /* 1: health-driven re-planning on (inputs agreed, tuner v6) */
+  uint64_t key;           /* the re-planning sequence key (getChunkSize calls so far) */
+  uint64_t commits, aborts, late_reads, late_stalls;
+} rr_tuner_stats;
+/* Zeroes *out for a NULL or unknown context. */
+void rr_tuner_get_stats(const rr_tuner_ctx *ctx, rr_tuner_stats *out);
+/* Communicators in this process whose ranks' inputs differed. */
+uint64_t rr_tuner_inputs_refusals(void);
+
 /* For tests and the agreement protocol: install an agreed view of the
  * network on a context (the same on every rank, by construction of the
  * caller). NULL restores the static view. */

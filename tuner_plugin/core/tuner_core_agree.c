@@ -13,15 +13,19 @@
 #include "tuner_agree.h"
 #include "tuner_agree_dir.h"
 #include "tuner_core_internal.h"
+#include "tuner_inputs.h"
 
 /* The agreement protocol's per-context state (tuner_agree.h), present only
  * when RERAIL_TUNER_AGREE_DIR names a job-wide directory. */
 struct agreement {
   rr_agree_dir dir;
   rr_agree proto;
+  int replan;              /* health-driven re-planning on (inputs agreed, tuner v6) */
   int leader;
-  uint64_t look_every;     /* collectives between looks at the directory */
-  uint64_t margin;         /* collectives between a proposal and its activation */
+  uint64_t look_every;     /* key steps between looks at the directory */
+  uint64_t next_look;      /* the key at which to look next */
+  uint64_t looks;
+  uint64_t margin;         /* key steps between a proposal and its activation */
   uint64_t my_view;        /* this host's view: (rails down << 32) | down mask */
   uint64_t voted_view;     /* the view of this rank's last vote */
   uint64_t seen_aborts;
@@ -74,9 +78,31 @@ static uint64_t env_u64(const char *name, uint64_t def, uint64_t lo, uint64_t hi
   return (uint64_t)x;
 }
 
-/* RERAIL_TUNER_AGREE_DIR set: join the communicator's registers. Any
- * problem leaves the protocol off (the static view: always consistent). */
-void rr_tuner_agree_start(rr_tuner_ctx *c) {
+static atomic_uint_least64_t refusals;      /* communicators refused, process-wide */
+static atomic_int warned_refusal;
+
+uint64_t rr_tuner_inputs_refusals(void) { return atomic_load(&refusals); }
+
+/* The ranks' inputs differ (or one did not arrive): say so once per
+ * process (WARN; later communicators at INFO), and count it. */
+static void report_refusal(const rr_tuner_ctx *c, uint64_t decision, uint64_t init_ms) {
+  atomic_fetch_add(&refusals, 1);
+  const uint32_t differ = (uint32_t)(decision & ~(uint64_t)RR_AGREE_IN_REFUSE);
+  char what[256];
+  if (differ != 0) rr_tuner_inputs_describe(differ, what, sizeof(what));
+  else snprintf(what, sizeof(what), "a rank's inputs did not arrive within %" PRIu64 " ms", init_ms);
+  const int first = atomic_exchange(&warned_refusal, 1) == 0;
+  rr_log_emit(first ? RR_LOG_WARN : RR_LOG_INFO, RR_SUB_TUNING, __FILE__, __LINE__,
+              "tuner: comm 0x%" PRIx64 ": the ranks' inputs differ (%s); rerail's tuner leaves "
+              "every choice to NCCL on every rank of this communicator%s",
+              c->comm_id, what, first ? " (said once; later communicators at INFO)" : "");
+}
+
+/* RERAIL_TUNER_AGREE_DIR set: join the communicator's registers and agree
+ * on the inputs; on a match, re-plan with health (tuner v6). A directory
+ * that cannot be used leaves the protocol off (the static view: NCCL's
+ * choices and the rules, as without it). */
+void rr_tuner_agree_start(rr_tuner_ctx *c, const double (*nccl_latencies)[RR_NUM_PROTOS]) {
   const char *base = getenv("RERAIL_TUNER_AGREE_DIR");
   if (base == NULL || base[0] == '\0') return;
   if (c->comm_id == 0 || c->n_ranks < 1 || c->n_ranks > (1u << 20)) {
@@ -102,27 +128,61 @@ void rr_tuner_agree_start(rr_tuner_ctx *c) {
   }
   rr_agree_medium m = rr_agree_dir_medium(&a->dir);
   uint64_t wait_ms = env_u64("RERAIL_TUNER_AGREE_WAIT_MS", 5, 1, 10000);
-  rr_agree_init(&a->proto, &m, (uint32_t)c->n_ranks, 0, wait_ms * 1000000ull);
   a->look_every = env_u64("RERAIL_TUNER_AGREE_LOOK", 256, 1, 1u << 20);
   a->margin = env_u64("RERAIL_TUNER_AGREE_MARGIN", 4096, 2, 1u << 30);
+  /* Timing of the agreement itself, not of any choice: not fingerprinted. */
+  const uint64_t init_ms = env_u64("RERAIL_TUNER_AGREE_INIT_MS", 10000, 1, 600000);
+  const uint64_t late_ms = env_u64("RERAIL_TUNER_AGREE_LATE_MS", 1000, 1, 600000);
+  rr_agree_init(&a->proto, &m, (uint32_t)c->n_ranks, 0, wait_ms * 1000000ull);
+  a->proto.late_ns = late_ms * 1000000ull;
+  c->agree = a;
+
+  const uint64_t settings[] = {a->look_every, a->margin, wait_ms};
+  rr_tuner_input_args in = {.rules = c->rules, .settings = settings, .n_settings = 3,
+                            .abi_version = c->abi_version, .nccl_version = rr_tuner_nccl_version(),
+                            .nccl_latencies = nccl_latencies, .n_ranks = c->n_ranks,
+                            .n_nodes = c->n_nodes, .nvl_domains = c->nvl_domains};
+  uint64_t fp[RR_AGREE_INPUT_KINDS];
+  rr_tuner_inputs_fingerprint(&in, fp);
+  const uint64_t d = rr_agree_inputs(&a->proto, fp, init_ms * 1000000ull);
+  if (d != RR_AGREE_IN_MATCH) {
+    c->inert = 1;
+    report_refusal(c, d, init_ms);
+    return;
+  }
+  /* Health-driven re-planning keys on getChunkSize calls, which only tuner
+   * v6 (NCCL 2.30+) receives: a count of getCollInfo calls drifts apart on
+   * ranks that call ncclGroupSimulateEnd (docs/tuner.md, "Sequence key"). */
+  if (c->abi_version < 6) {
+    RR_INFO(RR_SUB_TUNING,
+            "tuner: comm 0x%" PRIx64 " inputs agreed by all %zu ranks in %s; health re-planning "
+            "needs tuner v6 (NCCL 2.30+), off",
+            c->comm_id, c->n_ranks, a->dir.path);
+    return;
+  }
+  a->replan = 1;
   a->leader = rr_agree_dir_claim_leader(&a->dir);
   a->my_view = local_view();
-  c->agree = a;
   RR_INFO(RR_SUB_TUNING,
-          "tuner: comm 0x%" PRIx64 " plan agreement on in %s as %s (%s); look every %" PRIu64
-          " collectives, activate %" PRIu64 " ahead, wait %" PRIu64 " ms",
-          c->comm_id, a->dir.path, token, a->leader ? "leader" : "voter", a->look_every,
-          a->margin, wait_ms);
+          "tuner: comm 0x%" PRIx64 " inputs agreed by all %zu ranks; plan agreement on in %s as "
+          "%s (%s); look every %" PRIu64 " chunk queries, activate %" PRIu64
+          " ahead, wait %" PRIu64 " ms",
+          c->comm_id, c->n_ranks, a->dir.path, token, a->leader ? "leader" : "voter",
+          a->look_every, a->margin, wait_ms);
 }
 
-/* Before collective seq: run the protocol and install a newly agreed plan.
- * The directory is touched only every look_every collectives, and at an
- * activation point this rank voted for. */
-void rr_tuner_agree_step(rr_tuner_ctx *c, uint64_t seq) {
+/* Before a collective: run the protocol at the current key and install a
+ * newly agreed plan. The directory is touched only when the key has moved
+ * look_every past the last look, and at an activation point this rank
+ * voted for. */
+void rr_tuner_agree_step(rr_tuner_ctx *c) {
   struct agreement *a = c->agree;
-  const int look = seq % a->look_every == 0;
+  if (!a->replan) return;
+  const uint64_t seq = atomic_load_explicit(&c->parts, memory_order_relaxed);
+  const int look = seq >= a->next_look;
   if (look) {
-    if (seq % (a->look_every * 16) == 0) a->my_view = local_view();
+    a->next_look = seq + a->look_every;
+    if (a->looks++ % 16 == 0) a->my_view = local_view();
     /* Something to re-plan: this host's view moved since its last vote, or
      * its last epoch aborted (so its vote never counted). */
     int want = a->my_view != a->voted_view || a->proto.aborts != a->seen_aborts;
@@ -150,11 +210,27 @@ void rr_tuner_agree_step(rr_tuner_ctx *c, uint64_t seq) {
     a->applied = plan;
     apply_agreed(c, plan);
     RR_INFO(RR_SUB_TUNING,
-            "tuner: comm 0x%" PRIx64 " agreed plan from collective %" PRIu64
+            "tuner: comm 0x%" PRIx64 " agreed plan from chunk query %" PRIu64
             ": %d rail%s down on the worst host (mask 0x%" PRIx64 ")",
             c->comm_id, seq, c->rails_down, c->rails_down == 1 ? "" : "s",
             (uint64_t)(plan & 0xffffffffu));
   }
+}
+
+void rr_tuner_get_stats(const rr_tuner_ctx *c, rr_tuner_stats *out) {
+  memset(out, 0, sizeof(*out));
+  if (c == NULL || c->magic != RR_TUNER_CTX_MAGIC) return;
+  out->key = atomic_load_explicit(&c->parts, memory_order_relaxed);
+  out->inputs_refused = c->inert;
+  const struct agreement *a = c->agree;
+  if (a == NULL) return;
+  out->agreement = 1;
+  if (c->inert) out->inputs_differ = (uint32_t)(a->proto.inputs & ~(uint64_t)RR_AGREE_IN_REFUSE);
+  out->replanning = a->replan;
+  out->commits = a->proto.commits;
+  out->aborts = a->proto.aborts;
+  out->late_reads = a->proto.late_reads;
+  out->late_stalls = a->proto.late_stalls;
 }
 
 void rr_tuner_agree_stop(rr_tuner_ctx *c) {
