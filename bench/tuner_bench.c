@@ -191,7 +191,7 @@ int main(int argc, char **argv) {
   } modes[] = {{"static view, no rules", 0, 0, 0},
                {"agreed view, 1 of 8 rails down (model)", 1, 0, 0},
                {"64 rules, match on the last", 0, 1, 0},
-               {"agreement on, nothing to re-plan (a look every 256)", 0, 0, 1}};
+               {"agreement on, nothing to re-plan (a look every 256; getCollInfo + getChunkSize)", 0, 0, 1}};
   char agree_dir[64];
   snprintf(agree_dir, sizeof(agree_dir), "/tmp/rr-tuner-bench-agree-%d", (int)getpid());
   int too_slow = 0;
@@ -223,6 +223,13 @@ int main(int argc, char **argv) {
                          .num_algo = RR_NUM_ALGOS, .num_proto = RR_NUM_PROTOS};
       int ch = 0;
       fn(ctx, &q, &ch);
+      /* NCCL 2.30 asks for the chunk of every collective it launches, and
+       * those calls are the agreement's sequence: without them it never
+       * looks again and this mode would time only the first look. */
+      if (modes[m].agree) {
+        size_t chunk = 131072;
+        rr_tuner_chunk_size(ctx, RR_COLL_ALL_REDUCE, (size_t)(i & 0xfffff), RR_ALGO_RING, RR_PROTO_SIMPLE, ch > 0 ? ch : 1, &chunk);
+      }
     }
     double per = (now_ns() - start) / (double)calls;
     start = now_ns();
