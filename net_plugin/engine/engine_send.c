@@ -209,7 +209,7 @@ rr_status engine_send_on_write_done(rr_engine *e, uint64_t wr_id) {
   if (wr_id == ENGINE_PROBE_WR_ID) return RR_OK; /* filler measuring a demoted rail */
   uint32_t idx = (uint32_t)(wr_id & 0xffff);
   uint32_t epoch = (uint32_t)(wr_id >> 16);
-  if (idx >= RR_SEND_POOL) return RR_ERR_INTERNAL;
+  if (idx >= RR_SEND_POOL || !e->sreq) return RR_ERR_INTERNAL;
   if (epoch != e->epoch) return RR_OK; /* an older epoch's write: its chunk is replayed */
   rr_send_req *r = &e->sreq[idx];
   if (r->in_use && r->transmitted < r->nchunks) r->transmitted++;
@@ -721,6 +721,7 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
 rr_status rr_engine_isend(rr_engine *e, void *data, size_t size, int tag, rr_mr *mr,
                           void *phandle, void **request) {
   *request = NULL;
+  if (e->cfg.role != RR_ENGINE_SEND) return RR_ERR_INVALID; /* no send requests here */
   pthread_mutex_lock(&e->lock);
   rr_status st = isend_locked(e, data, size, tag, mr, phandle, request);
   pthread_mutex_unlock(&e->lock);
