@@ -57,9 +57,8 @@ int engine_rail_fence_cheap(const rr_engine *e, int r) {
 static rr_status engine_pools_alloc(rr_engine *e) {
   if (e->cfg.role == RR_ENGINE_SEND) {
     e->cts = calloc(RR_NET_MAX_REQUESTS, sizeof *e->cts);
-    e->sreq = calloc(RR_SEND_POOL, sizeof *e->sreq);
     e->fifo = calloc(RR_SEND_POOL, sizeof *e->fifo);
-    return e->cts && e->sreq && e->fifo ? RR_OK : RR_ERR_NOMEM;
+    return e->cts && e->fifo ? engine_sreq_grow(e) : RR_ERR_NOMEM;
   }
   if (e->cfg.role == RR_ENGINE_RECV) {
     e->rreq = calloc(RR_NET_MAX_REQUESTS, sizeof *e->rreq);
@@ -70,11 +69,11 @@ static rr_status engine_pools_alloc(rr_engine *e) {
 
 static void engine_pools_free(rr_engine *e) {
   free(e->cts);
-  free(e->sreq);
+  for (uint32_t i = 0; i < e->sreq_cap / RR_SEND_CHUNK; i++) free(e->sreq_chunk[i]);
+  e->sreq_cap = 0;
   free(e->fifo);
   free(e->rreq);
   e->cts = NULL;
-  e->sreq = NULL;
   e->fifo = NULL;
   e->rreq = NULL;
 }

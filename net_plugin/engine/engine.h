@@ -188,6 +188,7 @@ typedef struct rr_engine_stats {
 } rr_engine_stats;
 
 #define RR_SEND_POOL (RR_NET_MAX_REQUESTS * RR_NET_MAX_RECVS)
+#define RR_SEND_CHUNK 32
 #define RR_BOUNCE_COUNT RR_NET_MAX_REQUESTS
 #define RR_BOUNCE_SIZE 4096
 
@@ -262,7 +263,11 @@ struct rr_engine {
   uint32_t implied_mask;    /* by slot: an ack says the assumed receive took just its eager message */
   int assumed_tag;          /* the tag of every eager message assumed in [known_seq, send_seq) */
   int nparked;              /* requests parked (rr_send_req.parked) */
-  rr_send_req *sreq;        /* RR_SEND_POOL */
+  /* Send requests, RR_SEND_CHUNK at a time as needed (engine_sreq): the
+   * pool may hold every request the protocol allows, and a connection
+   * rarely has more than a few in flight. */
+  rr_send_req *sreq_chunk[RR_SEND_POOL / RR_SEND_CHUNK];
+  uint32_t sreq_cap;        /* requests allocated */
   uint16_t *fifo;           /* RR_SEND_POOL: active sends in posting order */
   uint32_t fifo_head, fifo_tail, fifo_post; /* post: first entry that may have unposted chunks */
   char *bounce;             /* RR_BOUNCE_COUNT * RR_BOUNCE_SIZE, allocated on first use */
@@ -312,6 +317,13 @@ struct rr_engine {
   rr_engine_stats stats;
   char violation_why[96];   /* the first violation, for the log */
 };
+
+/* Send request idx (< sreq_cap). */
+static inline rr_send_req *engine_sreq(const rr_engine *e, uint32_t idx) {
+  return &e->sreq_chunk[idx / RR_SEND_CHUNK][idx % RR_SEND_CHUNK];
+}
+/* Room for another RR_SEND_CHUNK send requests (engine_send.c). */
+rr_status engine_sreq_grow(rr_engine *e);
 
 extern const rr_rail_events rr_engine_rail_events;
 
