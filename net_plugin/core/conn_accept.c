@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -315,6 +316,22 @@ static void on_hello(rr_listen_comm *l, pending_sock *ps) {
   ps->got = 0;
 }
 
+/* Room for slot n of an array of pending sockets or groups, grown by
+ * doubling up to max: a listener usually holds one connection's few
+ * sockets at a time, and allocating room for the most it may hold each time
+ * one arrived cost every accept a 55 KB clear (bench/RESULTS.md, "Thousands
+ * of connections"). 0 when out of memory. */
+static int slots_room(void **arr, int *cap, int n, int max, size_t size) {
+  if (n < *cap) return 1;
+  int c = *cap ? 2 * *cap : 4;
+  if (c > max) c = max;
+  void *p = realloc(*arr, (size_t)c * size);
+  if (!p) return 0;
+  *arr = p;
+  *cap = c;
+  return 1;
+}
+
 /* The group an authenticated socket belongs to, made if needed; NULL with
  * *why when the socket does not fit any. */
 static pending_group *group_for(rr_listen_comm *l, pending_sock *ps, rr_recv_comm *live, const char **why) {
@@ -340,7 +357,7 @@ static pending_group *group_for(rr_listen_comm *l, pending_sock *ps, rr_recv_com
     *why = "too many connections in progress";
     return NULL;
   }
-  if (!l->groups && !(l->groups = calloc(RR_LISTEN_GROUPS, sizeof *l->groups))) {
+  if (!slots_room((void **)&l->groups, &l->groups_cap, l->ngroups, RR_LISTEN_GROUPS, sizeof *l->groups)) {
     *why = "out of memory";
     return NULL;
   }
@@ -694,6 +711,13 @@ static int net_error_pending(int err) {
 /* Take every new socket the kernel has: a pending slot each, or closed at
  * once when its source (or everyone) has too many unauthenticated ones. */
 static rr_status take_new(rr_listen_comm *l) {
+  /* Most calls find nothing new: one poll of the listening sockets costs
+   * less than an accept(2) that fails (the kernel makes, then drops, a
+   * socket file for each), and NCCL calls accept() on every pending
+   * connection in turn, as the monitor services every live listener. */
+  struct pollfd pfd[RR_LISTEN_FDS];
+  for (int k = 0; k < l->nfds; k++) pfd[k] = (struct pollfd){.fd = l->fds[k], .events = POLLIN};
+  if (l->nfds > 0 && poll(pfd, (nfds_t)l->nfds, 0) == 0) return RR_OK;
   for (int k = 0; k < l->nfds; k++) {
     for (int n = 0; n < ACCEPTS_PER_CALL; n++) {
       struct sockaddr_storage peer;
@@ -726,7 +750,7 @@ static rr_status take_new(rr_listen_comm *l) {
         refuse(l, &tmp, "too many unauthenticated connections");
         continue;
       }
-      if (!l->socks && !(l->socks = calloc(RR_LISTEN_PENDING, sizeof *l->socks))) {
+      if (!slots_room((void **)&l->socks, &l->socks_cap, l->nsocks, RR_LISTEN_PENDING, sizeof *l->socks)) {
         close(fd);
         break;
       }
@@ -746,8 +770,8 @@ static rr_status advance_locked(rr_listen_comm *l, rr_recv_comm **out);
 
 /* Idle again: give the slots' memory back. */
 static void release_idle(rr_listen_comm *l) {
-  if (!l->nsocks) free(l->socks), l->socks = NULL;
-  if (!l->ngroups) free(l->groups), l->groups = NULL;
+  if (!l->nsocks) free(l->socks), l->socks = NULL, l->socks_cap = 0;
+  if (!l->ngroups) free(l->groups), l->groups = NULL, l->groups_cap = 0;
 }
 
 static rr_status accept_locked(rr_listen_comm *l, rr_recv_comm **out) {

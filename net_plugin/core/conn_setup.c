@@ -61,10 +61,22 @@ rr_status rr_sock_tune(int fd) {
 }
 
 static pthread_mutex_t connect_lock = PTHREAD_MUTEX_INITIALIZER;
-static rr_send_comm *connecting; /* send comms connect() is still building */
+/* Send comms connect() is still building, hashed by NCCL's handle pointer:
+ * NCCL calls connect() for each of its pending connections in turn, and a
+ * job sets up thousands at once; a single list made every call walk all of
+ * them (bench/RESULTS.md, "Thousands of connections"). */
+#define CONNECTING_BUCKETS 1024
+static rr_send_comm *connecting[CONNECTING_BUCKETS];
+static uint64_t next_sweep_ns; /* connecting_sweep runs again then */
+
+static rr_send_comm **connecting_bucket(const void *handle) {
+  uintptr_t h = (uintptr_t)handle;
+  h ^= h >> 12;
+  return &connecting[(h >> 3) % CONNECTING_BUCKETS];
+}
 
 static void connecting_unlink(rr_send_comm *s) {
-  for (rr_send_comm **p = &connecting; *p; p = &(*p)->next_connecting)
+  for (rr_send_comm **p = connecting_bucket(s->conn.handle); *p; p = &(*p)->next_connecting)
     if (*p == s) {
       *p = s->next_connecting;
       return;
@@ -695,14 +707,21 @@ static rr_status send_comm_finish(rr_send_comm *s) {
  * aborted communicator): its sockets and endpoints go (connect_lock held). */
 static void connecting_sweep(uint64_t now) {
   uint64_t limit = rr_params_get()->connect_timeout_ms * 1000000ull;
-  for (rr_send_comm **p = &connecting; *p;) {
-    rr_send_comm *s = *p;
-    if (now - s->conn.last_call_ns > limit) {
-      *p = s->next_connecting;
-      RR_INFO(RR_SUB_NET, "connect: dropping an attempt NCCL stopped calling for");
-      send_comm_free(s);
-    } else {
-      p = &s->next_connecting;
+  /* Every attempt is looked at: not on every call (that cost grows with the
+   * attempts under way), but a few times per timeout, so an abandoned one
+   * goes at most a quarter of the timeout (or 100 ms) late. */
+  if (now < next_sweep_ns) return;
+  next_sweep_ns = now + (limit / 4 < 100000000ull ? limit / 4 : 100000000ull);
+  for (int b = 0; b < CONNECTING_BUCKETS; b++) {
+    for (rr_send_comm **p = &connecting[b]; *p;) {
+      rr_send_comm *s = *p;
+      if (now - s->conn.last_call_ns > limit) {
+        *p = s->next_connecting;
+        RR_INFO(RR_SUB_NET, "connect: dropping an attempt NCCL stopped calling for");
+        send_comm_free(s);
+      } else {
+        p = &s->next_connecting;
+      }
     }
   }
 }
@@ -741,7 +760,8 @@ rr_status rr_net_connect(rr_net_ctx *ctx, int dev, const void *handle, rr_send_c
   pthread_mutex_lock(&connect_lock);
   uint64_t now = rr_now_ns();
   connecting_sweep(now);
-  rr_send_comm *s = connecting;
+  rr_send_comm **bucket = connecting_bucket(handle);
+  rr_send_comm *s = *bucket;
   while (s && !(s->conn.handle == handle && !memcmp(s->conn.secret, peer.secret, RR_HS_SECRET_LEN)))
     s = s->next_connecting;
   if (!s) {
@@ -750,8 +770,8 @@ rr_status rr_net_connect(rr_net_ctx *ctx, int dev, const void *handle, rr_send_c
       pthread_mutex_unlock(&connect_lock);
       return RR_ERR_NOMEM;
     }
-    s->next_connecting = connecting;
-    connecting = s;
+    s->next_connecting = *bucket;
+    *bucket = s;
   }
   s->conn.last_call_ns = now;
   st = connect_advance(s);
@@ -780,10 +800,12 @@ rr_status rr_net_connect(rr_net_ctx *ctx, int dev, const void *handle, rr_send_c
  * their sockets until the process ends: release them when the plugin goes. */
 __attribute__((destructor)) static void connect_unload(void) {
   pthread_mutex_lock(&connect_lock);
-  while (connecting) {
-    rr_send_comm *s = connecting;
-    connecting = s->next_connecting;
-    send_comm_free(s);
+  for (int b = 0; b < CONNECTING_BUCKETS; b++) {
+    while (connecting[b]) {
+      rr_send_comm *s = connecting[b];
+      connecting[b] = s->next_connecting;
+      send_comm_free(s);
+    }
   }
   pthread_mutex_unlock(&connect_lock);
 }

@@ -218,10 +218,10 @@ struct rr_listen_comm {
   pthread_mutex_t lock;
   /* Allocated while in use (a listener lives as long as its connections,
    * and is idle nearly all that time). */
-  pending_sock *socks;       /* RR_LISTEN_PENDING of them */
-  int nsocks;
-  pending_group *groups;     /* RR_LISTEN_GROUPS of them */
-  int ngroups;
+  pending_sock *socks;       /* room for socks_cap, at most RR_LISTEN_PENDING */
+  int nsocks, socks_cap;
+  pending_group *groups;     /* room for groups_cap, at most RR_LISTEN_GROUPS */
+  int ngroups, groups_cap;
   listen_warned warned[RR_LISTEN_WARN_SLOTS];
   /* The listener outlives NCCL's closeListen while connections it accepted
    * live: their senders reconnect failed rails through it. */

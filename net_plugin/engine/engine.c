@@ -53,10 +53,43 @@ int engine_rail_fence_cheap(const rr_engine *e, int r) {
   return (e->rails[r].ep->dev->attr.caps & RR_RAIL_CAP_WRITE_BEGIN) != 0;
 }
 
+/* The request pools of the engine's role (engine.h). */
+static rr_status engine_pools_alloc(rr_engine *e) {
+  if (e->cfg.role == RR_ENGINE_SEND) {
+    e->cts = calloc(RR_NET_MAX_REQUESTS, sizeof *e->cts);
+    e->fifo = calloc(RR_SEND_POOL, sizeof *e->fifo);
+    return e->cts && e->fifo ? engine_sreq_grow(e) : RR_ERR_NOMEM;
+  }
+  if (e->cfg.role == RR_ENGINE_RECV) {
+    e->rreq = calloc(RR_NET_MAX_REQUESTS, sizeof *e->rreq);
+    return e->rreq ? RR_OK : RR_ERR_NOMEM;
+  }
+  return RR_ERR_INVALID;
+}
+
+static void engine_pools_free(rr_engine *e) {
+  free(e->cts);
+  for (uint32_t i = 0; i < e->sreq_cap / RR_SEND_CHUNK; i++) free(e->sreq_chunk[i]);
+  e->sreq_cap = 0;
+  free(e->fifo);
+  free(e->rreq);
+  e->cts = NULL;
+  e->fifo = NULL;
+  e->rreq = NULL;
+}
+
 rr_status rr_engine_init(rr_engine *e, const rr_engine_config *cfg) {
   memset(e, 0, sizeof *e);
-  if (pthread_mutex_init(&e->lock, NULL) != 0) return RR_ERR_SYSTEM;
   e->cfg = *cfg;
+  rr_status st = engine_pools_alloc(e);
+  if (st != RR_OK) {
+    engine_pools_free(e);
+    return st;
+  }
+  if (pthread_mutex_init(&e->lock, NULL) != 0) {
+    engine_pools_free(e);
+    return RR_ERR_SYSTEM;
+  }
   for (int i = 0; i < RR_BOUNCE_COUNT; i++) e->bounce_free[i] = (int16_t)i;
   e->nbounce_free = RR_BOUNCE_COUNT;
   e->resume_cursor = -1;
@@ -124,6 +157,7 @@ void rr_engine_fini(rr_engine *e) {
   }
   e->nrails = 0;
   engine_recv_free(e);
+  engine_pools_free(e);
   free(e->bounce);
   e->bounce = NULL;
   pthread_mutex_destroy(&e->lock);

@@ -188,6 +188,7 @@ typedef struct rr_engine_stats {
 } rr_engine_stats;
 
 #define RR_SEND_POOL (RR_NET_MAX_REQUESTS * RR_NET_MAX_RECVS)
+#define RR_SEND_CHUNK 32
 #define RR_BOUNCE_COUNT RR_NET_MAX_REQUESTS
 #define RR_BOUNCE_SIZE 4096
 
@@ -247,8 +248,10 @@ struct rr_engine {
   engine_rail rails[RR_MAX_RAILS];
   uint32_t peer_down_mask;  /* rails the peer told us it sees down */
 
-  /* sender */
-  engine_cts_slot cts[RR_NET_MAX_REQUESTS];
+  /* sender. The request pools of one role are allocated for an engine of
+   * that role only (rr_engine_init): an engine is one end of a connection,
+   * and a job holds thousands of them (docs, memory per connection). */
+  engine_cts_slot *cts;     /* RR_NET_MAX_REQUESTS */
   uint32_t send_seq;        /* the receive the next isend matches */
   /* Receives [known_seq, send_seq) each took one eager message on the
    * assumption that it takes only one (n = 1): their clear-to-sends, or
@@ -260,8 +263,12 @@ struct rr_engine {
   uint32_t implied_mask;    /* by slot: an ack says the assumed receive took just its eager message */
   int assumed_tag;          /* the tag of every eager message assumed in [known_seq, send_seq) */
   int nparked;              /* requests parked (rr_send_req.parked) */
-  rr_send_req sreq[RR_SEND_POOL];
-  uint16_t fifo[RR_SEND_POOL]; /* active sends in posting order */
+  /* Send requests, RR_SEND_CHUNK at a time as needed (engine_sreq): the
+   * pool may hold every request the protocol allows, and a connection
+   * rarely has more than a few in flight. */
+  rr_send_req *sreq_chunk[RR_SEND_POOL / RR_SEND_CHUNK];
+  uint32_t sreq_cap;        /* requests allocated */
+  uint16_t *fifo;           /* RR_SEND_POOL: active sends in posting order */
   uint32_t fifo_head, fifo_tail, fifo_post; /* post: first entry that may have unposted chunks */
   char *bounce;             /* RR_BOUNCE_COUNT * RR_BOUNCE_SIZE, allocated on first use */
   int16_t bounce_free[RR_BOUNCE_COUNT];
@@ -272,7 +279,7 @@ struct rr_engine {
   uint64_t no_carrier_since_ns; /* a GPU message has found no rail up that can carry it since (0: none) */
 
   /* receiver */
-  rr_recv_req rreq[RR_NET_MAX_REQUESTS];
+  rr_recv_req *rreq;        /* RR_NET_MAX_REQUESTS */
   uint32_t recv_seq;        /* sequence number of the next irecv */
   /* Eager messages for receives not posted yet, by slot (allocated on first use). */
   char *early_buf;          /* RR_NET_MAX_REQUESTS * EARLY_COPIES * RR_BOUNCE_SIZE */
@@ -311,8 +318,17 @@ struct rr_engine {
   char violation_why[96];   /* the first violation, for the log */
 };
 
+/* Send request idx (< sreq_cap). */
+static inline rr_send_req *engine_sreq(const rr_engine *e, uint32_t idx) {
+  return &e->sreq_chunk[idx / RR_SEND_CHUNK][idx % RR_SEND_CHUNK];
+}
+/* Room for another RR_SEND_CHUNK send requests (engine_send.c). */
+rr_status engine_sreq_grow(rr_engine *e);
+
 extern const rr_rail_events rr_engine_rail_events;
 
+/* RR_ERR_NOMEM, RR_ERR_SYSTEM or RR_ERR_INVALID (a role that is neither
+ * RR_ENGINE_SEND nor RR_ENGINE_RECV): nothing to finish. */
 rr_status rr_engine_init(rr_engine *e, const rr_engine_config *cfg);
 /* Add a connected rail; rail 0 is the primary, the rest backups in chain order.
  * The endpoint's events must be rr_engine_rail_events with arg e. All rails

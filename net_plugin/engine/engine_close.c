@@ -32,7 +32,7 @@ static int owed_posted(const rr_engine *e) {
   if (e->cfg.role == RR_ENGINE_RECV) return e->ack_pending == 0;
   if (e->resume_wait || e->fail_notice_pending) return 0; /* a rollback decides what goes again */
   for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
-    const rr_send_req *r = &e->sreq[e->fifo[i % RR_SEND_POOL]];
+    const rr_send_req *r = engine_sreq(e, e->fifo[i % RR_SEND_POOL]);
     /* A send NCCL still waits on (not bounced, not acknowledged) is being
      * abandoned by NCCL itself: nothing is owed for it. */
     int promised = r->bounce >= 0 || r->user_done;

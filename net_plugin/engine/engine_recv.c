@@ -666,6 +666,7 @@ static rr_status irecv_locked(rr_engine *e, int n, void **data, const size_t *si
 rr_status rr_engine_irecv(rr_engine *e, int n, void **data, const size_t *sizes,
                           const int *tags, rr_mr **mrs, void **phandles, void **request) {
   *request = NULL;
+  if (e->cfg.role != RR_ENGINE_RECV) return RR_ERR_INVALID; /* no receive requests here */
   pthread_mutex_lock(&e->lock);
   rr_status st = irecv_locked(e, n, data, sizes, tags, mrs, phandles, request);
   pthread_mutex_unlock(&e->lock);
@@ -675,7 +676,7 @@ rr_status rr_engine_irecv(rr_engine *e, int n, void **data, const size_t *sizes,
 void engine_recv_free(rr_engine *e) {
   free(e->early_buf);
   e->early_buf = NULL;
-  for (int i = 0; i < RR_NET_MAX_REQUESTS; i++)
+  for (int i = 0; e->rreq && i < RR_NET_MAX_REQUESTS; i++)
     for (int k = 0; k < RR_NET_MAX_RECVS; k++) {
       free(e->rreq[i].sub[k].seen);
       e->rreq[i].sub[k].seen = NULL;

@@ -26,7 +26,7 @@ static void req_release(rr_engine *e, rr_send_req *r) {
  * leaves the pool once retired and reported to NCCL. */
 static void fifo_retire(rr_engine *e) {
   while (e->fifo_head != e->fifo_tail) {
-    rr_send_req *r = &e->sreq[e->fifo[e->fifo_head % RR_SEND_POOL]];
+    rr_send_req *r = engine_sreq(e, e->fifo[e->fifo_head % RR_SEND_POOL]);
     if (!r->acked) break;
     e->fifo_head++;
     if (seq_before(e->fifo_post, e->fifo_head)) e->fifo_post = e->fifo_head;
@@ -36,7 +36,7 @@ static void fifo_retire(rr_engine *e) {
 
 static int req_retired(const rr_engine *e, const rr_send_req *r) {
   for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++)
-    if (&e->sreq[e->fifo[i % RR_SEND_POOL]] == r) return 0;
+    if (engine_sreq(e, e->fifo[i % RR_SEND_POOL]) == r) return 0;
   return 1;
 }
 
@@ -144,7 +144,7 @@ rr_status engine_send_post(rr_engine *e, uint64_t now) {
   post_drains(e);
   while (e->fifo_post != e->fifo_tail) {
     uint16_t idx = e->fifo[e->fifo_post % RR_SEND_POOL];
-    rr_send_req *r = &e->sreq[idx];
+    rr_send_req *r = engine_sreq(e, idx);
     /* A parked request has no place yet; placing it rewinds fifo_post. */
     while (!r->parked && !r->acked && r->posted < r->nchunks) {
       int ri = pick_rail(e, r);
@@ -209,9 +209,9 @@ rr_status engine_send_on_write_done(rr_engine *e, uint64_t wr_id) {
   if (wr_id == ENGINE_PROBE_WR_ID) return RR_OK; /* filler measuring a demoted rail */
   uint32_t idx = (uint32_t)(wr_id & 0xffff);
   uint32_t epoch = (uint32_t)(wr_id >> 16);
-  if (idx >= RR_SEND_POOL) return RR_ERR_INTERNAL;
+  if (idx >= e->sreq_cap) return RR_ERR_INTERNAL;
   if (epoch != e->epoch) return RR_OK; /* an older epoch's write: its chunk is replayed */
-  rr_send_req *r = &e->sreq[idx];
+  rr_send_req *r = engine_sreq(e, idx);
   if (r->in_use && r->transmitted < r->nchunks) r->transmitted++;
   return RR_OK;
 }
@@ -245,7 +245,7 @@ static void adopt_epoch(rr_engine *e, uint32_t epoch) {
     e->rails[i].g_prev_ns = 0; /* the fence emptied its queue: that is no delivery */
   }
   for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
-    rr_send_req *r = &e->sreq[e->fifo[i % RR_SEND_POOL]];
+    rr_send_req *r = engine_sreq(e, e->fifo[i % RR_SEND_POOL]);
     if (!r->acked) r->posted = r->transmitted = 0, r->rail = -1;
   }
   e->fifo_post = e->fifo_head;
@@ -307,7 +307,7 @@ static rr_status place_by_cts(rr_engine *e, rr_send_req *r, engine_cts_slot *s, 
 
 static rr_send_req *eager_req_for(rr_engine *e, uint32_t seq) {
   for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
-    rr_send_req *r = &e->sreq[e->fifo[i % RR_SEND_POOL]];
+    rr_send_req *r = engine_sreq(e, e->fifo[i % RR_SEND_POOL]);
     if (!r->parked && r->eager && r->seq == seq) return r;
   }
   return NULL;
@@ -350,7 +350,7 @@ static rr_status place_by_cts(rr_engine *e, rr_send_req *r, engine_cts_slot *s, 
 static rr_status place_parked(rr_engine *e) {
   int placed = 0;
   for (uint32_t i = e->fifo_head; i != e->fifo_tail && e->nparked; i++) {
-    rr_send_req *r = &e->sreq[e->fifo[i % RR_SEND_POOL]];
+    rr_send_req *r = engine_sreq(e, e->fifo[i % RR_SEND_POOL]);
     if (!r->parked) continue;
     engine_cts_slot *s = &e->cts[e->send_seq % RR_NET_MAX_REQUESTS];
     int have_cts = e->known_seq == e->send_seq && s->valid && s->cts.seq == e->send_seq;
@@ -386,7 +386,7 @@ static rr_status relabel_after(rr_engine *e, uint32_t at) {
   e->known_seq = at;
   e->implied_mask = 0;
   for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
-    rr_send_req *r = &e->sreq[e->fifo[i % RR_SEND_POOL]];
+    rr_send_req *r = engine_sreq(e, e->fifo[i % RR_SEND_POOL]);
     if (r->parked || !r->eager || !seq_before(at, r->seq)) continue;
     r->posted = r->transmitted = 0;
     r->rail = -1;
@@ -477,7 +477,7 @@ static void implied_one(rr_engine *e, uint32_t seq) {
 static void on_ack(rr_engine *e, uint32_t seq) {
   implied_one(e, seq);
   for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
-    rr_send_req *r = &e->sreq[e->fifo[i % RR_SEND_POOL]];
+    rr_send_req *r = engine_sreq(e, e->fifo[i % RR_SEND_POOL]);
     if (!r->parked && r->seq == seq) r->acked = 1;
   }
   fifo_retire(e); /* an ack for nothing outstanding is a repeat: harmless */
@@ -489,7 +489,7 @@ static void on_ack(rr_engine *e, uint32_t seq) {
  * receive). */
 static void on_resume_slot(rr_engine *e, uint32_t epoch, const uint32_t *prefix, const engine_cts *c) {
   for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
-    rr_send_req *r = &e->sreq[e->fifo[i % RR_SEND_POOL]];
+    rr_send_req *r = engine_sreq(e, e->fifo[i % RR_SEND_POOL]);
     if (r->parked || r->seq != c->seq || r->acked || (r->resumed && r->resumed_epoch == epoch)) continue;
     /* An eager message not settled yet took the first buffer with its tag,
      * if its receive was the right one (else nothing of it is held there). */
@@ -510,7 +510,7 @@ static void on_resume_end(rr_engine *e, uint32_t epoch, uint32_t recv_seq, uint3
    * the re-ask brings the announcement again). */
   if (mask & ~e->resume_got) return;
   for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
-    rr_send_req *r = &e->sreq[e->fifo[i % RR_SEND_POOL]];
+    rr_send_req *r = engine_sreq(e, e->fifo[i % RR_SEND_POOL]);
     /* Not named, and the receiver had posted it when the rollback began: it
      * completed; its ack was lost. */
     if (!r->parked && !(mask & (1u << (r->seq % RR_NET_MAX_REQUESTS))) && seq_before(r->seq, recv_seq)) r->acked = 1;
@@ -600,6 +600,15 @@ rr_status engine_send_on_msg(rr_engine *e, int rail, const engine_msg *m) {
   }
 }
 
+rr_status engine_sreq_grow(rr_engine *e) {
+  if (e->sreq_cap >= RR_SEND_POOL) return RR_ERR_INTERNAL;
+  rr_send_req *c = calloc(RR_SEND_CHUNK, sizeof *c);
+  if (!c) return RR_ERR_NOMEM;
+  e->sreq_chunk[e->sreq_cap / RR_SEND_CHUNK] = c;
+  e->sreq_cap += RR_SEND_CHUNK;
+  return RR_OK;
+}
+
 /* The bounce arena, registered on each rail's device (a rail that cannot
  * register it keeps a NULL key: TCP needs none). */
 static void bounce_setup(rr_engine *e) {
@@ -626,7 +635,7 @@ static int eager_allowed(rr_engine *e, size_t size, int tag, const rr_mr *mr) {
   if (e->nparked || !may_assume(e, tag)) return 0;
   if (e->send_seq - e->known_seq >= EAGER_AHEAD) return 0;
   if (e->fifo_head != e->fifo_tail &&
-      e->send_seq - e->sreq[e->fifo[e->fifo_head % RR_SEND_POOL]].seq >= RR_NET_MAX_REQUESTS)
+      e->send_seq - engine_sreq(e, e->fifo[e->fifo_head % RR_SEND_POOL])->seq >= RR_NET_MAX_REQUESTS)
     return 0;
   int r = engine_control_rail(e);
   if (r < 0 || !(e->rails[r].ep->dev->attr.caps & RR_RAIL_CAP_WRITE_BEGIN)) return 0;
@@ -680,12 +689,17 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
   if (e->fifo_tail - e->fifo_head == RR_SEND_POOL) return engine_progress(e);
   /* A free request: the pool holds every request the protocol allows. */
   int idx = -1;
-  for (int i = 0; i < RR_SEND_POOL && idx < 0; i++) {
-    int j = (int)((e->fifo_tail + (uint32_t)i) % RR_SEND_POOL);
-    if (!e->sreq[j].in_use) idx = j;
+  for (uint32_t i = 0; i < e->sreq_cap && idx < 0; i++) {
+    uint32_t j = (e->fifo_tail + i) % e->sreq_cap;
+    if (!engine_sreq(e, j)->in_use) idx = (int)j;
+  }
+  if (idx < 0 && e->sreq_cap < RR_SEND_POOL) {
+    idx = (int)e->sreq_cap;
+    rr_status gst = engine_sreq_grow(e);
+    if (gst != RR_OK) return gst;
   }
   if (idx < 0) return engine_progress(e);
-  rr_send_req *r = &e->sreq[idx];
+  rr_send_req *r = engine_sreq(e, (uint32_t)idx);
   *r = (rr_send_req){.kind = RR_REQ_SEND, .in_use = 1, .sub = 0, .eager = (uint8_t)eager, .known = e->known_seq, .rail = -1,
                      .bounce = -1, .engine = e, .seq = e->send_seq, .tag = tag, .data = data,
                      .size = size, .mr = mr, .nchunks = (uint32_t)nchunks,
@@ -721,6 +735,7 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
 rr_status rr_engine_isend(rr_engine *e, void *data, size_t size, int tag, rr_mr *mr,
                           void *phandle, void **request) {
   *request = NULL;
+  if (e->cfg.role != RR_ENGINE_SEND) return RR_ERR_INVALID; /* no send requests here */
   pthread_mutex_lock(&e->lock);
   rr_status st = isend_locked(e, data, size, tag, mr, phandle, request);
   pthread_mutex_unlock(&e->lock);

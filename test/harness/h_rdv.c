@@ -192,7 +192,7 @@ int h_rdv_wait_flag(int peer_role, const char *name, double timeout_s) {
 /* Every flag name the harness writes; stale ones from an earlier run in the
  * same directory are removed at start (nothing else is touched). */
 static const char *const flag_names[] = {"abort", "sched-done", "closed", "forged-done", "ready-genuine",
-                                         "ports", "traffic", NULL};
+                                         "ports", "traffic", "listened", "connecting", "setup", NULL};
 
 static int own_file(const char *name, const char *role) {
   size_t rl = strlen(role);

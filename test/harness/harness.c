@@ -122,6 +122,10 @@ static void usage(FILE *f) {
 "                         a '# t0_wall EPOCH' line gives the start); also in --json\n"
 "  --completion-log FILE  receiver: every receive completion to FILE, one line each:\n"
 "                         'wall_seconds bytes conn' (for failover timing scripts)\n"
+"  --scale-report         what the connections cost: setup time (the server's listen phase\n"
+"                         plus the connect phase, without the handle files in between),\n"
+"                         resident memory per connection after setup and after traffic, file\n"
+"                         descriptors and threads (bench/conn_scale.sh runs it)\n"
 "  --selftest-corrupt SEQ the receiver flips one byte of op SEQ on connection 0 before\n"
 "                         checking it: proves the checker (expect exit 1, DATA MISMATCH)\n"
 "Bad-input modes (each a verdict: exit 0 = the plugin behaved)\n"
@@ -168,7 +172,7 @@ static int parse_int(const char *s, long lo, long hi, long *out) {
 enum {
   O_PLUGIN = 256, O_NETVER, O_DEV, O_ROLE, O_RDV, O_CONNS, O_INFLIGHT, O_GROUP, O_MIN, O_MAX, O_DURATION,
   O_ITERS, O_SEED, O_BIDIR, O_THREADS, O_TIMEOUT, O_QUIET, O_JSON, O_BADHANDLE, O_WRONGTOKEN, O_KEEP,
-  O_DIE, O_DIESIZE, O_DIEAFTER, O_DIEBOUND, O_BADBOUND, O_PROBE, O_NOHINT, O_RDVTIMEOUT, O_MAXCALL, O_SELFTEST, O_CONTEXTS, O_ACCEPTDELAY, O_CLOSEDELAY, O_CLOSEDONE, O_STALL, O_TIMELINE, O_NOPEERABORT, O_CLOG, O_NOFLUSH, O_MEM, O_PROTECT, O_SIZES, O_HELP
+  O_DIE, O_DIESIZE, O_DIEAFTER, O_DIEBOUND, O_BADBOUND, O_PROBE, O_NOHINT, O_RDVTIMEOUT, O_MAXCALL, O_SELFTEST, O_CONTEXTS, O_ACCEPTDELAY, O_CLOSEDELAY, O_CLOSEDONE, O_STALL, O_TIMELINE, O_NOPEERABORT, O_CLOG, O_NOFLUSH, O_MEM, O_PROTECT, O_SIZES, O_SCALE, O_HELP
 };
 
 /* --sizes S[,S...]: at most H_MAX_SIZES sizes; --max-size grows to the largest. */
@@ -203,6 +207,7 @@ static int parse_args(int argc, char **argv) {
       {"timeline", 1, 0, O_TIMELINE}, {"no-peer-abort", 0, 0, O_NOPEERABORT},
       {"completion-log", 1, 0, O_CLOG}, {"no-flush", 0, 0, O_NOFLUSH},
       {"mem", 1, 0, O_MEM}, {"protect", 0, 0, O_PROTECT}, {"sizes", 1, 0, O_SIZES},
+      {"scale-report", 0, 0, O_SCALE},
       {"help", 0, 0, O_HELP},
       {0, 0, 0, 0}};
   int c, have_iters = 0;
@@ -281,6 +286,7 @@ static int parse_args(int argc, char **argv) {
       if (parse_size_list(a)) goto bad;
       break;
     case O_STALL: g_opt.stall_report = 1; break;
+    case O_SCALE: g_opt.scale_report = 1; break;
     case O_NOPEERABORT: g_opt.no_peer_abort = 1; break;
     case O_CLOG: if (!*a) goto bad; g_opt.completion_log = a; break;
     case O_TIMELINE: if (!*a) goto bad; g_opt.timeline = a; break;
@@ -316,6 +322,11 @@ static int parse_args(int argc, char **argv) {
   }
   if (g_opt.bidir && modes) {
     fprintf(stderr, "rerail-harness: --bidir is for traffic runs only\n");
+    return -1;
+  }
+  if (g_opt.scale_report && (g_opt.bidir || g_opt.threads || modes)) {
+    fprintf(stderr, "rerail-harness: --scale-report times one direction driven from one thread: "
+                    "no --bidir, --threads or bad-input mode\n");
     return -1;
   }
   if (!g_opt.probe && !g_opt.bad_handle) {
@@ -507,6 +518,8 @@ static int setup_conns(const h_params *params) {
   /* Listen first (one listen comm per connection, as NCCL does per peer and
    * channel) and publish every handle, then read the peer's. */
   h_watchdog_phase("listen");
+  h_scale_before_listen();
+  double t_listen = h_now();
   for (int i = 0; i < g_nrecv; i++) {
     h_conn *c = &g_recv[i];
     int rc = H_CALL(A_LISTEN, c->net->listen(c->net, g_opt.dev, c->handle, &c->listen));
@@ -515,7 +528,13 @@ static int setup_conns(const h_params *params) {
               rc == HNET_SUCCESS ? " and no listen comm" : "");
       return -1;
     }
-    if (h_rdv_put_handle(g_opt.role, i, c->handle, params)) return -1;
+    if (!g_opt.scale_report && h_rdv_put_handle(g_opt.role, i, c->handle, params)) return -1;
+  }
+  if (g_opt.scale_report && g_nrecv) {
+    /* the listen phase alone is timed: the handle files come after it */
+    h_scale_listened(h_now() - t_listen);
+    for (int i = 0; i < g_nrecv; i++)
+      if (h_rdv_put_handle(g_opt.role, i, g_recv[i].handle, params)) return -1;
   }
   if (g_nrecv && g_opt.accept_delay_ms) {
     h_watchdog_phase("--accept-delay-ms");
@@ -523,8 +542,10 @@ static int setup_conns(const h_params *params) {
     nanosleep(&ts, NULL);
   }
   h_watchdog_phase("reading the peer's handles");
+  if (g_nsend && h_scale_wait_listened()) return -1;
   for (int i = 0; i < g_nsend; i++)
     if (h_rdv_get_handle(1 - g_opt.role, i, g_send[i].handle, params, g_opt.rdv_timeout)) return -1;
+  if (g_nsend) h_scale_connecting();
   return 0;
 }
 
@@ -554,6 +575,7 @@ static int run_traffic(void) {
   }
   h_watchdog_phase("connect/accept");
   if (h_connect_all(&g_net, g_send, g_nsend, g_recv, g_nrecv)) return -1;
+  h_scale_connected();
   h_watchdog_phase("regMr");
   for (int i = 0; i < g_nsend; i++)
     if (h_conn_register(&g_send[i])) return -1;
@@ -566,6 +588,7 @@ static int run_traffic(void) {
   for (int i = 0; i < g_nrecv; i++) all[g_nsend + i] = &g_recv[i];
   rc = h_drive(all, g_nsend + g_nrecv);
   free(all);
+  if (!rc) h_scale_after_traffic();
   return rc;
 }
 
@@ -613,6 +636,7 @@ static void print_summary(int pass) {
       printf("%s\"%s\":%llu", a ? "," : "", h_api_names[a], (unsigned long long)atomic_load(&g_cnt.slow[a][1]));
     printf("},");
     h_report_print_json(g_recv, g_nrecv);
+    h_scale_print(1);
     printf("\"plugin_warnings\":%lu,\"teardown_warnings\":%lu,\"errors\":%llu,\"result\":\"%s\"}\n",
            hnet_log_count(2), g_teardown_warnings, errors,
            pass ? "pass" : "fail");
@@ -650,6 +674,7 @@ static void print_summary(int pass) {
   printf("%s", any ? "" : " none");
   printf("\n");
   h_report_print_text(g_recv, g_nrecv);
+  h_scale_print(0);
   printf("  plugin warnings: %lu (%lu during the orderly teardown); errors: %llu; result: %s\n",
          hnet_log_count(2), g_teardown_warnings, errors,
          pass ? "PASS" : "FAIL");

@@ -20,7 +20,7 @@
 #define H_POISON 0xA5         /* receive buffers are filled with this before each post */
 #define H_CANARY 0x5A         /* ...and guarded by this */
 #define H_TAIL_OPS 8          /* --duration: ops that follow the end marker */
-#define H_MAX_CONNS 64
+#define H_MAX_CONNS 4096    /* --scale-report runs open thousands */
 #define H_MAX_CONTEXTS 8
 #define H_TIMELINE_BUCKET_MS 50
 
@@ -72,6 +72,7 @@ typedef struct h_opts {
   int protect;              /* --protect: the buffer is PROT_NONE while the plugin owns it (needs --inflight 1) */
   size_t sizes[H_MAX_SIZES];/* --sizes: every op a single message of sizes[seq % nsizes] */
   int nsizes;
+  int scale_report;         /* --scale-report: setup time, memory, fds, threads (h_scale.c) */
 } h_opts;
 
 extern h_opts g_opt;
@@ -253,6 +254,16 @@ int h_report_write_timeline(void);
 int h_report_write_completions(void);
 void h_report_print_text(h_conn *recv, int nrecv);
 void h_report_print_json(h_conn *recv, int nrecv);   /* "key":value, pairs, each ending in ',' */
+
+/* ---- --scale-report (h_scale.c) -------------------------------------- */
+
+void h_scale_before_listen(void);      /* the baseline: harness buffers allocated and touched */
+void h_scale_listened(double listen_s);/* server: every listen() done, taking this long */
+int h_scale_wait_listened(void);       /* client: wait for the server's listen phase to end */
+void h_scale_connecting(void);         /* client: every handle read, first connect() next */
+void h_scale_connected(void);          /* this side's last comm came */
+void h_scale_after_traffic(void);
+void h_scale_print(int json);          /* json: "scale":{...}, */
 
 /* ---- bad-input modes (h_bad.c) ----------------------------------------- */
 

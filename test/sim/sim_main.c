@@ -334,7 +334,7 @@ static void dump_engines(sim_world *w) {
     } else {
       printf("  fifo %u..%u post %u, send_seq %u\n", e->fifo_head, e->fifo_tail, e->fifo_post, e->send_seq);
       for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
-        rr_send_req *r = &e->sreq[e->fifo[i % RR_SEND_POOL]];
+        rr_send_req *r = engine_sreq(e, e->fifo[i % RR_SEND_POOL]);
         printf("  send seq %u sub %u: nchunks %u posted %u transmitted %u acked %d rail %d resumed %d/e%u\n", r->seq,
                r->sub, r->nchunks, r->posted, r->transmitted, r->acked, r->rail, r->resumed, r->resumed_epoch);
       }

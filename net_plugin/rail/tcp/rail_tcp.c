@@ -31,11 +31,18 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#define TX_DEPTH 256          /* frames queued per stream */
+/* Frames queued per stream, at most. A stream's queue starts at TX_INITIAL
+ * entries and doubles when full: most connections never queue more than a
+ * few frames, and a job may hold thousands of them (bench/RESULTS.md,
+ * "Thousands of connections"). Both powers of two, so the free-running
+ * indices stay valid across the growth. */
+#define TX_DEPTH 256
+#define TX_INITIAL 16
 #define CTRL_SLOTS 96         /* control messages queued per stream (engine needs <= 2*32) */
 #define WRITE_DEPTH (TX_DEPTH - CTRL_SLOTS)
 #define IOV_BATCH 32          /* iovecs per sendmsg */
 #define STAGING_SIZE 8192     /* receive staging: headers and small payloads */
+#define SINK_SIZE 65536       /* discarded payloads are read this much at a time */
 /* Bytes one progress call moves per stream and direction: enough to keep a
  * fast link busy, small enough that no NCCL call is held for long. */
 #define PROGRESS_BUDGET (4u << 20)
@@ -69,16 +76,22 @@ typedef enum rx_state { RX_HEADER, RX_DIRECT, RX_SINK } rx_state;
 typedef struct tcp_stream {
   int fd;
   /* transmit FIFO */
-  tcp_tx tx[TX_DEPTH];
+  tcp_tx *tx;                 /* tx_cap entries, grown up to TX_DEPTH */
+  uint32_t tx_cap;
   uint32_t tx_head, tx_tail;  /* free-running; tail - head = queued */
   uint32_t writes_queued;
   size_t queued_bytes;        /* header+payload bytes not yet handed to the kernel */
-  char ctrl_buf[CTRL_SLOTS][RR_RAIL_CTRL_MAX];
+  /* Control messages wait here (stream 0 only carries them). A slot's
+   * buffer is allocated when first used; the free list is a stack, so only
+   * as many exist as were ever queued at once (a handful). */
+  char *ctrl_buf[CTRL_SLOTS];
   int16_t ctrl_free[CTRL_SLOTS];
   int nctrl_free;
   /* receive */
   rx_state rx;
-  char staging[STAGING_SIZE];
+  /* Allocated when the stream first carries a byte: the streams past the
+   * first carry only bulk writes, which many connections never send. */
+  char *staging;
   uint32_t stage_off, stage_len;  /* unread bytes are [stage_off, stage_len) */
   char *direct_dst;               /* RX_DIRECT: where the rest of the payload goes */
   uint32_t direct_left;
@@ -99,8 +112,13 @@ typedef struct tcp_ep {
   rr_status failed;         /* sticky: first failure */
   uint64_t last_rx_ns;      /* last time any byte arrived */
   tcp_stream *streams[RR_TCP_MAX_STREAMS];
-  char sink[65536];         /* discarded payloads land here */
 } tcp_ep;
+
+/* Discarded payloads (a fenced epoch's, and what a closing socket still
+ * holds) are read into this and never looked at. One per thread rather than
+ * per endpoint: 64 KiB each was a fifth of a connection's memory, and a
+ * thread reads one socket at a time. */
+static _Thread_local char discard_sink[SINK_SIZE];
 
 static tcp_ep *to_tcp(rr_rail_ep *ep) { return rr_container_of(ep, tcp_ep, base); }
 
@@ -136,9 +154,25 @@ static rr_status ep_fail(tcp_ep *ep, rr_status st, const char *what, int err) {
   return ep->failed;
 }
 
+/* Double a full queue (up to TX_DEPTH): RR_OK when there is room now. The
+ * queued entries keep their free-running indices (entry j lives at
+ * j % tx_cap, before and after). */
+static rr_status tx_room(tcp_stream *s) {
+  if (s->tx_tail - s->tx_head < s->tx_cap) return RR_OK;
+  if (s->tx_cap >= TX_DEPTH) return RR_AGAIN;
+  uint32_t cap = s->tx_cap ? 2 * s->tx_cap : TX_INITIAL;
+  tcp_tx *tx = malloc((size_t)cap * sizeof *tx);
+  if (!tx) return RR_AGAIN; /* the queue as it is still works: posting waits */
+  for (uint32_t j = s->tx_head; j != s->tx_tail; j++) tx[j % cap] = s->tx[j % s->tx_cap];
+  free(s->tx);
+  s->tx = tx;
+  s->tx_cap = cap;
+  return RR_OK;
+}
+
 static tcp_tx *tx_push(tcp_stream *s) {
-  if (s->tx_tail - s->tx_head == TX_DEPTH) return NULL;
-  return &s->tx[s->tx_tail++ % TX_DEPTH];
+  if (tx_room(s) != RR_OK) return NULL;
+  return &s->tx[s->tx_tail++ % s->tx_cap];
 }
 
 static rr_status tcp_post_write(rr_rail_ep *rep, const rr_write_wr *wr) {
@@ -185,9 +219,11 @@ static rr_status tcp_post_ctrl(rr_rail_ep *rep, const void *msg, uint32_t len) {
   if (len > RR_RAIL_CTRL_MAX) return RR_ERR_INVALID;
   tcp_stream *s = ep->streams[0];
   if (s->nctrl_free == 0) return RR_AGAIN;
+  int16_t slot = s->ctrl_free[s->nctrl_free - 1];
+  if (!s->ctrl_buf[slot] && !(s->ctrl_buf[slot] = malloc(RR_RAIL_CTRL_MAX))) return RR_AGAIN;
   tcp_tx *t = tx_push(s);
   if (!t) return RR_AGAIN;
-  int16_t slot = s->ctrl_free[--s->nctrl_free];
+  s->nctrl_free--;
   memcpy(s->ctrl_buf[slot], msg, len);
   tcp_frame_hdr h = {.type = TCP_FRAME_CTRL, .len = len};
   tcp_frame_encode(&h, t->wire);
@@ -208,7 +244,7 @@ static rr_status tcp_post_drain(rr_rail_ep *rep, uint32_t epoch) {
   if (ep->failed) return ep->failed;
   if (!ep->connected) return RR_ERR_INVALID;
   for (int i = 0; i < ep->nstreams; i++)
-    if (ep->streams[i]->tx_tail - ep->streams[i]->tx_head >= TX_DEPTH) return RR_AGAIN;
+    if (tx_room(ep->streams[i]) != RR_OK) return RR_AGAIN;
   for (int i = 0; i < ep->nstreams; i++) {
     tcp_stream *s = ep->streams[i];
     tcp_tx *t = tx_push(s);
@@ -232,7 +268,7 @@ static rr_status stream_transmit(tcp_ep *ep, tcp_stream *s) {
     int niov = 0;
     size_t attempted = 0;
     for (uint32_t i = s->tx_head; i != s->tx_tail && niov + 2 <= IOV_BATCH; i++) {
-      tcp_tx *t = &s->tx[i % TX_DEPTH];
+      tcp_tx *t = &s->tx[i % s->tx_cap];
       uint32_t off = t->sent;
       if (off < TCP_FRAME_BYTES) {
         iov[niov++] = (struct iovec){t->wire + off, TCP_FRAME_BYTES - off};
@@ -255,7 +291,7 @@ static rr_status stream_transmit(tcp_ep *ep, tcp_stream *s) {
     size_t left = (size_t)n;
     s->queued_bytes -= (size_t)n;
     while (left > 0) {
-      tcp_tx *t = &s->tx[s->tx_head % TX_DEPTH];
+      tcp_tx *t = &s->tx[s->tx_head % s->tx_cap];
       size_t frame = TCP_FRAME_BYTES + t->len;
       size_t rest = frame - t->sent;
       if (left < rest) {
@@ -370,9 +406,9 @@ static rr_status parse_staging(tcp_ep *ep, tcp_stream *s) {
  * The peer closing the stream (end of file, or a reset once its bytes were
  * read) marks it eof and returns RR_ERR_PEER without failing the endpoint:
  * tcp_progress first reads what the other streams still hold. */
-static rr_status stream_recv(tcp_ep *ep, tcp_stream *s, void *dst, size_t len, ssize_t *n) {
+static rr_status stream_recv(tcp_ep *ep, tcp_stream *s, void *dst, size_t len, ssize_t *n, int flags) {
   for (;;) {
-    *n = recv(s->fd, dst, len, MSG_DONTWAIT);
+    *n = recv(s->fd, dst, len, MSG_DONTWAIT | flags);
     if (*n > 0) {
       ep->last_rx_ns = rr_now_ns();
       s->idle_polls = 0;
@@ -390,20 +426,32 @@ static rr_status stream_recv(tcp_ep *ep, tcp_stream *s, void *dst, size_t len, s
   }
 }
 
+/* A stream without staging yet: RR_OK once bytes wait and staging is
+ * there, RR_AGAIN while nothing arrived (a one-byte peek costs what the
+ * read it stands in for would), else the stream's failure or close. */
+static rr_status staging_alloc(tcp_ep *ep, tcp_stream *s) {
+  char byte;
+  ssize_t n;
+  rr_status st = stream_recv(ep, s, &byte, 1, &n, MSG_PEEK);
+  if (st != RR_OK) return st;
+  s->staging = malloc(STAGING_SIZE);
+  return s->staging ? RR_OK : ep_fail(ep, RR_ERR_NOMEM, "no memory for a receive buffer", 0);
+}
+
 static rr_status stream_receive(tcp_ep *ep, tcp_stream *s) {
   size_t moved = 0;
   for (int rounds = 0; rounds < 64 && moved < PROGRESS_BUDGET; rounds++) {
     ssize_t n;
     if (s->rx == RX_SINK) {
-      size_t want = s->direct_left < sizeof ep->sink ? s->direct_left : sizeof ep->sink;
-      rr_status st = stream_recv(ep, s, ep->sink, want, &n);
+      size_t want = s->direct_left < SINK_SIZE ? s->direct_left : SINK_SIZE;
+      rr_status st = stream_recv(ep, s, discard_sink, want, &n, 0);
       if (st != RR_OK) return st == RR_AGAIN ? RR_OK : st;
       s->direct_left -= (uint32_t)n;
       if (s->direct_left == 0) s->rx = RX_HEADER;
       continue;
     }
     if (s->rx == RX_DIRECT) {
-      rr_status st = stream_recv(ep, s, s->direct_dst, s->direct_left, &n);
+      rr_status st = stream_recv(ep, s, s->direct_dst, s->direct_left, &n, 0);
       if (st != RR_OK) return st == RR_AGAIN ? RR_OK : st;
       moved += (size_t)n;
       s->direct_dst += n;
@@ -415,6 +463,10 @@ static rr_status stream_receive(tcp_ep *ep, tcp_stream *s) {
       continue;
     }
     /* RX_HEADER: frames may already wait in staging. */
+    if (!s->staging) {
+      rr_status st = staging_alloc(ep, s);
+      if (st != RR_OK) return st == RR_AGAIN ? RR_OK : st;
+    }
     rr_status st = parse_staging(ep, s);
     if (st == RR_OK) continue;            /* switched to direct payload */
     if (st != RR_AGAIN) return st;
@@ -425,7 +477,7 @@ static rr_status stream_receive(tcp_ep *ep, tcp_stream *s) {
       s->stage_off = 0;
     }
     size_t room = STAGING_SIZE - s->stage_len;
-    st = stream_recv(ep, s, s->staging + s->stage_len, room, &n);
+    st = stream_recv(ep, s, s->staging + s->stage_len, room, &n, 0);
     if (st != RR_OK) return st == RR_AGAIN ? RR_OK : st;
     s->stage_len += (uint32_t)n;
     /* A short read emptied the socket: parse what came and stop, rather
@@ -492,9 +544,9 @@ static void tcp_fence(rr_rail_ep *rep) {
     /* Outgoing: a frame partly on the wire must finish (the stream's framing
      * depends on it); everything behind it is dropped. */
     uint32_t keep = s->tx_head;
-    if (keep != s->tx_tail && s->tx[keep % TX_DEPTH].sent > 0) keep++;
+    if (keep != s->tx_tail && s->tx[keep % s->tx_cap].sent > 0) keep++;
     for (uint32_t j = keep; j != s->tx_tail; j++) {
-      tcp_tx *t = &s->tx[j % TX_DEPTH];
+      tcp_tx *t = &s->tx[j % s->tx_cap];
       s->queued_bytes -= TCP_FRAME_BYTES + t->len - t->sent;
       if (t->ctrl_slot >= 0) s->ctrl_free[s->nctrl_free++] = t->ctrl_slot;
       else if (t->ctrl_slot == -1) s->writes_queued--;
@@ -551,9 +603,9 @@ static uint64_t tcp_last_alive_ns(rr_rail_ep *rep, uint64_t now_ns) {
  * bytes resets the connection, and a reset throws away what the kernel has
  * not yet delivered to the peer (an orderly close's last acknowledgements
  * and its BYE). What the peer sent and we never read is of no use now. */
-static void close_quietly(tcp_ep *ep, int fd) {
+static void close_quietly(int fd) {
   for (int i = 0; i < 64; i++) {
-    ssize_t n = recv(fd, ep->sink, sizeof ep->sink, MSG_DONTWAIT);
+    ssize_t n = recv(fd, discard_sink, sizeof discard_sink, MSG_DONTWAIT);
     if (n > 0 || (n < 0 && errno == EINTR)) continue;
     break;
   }
@@ -564,8 +616,12 @@ static void tcp_destroy(rr_rail_ep *rep) {
   if (!rep) return;
   tcp_ep *ep = to_tcp(rep);
   for (int i = 0; i < ep->nstreams; i++) {
-    if (ep->streams[i]->fd >= 0) close_quietly(ep, ep->streams[i]->fd);
-    free(ep->streams[i]);
+    tcp_stream *s = ep->streams[i];
+    if (s->fd >= 0) close_quietly(s->fd);
+    for (int c = 0; c < CTRL_SLOTS; c++) free(s->ctrl_buf[c]);
+    free(s->tx);
+    free(s->staging);
+    free(s);
   }
   free(ep);
 }
@@ -599,10 +655,12 @@ static rr_status tcp_ep_connect(rr_rail_ep *rep, const rr_rail_connect_args *arg
   for (int i = 0; i < args->nfds; i++) {
     tcp_stream *s = calloc(1, sizeof *s);
     if (!s) return RR_ERR_NOMEM; /* streams made so far go with destroy() */
+    ep->streams[ep->nstreams++] = s;
     s->fd = -1;
+    /* stream 0 carries the control messages: it reads from the start */
+    if (tx_room(s) != RR_OK || (i == 0 && !(s->staging = malloc(STAGING_SIZE)))) return RR_ERR_NOMEM;
     for (int c = 0; c < CTRL_SLOTS; c++) s->ctrl_free[c] = (int16_t)c;
     s->nctrl_free = CTRL_SLOTS;
-    ep->streams[ep->nstreams++] = s;
   }
   for (int i = 0; i < args->nfds; i++) {
     ep->streams[i]->fd = args->fds[i];
