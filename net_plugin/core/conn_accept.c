@@ -195,7 +195,7 @@ static void group_close(pending_group *g) {
   rr_connect_job_abandon(g->install);
   g->install = NULL;
   for (int r = 0; r < RR_MAX_RAILS; r++) {
-    for (int i = 0; i < RR_TCP_MAX_STREAMS; i++)
+    for (int i = 0; i < RR_HS_MAX_STREAMS; i++)
       if (g->fds[r][i] >= 0) close(g->fds[r][i]), g->fds[r][i] = -1;
     rr_setup_ep_abandon(&g->ep[r]);
   }
@@ -353,7 +353,7 @@ static pending_group *group_for(rr_listen_comm *l, pending_sock *ps, rr_recv_com
   tmp.chunk_size = h->chunk_size;
   tmp.since_ns = rr_now_ns();
   for (int r = 0; r < RR_MAX_RAILS; r++)
-    for (int i = 0; i < RR_TCP_MAX_STREAMS; i++) tmp.fds[r][i] = -1;
+    for (int i = 0; i < RR_HS_MAX_STREAMS; i++) tmp.fds[r][i] = -1;
   if (live) {
     tmp.engine = &live->engine; /* rails_mask: from the connector's COMMIT */
   } else {
@@ -510,7 +510,7 @@ static void read_commits(rr_listen_comm *l) {
         if (n <= 0) {
           /* The connector left this rail out (it closes sockets of rails it
            * gave up on); COMMIT comes on another. */
-          for (int i = 0; i < RR_TCP_MAX_STREAMS; i++)
+          for (int i = 0; i < RR_HS_MAX_STREAMS; i++)
             if (g->fds[r][i] >= 0) close(g->fds[r][i]), g->fds[r][i] = -1;
           rr_setup_ep_abandon(&g->ep[r]);
           break;
@@ -554,7 +554,7 @@ static void drop_stale(rr_listen_comm *l, uint64_t now) {
 static rr_status connect_rail_ep(pending_group *g, int r, rr_rail_ep **ep) {
   rr_status st = rr_setup_ep_connect(&g->ep[r], g->dev[r], g->engine, g->peer_blob[r], g->peer_blob_len[r],
                                      g->fds[r], g->nstreams);
-  for (int i = 0; i < RR_TCP_MAX_STREAMS; i++)
+  for (int i = 0; i < RR_HS_MAX_STREAMS; i++)
     if (g->fds[r][i] >= 0) close(g->fds[r][i]), g->fds[r][i] = -1;
   *ep = g->ep[r];
   g->ep[r] = NULL;

@@ -31,7 +31,7 @@
 #include <string.h>
 #include <unistd.h>
 
-_Static_assert(RR_TCP_MAX_STREAMS <= RR_HS_MAX_STREAMS, "setup sockets per rail");
+_Static_assert(RR_HS_MAX_STREAMS == RR_RAIL_SETUP_FDS_MAX, "setup sockets per rail");
 _Static_assert(RR_MAX_RAILS <= RR_HS_MAX_RAILS, "rails per connection");
 
 #define RETRY_DELAY_NS (20ull * 1000 * 1000)
@@ -562,7 +562,7 @@ static rr_status send_comm_reconnect(void *arg, int rail, rr_rail_ep **ep) {
       reconnect_abandon(s, rail);
       return RR_ERR_RAIL;
     }
-    int fds[RR_TCP_MAX_STREAMS];
+    int fds[RR_HS_MAX_STREAMS];
     for (int i = 0; i < c->nstreams; i++) fds[i] = cr->s[i].fd, cr->s[i].fd = -1;
     rr_rail_ep *opened = cr->ep;
     cr->ep = NULL; /* the job's now */
@@ -618,7 +618,7 @@ static rr_send_comm *send_comm_new(const void *handle, int dev, const rr_peer_ad
   }
   plan_rails(c, dev);
   for (int r = 0; r < RR_MAX_RAILS; r++)
-    for (int i = 0; i < RR_TCP_MAX_STREAMS; i++) c->rails[r].s[i].fd = -1;
+    for (int i = 0; i < RR_HS_MAX_STREAMS; i++) c->rails[r].s[i].fd = -1;
   s->dev = dev;
   rr_engine_config cfg;
   rr_core_engine_config(RR_ENGINE_SEND, c->chunk_size, (const struct sockaddr *)&c->peer.addrs[0],
@@ -652,7 +652,7 @@ static rr_status send_comm_add(rr_send_comm *s, int r) {
   const rr_netif *nif = &rr_core_devices()->nif[cr->dev];
   rr_status st = RR_OK;
   if (cr->status == RAIL_READY) {
-    int fds[RR_TCP_MAX_STREAMS];
+    int fds[RR_HS_MAX_STREAMS];
     for (int i = 0; i < c->nstreams; i++) fds[i] = cr->s[i].fd, cr->s[i].fd = -1;
     st = rr_setup_ep_connect(&cr->ep, cr->dev, &s->engine, cr->peer_blob, cr->peer_blob_len, fds, c->nstreams);
   }

@@ -8,8 +8,7 @@
 #include "connect_plan.h"
 #include "engine.h"
 #include "handle.h"
-#include "rail_tcp.h"
-#include "rail_verbs.h"
+#include "rail.h"
 #include "net_core.h"
 #include "rr_netif.h"
 #include "setup_wire.h"
@@ -29,13 +28,14 @@ struct rr_net_ctx {
   int tel_held;              /* holds a reference on the telemetry exporter */
 };
 
-/* Process-wide: the devices (NICs) rerail pools, each opened by the
- * transport that serves it. */
+/* Process-wide: the devices rerail pools, each opened by the transport
+ * that found it (transport.c). nif[i] is device i as an interface: its name,
+ * and the device's own IP address when it has one (family AF_UNSPEC when it
+ * has none, as an InfiniBand port). */
 typedef struct rr_devices {
   int count;
   rr_netif nif[RR_MAX_NETIFS];
   rr_rail_dev *rail[RR_MAX_NETIFS];
-  const rr_verbs_port *verbs[RR_MAX_NETIFS]; /* the RDMA port behind a verbs device, else NULL */
 } rr_devices;
 
 const rr_devices *rr_core_devices(void);
@@ -48,10 +48,11 @@ int rr_core_ptr_support(int dev);
 /* flush.c: test() of a request iflush returned. */
 rr_status rr_core_flush_test(void *request, int *done);
 
-/* transport.c: find the host's RDMA ports (once), and open device `index`
- * for a pooled NIC with the transport that serves it. */
-void rr_core_transport_discover(void);
-rr_status rr_core_dev_open(int index, const rr_netif *nif, rr_rail_dev **dev, const rr_verbs_port **vport);
+/* transport.c: ask every transport for its devices and open them into
+ * dev_nif/dev_rail[0..max) (nifs: the interfaces RERAIL_SOCKET_IFNAME,
+ * `spec`, leaves); returns how many opened. */
+int rr_core_devices_open(const rr_netif *nifs, int nnifs, const char *spec, rr_netif *dev_nif,
+                         rr_rail_dev **dev_rail, int max);
 
 
 /* Connecting, as the connector side sees it: every planned rail, its
@@ -93,7 +94,7 @@ typedef struct connect_rail {
   uint16_t blob_len, peer_blob_len;
   uint8_t blob[RR_HS_BLOB_MAX];      /* our endpoint's address, sent in PROOF */
   uint8_t peer_blob[RR_HS_BLOB_MAX]; /* the listener's, from ACCEPT */
-  setup_stream s[RR_TCP_MAX_STREAMS];
+  setup_stream s[RR_HS_MAX_STREAMS];
 } connect_rail;
 
 typedef struct connect_state {
@@ -169,7 +170,7 @@ typedef struct pending_sock {
 #define RR_LISTEN_PENDING 64       /* unauthenticated sockets per listener */
 /* ... of them from one address: room for a sender's attempt at a rail and
  * the one it just abandoned (whose FIN a failed path may never deliver). */
-#define RR_LISTEN_PER_SOURCE (2 * RR_TCP_MAX_STREAMS)
+#define RR_LISTEN_PER_SOURCE (2 * RR_HS_MAX_STREAMS)
 #define RR_SETUP_AUTH_NS 1000000000ull /* to complete the handshake */
 #define RR_LISTEN_GROUPS 16
 #define RR_LISTEN_FDS RR_HANDLE_MAX_ADDRS
@@ -187,7 +188,7 @@ typedef struct pending_group {
   uint32_t rails_mask;       /* from COMMIT (first connections) or the reconnect's rail; 0 before */
   uint32_t later_mask;       /* from COMMIT: rails the connector reopens once they work */
   uint8_t later_addr[RR_MAX_RAILS]; /* ... and the handle address each will reach */
-  int fds[RR_MAX_RAILS][RR_TCP_MAX_STREAMS];
+  int fds[RR_MAX_RAILS][RR_HS_MAX_STREAMS];
   int dev[RR_MAX_RAILS];     /* our device each rail arrived on */
   rr_rail_ep *ep[RR_MAX_RAILS];  /* our endpoint of each rail (its blob went out in ACCEPT) */
   uint16_t peer_blob_len[RR_MAX_RAILS];
