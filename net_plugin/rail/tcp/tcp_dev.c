@@ -8,6 +8,7 @@
 #include "rail_tcp.h"
 #include "rr_clock.h"
 #include "rr_log.h"
+#include "rr_params.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,18 +71,33 @@ static int taken(const rr_rail_probe *in, const char *name) {
   return 0;
 }
 
-/* Every interface the core lists that no earlier transport's device sits on
- * (an interface whose RDMA port is a device runs verbs, not TCP). */
+/* Which interfaces run TCP (docs/devices.md):
+ *  - where RDMA ports are devices (an earlier transport opened some), none,
+ *    unless RERAIL_TRANSPORT=mixed: then the interfaces RERAIL_SOCKET_IFNAME
+ *    names that no RDMA device sits on (NCCL too picks IB over sockets);
+ *  - otherwise every interface the core lists that no earlier device sits
+ *    on, leaving out virtual ones (lo, veth, bridges, tun/tap, docker0) unless
+ *    RERAIL_SOCKET_IFNAME names them; a host with nothing else (a container
+ *    whose eth0 is a veth) pools its virtual interfaces, loopback last, as
+ *    NCCL's default socket interface choice falls back. */
 static int tcp_probe(const rr_rail_probe *in, rr_rail_found *out, int max) {
+  const rr_params *p = rr_params_get();
+  int named = rr_ifname_spec_selects(in->ifname_spec);
   nfound = 0;
-  for (int i = 0; i < in->nnifs && nfound < max && nfound < RR_MAX_NETIFS; i++) {
-    const rr_netif *nif = &in->nifs[i];
-    if (taken(in, nif->name)) continue;
-    found[nfound] = *nif;
-    out[nfound] = (rr_rail_found){.which = nfound};
-    snprintf(out[nfound].name, sizeof out[nfound].name, "%s", nif->name);
-    snprintf(out[nfound].netdev, sizeof out[nfound].netdev, "%s", nif->name);
-    nfound++;
+  if (in->nopened > 0 && p->transport != RR_TRANSPORT_TCP && !(p->transport == RR_TRANSPORT_MIXED && named))
+    return 0;
+  /* pass 0: physical (or named); 1: virtual but not loopback; 2: loopback */
+  for (int pass = 0; pass < 3 && nfound == 0; pass++) {
+    for (int i = 0; i < in->nnifs && nfound < max && nfound < RR_MAX_NETIFS; i++) {
+      const rr_netif *nif = &in->nifs[i];
+      int rank = named || !nif->is_virtual ? 0 : nif->is_loopback ? 2 : 1;
+      if (rank != pass || taken(in, nif->name)) continue;
+      found[nfound] = *nif;
+      out[nfound] = (rr_rail_found){.which = nfound};
+      snprintf(out[nfound].name, sizeof out[nfound].name, "%s", nif->name);
+      snprintf(out[nfound].netdev, sizeof out[nfound].netdev, "%s", nif->name);
+      nfound++;
+    }
   }
   return nfound;
 }

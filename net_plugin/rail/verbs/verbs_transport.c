@@ -13,30 +13,25 @@
 static rr_verbs_port ports[RR_VERBS_MAX_PORTS];
 static int nports;
 
-static int nif_listed(const rr_rail_probe *in, const char *name) {
-  for (int i = 0; i < in->nnifs; i++)
-    if (name[0] && !strcmp(in->nifs[i].name, name)) return 1;
-  return 0;
-}
-
+/* Every ACTIVE port RERAIL_IB_HCA (else NCCL_IB_HCA) selects is a device,
+ * InfiniBand or RoCE, with or without an IP address: as NCCL lists them.
+ * Setup reaches them over the out-of-band interface, not their own. */
 static int verbs_probe(const rr_rail_probe *in, rr_rail_found *out, int max) {
+  (void)in;
   const rr_params *p = rr_params_get();
   nports = 0;
   if (p->transport == RR_TRANSPORT_TCP) return 0;
   const rr_ibv_api *api = rr_ibv_load();
-  rr_verbs_port all[RR_VERBS_MAX_PORTS];
-  int nall = 0;
   rr_verbs_opts opts = {.hca_spec = p->ib_hca, .gid_index = p->ib_gid_index, .sysfs_root = rr_verbs_sysfs_root()};
-  if (!api || rr_verbs_discover(api, &opts, all, RR_VERBS_MAX_PORTS, &nall) != RR_OK) nall = 0;
-  for (int j = 0; j < nall && nports < max; j++) {
-    if (!nif_listed(in, all[j].netdev)) continue;
-    out[nports] = (rr_rail_found){.which = nports};
-    snprintf(out[nports].name, sizeof out[nports].name, "%.48s:%d", all[j].dev_name, all[j].port);
-    snprintf(out[nports].netdev, sizeof out[nports].netdev, "%s", all[j].netdev);
-    ports[nports++] = all[j];
+  int cap = max < RR_VERBS_MAX_PORTS ? max : RR_VERBS_MAX_PORTS;
+  if (!api || rr_verbs_discover(api, &opts, ports, cap, &nports) != RR_OK) nports = 0;
+  for (int j = 0; j < nports; j++) {
+    out[j] = (rr_rail_found){.which = j};
+    snprintf(out[j].name, sizeof out[j].name, "%.48s:%d", ports[j].dev_name, ports[j].port);
+    snprintf(out[j].netdev, sizeof out[j].netdev, "%s", ports[j].netdev);
   }
   if (p->transport == RR_TRANSPORT_VERBS && nports == 0)
-    RR_WARN("RERAIL_TRANSPORT=verbs: no usable RDMA port (%s); every NIC runs TCP",
+    RR_WARN("RERAIL_TRANSPORT=verbs: no usable RDMA port (%s); the interfaces run TCP",
             api ? "none is ACTIVE and selected by RERAIL_IB_HCA" : "libibverbs cannot be loaded");
   return nports;
 }

@@ -57,8 +57,8 @@ run() {
 }
 
 run gpu-gpu-verbs verbs =rxe0,rxe1 =rxe2,rxe3 cuda cuda 0
-run host-gpu-mixed auto =rxe1 =rxe3 host cuda 1
-run gpu-gpu-mixed auto =rxe1 =rxe3 cuda cuda 1
+run host-gpu-mixed mixed =rxe1 =rxe3 host cuda 1
+run gpu-gpu-mixed mixed =rxe1 =rxe3 cuda cuda 1
 
 # Per-device ptrSupport in the mixed pool: the TCP device host only, the verbs one with CUDA.
 log="$work/gpu-gpu-mixed/client.log"
