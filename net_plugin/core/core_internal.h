@@ -36,7 +36,21 @@ typedef struct rr_devices {
   int count;
   rr_netif nif[RR_MAX_NETIFS];
   rr_rail_dev *rail[RR_MAX_NETIFS];
+  /* The out-of-band interface (oob.c): setup, authentication and reopening
+   * of rails of every device whose setup sockets are not its data path
+   * travel over it, so they outlive that device's own failure. */
+  int has_oob;
+  rr_netif oob;
 } rr_devices;
+
+/* Where device dev's setup sockets go: the out-of-band address, or its own
+ * address for a device whose setup sockets are its data path (*own_ip 1);
+ * NULL when it has neither. */
+const struct sockaddr_storage *rr_core_setup_addr(int dev, int *own_ip);
+
+/* oob.c: the out-of-band interface among nifs (RERAIL_SOCKET_IFNAME's, or
+ * NCCL's default choice); 0 when there is none. */
+int rr_core_choose_oob(const rr_netif *nifs, int nnifs, const char *spec, rr_netif *out);
 
 const rr_devices *rr_core_devices(void);
 
@@ -212,9 +226,11 @@ struct rr_listen_comm {
   uint32_t magic;
   rr_profiler_fn profiler;   /* the context's, for the comms it accepts */
   int dev;
-  int fds[RR_LISTEN_FDS];    /* one listening socket per pooled NIC address, in handle order */
-  int addr_dev[RR_LISTEN_FDS]; /* the device behind each of the handle's addresses */
+  int fds[RR_LISTEN_FDS];    /* one listening socket per distinct setup address of the handle */
   int nfds;
+  int addr_dev[RR_HANDLE_MAX_ADDRS]; /* the device behind each of the handle's entries ... */
+  struct sockaddr_storage entry_addr[RR_HANDLE_MAX_ADDRS]; /* ... and where its sockets arrive */
+  int naddrs;
   uint8_t secret[RR_HS_SECRET_LEN];
   pthread_mutex_t lock;
   /* Allocated while in use (a listener lives as long as its connections,
@@ -266,9 +282,6 @@ void rr_setup_ep_abandon(rr_rail_ep **ep);
 
 /* Socket helpers (conn_setup.c). */
 rr_status rr_sock_tune(int fd);
-
-/* Device whose address is addr, or -1. */
-int rr_core_dev_by_addr(const struct sockaddr_storage *addr);
 
 /* The engine settings every new connection gets. */
 void rr_core_engine_config(int role, size_t chunk_size, const struct sockaddr *peer,

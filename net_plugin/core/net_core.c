@@ -39,6 +39,19 @@ static void discover_devices(void) {
   /* Devices no transport can open are left out, not fatal. */
   int n = rr_core_devices_open(nifs, nnifs, p->socket_ifname, devices.nif, devices.rail, RR_MAX_NETIFS);
   devices.count = n;
+  int need_oob = 0;
+  for (int i = 0; i < n; i++) need_oob |= !(devices.rail[i]->attr.caps & RR_RAIL_CAP_SETUP_IS_DATA);
+  devices.has_oob = need_oob && rr_core_choose_oob(nifs, nnifs, p->socket_ifname, &devices.oob);
+  if (need_oob) {
+    char abuf[64];
+    if (devices.has_oob)
+      RR_INFO(RR_SUB_INIT | RR_SUB_NET, "out-of-band interface %s (%s): setup of the RDMA devices travels over it",
+              devices.oob.name, rr_sockaddr_str((const struct sockaddr *)&devices.oob.addr, abuf, sizeof abuf));
+    else
+      RR_WARN("no out-of-band interface is up with an address%s%s: RDMA devices set connections up over "
+              "their own address, or not at all", p->socket_ifname[0] ? " among RERAIL_SOCKET_IFNAME=" : "",
+              p->socket_ifname);
+  }
   if (n == 0) {
     if (p->socket_ifname[0])
       RR_WARN("RERAIL_SOCKET_IFNAME=%s matches no interface that is up and has an address: "
@@ -94,20 +107,6 @@ __attribute__((destructor(150))) static void devices_close(void) {
     if (devices.rail[i]) devices.rail[i]->ops->dev_close(devices.rail[i]), devices.rail[i] = NULL;
   devices.count = 0;
   devices_ready = 0;
-}
-
-int rr_core_dev_by_addr(const struct sockaddr_storage *addr) {
-  for (int i = 0; i < devices.count; i++) {
-    const struct sockaddr_storage *a = &devices.nif[i].addr;
-    if (a->ss_family != addr->ss_family) continue;
-    if (a->ss_family == AF_INET &&
-        ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)addr)->sin_addr.s_addr)
-      return i;
-    if (a->ss_family == AF_INET6 &&
-        !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)addr)->sin6_addr, 16))
-      return i;
-  }
-  return -1;
 }
 
 void rr_core_engine_config(int role, size_t chunk_size, const struct sockaddr *peer,

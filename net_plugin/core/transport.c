@@ -21,6 +21,16 @@ static const rr_netif *nif_named(const rr_netif *nifs, int nnifs, const char *na
 static void describe(const rr_rail_dev *rd, const rr_netif *nifs, int nnifs, rr_netif *out) {
   const rr_netif *own = nif_named(nifs, nnifs, rd->attr.netdev);
   memset(out, 0, sizeof *out);
+  /* A RoCE port's interface that RERAIL_SOCKET_IFNAME does not name (it
+   * names the out-of-band one) is still the device's: its name and link
+   * state are the device's. */
+  rr_netif one[1];
+  int n = 0;
+  char spec[IF_NAMESIZE + 1] = "=";
+  if (!own && rd->attr.netdev[0]) {
+    strcat(spec, rd->attr.netdev);
+    if (rr_netif_discover(spec, one, 1, &n) == RR_OK && n == 1) own = &one[0];
+  }
   if (own) {
     *out = *own;
   } else {
