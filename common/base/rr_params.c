@@ -72,7 +72,7 @@ static void params_parse(void) {
     else
       strcpy(params.socket_ifname, ifname);
   }
-  static const char *const transports[] = {"auto", "tcp", "verbs", NULL};
+  static const char *const transports[] = {"auto", "tcp", "verbs", "mixed", NULL};
   params.transport = rr_param_parse_choice("RERAIL_TRANSPORT", getenv("RERAIL_TRANSPORT"),
                                            transports, RR_TRANSPORT_AUTO);
   /* Two sockets per rail, 128 KiB chunks: the second socket lets bulk
@@ -122,7 +122,9 @@ static void params_parse(void) {
                                           600000);
   params.degraded_restore_pct = (uint32_t)rr_param_parse_u64(
       "RERAIL_DEGRADED_RESTORE_PCT", getenv("RERAIL_DEGRADED_RESTORE_PCT"), 50, 1, 100);
+  /* Operators set NCCL_IB_HCA cluster-wide: rerail takes the same ports. */
   const char *hca = getenv("RERAIL_IB_HCA");
+  if (!hca) hca = getenv("NCCL_IB_HCA");
   if (hca) {
     if (strlen(hca) >= sizeof params.ib_hca)
       RR_WARN("RERAIL_IB_HCA is longer than %zu characters; ignoring it", sizeof params.ib_hca - 1);

@@ -7,11 +7,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum rr_transport { RR_TRANSPORT_AUTO = 0, RR_TRANSPORT_TCP, RR_TRANSPORT_VERBS };
+enum rr_transport { RR_TRANSPORT_AUTO = 0, RR_TRANSPORT_TCP, RR_TRANSPORT_VERBS, RR_TRANSPORT_MIXED };
 
 typedef struct rr_params {
   char socket_ifname[256];   /* RERAIL_SOCKET_IFNAME, NCCL_SOCKET_IFNAME syntax; "" = default */
-  int transport;             /* RERAIL_TRANSPORT=auto|tcp|verbs */
+  int transport;             /* RERAIL_TRANSPORT=auto|tcp|verbs|mixed */
   int tcp_streams;           /* RERAIL_TCP_STREAMS: sockets per rail, 1..8 */
   char tcp_congestion[16];   /* RERAIL_TCP_CONGESTION: the rails' TCP congestion control; "" = the system's */
   size_t chunk_size;         /* RERAIL_CHUNK_SIZE: bytes per chunk, 4 KiB..64 MiB */

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int rr_ifname_match(const char *spec, const char *ifname) {
   if (!spec || !*spec) return 1;
@@ -65,6 +66,9 @@ void rr_netif_read_sysfs(const char *sysfs_root, rr_netif *nif) {
   char path[PATH_MAX], real[PATH_MAX];
   nif->pci_path[0] = '\0';
   snprintf(path, sizeof path, "%s/class/net/%s/device", sysfs_root, nif->name);
+  /* An interface no device sits under is the kernel's own (lo, veth,
+   * bridge, tun/tap, docker0): sysfs keeps those under devices/virtual. */
+  nif->is_virtual = access(path, F_OK) != 0;
   if (realpath(path, real)) {
     trim_to_pci_device(real);
     if (strlen(real) < sizeof nif->pci_path) strcpy(nif->pci_path, real);
@@ -185,6 +189,7 @@ static int collect(struct ifaddrs *list, const char *spec, int want_loopback, rr
     memcpy(&nif->addr, ifa->ifa_addr, nif->addrlen);
     nif->prefix_len = mask_bits(ifa->ifa_netmask);
     nif->is_loopback = loop;
+    nif->is_up = (ifa->ifa_flags & IFF_UP) && (ifa->ifa_flags & IFF_RUNNING);
   }
   return n;
 }

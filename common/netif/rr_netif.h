@@ -19,6 +19,8 @@ typedef struct rr_netif {
   int speed_mbps;                /* 0 when sysfs does not know (veth, lo) */
   int numa_node;                 /* -1 when unknown */
   int is_loopback;
+  int is_virtual;
+  int is_up;                     /* up and running when it was listed */                /* no device behind it (lo, veth, bridge, tun, docker0...) */
 } rr_netif;
 
 /* Does ifname pass the filter spec? Spec syntax is NCCL_SOCKET_IFNAME's:
@@ -39,7 +41,7 @@ int rr_ifname_spec_selects(const char *spec);
  * matches nothing: the caller decides how to report that. */
 rr_status rr_netif_discover(const char *spec, rr_netif *out, int max, int *count);
 
-/* Fill pci_path, speed_mbps and numa_node from a sysfs tree rooted at
+/* Fill pci_path, speed_mbps, numa_node and is_virtual from a sysfs tree rooted at
  * sysfs_root ("/sys" normally; tests pass fake trees). */
 void rr_netif_read_sysfs(const char *sysfs_root, rr_netif *nif);
 

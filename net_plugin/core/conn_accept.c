@@ -94,24 +94,36 @@ static int listen_on(const struct sockaddr_storage *addr, uint16_t *port, int *o
   return 0;
 }
 
-/* One listening socket per pooled NIC address of the listening device's
- * family, all on one port (the handle has room for one). Never the wildcard
- * address: only the rails rerail pools can reach it. A NIC that is down
- * keeps its IPv4 address and is listened on like any (its rails are
- * reopened when it heals); one whose address is gone (an IPv6 address
- * flushed with the link, a lost lease) is left out of the handle, so
- * addrs/devs and *naddrs are cut down to the addresses listened on. */
-static rr_status bind_all(rr_listen_comm *l, struct sockaddr_storage *addrs, int *devs, int *naddrs,
-                          uint16_t *port) {
+static int same_ip(const struct sockaddr_storage *a, const struct sockaddr_storage *b) {
+  if (a->ss_family != b->ss_family) return 0;
+  if (a->ss_family == AF_INET)
+    return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+  return a->ss_family == AF_INET6 &&
+         !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr, 16);
+}
+
+/* One listening socket per distinct setup address of the handle's entries
+ * (a TCP device's own address; the out-of-band address that every RDMA
+ * device's entry shares), all on one port (the handle has room for one).
+ * Never the wildcard address: only the paths rerail pools can reach it. A
+ * NIC that is down keeps its IPv4 address and is listened on like any (its
+ * rails are reopened when it heals); one whose address is gone (an IPv6
+ * address flushed with the link, a lost lease) is left out of the handle,
+ * so the entries are cut down to the addresses listened on. */
+static rr_status bind_all(rr_listen_comm *l, rr_handle_entry *e, int *n, uint16_t *port) {
   for (int attempt = 0; attempt < 16; attempt++) {
     uint16_t want = 0;
-    int err = 0, bad = -1, keep[RR_LISTEN_FDS], n = 0;
-    for (int i = 0; i < *naddrs; i++) {
+    int err = 0, bad = -1, gone[RR_HANDLE_MAX_ADDRS] = {0};
+    for (int i = 0; i < *n; i++) {
+      int seen = 0;
+      for (int k = 0; k < i; k++) seen |= same_ip(&e[k].addr, &e[i].addr);
+      if (seen) continue;
       int fd = -1;
-      err = listen_on(&addrs[i], &want, &fd);
+      err = listen_on(&e[i].addr, &want, &fd);
       if (err == EADDRNOTAVAIL) {
-        RR_INFO(RR_SUB_NET, "listen: %s has no address now: left out of this listener",
-                rr_core_devices()->nif[devs[i]].name);
+        RR_INFO(RR_SUB_NET, "listen: the setup address of %s is gone: left out of this listener",
+                rr_core_devices()->nif[e[i].dev].name);
+        gone[i] = 1;
         continue;
       }
       if (err) {
@@ -119,11 +131,15 @@ static rr_status bind_all(rr_listen_comm *l, struct sockaddr_storage *addrs, int
         break;
       }
       l->fds[l->nfds++] = fd;
-      keep[n++] = i;
     }
-    if (bad < 0 && n > 0) {
-      for (int k = 0; k < n; k++) addrs[k] = addrs[keep[k]], devs[k] = devs[keep[k]];
-      *naddrs = n;
+    int kept = 0;
+    for (int i = 0; bad < 0 && i < *n; i++) {
+      int lost = 0;
+      for (int k = 0; k <= i; k++) lost |= gone[k] && same_ip(&e[k].addr, &e[i].addr);
+      if (!lost) e[kept++] = e[i];
+    }
+    if (bad < 0 && kept > 0) {
+      *n = kept;
       *port = want;
       return RR_OK;
     }
@@ -136,7 +152,7 @@ static rr_status bind_all(rr_listen_comm *l, struct sockaddr_storage *addrs, int
      * try another port. Anything else will not get better. */
     if (err != EADDRINUSE || !want) {
       char abuf[64];
-      RR_WARN("listen: bind/listen on %s: %s", rr_sockaddr_str((const struct sockaddr *)&addrs[bad], abuf, sizeof abuf),
+      RR_WARN("listen: bind/listen on %s: %s", rr_sockaddr_str((const struct sockaddr *)&e[bad].addr, abuf, sizeof abuf),
               strerror(err));
       return RR_ERR_SYSTEM;
     }
@@ -152,41 +168,56 @@ rr_status rr_net_listen(rr_net_ctx *ctx, int dev, void *handle, rr_listen_comm *
     RR_WARN("listen: device %d does not exist (%d devices)", dev, d->count);
     return RR_ERR_INVALID;
   }
-  const rr_netif *nif = &d->nif[dev];
+  rr_handle_entry e[RR_HANDLE_MAX_ADDRS];
+  int n = 0, own = 0;
+  const struct sockaddr_storage *a0 = rr_core_setup_addr(dev, &own);
+  if (!a0) {
+    RR_WARN("listen: device %s has no address to set connections up over (no out-of-band "
+            "interface: see RERAIL_SOCKET_IFNAME)", d->nif[dev].name);
+    return RR_ERR_SYSTEM;
+  }
   rr_listen_comm *l = calloc(1, sizeof *l);
   if (!l) return RR_ERR_NOMEM;
-  /* The listening device first, then the others of the same family: backup
-   * rails reach us through them. */
-  struct sockaddr_storage addrs[RR_HANDLE_MAX_ADDRS];
-  int naddrs = 0;
-  l->addr_dev[naddrs] = dev;
-  addrs[naddrs++] = nif->addr;
-  for (int i = 0; i < d->count && naddrs < RR_HANDLE_MAX_ADDRS; i++)
-    if (i != dev && d->nif[i].addr.ss_family == nif->addr.ss_family) {
-      l->addr_dev[naddrs] = i;
-      addrs[naddrs++] = d->nif[i].addr;
+  /* The listening device first, then the others whose setup address has
+   * its family: backup rails reach us through them. */
+  e[n++] = (rr_handle_entry){.addr = *a0, .dev = (uint8_t)dev, .own_ip = (uint8_t)own};
+  for (int i = 0; i < d->count && n < RR_HANDLE_MAX_ADDRS; i++) {
+    const struct sockaddr_storage *a = i == dev ? NULL : rr_core_setup_addr(i, &own);
+    if (!a || a->ss_family != a0->ss_family) continue;
+    int nips = 0; /* the handle has room for RR_HANDLE_MAX_IPS distinct addresses */
+    for (int k = 0; k < n; k++) {
+      int first = 1;
+      for (int j = 0; j < k; j++) first &= !same_ip(&e[j].addr, &e[k].addr);
+      nips += first;
     }
+    int known = 0;
+    for (int k = 0; k < n; k++) known |= same_ip(&e[k].addr, a);
+    if (!known && nips == RR_HANDLE_MAX_IPS) continue;
+    e[n++] = (rr_handle_entry){.addr = *a, .dev = (uint8_t)i, .own_ip = (uint8_t)own};
+  }
   uint16_t port = 0;
   rr_status st = rr_hs_random(l->secret, sizeof l->secret);
-  if (st == RR_OK) st = bind_all(l, addrs, l->addr_dev, &naddrs, &port);
+  if (st == RR_OK) st = bind_all(l, e, &n, &port);
   if (st != RR_OK) {
     free(l);
     return st;
   }
+  for (int i = 0; i < n; i++) l->addr_dev[i] = e[i].dev, l->entry_addr[i] = e[i].addr;
+  l->naddrs = n;
   l->magic = RR_MAGIC_LISTEN;
   l->profiler = ctx ? ctx->profiler : NULL;
   l->dev = dev;
   pthread_mutex_init(&l->lock, NULL);
-  st = rr_handle_encode(addrs, naddrs, port, l->secret, handle);
+  st = rr_handle_encode(e, n, port, l->secret, handle);
   if (st != RR_OK) {
     rr_net_close_listen(l);
     return st;
   }
   char abuf[64];
-  /* addrs[0] is the listening device's address unless that NIC has none now. */
-  RR_INFO(RR_SUB_NET | RR_SUB_INIT, "listening on %s (%s) and %d more pooled address(es), port %u",
-          d->nif[l->addr_dev[0]].name, rr_sockaddr_str((const struct sockaddr *)&addrs[0], abuf, sizeof abuf),
-          naddrs - 1, port);
+  /* entry 0 is the listening device's unless its address is gone now. */
+  RR_INFO(RR_SUB_NET | RR_SUB_INIT, "listening for %s on %s and %d more device(s), %d address(es), port %u",
+          d->nif[l->addr_dev[0]].name, rr_sockaddr_str((const struct sockaddr *)&e[0].addr, abuf, sizeof abuf),
+          n - 1, l->nfds, port);
   *out = l;
   return RR_OK;
 }
@@ -196,7 +227,7 @@ static void group_close(pending_group *g) {
   rr_connect_job_abandon(g->install);
   g->install = NULL;
   for (int r = 0; r < RR_MAX_RAILS; r++) {
-    for (int i = 0; i < RR_TCP_MAX_STREAMS; i++)
+    for (int i = 0; i < RR_HS_MAX_STREAMS; i++)
       if (g->fds[r][i] >= 0) close(g->fds[r][i]), g->fds[r][i] = -1;
     rr_setup_ep_abandon(&g->ep[r]);
   }
@@ -293,6 +324,18 @@ static void on_hello(rr_listen_comm *l, pending_sock *ps) {
     refuse(l, ps, why);
     return;
   }
+  /* The device the hello names is the peer's word: it must be one this
+   * listener offers, at the address the socket reached. */
+  struct sockaddr_storage local;
+  socklen_t llen = sizeof local;
+  int offered = 0;
+  if (getsockname(ps->fd, (struct sockaddr *)&local, &llen) == 0)
+    for (int i = 0; i < l->naddrs; i++)
+      offered |= l->addr_dev[i] == ps->h.dev && same_ip(&l->entry_addr[i], &local);
+  if (!offered) {
+    refuse(l, ps, "hello names a device this listener does not offer at that address");
+    return;
+  }
   memcpy(ps->hello, ps->in, RR_HS_HELLO_LEN);
   ps->gen_floor = 0;
   if (ps->h.flags & RR_HS_FLAG_RECONNECT) {
@@ -370,7 +413,7 @@ static pending_group *group_for(rr_listen_comm *l, pending_sock *ps, rr_recv_com
   tmp.chunk_size = h->chunk_size;
   tmp.since_ns = rr_now_ns();
   for (int r = 0; r < RR_MAX_RAILS; r++)
-    for (int i = 0; i < RR_TCP_MAX_STREAMS; i++) tmp.fds[r][i] = -1;
+    for (int i = 0; i < RR_HS_MAX_STREAMS; i++) tmp.fds[r][i] = -1;
   if (live) {
     tmp.engine = &live->engine; /* rails_mask: from the connector's COMMIT */
   } else {
@@ -429,19 +472,17 @@ static void on_proof(rr_listen_comm *l, pending_sock *ps) {
   pending_group *g = group_for(l, ps, live, &why);
   if (!g) { refuse(l, ps, why); return; }
   int r = h->rail;
-  if (g->nstreams != h->nstreams || g->chunk_size != h->chunk_size || g->fds[r][h->stream] >= 0) {
+  int first = 1;
+  for (int i = 0; i < g->nstreams; i++) first &= g->fds[r][i] < 0;
+  if (g->nstreams != h->nstreams || g->chunk_size != h->chunk_size || g->fds[r][h->stream] >= 0 ||
+      (!first && g->dev[r] != h->dev)) {
     refuse(l, ps, "hello inconsistent with its connection");
     return;
   }
-  int first = 1;
-  for (int i = 0; i < g->nstreams; i++) first &= g->fds[r][i] < 0;
   if (first) {
-    /* Our endpoint of this rail, on the device the socket arrived at. */
-    struct sockaddr_storage local;
-    socklen_t len = sizeof local;
-    getsockname(ps->fd, (struct sockaddr *)&local, &len);
-    int dev = rr_core_dev_by_addr(&local);
-    g->dev[r] = dev >= 0 ? dev : l->dev;
+    /* Our endpoint of this rail, on the device the hello names (checked:
+     * one of ours, reached at the address its entry gives). */
+    g->dev[r] = h->dev;
     rr_setup_ep_abandon(&g->ep[r]);
     uint8_t blob[RR_HS_BLOB_MAX];
     uint16_t blen = 0;
@@ -482,7 +523,7 @@ static rr_status commit_check(const rr_listen_comm *l, const pending_group *g, c
     return RR_ERR_PROTOCOL;
   }
   for (int r = 0; r < RR_MAX_RAILS; r++)
-    if ((cm->later & (1u << r)) && cm->later_addr[r] >= l->nfds) {
+    if ((cm->later & (1u << r)) && cm->later_addr[r] >= l->naddrs) {
       *why = "a rail to reopen later names an address this listener does not have";
       return RR_ERR_PROTOCOL;
     }
@@ -527,7 +568,7 @@ static void read_commits(rr_listen_comm *l) {
         if (n <= 0) {
           /* The connector left this rail out (it closes sockets of rails it
            * gave up on); COMMIT comes on another. */
-          for (int i = 0; i < RR_TCP_MAX_STREAMS; i++)
+          for (int i = 0; i < RR_HS_MAX_STREAMS; i++)
             if (g->fds[r][i] >= 0) close(g->fds[r][i]), g->fds[r][i] = -1;
           rr_setup_ep_abandon(&g->ep[r]);
           break;
@@ -571,7 +612,7 @@ static void drop_stale(rr_listen_comm *l, uint64_t now) {
 static rr_status connect_rail_ep(pending_group *g, int r, rr_rail_ep **ep) {
   rr_status st = rr_setup_ep_connect(&g->ep[r], g->dev[r], g->engine, g->peer_blob[r], g->peer_blob_len[r],
                                      g->fds[r], g->nstreams);
-  for (int i = 0; i < RR_TCP_MAX_STREAMS; i++)
+  for (int i = 0; i < RR_HS_MAX_STREAMS; i++)
     if (g->fds[r][i] >= 0) close(g->fds[r][i]), g->fds[r][i] = -1;
   *ep = g->ep[r];
   g->ep[r] = NULL;

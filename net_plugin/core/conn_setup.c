@@ -31,7 +31,7 @@
 #include <string.h>
 #include <unistd.h>
 
-_Static_assert(RR_TCP_MAX_STREAMS <= RR_HS_MAX_STREAMS, "setup sockets per rail");
+_Static_assert(RR_HS_MAX_STREAMS == RR_RAIL_SETUP_FDS_MAX, "setup sockets per rail");
 _Static_assert(RR_MAX_RAILS <= RR_HS_MAX_RAILS, "rails per connection");
 
 #define RETRY_DELAY_NS (20ull * 1000 * 1000)
@@ -83,13 +83,28 @@ static void connecting_unlink(rr_send_comm *s) {
     }
 }
 
-/* Which of the peer's addresses a local NIC should talk to: one on its own
- * subnet (the usual rail-per-subnet fabric), else the next unused one. */
-static int pair_peer_addr(const rr_netif *nif, const rr_peer_addrs *peer, const int *used) {
+/* Which of the peer's handle entries a local device should talk to, of its
+ * kind (a TCP device to a TCP device; an RDMA device, set up out of band, to
+ * an RDMA device). TCP: one on its own subnet (the usual rail-per-subnet
+ * fabric), else the next unused one. Out of band, where addresses say
+ * nothing of rails: the peer's device of the same number (the same
+ * position on a rail-optimised fabric), else the next unused one. */
+static int pair_peer_addr(int dev, const rr_peer_addrs *peer, const int *used) {
+  const rr_netif *nif = &rr_core_devices()->nif[dev];
+  int own = 0;
+  if (!rr_core_setup_addr(dev, &own)) return -1;
+  if (!own) {
+    for (int j = 1; j < peer->naddrs; j++)
+      if (!used[j] && !peer->own_ip[j] && peer->dev[j] == dev) return j;
+    for (int j = 1; j < peer->naddrs; j++)
+      if (!used[j] && !peer->own_ip[j]) return j;
+    return -1;
+  }
   for (int j = 1; j < peer->naddrs; j++)
-    if (!used[j] && rr_sockaddr_same_subnet(&nif->addr, &peer->addrs[j], nif->prefix_len)) return j;
+    if (!used[j] && peer->own_ip[j] && rr_sockaddr_same_subnet(&nif->addr, &peer->addrs[j], nif->prefix_len))
+      return j;
   for (int j = 1; j < peer->naddrs; j++)
-    if (!used[j] && peer->addrs[j].ss_family == nif->addr.ss_family &&
+    if (!used[j] && peer->own_ip[j] && peer->addrs[j].ss_family == nif->addr.ss_family &&
         !rr_sockaddr_same_subnet(&nif->addr, &peer->addrs[0], nif->prefix_len))
       return j;
   return -1;
@@ -98,10 +113,9 @@ static int pair_peer_addr(const rr_netif *nif, const rr_peer_addrs *peer, const 
 /* Plan the next NIC of the chain that can be paired with a peer address;
  * its index, or -1 when none is left. */
 static int plan_next_rail(connect_state *c) {
-  const rr_devices *d = rr_core_devices();
   while (c->cand_next < c->ncand && c->nrails < RR_MAX_RAILS) {
     int dev = c->cand[c->cand_next++];
-    int j = pair_peer_addr(&d->nif[dev], &c->peer, c->addr_used);
+    int j = pair_peer_addr(dev, &c->peer, c->addr_used);
     if (j < 0) continue;
     c->addr_used[j] = 1;
     connect_rail *cr = &c->rails[c->nrails];
@@ -182,19 +196,28 @@ static void rail_defer(connect_state *c, connect_rail *cr) {
   cr->status = RAIL_LATER;
 }
 
-/* Open one stream's socket from the rail's local device towards its peer address. */
+/* Open one stream's socket from the rail's setup address (its device's
+ * own, or the out-of-band one) towards its peer entry's. */
 static rr_status stream_open(connect_state *c, connect_rail *cr, setup_stream *st) {
-  const rr_netif *nif = &rr_core_devices()->nif[cr->dev];
+  const rr_devices *d = rr_core_devices();
+  int own = 0;
+  const struct sockaddr_storage *from = rr_core_setup_addr(cr->dev, &own);
+  int loop = own ? d->nif[cr->dev].is_loopback : d->oob.is_loopback;
   const struct sockaddr_storage *dst = &c->peer.addrs[cr->peer_addr];
+  if (!from) {
+    errno = EADDRNOTAVAIL;
+    return RR_ERR_SYSTEM;
+  }
   int fd = socket(dst->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return RR_ERR_SYSTEM;
   if (rr_sock_tune(fd) != RR_OK) goto fail;
-  /* Leave through our device: bind its address when the families agree. */
-  if (nif->addr.ss_family == dst->ss_family && !nif->is_loopback) {
-    struct sockaddr_storage src = nif->addr;
+  /* Leave through that interface: bind its address when the families agree. */
+  if (from->ss_family == dst->ss_family && !loop) {
+    struct sockaddr_storage src = *from;
+    socklen_t slen = src.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
     if (src.ss_family == AF_INET) ((struct sockaddr_in *)&src)->sin_port = 0;
     else ((struct sockaddr_in6 *)&src)->sin6_port = 0;
-    if (bind(fd, (struct sockaddr *)&src, nif->addrlen) != 0) goto fail;
+    if (bind(fd, (struct sockaddr *)&src, slen) != 0) goto fail;
   }
   if (connect(fd, (const struct sockaddr *)dst, c->peer.addrlens[cr->peer_addr]) != 0 &&
       errno != EINPROGRESS)
@@ -257,7 +280,8 @@ static rr_status stream_step(connect_state *c, connect_rail *cr, int r, int i, c
     }
     rr_hs_hello h = {.conn_id = c->conn_id, .rail = (uint8_t)r, .stream = (uint8_t)i,
                      .nstreams = (uint8_t)c->nstreams, .chunk_size = c->chunk_size,
-                     .flags = cr->generation ? RR_HS_FLAG_RECONNECT : 0, .generation = cr->generation};
+                     .flags = cr->generation ? RR_HS_FLAG_RECONNECT : 0, .generation = cr->generation,
+                     .dev = c->peer.dev[cr->peer_addr]};
     if (rr_hs_random(h.nonce, sizeof h.nonce) != RR_OK) {
       *why = "no random numbers";
       return RR_ERR_PROTOCOL;
@@ -574,7 +598,7 @@ static rr_status send_comm_reconnect(void *arg, int rail, rr_rail_ep **ep) {
       reconnect_abandon(s, rail);
       return RR_ERR_RAIL;
     }
-    int fds[RR_TCP_MAX_STREAMS];
+    int fds[RR_HS_MAX_STREAMS];
     for (int i = 0; i < c->nstreams; i++) fds[i] = cr->s[i].fd, cr->s[i].fd = -1;
     rr_rail_ep *opened = cr->ep;
     cr->ep = NULL; /* the job's now */
@@ -630,7 +654,7 @@ static rr_send_comm *send_comm_new(const void *handle, int dev, const rr_peer_ad
   }
   plan_rails(c, dev);
   for (int r = 0; r < RR_MAX_RAILS; r++)
-    for (int i = 0; i < RR_TCP_MAX_STREAMS; i++) c->rails[r].s[i].fd = -1;
+    for (int i = 0; i < RR_HS_MAX_STREAMS; i++) c->rails[r].s[i].fd = -1;
   s->dev = dev;
   rr_engine_config cfg;
   rr_core_engine_config(RR_ENGINE_SEND, c->chunk_size, (const struct sockaddr *)&c->peer.addrs[0],
@@ -664,7 +688,7 @@ static rr_status send_comm_add(rr_send_comm *s, int r) {
   const rr_netif *nif = &rr_core_devices()->nif[cr->dev];
   rr_status st = RR_OK;
   if (cr->status == RAIL_READY) {
-    int fds[RR_TCP_MAX_STREAMS];
+    int fds[RR_HS_MAX_STREAMS];
     for (int i = 0; i < c->nstreams; i++) fds[i] = cr->s[i].fd, cr->s[i].fd = -1;
     st = rr_setup_ep_connect(&cr->ep, cr->dev, &s->engine, cr->peer_blob, cr->peer_blob_len, fds, c->nstreams);
   }

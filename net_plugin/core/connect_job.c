@@ -82,7 +82,7 @@ struct rr_connect_job {
   int dev;
   uint16_t blob_len;
   uint8_t blob[RR_HS_BLOB_MAX];
-  int fds[RR_TCP_MAX_STREAMS];
+  int fds[RR_HS_MAX_STREAMS];
   int nfds;
   rr_status result;
   int done;                  /* the connect returned (under lock) */
@@ -165,7 +165,7 @@ rr_status rr_connect_job_start(rr_rail_ep *ep, int dev, const uint8_t *peer_blob
                                int *fds, int nfds, rr_connect_job **out) {
   *out = NULL;
   rr_connect_job *job = calloc(1, sizeof *job);
-  if (!job || peer_blob_len > RR_HS_BLOB_MAX || nfds > RR_TCP_MAX_STREAMS) {
+  if (!job || peer_blob_len > RR_HS_BLOB_MAX || nfds > RR_HS_MAX_STREAMS) {
     free(job);
     for (int i = 0; i < nfds; i++)
       if (fds[i] >= 0) close(fds[i]), fds[i] = -1;

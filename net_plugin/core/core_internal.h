@@ -8,8 +8,7 @@
 #include "connect_plan.h"
 #include "engine.h"
 #include "handle.h"
-#include "rail_tcp.h"
-#include "rail_verbs.h"
+#include "rail.h"
 #include "net_core.h"
 #include "rr_netif.h"
 #include "setup_wire.h"
@@ -29,14 +28,29 @@ struct rr_net_ctx {
   int tel_held;              /* holds a reference on the telemetry exporter */
 };
 
-/* Process-wide: the devices (NICs) rerail pools, each opened by the
- * transport that serves it. */
+/* Process-wide: the devices rerail pools, each opened by the transport
+ * that found it (transport.c). nif[i] is device i as an interface: its name,
+ * and the device's own IP address when it has one (family AF_UNSPEC when it
+ * has none, as an InfiniBand port). */
 typedef struct rr_devices {
   int count;
   rr_netif nif[RR_MAX_NETIFS];
   rr_rail_dev *rail[RR_MAX_NETIFS];
-  const rr_verbs_port *verbs[RR_MAX_NETIFS]; /* the RDMA port behind a verbs device, else NULL */
+  /* The out-of-band interface (oob.c): setup, authentication and reopening
+   * of rails of every device whose setup sockets are not its data path
+   * travel over it, so they outlive that device's own failure. */
+  int has_oob;
+  rr_netif oob;
 } rr_devices;
+
+/* Where device dev's setup sockets go: the out-of-band address, or its own
+ * address for a device whose setup sockets are its data path (*own_ip 1);
+ * NULL when it has neither. */
+const struct sockaddr_storage *rr_core_setup_addr(int dev, int *own_ip);
+
+/* oob.c: the out-of-band interface among nifs (RERAIL_SOCKET_IFNAME's, or
+ * NCCL's default choice); 0 when there is none. */
+int rr_core_choose_oob(const rr_netif *nifs, int nnifs, const char *spec, rr_netif *out);
 
 const rr_devices *rr_core_devices(void);
 
@@ -48,10 +62,11 @@ int rr_core_ptr_support(int dev);
 /* flush.c: test() of a request iflush returned. */
 rr_status rr_core_flush_test(void *request, int *done);
 
-/* transport.c: find the host's RDMA ports (once), and open device `index`
- * for a pooled NIC with the transport that serves it. */
-void rr_core_transport_discover(void);
-rr_status rr_core_dev_open(int index, const rr_netif *nif, rr_rail_dev **dev, const rr_verbs_port **vport);
+/* transport.c: ask every transport for its devices and open them into
+ * dev_nif/dev_rail[0..max) (nifs: the interfaces RERAIL_SOCKET_IFNAME,
+ * `spec`, leaves); returns how many opened. */
+int rr_core_devices_open(const rr_netif *nifs, int nnifs, const char *spec, rr_netif *dev_nif,
+                         rr_rail_dev **dev_rail, int max);
 
 
 /* Connecting, as the connector side sees it: every planned rail, its
@@ -93,7 +108,7 @@ typedef struct connect_rail {
   uint16_t blob_len, peer_blob_len;
   uint8_t blob[RR_HS_BLOB_MAX];      /* our endpoint's address, sent in PROOF */
   uint8_t peer_blob[RR_HS_BLOB_MAX]; /* the listener's, from ACCEPT */
-  setup_stream s[RR_TCP_MAX_STREAMS];
+  setup_stream s[RR_HS_MAX_STREAMS];
 } connect_rail;
 
 typedef struct connect_state {
@@ -169,7 +184,7 @@ typedef struct pending_sock {
 #define RR_LISTEN_PENDING 64       /* unauthenticated sockets per listener */
 /* ... of them from one address: room for a sender's attempt at a rail and
  * the one it just abandoned (whose FIN a failed path may never deliver). */
-#define RR_LISTEN_PER_SOURCE (2 * RR_TCP_MAX_STREAMS)
+#define RR_LISTEN_PER_SOURCE (2 * RR_HS_MAX_STREAMS)
 #define RR_SETUP_AUTH_NS 1000000000ull /* to complete the handshake */
 #define RR_LISTEN_GROUPS 16
 #define RR_LISTEN_FDS RR_HANDLE_MAX_ADDRS
@@ -187,7 +202,7 @@ typedef struct pending_group {
   uint32_t rails_mask;       /* from COMMIT (first connections) or the reconnect's rail; 0 before */
   uint32_t later_mask;       /* from COMMIT: rails the connector reopens once they work */
   uint8_t later_addr[RR_MAX_RAILS]; /* ... and the handle address each will reach */
-  int fds[RR_MAX_RAILS][RR_TCP_MAX_STREAMS];
+  int fds[RR_MAX_RAILS][RR_HS_MAX_STREAMS];
   int dev[RR_MAX_RAILS];     /* our device each rail arrived on */
   rr_rail_ep *ep[RR_MAX_RAILS];  /* our endpoint of each rail (its blob went out in ACCEPT) */
   uint16_t peer_blob_len[RR_MAX_RAILS];
@@ -211,9 +226,11 @@ struct rr_listen_comm {
   uint32_t magic;
   rr_profiler_fn profiler;   /* the context's, for the comms it accepts */
   int dev;
-  int fds[RR_LISTEN_FDS];    /* one listening socket per pooled NIC address, in handle order */
-  int addr_dev[RR_LISTEN_FDS]; /* the device behind each of the handle's addresses */
+  int fds[RR_LISTEN_FDS];    /* one listening socket per distinct setup address of the handle */
   int nfds;
+  int addr_dev[RR_HANDLE_MAX_ADDRS]; /* the device behind each of the handle's entries ... */
+  struct sockaddr_storage entry_addr[RR_HANDLE_MAX_ADDRS]; /* ... and where its sockets arrive */
+  int naddrs;
   uint8_t secret[RR_HS_SECRET_LEN];
   pthread_mutex_t lock;
   /* Allocated while in use (a listener lives as long as its connections,
@@ -265,9 +282,6 @@ void rr_setup_ep_abandon(rr_rail_ep **ep);
 
 /* Socket helpers (conn_setup.c). */
 rr_status rr_sock_tune(int fd);
-
-/* Device whose address is addr, or -1. */
-int rr_core_dev_by_addr(const struct sockaddr_storage *addr);
 
 /* The engine settings every new connection gets. */
 void rr_core_engine_config(int role, size_t chunk_size, const struct sockaddr *peer,

@@ -5,29 +5,44 @@
 #include <netinet/in.h>
 #include <string.h>
 
-static const uint8_t handle_magic[4] = {'R', 'R', 'H', '2'};
+static const uint8_t handle_magic[4] = {'R', 'R', 'H', '3'};
 
-rr_status rr_handle_encode(const struct sockaddr_storage *addrs, int naddrs, uint16_t port,
+static const void *ip_bytes(const struct sockaddr_storage *a) {
+  return a->ss_family == AF_INET ? (const void *)&((const struct sockaddr_in *)a)->sin_addr
+                                 : (const void *)&((const struct sockaddr_in6 *)a)->sin6_addr;
+}
+
+rr_status rr_handle_encode(const rr_handle_entry *e, int n, uint16_t port,
                            const uint8_t secret[RR_HS_SECRET_LEN], void *out) {
-  if (naddrs < 1 || port == 0) return RR_ERR_INVALID;
-  if (naddrs > RR_HANDLE_MAX_ADDRS) naddrs = RR_HANDLE_MAX_ADDRS;
-  int family = addrs[0].ss_family;
+  if (n < 1 || port == 0) return RR_ERR_INVALID;
+  if (n > RR_HANDLE_MAX_ADDRS) n = RR_HANDLE_MAX_ADDRS;
+  int family = e[0].addr.ss_family;
   if (family != AF_INET && family != AF_INET6) return RR_ERR_INVALID;
+  size_t alen = family == AF_INET ? 4 : 16;
   uint8_t *h = out;
   memset(h, 0, RR_NET_HANDLE_SIZE);
   memcpy(h, handle_magic, 4);
   h[4] = RR_HANDLE_VERSION;
-  h[5] = (uint8_t)naddrs;
+  h[5] = (uint8_t)n;
   h[6] = family == AF_INET ? 4 : 6;
   memcpy(h + 8, secret, RR_HS_SECRET_LEN);
   h[40] = (uint8_t)(port >> 8);
   h[41] = (uint8_t)port;
-  for (int i = 0; i < naddrs; i++) {
-    uint8_t *a = h + 42 + 16 * i;
-    if (addrs[i].ss_family != family) return RR_ERR_INVALID;
-    if (family == AF_INET) memcpy(a, &((const struct sockaddr_in *)&addrs[i])->sin_addr, 4);
-    else memcpy(a, &((const struct sockaddr_in6 *)&addrs[i])->sin6_addr, 16);
+  int nips = 0;
+  for (int i = 0; i < n; i++) {
+    if (e[i].addr.ss_family != family || e[i].dev >= RR_HS_MAX_DEVS) return RR_ERR_INVALID;
+    int ip = -1;
+    for (int k = 0; k < nips && ip < 0; k++)
+      if (!memcmp(h + 42 + 16 * k, ip_bytes(&e[i].addr), alen)) ip = k;
+    if (ip < 0) {
+      if (nips == RR_HANDLE_MAX_IPS) return RR_ERR_INVALID;
+      ip = nips++;
+      memcpy(h + 42 + 16 * ip, ip_bytes(&e[i].addr), alen);
+    }
+    h[106 + 2 * i] = (uint8_t)ip | (e[i].own_ip ? RR_HANDLE_OWN_IP : 0);
+    h[107 + 2 * i] = e[i].dev;
   }
+  h[7] = (uint8_t)nips;
   return RR_OK;
 }
 
@@ -49,10 +64,16 @@ rr_status rr_handle_parse(const void *in, rr_peer_addrs *out, const char **why) 
   }
   uint16_t port = (uint16_t)(h[40] << 8 | h[41]);
   int family = h[6] == 4 ? AF_INET : h[6] == 6 ? AF_INET6 : 0;
-  if (h[5] < 1 || h[5] > RR_HANDLE_MAX_ADDRS || port == 0 || !family || h[7] != 0) {
+  int n = h[5], nips = h[7];
+  if (n < 1 || n > RR_HANDLE_MAX_ADDRS || nips < 1 || nips > RR_HANDLE_MAX_IPS || port == 0 || !family) {
     *why = "malformed handle (address count, family or port)";
     return RR_ERR_INVALID;
   }
+  for (int i = n; i < RR_HANDLE_MAX_ADDRS; i++)
+    if (h[106 + 2 * i] || h[107 + 2 * i]) {
+      *why = "malformed handle (entries past the count)";
+      return RR_ERR_INVALID;
+    }
   for (int i = RR_HANDLE_LEN; i < RR_NET_HANDLE_SIZE; i++)
     if (h[i]) {
       *why = "malformed handle (trailing bytes)";
@@ -60,9 +81,16 @@ rr_status rr_handle_parse(const void *in, rr_peer_addrs *out, const char **why) 
     }
   memset(out, 0, sizeof *out);
   memcpy(out->secret, h + 8, RR_HS_SECRET_LEN);
-  out->naddrs = h[5];
-  for (int i = 0; i < out->naddrs; i++) {
-    const uint8_t *a = h + 42 + 16 * i;
+  out->naddrs = n;
+  for (int i = 0; i < n; i++) {
+    int ip = h[106 + 2 * i] & ~RR_HANDLE_OWN_IP;
+    if (ip >= nips || h[107 + 2 * i] >= RR_HS_MAX_DEVS) {
+      *why = "malformed handle (an entry's address or device)";
+      return RR_ERR_INVALID;
+    }
+    out->dev[i] = h[107 + 2 * i];
+    out->own_ip[i] = (h[106 + 2 * i] & RR_HANDLE_OWN_IP) != 0;
+    const uint8_t *a = h + 42 + 16 * ip;
     if (family == AF_INET) {
       struct sockaddr_in *sin = (struct sockaddr_in *)&out->addrs[i];
       sin->sin_family = AF_INET;

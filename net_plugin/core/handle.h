@@ -3,23 +3,28 @@
  * (multi-byte integers little-endian, the port big-endian as on the wire):
  *
  *   offset size  field
- *   0      4     magic   'R','R','H','2'
- *   4      1     version (2)
- *   5      1     naddrs  1..RR_HANDLE_MAX_ADDRS
+ *   0      4     magic   'R','R','H','3'
+ *   4      1     version (3)
+ *   5      1     naddrs  entries, 1..RR_HANDLE_MAX_ADDRS
  *   6      1     family  4 = IPv4, 6 = IPv6 (every address has it)
- *   7      1     zero
+ *   7      1     nips    distinct addresses, 1..RR_HANDLE_MAX_IPS
  *   8      32    secret  random per listen; a connector proves it holds it
  *                        (challenge-response, setup_wire.h), never sends it
  *   40     2     port    every listening address has the same port
- *   42     16*5  addrs   the listener's pooled NICs of that family, one
- *                        listening socket each (IPv4: first 4 bytes);
- *                        addrs[0] is the listening device, the rest the
- *                        failover targets
+ *   42     16*4  ips     the addresses listened on (IPv4: first 4 bytes)
+ *   106    2*8   entries one per listener device a rail may reach, each
+ *                        (ip index | RR_HANDLE_OWN_IP, listener device);
+ *                        entry 0 is the listening device, the rest the
+ *                        failover targets. A TCP device's entry has its own
+ *                        address (its setup sockets are its data path); the
+ *                        entries of RDMA devices share the out-of-band
+ *                        address, and a HELLO names the device it is for
  *   122    6     zero
  *
  * The handle carries a secret: NCCL passes it through its bootstrap only.
  * decode() rejects anything malformed with a message; nothing in a handle is
- * trusted beyond what it checks. */
+ * trusted beyond what it checks (the listener checks a HELLO's device
+ * against its own list). */
 #ifndef RERAIL_CORE_HANDLE_H
 #define RERAIL_CORE_HANDLE_H
 #include <stdint.h>
@@ -28,24 +33,37 @@
 #include "net_core.h"
 #include "setup_wire.h"
 
-#define RR_HANDLE_VERSION 2
-#define RR_HANDLE_MAX_ADDRS 5
+#define RR_HANDLE_VERSION 3
+#define RR_HANDLE_MAX_ADDRS 8
+#define RR_HANDLE_MAX_IPS 4
 #define RR_HANDLE_LEN 122
+#define RR_HANDLE_OWN_IP 0x80u        /* entry flag: the device's own address (setup is data) */
 
 _Static_assert(RR_HANDLE_LEN <= RR_NET_HANDLE_SIZE, "handle must fit NCCL's 128 bytes");
+_Static_assert(RR_HANDLE_LEN == 42 + 16 * RR_HANDLE_MAX_IPS + 2 * RR_HANDLE_MAX_ADDRS, "handle layout");
 _Static_assert(RR_HANDLE_MAX_ADDRS == RR_HS_MAX_ADDRS, "a COMMIT names any of the handle's addresses");
 
-/* Decoded form. */
+/* One entry as listen() describes it. */
+typedef struct rr_handle_entry {
+  struct sockaddr_storage addr;       /* where its setup sockets go (port ignored) */
+  uint8_t dev;                        /* the listener's device */
+  uint8_t own_ip;                     /* addr is the device's own (a TCP device) */
+} rr_handle_entry;
+
+/* Decoded form: entry i is addrs[i] (port filled in), dev[i], own_ip[i]. */
 typedef struct rr_peer_addrs {
   uint8_t secret[RR_HS_SECRET_LEN];
   int naddrs;
-  struct sockaddr_storage addrs[RR_HANDLE_MAX_ADDRS]; /* port filled in */
+  struct sockaddr_storage addrs[RR_HANDLE_MAX_ADDRS];
   socklen_t addrlens[RR_HANDLE_MAX_ADDRS];
+  uint8_t dev[RR_HANDLE_MAX_ADDRS];
+  uint8_t own_ip[RR_HANDLE_MAX_ADDRS];
 } rr_peer_addrs;
 
-/* Encode into out (RR_NET_HANDLE_SIZE bytes, zero-filled). All addrs must
- * have one family; their ports are ignored. */
-rr_status rr_handle_encode(const struct sockaddr_storage *addrs, int naddrs, uint16_t port,
+/* Encode into out (RR_NET_HANDLE_SIZE bytes, zero-filled). All addresses
+ * must have one family, at most RR_HANDLE_MAX_IPS distinct ones; entries
+ * past RR_HANDLE_MAX_ADDRS are left out. */
+rr_status rr_handle_encode(const rr_handle_entry *e, int n, uint16_t port,
                            const uint8_t secret[RR_HS_SECRET_LEN], void *out);
 /* Pure: bytes in, addresses or a reason out (why may be NULL). */
 rr_status rr_handle_parse(const void *in, rr_peer_addrs *out, const char **why);

@@ -23,13 +23,12 @@ static void mr_release(rr_mr *mr) {
   free(mr);
 }
 
-/* The memory kinds device i registers. Only RDMA NICs place bytes in GPU
- * memory: a TCP device (which reads and writes through the CPU) never
- * counts as one that can, whatever it accepts. */
+/* The memory kinds device i registers, as its transport says (only a NIC
+ * that places bytes itself, RDMA, says GPU memory). */
 static uint32_t dev_mem_kinds(int i) {
   const rr_devices *d = rr_core_devices();
   if (i < 0 || i >= d->count) return 0;
-  return d->verbs[i] ? d->rail[i]->attr.mem_kinds : RR_MEM_HOST;
+  return d->rail[i]->attr.mem_kinds;
 }
 
 /* The kinds some pooled device registers. */

@@ -9,6 +9,7 @@
 #include "rr_telemetry.h"
 
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -20,11 +21,9 @@ static int default_ctx_live;
 static rr_devices devices;
 static int devices_ready;
 
-/* The settings every connection runs with (the transport is chosen per NIC,
- * transport.c). */
-static void choose_transport(void) {
+/* The settings every connection runs with. */
+static void log_settings(void) {
   const rr_params *p = rr_params_get();
-  rr_core_transport_discover();
   RR_INFO(RR_SUB_INIT | RR_SUB_NET,
           "TCP rails: %d stream(s) per rail; %zu-byte chunks, %d backup rail(s), failover %s, "
           "progress timeout %llu ms, fail-back hold %llu ms",
@@ -34,9 +33,25 @@ static void choose_transport(void) {
 
 static void discover_devices(void) {
   const rr_params *p = rr_params_get();
-  int n = 0;
-  if (rr_netif_discover(p->socket_ifname, devices.nif, RR_MAX_NETIFS, &n) != RR_OK) n = 0;
+  rr_netif nifs[RR_MAX_NETIFS];
+  int nnifs = 0;
+  if (rr_netif_discover(p->socket_ifname, nifs, RR_MAX_NETIFS, &nnifs) != RR_OK) nnifs = 0;
+  /* Devices no transport can open are left out, not fatal. */
+  int n = rr_core_devices_open(nifs, nnifs, p->socket_ifname, devices.nif, devices.rail, RR_MAX_NETIFS);
   devices.count = n;
+  int need_oob = 0;
+  for (int i = 0; i < n; i++) need_oob |= !(devices.rail[i]->attr.caps & RR_RAIL_CAP_SETUP_IS_DATA);
+  devices.has_oob = need_oob && rr_core_choose_oob(nifs, nnifs, p->socket_ifname, &devices.oob);
+  if (need_oob) {
+    char abuf[64];
+    if (devices.has_oob)
+      RR_INFO(RR_SUB_INIT | RR_SUB_NET, "out-of-band interface %s (%s): setup of the RDMA devices travels over it",
+              devices.oob.name, rr_sockaddr_str((const struct sockaddr *)&devices.oob.addr, abuf, sizeof abuf));
+    else
+      RR_WARN("no out-of-band interface is up with an address%s%s: RDMA devices set connections up over "
+              "their own address, or not at all", p->socket_ifname[0] ? " among RERAIL_SOCKET_IFNAME=" : "",
+              p->socket_ifname);
+  }
   if (n == 0) {
     if (p->socket_ifname[0])
       RR_WARN("RERAIL_SOCKET_IFNAME=%s matches no interface that is up and has an address: "
@@ -44,29 +59,24 @@ static void discover_devices(void) {
     else
       RR_WARN("no network interface is up: rerail offers no devices");
   }
-  /* Devices no transport can open are left out, not fatal. */
-  int kept = 0;
   for (int i = 0; i < n; i++) {
-    rr_rail_dev *rd = NULL;
-    const rr_verbs_port *vp = NULL;
-    if (rr_core_dev_open(kept, &devices.nif[i], &rd, &vp) != RR_OK) {
-      RR_WARN("device %s: no transport can open it; left out", devices.nif[i].name);
-      continue;
+    const rr_rail_dev_attr *a = &devices.rail[i]->attr;
+    const char *tname = devices.rail[i]->ops->name;
+    /* status, the .prom file and the event log name the transport beside the
+     * NIC, and the adapter of a port ("mlx5_0" of "mlx5_0:1") */
+    char hca[RR_RAIL_DEV_NAME_MAX] = "";
+    if (a->port) {
+      snprintf(hca, sizeof hca, "%s", a->name);
+      char *colon = strrchr(hca, ':');
+      if (colon) *colon = '\0';
     }
-    devices.nif[kept] = devices.nif[i];
-    devices.verbs[kept] = vp;
-    /* status, the .prom file and the event log name the transport beside the NIC */
-    rr_health_nic_transport_set(kept, vp ? "verbs" : "tcp", vp ? vp->dev_name : "", vp ? vp->port : 0);
-    devices.rail[kept++] = rd;
-  }
-  devices.count = n = kept;
-  for (int i = 0; i < n; i++) {
-    char abuf[64];
-    RR_INFO(RR_SUB_INIT | RR_SUB_NET, "device %d: %s %s speed %d Mb/s pci %s numa %d", i,
-            devices.nif[i].name,
-            rr_sockaddr_str((const struct sockaddr *)&devices.nif[i].addr, abuf, sizeof abuf),
-            devices.nif[i].speed_mbps, devices.nif[i].pci_path[0] ? devices.nif[i].pci_path : "-",
-            devices.nif[i].numa_node);
+    rr_health_nic_transport_set(i, tname, hca, a->port);
+    char abuf[64] = "-";
+    if (devices.nif[i].addr.ss_family != AF_UNSPEC)
+      rr_sockaddr_str((const struct sockaddr *)&devices.nif[i].addr, abuf, sizeof abuf);
+    RR_INFO(RR_SUB_INIT | RR_SUB_NET, "device %d: %s (%s) %s speed %d Mb/s pci %s numa %d", i,
+            devices.nif[i].name, tname, abuf, devices.nif[i].speed_mbps,
+            devices.nif[i].pci_path[0] ? devices.nif[i].pci_path : "-", devices.nif[i].numa_node);
   }
 }
 
@@ -99,20 +109,6 @@ __attribute__((destructor(150))) static void devices_close(void) {
   devices_ready = 0;
 }
 
-int rr_core_dev_by_addr(const struct sockaddr_storage *addr) {
-  for (int i = 0; i < devices.count; i++) {
-    const struct sockaddr_storage *a = &devices.nif[i].addr;
-    if (a->ss_family != addr->ss_family) continue;
-    if (a->ss_family == AF_INET &&
-        ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)addr)->sin_addr.s_addr)
-      return i;
-    if (a->ss_family == AF_INET6 &&
-        !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)addr)->sin6_addr, 16))
-      return i;
-  }
-  return -1;
-}
-
 void rr_core_engine_config(int role, size_t chunk_size, const struct sockaddr *peer,
                            rr_profiler_fn profiler, rr_engine_config *cfg) {
   const rr_params *p = rr_params_get();
@@ -136,7 +132,7 @@ rr_status rr_net_init(const rr_init_args *args, rr_net_ctx **out) {
   pthread_mutex_lock(&core_lock);
   if (!devices_ready) {
     rr_params_get();
-    choose_transport();
+    log_settings();
     discover_devices();
     rr_monitor_read_links("link state when the plugin started");
     devices_ready = 1;
@@ -216,30 +212,22 @@ rr_status rr_net_get_properties(int dev, rr_dev_props *props) {
     return RR_ERR_INVALID;
   }
   const rr_netif *nif = &devices.nif[dev];
-  const rr_verbs_port *vp = devices.verbs[dev];
+  const rr_rail_dev_attr *a = &devices.rail[dev]->attr;
   const rr_params *p = rr_params_get();
   memset(props, 0, sizeof *props);
-  props->name = nif->name;
+  /* NCCL pairs GPUs and NICs by the PCI path, groups ports of one adapter
+   * by the GUID, and may open a connection per comm up to maxComms. */
+  props->name = a->name[0] ? a->name : nif->name;
   props->pci_path = nif->pci_path[0] ? nif->pci_path : NULL;
-  props->guid = nic_guid(nif);
+  props->guid = a->guid ? a->guid : nic_guid(nif);
   props->ptr_support = rr_core_ptr_support(dev); /* per device: issue 23 */
   props->reg_is_global = 1;       /* a registration covers every pooled NIC (mr.c) */
   props->force_flush = 0;
   /* Virtual NICs (veth, lo) report no speed: assume 10 Gb/s like NCCL's sockets. */
   props->speed_mbps = nif->speed_mbps > 0 ? nif->speed_mbps : 10000;
-  props->port = 0;
+  props->port = a->port;
   props->latency_us = 0;
-  props->max_comms = 65536;
-  if (vp) {
-    /* An RDMA port: NCCL pairs GPUs and NICs by its PCI path, groups ports
-     * of one adapter by its GUID, and may open a QP per comm. */
-    if (vp->pci_path[0]) props->pci_path = vp->pci_path;
-    props->guid = vp->guid ? vp->guid : props->guid;
-    props->port = vp->port;
-    if (vp->speed_mbps > 0) props->speed_mbps = vp->speed_mbps;
-    const rr_rail_dev_attr *a = &devices.rail[dev]->attr;
-    if (a->max_eps > 0) props->max_comms = (int)a->max_eps;
-  }
+  props->max_comms = a->max_eps > 0 ? (int)a->max_eps : 65536;
   /* Speed and latency are the NIC's, whatever its health: every rank of a
    * host builds its topology from these, and before NCCL 2.22 local ranks
    * that saw different speeds could build different rings and hang. A NIC

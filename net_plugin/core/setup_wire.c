@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/random.h>
 
-_Static_assert(RR_HS_HELLO_LEN == RR_HS_HDR_LEN + 8 + 4 + 4 + 4 + 4 + RR_HS_NONCE_LEN, "HELLO layout");
+_Static_assert(RR_HS_HELLO_LEN == RR_HS_HDR_LEN + 8 + 4 + 4 + 1 + 3 + 4 + RR_HS_NONCE_LEN, "HELLO layout");
 _Static_assert(RR_HS_CHALLENGE_LEN == RR_HS_HDR_LEN + RR_HS_NONCE_LEN + 4 + RR_HS_MAC_LEN,
                "CHALLENGE layout");
 _Static_assert(RR_HS_PROOF_FIXED == RR_HS_HDR_LEN + RR_HS_MAC_LEN + 4, "PROOF layout");
@@ -74,7 +74,8 @@ size_t rr_hs_hello_encode(const rr_hs_hello *h, uint8_t out[RR_HS_HELLO_LEN]) {
   out[18] = h->nstreams;
   out[19] = h->flags;
   put32(out + 20, h->chunk_size);
-  put32(out + 24, 0); /* reserved */
+  out[24] = h->dev;
+  out[25] = out[26] = out[27] = 0; /* reserved */
   put32(out + 28, h->generation);
   memcpy(out + 32, h->nonce, RR_HS_NONCE_LEN);
   return RR_HS_HELLO_LEN;
@@ -91,6 +92,7 @@ rr_status rr_hs_hello_decode(const uint8_t *buf, size_t len, rr_hs_hello *out, s
   h.nstreams = buf[18];
   h.flags = buf[19];
   h.chunk_size = get32(buf + 20);
+  h.dev = buf[24];
   h.generation = get32(buf + 28);
   memcpy(h.nonce, buf + 32, RR_HS_NONCE_LEN);
   *why = NULL;
@@ -98,8 +100,10 @@ rr_status rr_hs_hello_decode(const uint8_t *buf, size_t len, rr_hs_hello *out, s
     *why = "malformed hello (streams)";
   else if (h.rail >= RR_HS_MAX_RAILS)
     *why = "malformed hello (rail)";
-  else if (get32(buf + 24) != 0)
+  else if (buf[25] || buf[26] || buf[27])
     *why = "malformed hello (reserved bytes)";
+  else if (h.dev >= RR_HS_MAX_DEVS)
+    *why = "malformed hello (device)";
   else if (h.chunk_size < 4096 || h.chunk_size > (64u << 20))
     *why = "malformed hello (chunk size)";
   else if (h.flags & ~RR_HS_FLAG_RECONNECT)

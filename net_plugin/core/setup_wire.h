@@ -4,7 +4,8 @@
  * the handle's secret.
  *
  *   connector -> listener  HELLO      who: connection id, rail, stream, flags,
- *                                     generation, client nonce
+ *                                     generation, the listener's device the
+ *                                     rail is for, client nonce
  *   listener  -> connector CHALLENGE  server nonce, the rail's generation floor,
  *                                     the listener's proof
  *   connector -> listener  PROOF      the connector's proof, its endpoint blob
@@ -32,15 +33,18 @@
 #include "rr_status.h"
 
 #define RR_HS_MAGIC 0x33435252u      /* "RRC3" read little-endian */
-/* 5: COMMIT names the rails reopened later (4: challenge-response; 3 sent a token in clear) */
-#define RR_HS_VERSION 5
+/* 6: HELLO names the listener's device (setup of RDMA rails shares one
+ * out-of-band address); 5: COMMIT names the rails reopened later;
+ * 4: challenge-response; 3 sent a token in clear */
+#define RR_HS_VERSION 6
 #define RR_HS_SECRET_LEN 32
 #define RR_HS_NONCE_LEN 32
 #define RR_HS_MAC_LEN 32
 #define RR_HS_BLOB_MAX 128           /* = RR_RAIL_ADDR_MAX (checked where both are known) */
 #define RR_HS_MAX_STREAMS 8          /* setup sockets per rail */
 #define RR_HS_MAX_RAILS 8
-#define RR_HS_MAX_ADDRS 5            /* = RR_HANDLE_MAX_ADDRS (checked in handle.h) */
+#define RR_HS_MAX_ADDRS 8            /* = RR_HANDLE_MAX_ADDRS (checked in handle.h) */
+#define RR_HS_MAX_DEVS 32            /* a HELLO's device: below it (= RR_MAX_NETIFS) */
 /* A reconnect may name at most this many generations beyond the rail's
  * floor (the listener's newest installed or authenticated attempt), so a peer
  * cannot push a rail's generation out of reach of the real sender. */
@@ -64,6 +68,7 @@ typedef struct rr_hs_hello {
   uint64_t conn_id;
   uint8_t rail, stream, nstreams, flags;
   uint32_t chunk_size;
+  uint8_t dev;         /* the listener's device this rail is for (a handle entry's); untrusted */
   uint32_t generation;
   uint8_t nonce[RR_HS_NONCE_LEN];
 } rr_hs_hello;

@@ -1,53 +1,72 @@
-/* Which transport serves each pooled NIC.
- *
- * RERAIL_TRANSPORT=auto (the default) puts a NIC on the verbs rail when an
- * ACTIVE RDMA port (InfiniBand, or RoCE whose GID lives on that NIC) that
- * RERAIL_IB_HCA selects sits behind it, and on the TCP rail otherwise;
- * `verbs` does the same but says so for every NIC that has no RDMA port;
- * `tcp` never looks for verbs. libibverbs is opened at run time: without
- * rdma-core every NIC runs TCP. The core's setup sockets (connection
- * setup, authentication, reconnects) always travel over the NIC's IP
- * address, whichever rail then carries the data. */
+/* The devices rerail offers NCCL, found by the transports (rail.h's
+ * registry, asked in order): each probes for its devices, opens them and
+ * says what each is. The core knows a transport only through that table and
+ * its rr_rail_ops. */
 #include "core_internal.h"
-#include "rail_verbs.h"
 #include "rr_log.h"
-#include "rr_params.h"
 
+#include <stdio.h>
 #include <string.h>
 
-static rr_verbs_port ports[RR_VERBS_MAX_PORTS];
-static int nports;
-static int ports_taken[RR_VERBS_MAX_PORTS];
-
-void rr_core_transport_discover(void) {
-  const rr_params *p = rr_params_get();
-  nports = 0;
-  memset(ports_taken, 0, sizeof ports_taken);
-  if (p->transport == RR_TRANSPORT_TCP) return;
-  const rr_ibv_api *api = rr_ibv_load();
-  rr_verbs_opts opts = {.hca_spec = p->ib_hca, .gid_index = p->ib_gid_index, .sysfs_root = rr_verbs_sysfs_root()};
-  if (!api || rr_verbs_discover(api, &opts, ports, RR_VERBS_MAX_PORTS, &nports) != RR_OK) nports = 0;
-  if (p->transport == RR_TRANSPORT_VERBS && nports == 0)
-    RR_WARN("RERAIL_TRANSPORT=verbs: no usable RDMA port (%s); every NIC runs TCP",
-            api ? "none is ACTIVE and selected by RERAIL_IB_HCA" : "libibverbs cannot be loaded");
+/* The interface a device sits on, from the core's list; NULL when none. */
+static const rr_netif *nif_named(const rr_netif *nifs, int nnifs, const char *name) {
+  for (int i = 0; name[0] && i < nnifs; i++)
+    if (!strcmp(nifs[i].name, name)) return &nifs[i];
+  return NULL;
 }
 
-rr_status rr_core_dev_open(int index, const rr_netif *nif, rr_rail_dev **out, const rr_verbs_port **vport) {
-  *vport = NULL;
-  for (int j = 0; j < nports; j++) {
-    if (ports_taken[j] || strcmp(ports[j].netdev, nif->name) != 0) continue;
-    if (rr_verbs_dev_open(index, &ports[j], out) == RR_OK) {
-      ports_taken[j] = 1;
-      *vport = &ports[j];
-      RR_INFO(RR_SUB_INIT | RR_SUB_NET, "device %d: %s on the verbs rail (%s port %d)", index, nif->name,
-              ports[j].dev_name, ports[j].port);
-      return RR_OK;
-    }
-    RR_WARN("device %s: RDMA port %s:%d cannot be opened; using TCP", nif->name, ports[j].dev_name, ports[j].port);
+/* A device as the rest of the core sees it: an interface entry whose name
+ * names the device and whose address, when it has one, is the device's own
+ * (a TCP device's setup and data path; family AF_UNSPEC when it has none). */
+static void describe(const rr_rail_dev *rd, const rr_netif *nifs, int nnifs, rr_netif *out) {
+  const rr_netif *own = nif_named(nifs, nnifs, rd->attr.netdev);
+  memset(out, 0, sizeof *out);
+  /* A RoCE port's interface that RERAIL_SOCKET_IFNAME does not name (it
+   * names the out-of-band one) is still the device's: its name and link
+   * state are the device's. */
+  rr_netif one[1];
+  int n = 0;
+  char spec[IF_NAMESIZE + 1] = "=";
+  if (!own && rd->attr.netdev[0]) {
+    strcat(spec, rd->attr.netdev);
+    if (rr_netif_discover(spec, one, 1, &n) == RR_OK && n == 1) own = &one[0];
   }
-  if (rr_params_get()->transport == RR_TRANSPORT_VERBS && nports > 0)
-    RR_WARN("RERAIL_TRANSPORT=verbs: %s has no RDMA port; it runs TCP", nif->name);
-  rr_status st = rr_tcp_transport.dev_open(index, out);
-  if (st == RR_OK) (*out)->attr.speed_mbps = nif->speed_mbps;
-  return st;
+  if (own) {
+    *out = *own;
+  } else {
+    /* an interface name's room (15 characters) holds "mlx5_bond_0:1" */
+    memcpy(out->name, rd->attr.name, strnlen(rd->attr.name, sizeof out->name - 1));
+    out->addr.ss_family = AF_UNSPEC;
+    out->prefix_len = -1;
+  }
+  if (rd->attr.pci_path[0]) snprintf(out->pci_path, sizeof out->pci_path, "%s", rd->attr.pci_path);
+  if (rd->attr.speed_mbps > 0) out->speed_mbps = rd->attr.speed_mbps;
+  if (rd->attr.numa_node >= 0) out->numa_node = rd->attr.numa_node;
+}
+
+int rr_core_devices_open(const rr_netif *nifs, int nnifs, const char *spec, rr_netif *dev_nif,
+                         rr_rail_dev **dev_rail, int max) {
+  int n = 0;
+  for (int t = 0; t < rr_rail_ntransports; t++) {
+    const rr_rail_transport *tr = rr_rail_transports[t];
+    rr_rail_found found[RR_MAX_NETIFS];
+    rr_rail_probe in = {.nifs = nifs, .nnifs = nnifs, .ifname_spec = spec ? spec : "",
+                        .opened = (const rr_rail_dev *const *)dev_rail, .nopened = n};
+    int nfound = tr->probe(&in, found, RR_MAX_NETIFS);
+    for (int k = 0; k < nfound; k++) {
+      if (n == max) {
+        RR_WARN("device %s (%s): more than %d devices; left out", found[k].name, tr->name, max);
+        continue;
+      }
+      rr_rail_dev *rd = NULL;
+      if (tr->dev_open(found[k].which, n, &rd) != RR_OK) {
+        RR_WARN("device %s: the %s transport cannot open it; left out", found[k].name, tr->name);
+        continue;
+      }
+      rd->index = n;
+      describe(rd, nifs, nnifs, &dev_nif[n]);
+      dev_rail[n++] = rd;
+    }
+  }
+  return n;
 }

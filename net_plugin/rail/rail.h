@@ -32,9 +32,11 @@
  * thread never runs another connection's engine). */
 #ifndef RERAIL_RAIL_H
 #define RERAIL_RAIL_H
+#include <net/if.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rr_netif.h"
 #include "rr_status.h"
 #include "rr_telemetry.h"
 
@@ -59,6 +61,11 @@ enum rr_rail_cap {
   RR_RAIL_CAP_CONNECT_MAY_BLOCK = 1u << 5, /* ep_connect may wait (a RoCE queue pair resolving
                                         * its peer's address): the core connects a reopened
                                         * rail off the thread driving its connection */
+  RR_RAIL_CAP_SETUP_IS_DATA = 1u << 6, /* the setup sockets become the data path (TCP): they
+                                        * must travel over the device's own IP address
+                                        * (attr.netdev's); without it setup, authentication
+                                        * and reconnects travel over the core's out-of-band
+                                        * interface, whatever happens to this device */
 };
 
 /* Memory kinds a device can register (rr_rail_dev_attr.mem_kinds). */
@@ -68,7 +75,18 @@ enum rr_mem_kind {
   RR_MEM_DMABUF = 1u << 2,             /* registration from a DMA-BUF file descriptor */
 };
 
+#define RR_RAIL_DEV_NAME_MAX 64
+
 typedef struct rr_rail_dev_attr {
+  /* What the device is, as NCCL's getProperties and the tools report it;
+   * filled by the transport that opened it. */
+  char name[RR_RAIL_DEV_NAME_MAX];     /* "mlx5_0:1" (an RDMA port), "eth0" (an interface) */
+  char netdev[IF_NAMESIZE];            /* the IP interface it sits on (its link state is the
+                                        * device's): "" for one without (an InfiniBand port) */
+  char pci_path[256];                  /* sysfs path of its PCI function; "" when virtual */
+  uint64_t guid;                       /* adapter GUID (ports of one adapter share it); 0: none */
+  int port;                            /* 1-based port on its adapter; 0: not a port */
+  int numa_node;                       /* -1 when unknown */
   uint32_t caps;                       /* enum rr_rail_cap */
   uint32_t mem_kinds;                  /* enum rr_mem_kind */
   uint32_t inline_max;                 /* bytes a write may carry inline (0: none) */
@@ -187,6 +205,9 @@ typedef struct rr_rail_events {
  * and the setup sockets (connected, non-blocking, authenticated). A
  * transport that moves data over them takes ownership (TCP: one stream per
  * socket); one that does not leaves them to the core, which closes them. */
+/* Most setup sockets the core opens per rail (and hands to ep_connect). */
+#define RR_RAIL_SETUP_FDS_MAX 8
+
 typedef struct rr_rail_connect_args {
   const void *peer_addr;
   uint32_t peer_addr_len;
@@ -310,11 +331,43 @@ struct rr_rail_ep {
 
 /* ---------------------------------------------------------- transports */
 
-/* The transports a build knows, each with a constructor that opens device
- * `index` (a pooled NIC) or says why not. */
+/* The transports a build knows (rr_rail_transports, in the order the core
+ * asks them). Each finds its own devices and opens them: the core knows a
+ * transport only through this table and rr_rail_ops. Once per process, under
+ * the core's lock, the core asks each transport in turn to probe, then opens
+ * what it found, then goes on to the next with the devices opened so far. */
+
+/* One device a transport found and has not opened yet. */
+typedef struct rr_rail_found {
+  int which;                           /* the transport's own number for it (dev_open) */
+  char name[RR_RAIL_DEV_NAME_MAX];     /* for logs: "mlx5_0:1", "eth0" */
+  char netdev[IF_NAMESIZE];            /* the IP interface it sits on, "" none */
+} rr_rail_found;
+
+/* What the core hands a probe. */
+typedef struct rr_rail_probe {
+  /* The interfaces RERAIL_SOCKET_IFNAME leaves (every interface that is up
+   * when it is unset; NCCL_SOCKET_IFNAME's syntax), with their addresses. */
+  const rr_netif *nifs;
+  int nnifs;
+  const char *ifname_spec;             /* RERAIL_SOCKET_IFNAME as given ("" unset) */
+  /* Devices the transports before this one opened: their interfaces are
+   * taken, and a host with RDMA ports pools no plain interface by default. */
+  const rr_rail_dev *const *opened;
+  int nopened;
+} rr_rail_probe;
+
 typedef struct rr_rail_transport {
   const char *name;
-  rr_status (*dev_open)(int index, rr_rail_dev **dev);
+  /* Find the devices this transport serves on this host into out[0..max),
+   * in the order they become devices; returns how many. Called once. */
+  int (*probe)(const rr_rail_probe *in, rr_rail_found *out, int max);
+  /* Open found device `which` as rerail device `index`, with its attr
+   * (identity included) filled; or say why not (the core leaves it out). */
+  rr_status (*dev_open)(int which, int index, rr_rail_dev **dev);
 } rr_rail_transport;
+
+extern const rr_rail_transport *const rr_rail_transports[];
+extern const int rr_rail_ntransports;
 
 #endif

@@ -56,11 +56,13 @@ static void handles(void) {
   unsigned char h[RR_NET_HANDLE_SIZE];
   uint8_t secret[RR_HS_SECRET_LEN];
   for (int i = 0; i < RR_HS_SECRET_LEN; i++) secret[i] = (uint8_t)(0x11 * i + 3);
-  struct sockaddr_storage one[1] = {v4("10.77.0.1")};
+  rr_handle_entry one[1] = {{.addr = v4("10.77.0.1"), .dev = 0, .own_ip = 1}};
   if (rr_handle_encode(one, 1, 40123, secret, h) != RR_OK) exit(1);
   put("handle", "valid-ipv4-1addr", h, sizeof h);
-  struct sockaddr_storage five[5] = {v6("fd00::1"), v6("fe80::1:2"), v6("fd00::2"), v6("fd00::3"),
-                                     v6("fd00::4")};
+  /* four RDMA devices set up over one out-of-band address, one TCP device */
+  rr_handle_entry five[5] = {{.addr = v6("fd00::1"), .dev = 1}, {.addr = v6("fd00::1"), .dev = 0},
+                             {.addr = v6("fd00::1"), .dev = 2}, {.addr = v6("fd00::1"), .dev = 3},
+                             {.addr = v6("fd00::4"), .dev = 4, .own_ip = 1}};
   if (rr_handle_encode(five, 5, 65535, secret, h) != RR_OK) exit(1);
   put("handle", "valid-ipv6-5addrs", h, sizeof h);
   unsigned char bad[RR_NET_HANDLE_SIZE];
@@ -71,8 +73,11 @@ static void handles(void) {
   bad[4] = 1; /* version */
   put("handle", "bad-version", bad, sizeof bad);
   memcpy(bad, h, sizeof bad);
-  bad[5] = 6; /* naddrs above the maximum */
+  bad[5] = 9; /* naddrs above the maximum */
   put("handle", "too-many-addrs", bad, sizeof bad);
+  memcpy(bad, h, sizeof bad);
+  bad[107] = 200; /* an entry's device out of range */
+  put("handle", "bad-entry-dev", bad, sizeof bad);
   memcpy(bad, h, sizeof bad);
   bad[40] = bad[41] = 0; /* port 0 */
   put("handle", "port-zero", bad, sizeof bad);
@@ -94,7 +99,7 @@ static void put_msg(const char *name, uint8_t which, const uint8_t *m, size_t le
 static void hellos(void) {
   uint8_t m[RR_HS_MAX_LEN];
   rr_hs_hello h = {.conn_id = 0x0123456789abcdefull, .rail = 1, .stream = 0, .nstreams = 2,
-                   .flags = RR_HS_FLAG_RECONNECT, .chunk_size = 128 << 10, .generation = 3};
+                   .flags = RR_HS_FLAG_RECONNECT, .chunk_size = 128 << 10, .generation = 3, .dev = 1};
   size_t n = rr_hs_hello_encode(&h, m);
   put_msg("hello-reconnect", 0, m, n);
   put_msg("hello-truncated", 0, m, n / 2);

@@ -15,7 +15,7 @@
 
 static rr_hs_hello sample_hello(void) {
   rr_hs_hello h = {.conn_id = 0x0102030405060708ull, .rail = 1, .stream = 2, .nstreams = 4,
-                   .flags = RR_HS_FLAG_RECONNECT, .chunk_size = 128 << 10, .generation = 7};
+                   .flags = RR_HS_FLAG_RECONNECT, .chunk_size = 128 << 10, .generation = 7, .dev = 9};
   for (int i = 0; i < RR_HS_NONCE_LEN; i++) h.nonce[i] = (uint8_t)(0xa0 + i);
   return h;
 }
@@ -28,6 +28,7 @@ static void test_hello_layout_and_round_trip(void **state) {
   /* little-endian, whatever the host */
   static const uint8_t head[] = {'R', 'R', 'C', '3', RR_HS_VERSION, 0, RR_HS_HELLO, 0, 8, 7, 6, 5, 4, 3, 2, 1, 1, 2, 4, 1};
   assert_memory_equal(b, head, sizeof head);
+  assert_int_equal(b[24], 9); /* the listener's device */
   assert_int_equal(b[28], 7);
   size_t need = 0;
   const char *why = NULL;
@@ -37,7 +38,8 @@ static void test_hello_layout_and_round_trip(void **state) {
   }
   assert_int_equal(rr_hs_hello_decode(b, sizeof b, &d, &need, &why), RR_OK);
   assert_memory_equal(&d.nonce, &h.nonce, RR_HS_NONCE_LEN);
-  assert_true(d.conn_id == h.conn_id && d.rail == 1 && d.stream == 2 && d.nstreams == 4 && d.generation == 7);
+  assert_true(d.conn_id == h.conn_id && d.rail == 1 && d.stream == 2 && d.nstreams == 4 && d.generation == 7 &&
+              d.dev == 9);
 }
 
 static void test_hello_refusals(void **state) {
@@ -57,7 +59,9 @@ static void test_hello_refusals(void **state) {
       {18, RR_HS_MAX_STREAMS + 1, RR_ERR_PROTOCOL},
       {19, 0x80, RR_ERR_PROTOCOL},        /* unknown flag */
       {23, 0x10, RR_ERR_PROTOCOL},        /* chunk size over 256 MiB */
-      {24, 1, RR_ERR_PROTOCOL},           /* reserved */
+      {24, RR_HS_MAX_DEVS, RR_ERR_PROTOCOL}, /* no listener has that device */
+      {25, 1, RR_ERR_PROTOCOL},           /* reserved */
+      {27, 1, RR_ERR_PROTOCOL},           /* reserved */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     rr_hs_hello_encode(&h, b);
@@ -179,19 +183,22 @@ static void test_macs(void **state) {
   assert_false(rr_hs_mac_equal(c, e));
 }
 
+static struct sockaddr_storage v4(uint32_t host_order) {
+  struct sockaddr_storage a;
+  memset(&a, 0, sizeof a);
+  ((struct sockaddr_in *)&a)->sin_family = AF_INET;
+  ((struct sockaddr_in *)&a)->sin_addr.s_addr = htonl(host_order);
+  return a;
+}
+
 static void test_handle(void **state) {
   (void)state;
-  struct sockaddr_storage addrs[2];
-  memset(addrs, 0, sizeof addrs);
-  for (int i = 0; i < 2; i++) {
-    struct sockaddr_in *sin = (struct sockaddr_in *)&addrs[i];
-    sin->sin_family = AF_INET;
-    sin->sin_addr.s_addr = htonl(0x0a4d0001u + ((uint32_t)i << 8));
-  }
+  rr_handle_entry e[2] = {{.addr = v4(0x0a4d0001u), .dev = 0, .own_ip = 1},
+                          {.addr = v4(0x0a4d0101u), .dev = 3, .own_ip = 1}};
   uint8_t secret[RR_HS_SECRET_LEN];
   memset(secret, 0xab, sizeof secret);
   uint8_t h[RR_NET_HANDLE_SIZE];
-  assert_int_equal(rr_handle_encode(addrs, 2, 4242, secret, h), RR_OK);
+  assert_int_equal(rr_handle_encode(e, 2, 4242, secret, h), RR_OK);
   rr_peer_addrs p;
   const char *why;
   assert_int_equal(rr_handle_parse(h, &p, &why), RR_OK);
@@ -199,17 +206,55 @@ static void test_handle(void **state) {
   assert_memory_equal(p.secret, secret, sizeof secret);
   assert_int_equal(ntohs(((struct sockaddr_in *)&p.addrs[1])->sin_port), 4242);
   assert_int_equal(ntohl(((struct sockaddr_in *)&p.addrs[1])->sin_addr.s_addr), 0x0a4d0101u);
+  assert_int_equal(p.dev[1], 3);
+  assert_int_equal(p.own_ip[1], 1);
   uint8_t bad[RR_NET_HANDLE_SIZE];
-  int offs[] = {0, 3, 4, 5, 6, 7, 127};
-  uint8_t vals[] = {'X', '1', 1, 6, 5, 1, 1};
+  int offs[] = {0, 3, 4, 5, 6, 7, 7, 127, 106, 107, 110};
+  uint8_t vals[] = {'X', '2', 2, 9, 5, 0, 5, 1, 2, RR_HS_MAX_DEVS, 1};
   for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++) {
     memcpy(bad, h, sizeof bad);
     bad[offs[i]] = vals[i];
+    why = NULL;
     assert_int_equal(rr_handle_parse(bad, &p, &why), RR_ERR_INVALID);
+    assert_non_null(why);
   }
   memcpy(bad, h, sizeof bad);
   bad[40] = bad[41] = 0; /* port 0 */
   assert_int_equal(rr_handle_parse(bad, &p, &why), RR_ERR_INVALID);
+}
+
+/* RDMA devices set up out of band: their entries share one address, each
+ * naming its device; a TCP device keeps its own. Eight entries, at most
+ * four distinct addresses. */
+static void test_handle_out_of_band(void **state) {
+  (void)state;
+  rr_handle_entry e[RR_HANDLE_MAX_ADDRS];
+  for (int i = 0; i < RR_HANDLE_MAX_ADDRS; i++)
+    e[i] = (rr_handle_entry){.addr = v4(0xc0a80005u), .dev = (uint8_t)(7 - i), .own_ip = 0};
+  e[5] = (rr_handle_entry){.addr = v4(0x0a000001u), .dev = 20, .own_ip = 1};
+  uint8_t secret[RR_HS_SECRET_LEN] = {1};
+  uint8_t h[RR_NET_HANDLE_SIZE];
+  assert_int_equal(rr_handle_encode(e, RR_HANDLE_MAX_ADDRS, 5000, secret, h), RR_OK);
+  assert_int_equal(h[7], 2); /* two distinct addresses */
+  rr_peer_addrs p;
+  const char *why = NULL;
+  assert_int_equal(rr_handle_parse(h, &p, &why), RR_OK);
+  assert_int_equal(p.naddrs, RR_HANDLE_MAX_ADDRS);
+  for (int i = 0; i < RR_HANDLE_MAX_ADDRS; i++) {
+    assert_int_equal(p.dev[i], e[i].dev);
+    assert_int_equal(p.own_ip[i], e[i].own_ip);
+    assert_int_equal(ntohl(((struct sockaddr_in *)&p.addrs[i])->sin_addr.s_addr), i == 5 ? 0x0a000001u : 0xc0a80005u);
+  }
+  /* five distinct addresses do not fit */
+  for (int i = 0; i < 5; i++) e[i].addr = v4(0x0a000010u + (uint32_t)i);
+  assert_int_equal(rr_handle_encode(e, 5, 5000, secret, h), RR_ERR_INVALID);
+  /* the version before out-of-band setup is refused with a reason, never misread */
+  assert_int_equal(rr_handle_encode(e, 4, 5000, secret, h), RR_OK);
+  h[3] = '2';
+  h[4] = 2;
+  why = NULL;
+  assert_int_equal(rr_handle_parse(h, &p, &why), RR_ERR_INVALID);
+  assert_non_null(strstr(why, "version"));
 }
 
 int main(void) {
@@ -221,6 +266,7 @@ int main(void) {
       cmocka_unit_test(test_commit_later),
       cmocka_unit_test(test_macs),
       cmocka_unit_test(test_handle),
+      cmocka_unit_test(test_handle_out_of_band),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -646,6 +646,95 @@ static void test_traffic_class_and_sl(void **state) {
   assert_int_equal(rr_params_get()->ib_tc, -1);
 }
 
+/* InfiniBand ports (LIDs, no netdev, no IP) as the fake HCA presents them:
+ * two ends on two HCAs exchange their address blobs and reach RTR with the
+ * attributes NCCL's ncclIbQpRtr uses: the peer's LID, SL from RERAIL_IB_SL,
+ * no GRH within a subnet; a GRH and the peer's FLID across subnets. */
+static verbs_hca *ib_hca(uint16_t lid, uint16_t subnet, uint16_t flid, uint8_t guid_tail) {
+  verbs_hca *h = calloc(1, sizeof *h);
+  pthread_mutex_init(&h->lock, NULL);
+  h->api = &fake_api;
+  h->base.ops = &rr_verbs_rail_ops;
+  h->ctx = &fake_ctx;
+  h->pd = &fake_pd;
+  h->cq = &fake_cq;
+  snprintf(h->port.dev_name, sizeof h->port.dev_name, "mlx5_%u", guid_tail);
+  h->port.port = 1;
+  h->port.link_layer = IBV_LINK_LAYER_INFINIBAND;
+  h->port.netdev[0] = '\0';
+  h->port.lid = lid;
+  h->port.gid_index = 0;
+  h->port.active_mtu = IBV_MTU_4096;
+  uint8_t *g = h->port.gid.raw; /* fe80:0000:FLID:SUBNET: ... GUID */
+  g[0] = 0xfe, g[1] = 0x80, g[4] = (uint8_t)(flid >> 8), g[5] = (uint8_t)flid;
+  g[6] = (uint8_t)(subnet >> 8), g[7] = (uint8_t)subnet, g[15] = guid_tail;
+  return h;
+}
+
+static void ib_hca_free(verbs_hca *h) {
+  pthread_mutex_destroy(&h->lock);
+  free(h->eps);
+  free(h);
+}
+
+/* Connect an endpoint on a to one on b, each with the other's blob; the
+ * address vectors each side moved its QP to RTR with. */
+static void ib_connect(verbs_hca *a, verbs_hca *b, struct ibv_ah_attr av[2]) {
+  rr_rail_ep *ep[2];
+  verbs_hca *h[2] = {a, b};
+  uint8_t blob[2][RR_RAIL_ADDR_MAX];
+  uint32_t len[2];
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(rr_verbs_rail_ops.ep_open(&h[i]->base, &no_events, NULL, &ep[i]), RR_OK);
+    len[i] = sizeof blob[i];
+    assert_int_equal(rr_verbs_rail_ops.ep_addr(ep[i], blob[i], &len[i]), RR_OK);
+  }
+  for (int i = 0; i < 2; i++) {
+    rr_rail_connect_args args = {.peer_addr = blob[1 - i], .peer_addr_len = len[1 - i]};
+    memset(&last_av, 0xee, sizeof last_av);
+    assert_int_equal(rr_verbs_rail_ops.ep_connect(ep[i], &args), RR_OK);
+    av[i] = last_av;
+  }
+  for (int i = 0; i < 2; i++) rr_verbs_rail_ops.destroy(ep[i]);
+}
+
+static void test_infiniband_ports_connect_by_lid(void **state) {
+  (void)state;
+  fake_reset();
+  fake_ctx.ops.post_recv = f_post_recv;
+  fake_ctx.ops.poll_cq = f_poll_cq;
+  fake_ctx.ops.post_send = f_post_send;
+  fake_cq.context = &fake_ctx;
+  fake_cq.cqe = 1 << 15;
+  nqps = 0;
+  setenv("RERAIL_IB_SL", "4", 1);
+  rr_params_reload();
+  verbs_hca *a = ib_hca(0x11, 0x0001, 0, 1), *b = ib_hca(0x22, 0x0001, 0, 2);
+  struct ibv_ah_attr av[2];
+  ib_connect(a, b, av);
+  assert_int_equal(av[0].dlid, 0x22);
+  assert_int_equal(av[1].dlid, 0x11);
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(av[i].is_global, 0); /* one subnet: routed by LID, no GRH */
+    assert_int_equal(av[i].sl, 4);
+    assert_int_equal(av[i].port_num, 1);
+  }
+  ib_hca_free(b);
+  /* The peer on another subnet, behind a router: a GRH to its GID, through its FLID. */
+  b = ib_hca(0x22, 0x0002, 0x0305, 2);
+  ib_connect(a, b, av);
+  assert_int_equal(av[0].is_global, 1);
+  assert_int_equal(av[0].dlid, 0x0305);
+  assert_memory_equal(av[0].grh.dgid.raw, b->port.gid.raw, 16);
+  assert_int_equal(av[0].grh.sgid_index, 0);
+  assert_int_equal(av[1].is_global, 1);
+  assert_int_equal(av[1].dlid, 0x11); /* our FLID is 0: the LID it is */
+  ib_hca_free(b);
+  ib_hca_free(a);
+  unsetenv("RERAIL_IB_SL");
+  rr_params_reload();
+}
+
 /* A peer offering fewer QPs: both use as many as it has. */
 static void test_qps_agree_on_the_minimum(void **state) {
   world *w = *state;
@@ -864,6 +953,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_two_qps_fail_and_fence, setup_pair2, teardown),
       cmocka_unit_test(test_completion_errors_classified),
       cmocka_unit_test_setup_teardown(test_traffic_class_and_sl, setup, teardown),
+      cmocka_unit_test(test_infiniband_ports_connect_by_lid),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

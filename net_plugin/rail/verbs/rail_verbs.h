@@ -21,6 +21,8 @@
 #include "verbs_lib.h"
 
 extern const rr_rail_ops rr_verbs_rail_ops;
+/* The transport (verbs_transport.c): every usable RDMA port is a device. */
+extern const rr_rail_transport rr_verbs_transport;
 
 /* Open the port described by `port` (from rr_verbs_discover) as rerail
  * device `index`. */

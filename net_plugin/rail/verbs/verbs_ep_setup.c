@@ -130,6 +130,14 @@ rr_status verbs_ep_addr(rr_rail_ep *rep, void *blob, uint32_t *len) {
   return RR_OK;
 }
 
+/* An InfiniBand GID is a 64-bit subnet prefix (its low 16 bits the local
+ * subnet, the 16 above them the FLID of a router-connected subnet) and a
+ * 64-bit port GUID, in network order. */
+static int verbs_same_ib_subnet(const uint8_t *local, const uint8_t *peer) {
+  return local[6] == peer[6] && local[7] == peer[7];
+}
+static uint16_t verbs_gid_flid(const uint8_t *gid) { return (uint16_t)(gid[4] << 8 | gid[5]); }
+
 /* INIT -> RTR -> RTS towards the peer's QP. The ACK timeout and retry count
  * are NCCL's knobs (RERAIL_IB_TIMEOUT, RERAIL_IB_RETRY_CNT); their defaults
  * leave the hardware's retry error well behind rerail's own detection. */
@@ -147,7 +155,16 @@ static rr_status connect_qp(verbs_ep *ep, struct ibv_qp *qp, const rr_verbs_addr
    * of the rail, which carries data and control messages alike. RoCE
    * copies the GRH traffic class into the IP header (DSCP = TC >> 2). */
   a.ah_attr.sl = prm->ib_sl >= 0 ? (uint8_t)prm->ib_sl : 0;
-  if (p->link_layer == IBV_LINK_LAYER_ETHERNET || p->gid_index > 0) {
+  /* Addressing as NCCL's (connect.cc, ncclIbQpRtr): RoCE always carries a
+   * GRH; InfiniBand routes by LID within a subnet and adds a GRH only to
+   * reach another subnet, through the peer's FLID when it has one. */
+  int global = p->link_layer == IBV_LINK_LAYER_ETHERNET;
+  if (!global && !verbs_same_ib_subnet(p->gid.raw, peer->gid)) {
+    uint16_t flid = verbs_gid_flid(peer->gid);
+    if (flid) a.ah_attr.dlid = flid;
+    global = 1;
+  }
+  if (global) {
     a.ah_attr.is_global = 1;
     memcpy(a.ah_attr.grh.dgid.raw, peer->gid, 16);
     a.ah_attr.grh.sgid_index = (uint8_t)p->gid_index;

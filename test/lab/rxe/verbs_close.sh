@@ -13,6 +13,9 @@
 set -uo pipefail
 HARNESS=$1 PLUGIN_DIR=$2 RUNS=${3:-10}
 work=$(mktemp -d /tmp/verbs-close.XXXXXX)
+# Connection setup of the RDMA devices travels out of band (RERAIL_SOCKET_IFNAME): over lo,
+# which both lab hosts share as their management network, so a data NIC going down never
+# takes setup or reconnects with it.
 export LD_LIBRARY_PATH="$PLUGIN_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export RERAIL_TRANSPORT=verbs RERAIL_IB_GID_INDEX=1
 fails=0
@@ -24,12 +27,12 @@ pairs() { # NAME SERVER_EXTRA CLIENT_EXTRA ARGS...
     local d="$work/$name/$i"
     mkdir -p "$d/rdv"
     # shellcheck disable=SC2086
-    RERAIL_SOCKET_IFNAME==vethB0,vethB1 RERAIL_IB_HCA==rxe2,rxe3 RERAIL_HEALTH_PATH=/dev/shm/rr-close-B \
+    RERAIL_SOCKET_IFNAME=lo RERAIL_IB_HCA==rxe2,rxe3 RERAIL_HEALTH_PATH=/dev/shm/rr-close-B \
       "$HARNESS" --role server --rendezvous "$d/rdv" --seed "$i" --timeout 60 --quiet "$@" $sx \
       >"$d/server.log" 2>&1 &
     local sp=$!
     # shellcheck disable=SC2086
-    RERAIL_SOCKET_IFNAME==vethA0,vethA1 RERAIL_IB_HCA==rxe0,rxe1 RERAIL_HEALTH_PATH=/dev/shm/rr-close-A \
+    RERAIL_SOCKET_IFNAME=lo RERAIL_IB_HCA==rxe0,rxe1 RERAIL_HEALTH_PATH=/dev/shm/rr-close-A \
       "$HARNESS" --role client --rendezvous "$d/rdv" --seed "$i" --timeout 60 --quiet "$@" $cx \
       >"$d/client.log" 2>&1
     local c=$? s

@@ -41,6 +41,9 @@ SCALE=${RERAIL_TEST_SCALE:-1}
 WORK=$(mktemp -d /tmp/verbs-faults.XXXXXX)
 FAILS=0
 
+# Connection setup of the RDMA devices travels out of band (RERAIL_SOCKET_IFNAME): over lo,
+# which both lab hosts share as their management network, so a data NIC going down never
+# takes setup or reconnects with it.
 export LD_LIBRARY_PATH="$PLUGIN_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export RERAIL_TRANSPORT=verbs RERAIL_IB_GID_INDEX=1 HNET_LOG_TIME=1
 export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET
@@ -62,11 +65,11 @@ pair_start() {
   shift
   rm -rf "$DIR"   # a rerun's rendezvous starts empty
   mkdir -p "$DIR/rdv"
-  env "${PAIR_ENV[@]}" "${B_ENV[@]}" RERAIL_SOCKET_IFNAME==vethB0,vethB1 RERAIL_IB_HCA==rxe2,rxe3 \
+  env "${PAIR_ENV[@]}" "${B_ENV[@]}" RERAIL_SOCKET_IFNAME=lo RERAIL_IB_HCA==rxe2,rxe3 \
     RERAIL_HEALTH_PATH=/dev/shm/rr-health-B "$HARNESS" --role server --rendezvous "$DIR/rdv" --json "$@" \
     >"$DIR/server.json" 2>"$DIR/server.log" &
   SPID=$!
-  env "${PAIR_ENV[@]}" "${A_ENV[@]}" RERAIL_SOCKET_IFNAME==vethA0,vethA1 RERAIL_IB_HCA==rxe0,rxe1 \
+  env "${PAIR_ENV[@]}" "${A_ENV[@]}" RERAIL_SOCKET_IFNAME=lo RERAIL_IB_HCA==rxe0,rxe1 \
     RERAIL_HEALTH_PATH=/dev/shm/rr-health-A "$HARNESS" --role client --rendezvous "$DIR/rdv" --json "$@" \
     >"$DIR/client.json" 2>"$DIR/client.log" &
   CPID=$!

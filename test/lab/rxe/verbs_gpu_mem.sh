@@ -7,8 +7,10 @@
 # TCP rail's send() or recv()) kills the process with SIGSEGV. Sizes 0 B .. 4 MiB, every byte
 # checked. Cases (host A = client, sends; host B = server, receives):
 #  gpu-gpu-verbs  both NICs verbs, GPU buffers at both ends;
-#  host-gpu-mixed each host's rail 0 is TCP (its RDMA device left out of RERAIL_IB_HCA) and rail 1
-#                 verbs, connection on device 0: the TCP rail is the control rail, so small host
+#  host-gpu-mixed each host's rail 0 is TCP (its RDMA device left out of RERAIL_IB_HCA, its
+#                 interface named in RERAIL_SOCKET_IFNAME) and rail 1 verbs; RDMA ports are
+#                 devices first, so the TCP interface is device 1, and the connection is on
+#                 device 1: the TCP rail is the control rail, so small host
 #                 messages leave eagerly on it and meet a GPU receive buffer: the receiver must
 #                 sink them, the sender send them again over the verbs rail;
 #  gpu-gpu-mixed  the same pool, GPU buffers at both ends: only the verbs rail may carry them.
@@ -25,13 +27,13 @@ bad() { echo "verbs_gpu_mem: FAIL - $*"; fails=$((fails + 1)); }
 export LD_LIBRARY_PATH="$PLUGIN_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export RERAIL_IB_GID_INDEX=1 RERAIL_TEST_HOST_AS_GPU=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET
 
-# run NAME TRANSPORT HCA_A HCA_B SENDER_MEM RECEIVER_MEM
+# run NAME TRANSPORT HCA_A HCA_B SENDER_MEM RECEIVER_MEM DEV
 run() {
-  local name=$1 transport=$2 hca_a=$3 hca_b=$4 smem=$5 rmem=$6 sprot=() rprot=()
+  local name=$1 transport=$2 hca_a=$3 hca_b=$4 smem=$5 rmem=$6 dev=$7 sprot=() rprot=()
   [ "$smem" = cuda ] && sprot=(--protect)
   [ "$rmem" = cuda ] && rprot=(--protect)
   mkdir -p "$work/$name/rdv"
-  local common=(--rendezvous "$work/$name/rdv" --conns 1 --inflight 1 --sizes "$SIZES" --iters 24
+  local common=(--dev "$dev" --rendezvous "$work/$name/rdv" --conns 1 --inflight 1 --sizes "$SIZES" --iters 24
                 --timeout 120)
   RERAIL_TRANSPORT=$transport RERAIL_SOCKET_IFNAME==vethB0,vethB1 RERAIL_IB_HCA="$hca_b" \
     RERAIL_HEALTH_PATH=/dev/shm/rr-health-B \
@@ -54,15 +56,15 @@ run() {
   fi
 }
 
-run gpu-gpu-verbs verbs =rxe0,rxe1 =rxe2,rxe3 cuda cuda
-run host-gpu-mixed auto =rxe1 =rxe3 host cuda
-run gpu-gpu-mixed auto =rxe1 =rxe3 cuda cuda
+run gpu-gpu-verbs verbs =rxe0,rxe1 =rxe2,rxe3 cuda cuda 0
+run host-gpu-mixed mixed =rxe1 =rxe3 host cuda 1
+run gpu-gpu-mixed mixed =rxe1 =rxe3 cuda cuda 1
 
 # Per-device ptrSupport in the mixed pool: the TCP device host only, the verbs one with CUDA.
 log="$work/gpu-gpu-mixed/client.log"
-if grep -q 'device 0: name vethA0 .*ptrSupport 0x1 ' "$log" && grep -q 'device 1: name vethA1 .*ptrSupport 0x3 ' "$log"; then
-  ok "ptrSupport per device: TCP vethA0 0x1, verbs vethA1 0x3"
-else bad "ptrSupport: $(grep -o 'device [0-9]: name [a-zA-Z0-9]* .*ptrSupport 0x[0-9a-f]*' "$log" | sed 's/ pci.*ptrSupport/ ptrSupport/' | tr '\n' ' ')"; fi
+if grep -q 'device 0: name rxe1:1 .*ptrSupport 0x3 ' "$log" && grep -q 'device 1: name vethA0 .*ptrSupport 0x1 ' "$log"; then
+  ok "ptrSupport per device: verbs rxe1:1 0x3, TCP vethA0 0x1"
+else bad "ptrSupport: $(grep -o 'device [0-9]: name [a-zA-Z0-9:]* .*ptrSupport 0x[0-9a-f]*' "$log" | sed 's/ pci.*ptrSupport/ ptrSupport/' | tr '\n' ' ')"; fi
 
 echo "verbs_gpu_mem: $fails failure(s)"
 exit $((fails != 0))

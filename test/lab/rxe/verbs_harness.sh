@@ -24,16 +24,19 @@ fails=0
 ok()  { echo "verbs_rail: ok   - $*"; }
 bad() { echo "verbs_rail: FAIL - $*"; fails=$((fails + 1)); }
 
+# Connection setup of the RDMA devices travels out of band (RERAIL_SOCKET_IFNAME): over lo,
+# which both lab hosts share as their management network, so a data NIC going down never
+# takes setup or reconnects with it.
 export LD_LIBRARY_PATH="$PLUGIN_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export RERAIL_TRANSPORT=verbs RERAIL_IB_GID_INDEX=1 RERAIL_PROGRESS_TIMEOUT=1000 RERAIL_FAILBACK_HOLD=500
 export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET
 mkdir -p "$work/rdv"
 common=(--rendezvous "$work/rdv" --conns 2 --duration "$SECS" --max-size 256K --inflight 4
         --timeout 90 --no-peer-abort --stall-report)
-env "${server_env[@]}" RERAIL_SOCKET_IFNAME==vethB0,vethB1 RERAIL_IB_HCA==rxe2,rxe3 RERAIL_HEALTH_PATH=/dev/shm/rr-health-B \
+env "${server_env[@]}" RERAIL_SOCKET_IFNAME=lo RERAIL_IB_HCA==rxe2,rxe3 RERAIL_HEALTH_PATH=/dev/shm/rr-health-B \
   "$HARNESS" --role server "${common[@]}" >"$work/server.log" 2>&1 &
 server=$!
-RERAIL_SOCKET_IFNAME==vethA0,vethA1 RERAIL_IB_HCA==rxe0,rxe1 RERAIL_HEALTH_PATH=/dev/shm/rr-health-A \
+RERAIL_SOCKET_IFNAME=lo RERAIL_IB_HCA==rxe0,rxe1 RERAIL_HEALTH_PATH=/dev/shm/rr-health-A \
   "$HARNESS" --role client "${common[@]}" >"$work/client.log" 2>&1 &
 client=$!
 
