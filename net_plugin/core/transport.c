@@ -38,6 +38,7 @@ static void describe(const rr_rail_dev *rd, const rr_netif *nifs, int nnifs, rr_
     memcpy(out->name, rd->attr.name, strnlen(rd->attr.name, sizeof out->name - 1));
     out->addr.ss_family = AF_UNSPEC;
     out->prefix_len = -1;
+    out->numa_node = -1; /* unknown unless the transport says */
   }
   if (rd->attr.pci_path[0]) snprintf(out->pci_path, sizeof out->pci_path, "%s", rd->attr.pci_path);
   if (rd->attr.speed_mbps > 0) out->speed_mbps = rd->attr.speed_mbps;
