@@ -6,6 +6,7 @@
 
 #include "connect_job.h"
 #include "connect_plan.h"
+#include "devices.h"
 #include "engine.h"
 #include "handle.h"
 #include "rail.h"
@@ -28,20 +29,6 @@ struct rr_net_ctx {
   int tel_held;              /* holds a reference on the telemetry exporter */
 };
 
-/* Process-wide: the devices rerail pools, each opened by the transport
- * that found it (transport.c). nif[i] is device i as an interface: its name,
- * and the device's own IP address when it has one (family AF_UNSPEC when it
- * has none, as an InfiniBand port). */
-typedef struct rr_devices {
-  int count;
-  rr_netif nif[RR_MAX_NETIFS];
-  rr_rail_dev *rail[RR_MAX_NETIFS];
-  /* The out-of-band interface (oob.c): setup, authentication and reopening
-   * of rails of every device whose setup sockets are not its data path
-   * travel over it, so they outlive that device's own failure. */
-  int has_oob;
-  rr_netif oob;
-} rr_devices;
 
 /* Where device dev's setup sockets go: the out-of-band address, or its own
  * address for a device whose setup sockets are its data path (*own_ip 1);
@@ -52,21 +39,14 @@ const struct sockaddr_storage *rr_core_setup_addr(int dev, int *own_ip);
  * NCCL's default choice); 0 when there is none. */
 int rr_core_choose_oob(const rr_netif *nifs, int nnifs, const char *spec, rr_netif *out);
 
-const rr_devices *rr_core_devices(void);
-
-/* mr.c: the memory NCCL may register for device dev (RR_PTR_*): host, plus
- * GPU memory by address (CUDA) or by DMA-BUF when that device can register
- * it, which only verbs NICs can; dev < 0: what any pooled device can. */
-int rr_core_ptr_support(int dev);
 
 /* flush.c: test() of a request iflush returned. */
 rr_status rr_core_flush_test(void *request, int *done);
 
 /* transport.c: ask every transport for its devices and open them into
- * dev_nif/dev_rail[0..max) (nifs: the interfaces RERAIL_SOCKET_IFNAME,
- * `spec`, leaves); returns how many opened. */
-int rr_core_devices_open(const rr_netif *nifs, int nnifs, const char *spec, rr_netif *dev_nif,
-                         rr_rail_dev **dev_rail, int max);
+ * d->nif/d->rail[0..RR_MAX_NETIFS) (nifs: the interfaces RERAIL_SOCKET_IFNAME,
+ * `spec`, leaves), noting in d->left what was left out; sets d->count. */
+void rr_core_devices_open(const rr_netif *nifs, int nnifs, const char *spec, rr_devices *d);
 
 
 /* Connecting, as the connector side sees it: every planned rail, its

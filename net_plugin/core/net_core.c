@@ -37,10 +37,11 @@ static void discover_devices(void) {
   int nnifs = 0;
   if (rr_netif_discover(p->socket_ifname, nifs, RR_MAX_NETIFS, &nnifs) != RR_OK) nnifs = 0;
   /* Devices no transport can open are left out, not fatal. */
-  int n = rr_core_devices_open(nifs, nnifs, p->socket_ifname, devices.nif, devices.rail, RR_MAX_NETIFS);
-  devices.count = n;
+  rr_core_devices_open(nifs, nnifs, p->socket_ifname, &devices);
+  int n = devices.count;
   int need_oob = 0;
   for (int i = 0; i < n; i++) need_oob |= !(devices.rail[i]->attr.caps & RR_RAIL_CAP_SETUP_IS_DATA);
+  devices.need_oob = need_oob;
   devices.has_oob = need_oob && rr_core_choose_oob(nifs, nnifs, p->socket_ifname, &devices.oob);
   if (need_oob) {
     char abuf[64];
@@ -81,6 +82,23 @@ static void discover_devices(void) {
 }
 
 const rr_devices *rr_core_devices(void) { return &devices; }
+
+/* Under core_lock: once per process (until the devices close). */
+static void devices_ensure_locked(void) {
+  if (devices_ready) return;
+  rr_params_get();
+  log_settings();
+  discover_devices();
+  rr_monitor_read_links("link state when the plugin started");
+  devices_ready = 1;
+}
+
+const rr_devices *rr_core_devices_discover(void) {
+  pthread_mutex_lock(&core_lock);
+  devices_ensure_locked();
+  pthread_mutex_unlock(&core_lock);
+  return &devices;
+}
 
 /* How long teardown waits for reopened rails still connecting: several
  * times the slowest connect seen in the lab (an ARP resolution after a link
@@ -130,13 +148,7 @@ rr_status rr_net_init(const rr_init_args *args, rr_net_ctx **out) {
   if (!args || !out) return RR_ERR_INVALID;
   if (args->logger) rr_log_set_logger(args->logger);
   pthread_mutex_lock(&core_lock);
-  if (!devices_ready) {
-    rr_params_get();
-    log_settings();
-    discover_devices();
-    rr_monitor_read_links("link state when the plugin started");
-    devices_ready = 1;
-  }
+  devices_ensure_locked();
   rr_net_ctx *ctx;
   if (args->comm_id == 0) {
     /* v7-v10: one process-wide context, shared by every init call. */

@@ -94,6 +94,13 @@ typedef struct rr_rail_dev_attr {
   uint32_t addr_len;                   /* bytes of an endpoint's address blob (0: none) */
   int speed_mbps;                      /* link speed, 0 when unknown */
   int latency_us;                      /* one-way latency estimate, 0 when unknown */
+  /* An RDMA port's addressing, as `rerail devices` shows it (NCCL users
+   * check these first when a cluster will not connect); link "" for a
+   * device that is not an RDMA port. */
+  char link[16];                       /* "InfiniBand", "RoCE v2", "RoCE v1", "RoCE" */
+  int gid_index;                       /* the GID the port addresses peers with */
+  uint8_t gid[16];
+  uint32_t lid;                        /* InfiniBand: the port's LID; 0 none */
 } rr_rail_dev_attr;
 
 /* Port events a device reports (dev_event()). */
@@ -355,7 +362,24 @@ typedef struct rr_rail_probe {
    * taken, and a host with RDMA ports pools no plain interface by default. */
   const rr_rail_dev *const *opened;
   int nopened;
+  /* Told of each candidate the transport leaves out and why (NULL: nobody
+   * asks; the transport logs it anyway): `rerail devices` lists them, so an
+   * operator sees why a NIC is not used. `reason` is one of the
+   * RR_LEFT_OUT_* words (stable, for scripts), `why` a sentence. */
+  void (*left_out)(void *arg, const char *name, const char *reason, const char *why);
+  void *left_out_arg;
 } rr_rail_probe;
+
+/* Why a candidate device was left out (rr_rail_probe.left_out's reason). */
+#define RR_LEFT_OUT_NOT_SELECTED "not_selected"   /* RERAIL_IB_HCA leaves it out */
+#define RR_LEFT_OUT_NOT_ACTIVE "not_active"       /* the port is not ACTIVE */
+#define RR_LEFT_OUT_UNUSABLE "unusable"           /* cannot be opened or queried, no GID, odd link layer */
+#define RR_LEFT_OUT_TRANSPORT "transport"         /* RERAIL_TRANSPORT rules its transport out */
+#define RR_LEFT_OUT_RDMA_PREFERRED "rdma_preferred" /* a plain interface on a host with RDMA ports */
+#define RR_LEFT_OUT_VIRTUAL "virtual"             /* a virtual interface beside physical ones */
+#define RR_LEFT_OUT_LOOPBACK "loopback"           /* lo beside other interfaces */
+#define RR_LEFT_OUT_NOT_OPENED "not_opened"       /* found, but its transport could not open it */
+#define RR_LEFT_OUT_TOO_MANY "too_many"           /* past the most devices rerail offers */
 
 typedef struct rr_rail_transport {
   const char *name;

@@ -84,8 +84,14 @@ static int tcp_probe(const rr_rail_probe *in, rr_rail_found *out, int max) {
   const rr_params *p = rr_params_get();
   int named = rr_ifname_spec_selects(in->ifname_spec);
   nfound = 0;
-  if (in->nopened > 0 && p->transport != RR_TRANSPORT_TCP && !(p->transport == RR_TRANSPORT_MIXED && named))
+  if (in->nopened > 0 && p->transport != RR_TRANSPORT_TCP && !(p->transport == RR_TRANSPORT_MIXED && named)) {
+    for (int i = 0; in->left_out && i < in->nnifs; i++)
+      if (!taken(in, in->nifs[i].name))
+        in->left_out(in->left_out_arg, in->nifs[i].name, RR_LEFT_OUT_RDMA_PREFERRED,
+                     "RDMA ports are pooled instead (TCP beside them: RERAIL_TRANSPORT=mixed and "
+                     "RERAIL_SOCKET_IFNAME naming it)");
     return 0;
+  }
   /* pass 0: physical (or named); 1: virtual but not loopback; 2: loopback */
   for (int pass = 0; pass < 3 && nfound == 0; pass++) {
     for (int i = 0; i < in->nnifs && nfound < max && nfound < RR_MAX_NETIFS; i++) {
@@ -98,6 +104,21 @@ static int tcp_probe(const rr_rail_probe *in, rr_rail_found *out, int max) {
       snprintf(out[nfound].netdev, sizeof out[nfound].netdev, "%s", nif->name);
       nfound++;
     }
+  }
+  /* What the passes left: virtual interfaces beside physical ones, lo beside others. */
+  for (int i = 0; in->left_out && i < in->nnifs; i++) {
+    const rr_netif *nif = &in->nifs[i];
+    int chosen = 0;
+    for (int k = 0; k < nfound && !chosen; k++) chosen = !strcmp(found[k].name, nif->name);
+    if (chosen || taken(in, nif->name)) continue;
+    if (named || !nif->is_virtual)
+      in->left_out(in->left_out_arg, nif->name, RR_LEFT_OUT_TOO_MANY, "more interfaces than rerail offers devices");
+    else if (nif->is_loopback)
+      in->left_out(in->left_out_arg, nif->name, RR_LEFT_OUT_LOOPBACK,
+                   "loopback, not pooled beside other interfaces (name it in RERAIL_SOCKET_IFNAME)");
+    else
+      in->left_out(in->left_out_arg, nif->name, RR_LEFT_OUT_VIRTUAL,
+                   "virtual, not pooled (name it in RERAIL_SOCKET_IFNAME)");
   }
   return nfound;
 }

@@ -1,4 +1,5 @@
 #include "verbs_dev.h"
+#include "rail.h"
 #include "rr_log.h"
 
 #include <arpa/inet.h>
@@ -136,29 +137,51 @@ static const char *gid_type_name(int t) {
   return t == RR_GID_TYPE_ROCE_V2 ? "RoCE v2" : t == RR_GID_TYPE_IB_ROCE_V1 ? "RoCE v1" : "type ?";
 }
 
+const char *rr_verbs_port_state_str(int state) {
+  switch (state) {
+  case IBV_PORT_NOP: return "NOP";
+  case IBV_PORT_DOWN: return "DOWN";
+  case IBV_PORT_INIT: return "INIT";
+  case IBV_PORT_ARMED: return "ARMED";
+  case IBV_PORT_ACTIVE: return "ACTIVE";
+  case IBV_PORT_ACTIVE_DEFER: return "ACTIVE_DEFER";
+  default: return "?";
+  }
+}
+
+/* A port (or a whole device, port 0) left out: logged, and told to whoever asked. */
+static void left_out(const rr_verbs_opts *o, const char *dev, int port, const char *reason, const char *why) {
+  char name[RR_VERBS_DEV_NAME_MAX + 8];
+  if (port > 0) snprintf(name, sizeof name, "%s:%d", dev, port);
+  else snprintf(name, sizeof name, "%s", dev);
+  RR_INFO(RR_SUB_INIT | RR_SUB_NET, "rerail: verbs %s: %s; skipping it", name, why);
+  if (o->left_out) o->left_out(o->left_out_arg, name, reason, why);
+}
+
 /* Fill out[*count] from one port when it qualifies; returns 1 when it was added. */
 static int add_port(const rr_ibv_api *api, struct ibv_context *ctx, const rr_verbs_opts *o,
                     const rr_hca_filter *filter, const char *name,
                     const struct ibv_device_attr *da, int port, rr_verbs_port *p) {
+  char why[96];
   if (!rr_hca_filter_match(filter, name, port)) {
-    RR_INFO(RR_SUB_INIT | RR_SUB_NET, "rerail: verbs %s:%d not selected by RERAIL_IB_HCA", name, port);
+    left_out(o, name, port, RR_LEFT_OUT_NOT_SELECTED, "not selected by RERAIL_IB_HCA (else NCCL_IB_HCA)");
     return 0;
   }
   struct ibv_port_attr pa;
   if (rr_ibv_query_port(api, ctx, (uint8_t)port, &pa) != 0) {
-    RR_WARN("rerail: verbs %s:%d: ibv_query_port failed; skipping it", name, port);
+    left_out(o, name, port, RR_LEFT_OUT_UNUSABLE, "ibv_query_port failed");
     return 0;
   }
   if (pa.state != IBV_PORT_ACTIVE) {
-    RR_INFO(RR_SUB_INIT | RR_SUB_NET, "rerail: verbs %s:%d is not ACTIVE (state %d); skipping it",
-            name, port, (int)pa.state);
+    snprintf(why, sizeof why, "port state %s, not ACTIVE", rr_verbs_port_state_str(pa.state));
+    left_out(o, name, port, RR_LEFT_OUT_NOT_ACTIVE, why);
     return 0;
   }
   /* Old providers leave the link layer unspecified: that means InfiniBand. */
   int ll = pa.link_layer == IBV_LINK_LAYER_UNSPECIFIED ? IBV_LINK_LAYER_INFINIBAND : pa.link_layer;
   if (ll != IBV_LINK_LAYER_INFINIBAND && ll != IBV_LINK_LAYER_ETHERNET) {
-    RR_INFO(RR_SUB_INIT | RR_SUB_NET, "rerail: verbs %s:%d has link layer %d; skipping it", name,
-            port, (int)pa.link_layer);
+    snprintf(why, sizeof why, "link layer %d is neither InfiniBand nor Ethernet", (int)pa.link_layer);
+    left_out(o, name, port, RR_LEFT_OUT_UNUSABLE, why);
     return 0;
   }
   memset(p, 0, sizeof *p);
@@ -177,8 +200,7 @@ static int add_port(const rr_ibv_api *api, struct ibv_context *ctx, const rr_ver
   read_device_sysfs(o->sysfs_root, p);
   if (ll == IBV_LINK_LAYER_ETHERNET) {
     if (choose_roce_gid(api, ctx, o, p, pa.gid_tbl_len) != 0) {
-      RR_INFO(RR_SUB_INIT | RR_SUB_NET, "rerail: verbs %s:%d (RoCE) has no usable GID; skipping it",
-              name, port);
+      left_out(o, name, port, RR_LEFT_OUT_UNUSABLE, "RoCE port with no usable GID (no address on its interface?)");
       return 0;
     }
   } else {
@@ -218,11 +240,13 @@ rr_status rr_verbs_discover(const rr_ibv_api *api, const rr_verbs_opts *opts, rr
     struct ibv_context *ctx = api->open_device(devs[d]);
     if (!ctx) {
       RR_WARN("rerail: verbs device %s cannot be opened; skipping it", name);
+      if (o.left_out) o.left_out(o.left_out_arg, name, RR_LEFT_OUT_UNUSABLE, "ibv_open_device failed");
       continue;
     }
     struct ibv_device_attr da;
     if (api->query_device(ctx, &da) != 0) {
       RR_WARN("rerail: verbs device %s: ibv_query_device failed; skipping it", name);
+      if (o.left_out) o.left_out(o.left_out_arg, name, RR_LEFT_OUT_UNUSABLE, "ibv_query_device failed");
       api->close_device(ctx);
       continue;
     }

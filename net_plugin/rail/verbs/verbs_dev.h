@@ -38,6 +38,9 @@ typedef struct rr_verbs_opts {
   const char *hca_spec;   /* RERAIL_IB_HCA; NULL/"" = every device */
   int gid_index;          /* RERAIL_IB_GID_INDEX; -1 = choose */
   const char *sysfs_root; /* "/sys"; tests pass fake trees */
+  /* Told of each port left out (rail.h's rr_rail_probe.left_out); may be NULL. */
+  void (*left_out)(void *arg, const char *name, const char *reason, const char *why);
+  void *left_out_arg;
 } rr_verbs_opts;
 
 /* Enumerate usable ports into out[0..max): devices in libibverbs order, ports in order.
@@ -68,6 +71,9 @@ const char *rr_gid_str(const uint8_t raw[16], char *buf, size_t len);
  * cannot do it at all, with another error (EBADF) when it could. 0 when libibverbs predates
  * ibv_reg_dmabuf_mr or a PD cannot be made. */
 int rr_verbs_dmabuf_supported(const rr_ibv_api *api, struct ibv_context *ctx);
+
+/* "ACTIVE", "DOWN", ... for enum ibv_port_state. */
+const char *rr_verbs_port_state_str(int state);
 
 /* Is GPUDirect RDMA available (nvidia_peermem or the older nv_peer_mem loaded)? */
 int rr_verbs_gdr_present(const char *sysfs_root);

@@ -17,12 +17,17 @@ static int nports;
  * InfiniBand or RoCE, with or without an IP address: as NCCL lists them.
  * Setup reaches them over the out-of-band interface, not their own. */
 static int verbs_probe(const rr_rail_probe *in, rr_rail_found *out, int max) {
-  (void)in;
   const rr_params *p = rr_params_get();
   nports = 0;
-  if (p->transport == RR_TRANSPORT_TCP) return 0;
+  if (p->transport == RR_TRANSPORT_TCP) {
+    if (in->left_out) in->left_out(in->left_out_arg, "verbs", RR_LEFT_OUT_TRANSPORT, "RERAIL_TRANSPORT=tcp: RDMA ports not looked for");
+    return 0;
+  }
   const rr_ibv_api *api = rr_ibv_load();
-  rr_verbs_opts opts = {.hca_spec = p->ib_hca, .gid_index = p->ib_gid_index, .sysfs_root = rr_verbs_sysfs_root()};
+  if (!api && in->left_out)
+    in->left_out(in->left_out_arg, "verbs", RR_LEFT_OUT_UNUSABLE, "libibverbs.so.1 cannot be loaded (rdma-core not installed?)");
+  rr_verbs_opts opts = {.hca_spec = p->ib_hca, .gid_index = p->ib_gid_index, .sysfs_root = rr_verbs_sysfs_root(),
+                        .left_out = in->left_out, .left_out_arg = in->left_out_arg};
   int cap = max < RR_VERBS_MAX_PORTS ? max : RR_VERBS_MAX_PORTS;
   if (!api || rr_verbs_discover(api, &opts, ports, cap, &nports) != RR_OK) nports = 0;
   for (int j = 0; j < nports; j++) {
@@ -51,6 +56,12 @@ static rr_status verbs_open_found(int which, int index, rr_rail_dev **out) {
   a->guid = vp->guid;
   a->port = vp->port;
   a->numa_node = vp->numa_node;
+  if (vp->link_layer == IBV_LINK_LAYER_INFINIBAND) snprintf(a->link, sizeof a->link, "InfiniBand");
+  else snprintf(a->link, sizeof a->link, "%s", vp->gid_type == RR_GID_TYPE_ROCE_V2 ? "RoCE v2"
+                                                : vp->gid_type == RR_GID_TYPE_IB_ROCE_V1 ? "RoCE v1" : "RoCE");
+  a->gid_index = vp->gid_index;
+  memcpy(a->gid, vp->gid.raw, sizeof a->gid);
+  a->lid = vp->link_layer == IBV_LINK_LAYER_INFINIBAND ? vp->lid : 0;
   RR_INFO(RR_SUB_INIT | RR_SUB_NET, "device %d: %s on the verbs rail (%s)", index, a->name,
           vp->link_layer == IBV_LINK_LAYER_INFINIBAND ? "InfiniBand" : "RoCE");
   return RR_OK;
