@@ -210,6 +210,7 @@ typedef struct listen_warned {
 struct rr_listen_comm {
   uint32_t magic;
   rr_profiler_fn profiler;   /* the context's, for the comms it accepts */
+  int traffic_class;         /* the context's, for the comms it accepts (-1: none) */
   int dev;
   int fds[RR_LISTEN_FDS];    /* one listening socket per pooled NIC address, in handle order */
   int addr_dev[RR_LISTEN_FDS]; /* the device behind each of the handle's addresses */

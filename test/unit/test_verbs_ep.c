@@ -163,9 +163,10 @@ static struct ibv_qp *f_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *at
   return q;
 }
 static struct ibv_ah_attr last_av; /* the address vector of the last QP moved to RTR */
+static struct ibv_ah_attr rtr_av[FAKE_QPS]; /* ... and of each QP */
 static int f_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask) {
   if (mask & IBV_QP_DEST_QPN) lb[qp - fake_qps].dest_qpn = attr->dest_qp_num;
-  if (mask & IBV_QP_AV) last_av = attr->ah_attr;
+  if (mask & IBV_QP_AV) last_av = rtr_av[qp - fake_qps] = attr->ah_attr;
   return 0;
 }
 static int f_destroy_qp(struct ibv_qp *qp) {
@@ -646,6 +647,65 @@ static void test_traffic_class_and_sl(void **state) {
   assert_int_equal(rr_params_get()->ib_tc, -1);
 }
 
+/* NCCL's per-communicator trafficClass (rr_rail_ep.traffic_class, set by the owner between
+ * open and connect) on every QP of the endpoint, by NCCL's net_ib rule: RERAIL_IB_TC (else
+ * NCCL_IB_TC), else the class, else 0; the same for the SL, the class in its 4 bits. */
+static void connect_with_class(world *w, int cls, uint8_t *tc, uint8_t *sl) {
+  rr_rail_ep *ep;
+  int first = nqps;
+  assert_int_equal(rr_verbs_rail_ops.ep_open(&w->h->base, &no_events, NULL, &ep), RR_OK);
+  assert_int_equal(ep->traffic_class, -1); /* none until the owner says */
+  ep->traffic_class = cls;
+  int n = verbs_ep_nqps((verbs_ep *)ep);
+  rr_verbs_addr peer = {.qpn = {0x901, 0x902}, .nqps = (uint8_t)n, .psn = 1, .mtu = IBV_MTU_1024,
+                        .link_layer = IBV_LINK_LAYER_ETHERNET, .ring_slots = VERBS_RING_SLOTS};
+  uint8_t blob[RR_VERBS_ADDR_LEN];
+  rr_verbs_addr_encode(&peer, blob);
+  rr_rail_connect_args a = {.peer_addr = blob, .peer_addr_len = sizeof blob};
+  memset(rtr_av, 0xee, sizeof rtr_av);
+  assert_int_equal(rr_verbs_rail_ops.ep_connect(ep, &a), RR_OK);
+  rr_verbs_rail_ops.destroy(ep);
+  nqps = first; /* the fake's QPs are reused: four per test are all it has */
+  memset(&lb[first], 0, (size_t)n * sizeof lb[0]);
+  /* Every QP alike: the first one's values stand for all. */
+  for (int k = 0; k < n; k++) {
+    assert_int_equal(rtr_av[first + k].is_global, 1);
+    assert_int_equal(rtr_av[first + k].grh.traffic_class, rtr_av[first].grh.traffic_class);
+    assert_int_equal(rtr_av[first + k].sl, rtr_av[first].sl);
+  }
+  *tc = rtr_av[first].grh.traffic_class;
+  *sl = rtr_av[first].sl;
+}
+
+static void test_communicator_traffic_class(void **state) {
+  world *w = *state;
+  uint8_t tc, sl;
+  const char *vars[] = {"RERAIL_IB_TC", "RERAIL_IB_SL", "NCCL_IB_TC", "NCCL_IB_SL"};
+  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
+  set_qps("2"); /* data and control share every QP: both QPs must carry the class */
+  connect_with_class(w, -1, &tc, &sl);
+  assert_int_equal(tc, 0), assert_int_equal(sl, 0);
+  connect_with_class(w, 106, &tc, &sl);
+  assert_int_equal(tc, 106), assert_int_equal(sl, 106 & 0xf);
+  connect_with_class(w, 3, &tc, &sl);
+  assert_int_equal(tc, 3), assert_int_equal(sl, 3);
+  /* The operator's settings win over the communicator's, each on its own. */
+  setenv("NCCL_IB_TC", "64", 1);
+  rr_params_reload();
+  connect_with_class(w, 106, &tc, &sl);
+  assert_int_equal(tc, 64), assert_int_equal(sl, 106 & 0xf);
+  setenv("RERAIL_IB_TC", "32", 1), setenv("RERAIL_IB_SL", "5", 1);
+  rr_params_reload();
+  connect_with_class(w, 106, &tc, &sl);
+  assert_int_equal(tc, 32), assert_int_equal(sl, 5);
+  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
+  rr_params_reload();
+  /* A class that is no traffic class (beyond 8 bits) is none. */
+  connect_with_class(w, 300, &tc, &sl);
+  assert_int_equal(tc, 0), assert_int_equal(sl, 0);
+  set_qps("1");
+}
+
 /* A peer offering fewer QPs: both use as many as it has. */
 static void test_qps_agree_on_the_minimum(void **state) {
   world *w = *state;
@@ -864,6 +924,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_two_qps_fail_and_fence, setup_pair2, teardown),
       cmocka_unit_test(test_completion_errors_classified),
       cmocka_unit_test_setup_teardown(test_traffic_class_and_sl, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_communicator_traffic_class, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -73,7 +73,7 @@ rr_status verbs_ep_open(rr_rail_dev *dev, const rr_rail_events *events, void *ev
   verbs_ep *ep = calloc(1, sizeof *ep);
   if (!ep) return RR_ERR_NOMEM;
   ep->base = (rr_rail_ep){.ops = &rr_verbs_rail_ops, .dev = dev, .events = events, .events_arg = events_arg, .rail = -1,
-                          .wire_id = -1};
+                          .wire_id = -1, .traffic_class = -1};
   ep->watch_fd = -1;
   ep->hca = h;
   for (int i = 0; i < SEND_SLOTS; i++) ep->send_free[i] = (int16_t)i;
@@ -143,16 +143,27 @@ static rr_status connect_qp(verbs_ep *ep, struct ibv_qp *qp, const rr_verbs_addr
   const rr_params *prm = rr_params_get();
   a.ah_attr.port_num = (uint8_t)p->port;
   a.ah_attr.dlid = peer->lid;
-  /* The fabric's QoS, as NCCL sets it (NCCL_IB_SL, NCCL_IB_TC): every QP
-   * of the rail, which carries data and control messages alike. RoCE
-   * copies the GRH traffic class into the IP header (DSCP = TC >> 2). */
-  a.ah_attr.sl = prm->ib_sl >= 0 ? (uint8_t)prm->ib_sl : 0;
+  /* The fabric's QoS on every QP of the rail, which carries data and
+   * control messages alike (the device's flush QP is a loopback: its reads
+   * never reach the wire). NCCL's rule (net_ib/connect.cc,
+   * ncclIbConnectImpl): NCCL_IB_SL, else the communicator's trafficClass,
+   * else 0; NCCL_IB_TC, else the trafficClass, else 0. Ours: RERAIL_IB_SL /
+   * RERAIL_IB_TC (which default to NCCL's) in their place. NCCL's receiver
+   * takes the connector's values from its metadata; here each end applies
+   * its own, which agree when both ends' settings do (the same communicator,
+   * cluster-wide variables). RoCE copies the GRH traffic class into the IP
+   * header (DSCP = TC >> 2). */
+  int cls = ep->base.traffic_class >= 0 && ep->base.traffic_class <= 255 ? ep->base.traffic_class : -1;
+  int tc = prm->ib_tc >= 0 ? prm->ib_tc : cls >= 0 ? cls : 0;
+  /* The SL field has 4 bits: a class beyond 15 keeps its low bits, as
+   * mlx5 does with the value NCCL passes it unmasked. */
+  a.ah_attr.sl = (uint8_t)(prm->ib_sl >= 0 ? prm->ib_sl : cls >= 0 ? cls & 0xf : 0);
   if (p->link_layer == IBV_LINK_LAYER_ETHERNET || p->gid_index > 0) {
     a.ah_attr.is_global = 1;
     memcpy(a.ah_attr.grh.dgid.raw, peer->gid, 16);
     a.ah_attr.grh.sgid_index = (uint8_t)p->gid_index;
     a.ah_attr.grh.hop_limit = 255;
-    a.ah_attr.grh.traffic_class = prm->ib_tc >= 0 ? (uint8_t)prm->ib_tc : 0;
+    a.ah_attr.grh.traffic_class = (uint8_t)tc;
   }
   if (api->modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                                  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
