@@ -76,6 +76,10 @@ rr_status verbs_ep_open(rr_rail_dev *dev, const rr_rail_events *events, void *ev
                           .wire_id = -1, .traffic_class = -1};
   ep->watch_fd = -1;
   ep->hca = h;
+  pthread_mutex_lock(&h->lock); /* a GID change event rewrites them under it */
+  ep->gid = h->port.gid;
+  ep->gid_index = h->port.gid_index;
+  pthread_mutex_unlock(&h->lock);
   for (int i = 0; i < SEND_SLOTS; i++) ep->send_free[i] = (int16_t)i;
   ep->nsend_free = SEND_SLOTS;
   int n = rr_params_get()->ib_qps_per_rail;
@@ -124,7 +128,7 @@ rr_status verbs_ep_addr(rr_rail_ep *rep, void *blob, uint32_t *len) {
                      .ring_addr = (uintptr_t)ep->ring, .ring_rkey = ep->ring_mr->rkey,
                      .ring_slots = VERBS_RING_SLOTS};
   for (int k = 0; k < ep->nqps; k++) a.qpn[k] = ep->qps[k].qp->qp_num;
-  memcpy(a.gid, p->gid.raw, 16);
+  memcpy(a.gid, ep->gid.raw, 16);
   rr_verbs_addr_encode(&a, blob);
   *len = RR_VERBS_ADDR_LEN;
   return RR_OK;
@@ -158,10 +162,10 @@ static rr_status connect_qp(verbs_ep *ep, struct ibv_qp *qp, const rr_verbs_addr
   /* The SL field has 4 bits: a class beyond 15 keeps its low bits, as
    * mlx5 does with the value NCCL passes it unmasked. */
   a.ah_attr.sl = (uint8_t)(prm->ib_sl >= 0 ? prm->ib_sl : cls >= 0 ? cls & 0xf : 0);
-  if (p->link_layer == IBV_LINK_LAYER_ETHERNET || p->gid_index > 0) {
+  if (p->link_layer == IBV_LINK_LAYER_ETHERNET || ep->gid_index > 0) {
     a.ah_attr.is_global = 1;
     memcpy(a.ah_attr.grh.dgid.raw, peer->gid, 16);
-    a.ah_attr.grh.sgid_index = (uint8_t)p->gid_index;
+    a.ah_attr.grh.sgid_index = (uint8_t)ep->gid_index;
     a.ah_attr.grh.hop_limit = 255;
     a.ah_attr.grh.traffic_class = (uint8_t)tc;
   }
