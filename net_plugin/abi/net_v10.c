@@ -17,9 +17,10 @@ static nccl_result_t v10_get_properties(int dev, nccl_net_props_v10_t *props) {
   return NCCL_RESULT_SUCCESS;
 }
 
-/* The config (may be NULL) only carries a traffic class. The process
- * context was created before any comm existed, so a per-comm class cannot
- * reach it here: it is ignored, as rerail sets no traffic class of its own. */
+/* The config (may be NULL) only carries a traffic class. rerail's
+ * connections take the communicator's class from their context (v11+),
+ * and v10 has one context for the whole process, created before any comm:
+ * the class is ignored here. RERAIL_IB_TC / NCCL_IB_TC still apply. */
 static nccl_result_t v10_connect(int dev, nccl_net_comm_config_v10_t *config, void *handle,
                                  void **send_comm, nccl_net_device_handle_t **dev_handle) {
   (void)config;

@@ -206,6 +206,7 @@ rr_status rr_net_listen(rr_net_ctx *ctx, int dev, void *handle, rr_listen_comm *
   l->naddrs = n;
   l->magic = RR_MAGIC_LISTEN;
   l->profiler = ctx ? ctx->profiler : NULL;
+  l->traffic_class = ctx ? ctx->traffic_class : -1;
   l->dev = dev;
   pthread_mutex_init(&l->lock, NULL);
   st = rr_handle_encode(e, n, port, l->secret, handle);
@@ -422,6 +423,7 @@ static pending_group *group_for(rr_listen_comm *l, pending_sock *ps, rr_recv_com
     rr_engine_config cfg;
     rr_core_engine_config(RR_ENGINE_RECV, h->chunk_size, (struct sockaddr *)&ps->peer, l->profiler, &cfg);
     cfg.reopens = 1; /* the sender reopens failed rails through this listener */
+    cfg.traffic_class = l->traffic_class;
     if (!tmp.rc || rr_engine_init(&tmp.rc->engine, &cfg) != RR_OK) {
       free(tmp.rc);
       *why = "out of memory";

@@ -637,7 +637,7 @@ static void send_comm_free(rr_send_comm *s) {
 /* A send comm under construction: its engine (the endpoints report to it),
  * its plan, and each rail's endpoint opened. */
 static rr_send_comm *send_comm_new(const void *handle, int dev, const rr_peer_addrs *peer,
-                                   rr_profiler_fn profiler) {
+                                   rr_profiler_fn profiler, int traffic_class) {
   const rr_params *p = rr_params_get();
   rr_send_comm *s = calloc(1, sizeof *s);
   if (!s) return NULL;
@@ -662,6 +662,7 @@ static rr_send_comm *send_comm_new(const void *handle, int dev, const rr_peer_ad
   cfg.reconnect = send_comm_reconnect;
   cfg.reconnect_arg = s;
   cfg.reopens = 1;
+  cfg.traffic_class = traffic_class;
   if (rr_engine_init(&s->engine, &cfg) != RR_OK) {
     free(s);
     return NULL;
@@ -789,7 +790,7 @@ rr_status rr_net_connect(rr_net_ctx *ctx, int dev, const void *handle, rr_send_c
   while (s && !(s->conn.handle == handle && !memcmp(s->conn.secret, peer.secret, RR_HS_SECRET_LEN)))
     s = s->next_connecting;
   if (!s) {
-    s = send_comm_new(handle, dev, &peer, ctx ? ctx->profiler : NULL);
+    s = send_comm_new(handle, dev, &peer, ctx ? ctx->profiler : NULL, ctx ? ctx->traffic_class : -1);
     if (!s) {
       pthread_mutex_unlock(&connect_lock);
       return RR_ERR_NOMEM;

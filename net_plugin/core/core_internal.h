@@ -205,6 +205,7 @@ typedef struct listen_warned {
 struct rr_listen_comm {
   uint32_t magic;
   rr_profiler_fn profiler;   /* the context's, for the comms it accepts */
+  int traffic_class;         /* the context's, for the comms it accepts (-1: none) */
   int dev;
   int fds[RR_LISTEN_FDS];    /* one listening socket per distinct setup address of the handle */
   int nfds;

@@ -42,6 +42,7 @@ rr_status rr_setup_ep_open(int dev, rr_engine *e, rr_rail_ep **ep, uint8_t *blob
     *ep = NULL;
     return st;
   }
+  (*ep)->traffic_class = e ? e->cfg.traffic_class : -1; /* before its connect, which applies it */
   st = rr_setup_ep_addr(*ep, blob, blob_len);
   if (st != RR_OK) rr_setup_ep_abandon(ep);
   return st;

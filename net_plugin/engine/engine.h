@@ -200,6 +200,9 @@ typedef struct rr_engine_config {
   uint64_t failback_hold_ns;     /* healthy this long before traffic returns */
   char peer[64];            /* the remote host, for messages and health events */
   rr_profiler_fn profiler;  /* NCCL's profiler callback, or NULL */
+  /* The communicator's QoS class for the endpoints opened for this engine
+   * (rr_rail_ep.traffic_class), -1 for none; the engine only carries it. */
+  int traffic_class;
   /* Sender only: reopen rail `rail` afresh (new sockets, new QP). Called
    * again and again while it returns RR_AGAIN; RR_OK hands over the new
    * endpoint (events already pointing at this engine); a failure ends this

@@ -329,6 +329,14 @@ struct rr_rail_ep {
    * socket (streams) or its first queue pair's number (queue pairs); -1
    * while it has none. Set by the transport; for observers only. */
   int wire_id;
+  /* Option: the QoS class of the communicator the endpoint serves (NCCL's
+   * per-communicator trafficClass, ncclNetCommConfig v11+), -1 when it has
+   * none. The owner sets it after ep_open, before ep_connect. A transport
+   * applies it as NCCL's own transport for its fabric does, or ignores it:
+   * verbs uses it for the GRH traffic class and the service level of every
+   * QP unless RERAIL_IB_TC / RERAIL_IB_SL are set (NCCL's net_ib rule);
+   * TCP ignores it, as NCCL's socket transport sets no IP_TOS from it. */
+  int traffic_class;
   /* Telemetry recorders the owner installs (NULL when off): the rail records
    * every write it sends and every write that lands, with rr_tel_record(). */
   rr_tel_rail *tel_tx, *tel_rx;

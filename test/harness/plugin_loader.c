@@ -194,6 +194,14 @@ const char *hnet_result_str(int rc) {
 /* v10: NCCL's compatibility layer hands connect() the comm config it keeps
  * in the context; there is no traffic class here. */
 static nccl_net_comm_config_v10_t config_v10 = {.traffic_class = NCCL_NET_TRAFFIC_CLASS_UNDEF};
+/* v11+: the communicator's trafficClass (ncclConfig_t's, which NCCL hands init() in its
+ * ncclNetCommConfig): HNET_TRAFFIC_CLASS=N, else undefined, as NCCL passes it by default. */
+static int comm_traffic_class(void) {
+  const char *v = getenv("HNET_TRAFFIC_CLASS");
+  char *end;
+  long c = v && *v ? strtol(v, &end, 0) : -1;
+  return v && *v && !*end && c >= 0 && c <= 255 ? (int)c : NCCL_NET_TRAFFIC_CLASS_UNDEF;
+}
 /* v10+: profiler parent handles: NCCL passes pointers to its per-step slots. */
 static void *phandle_slots[HNET_MAX_RECVS];
 
@@ -585,13 +593,13 @@ static int bind_and_init(hnet *n, int version) {
     pthread_mutex_unlock(&load_lock);
     break;
   case 11: {
-    nccl_net_comm_config_v11_t cfg = {.traffic_class = NCCL_NET_TRAFFIC_CLASS_UNDEF};
+    nccl_net_comm_config_v11_t cfg = {.traffic_class = comm_traffic_class()};
     n->comm_id = new_comm_id();
     rc = T11(n)->init(&n->ctx, n->comm_id, &cfg, (nccl_logger_t)nccl_logger, profiler_cb);
     break;
   }
   default: {
-    nccl_net_comm_config_v12_t cfg = {.traffic_class = NCCL_NET_TRAFFIC_CLASS_UNDEF};
+    nccl_net_comm_config_v12_t cfg = {.traffic_class = comm_traffic_class()};
     n->comm_id = new_comm_id();
     rc = T12(n)->init(&n->ctx, n->comm_id, &cfg, (nccl_logger_t)nccl_logger, profiler_cb);
     break;

@@ -33,8 +33,9 @@ typedef struct pair {
   rr_recv_comm *recv;
 } pair;
 
-static void connect_pair(pair *p) {
-  rr_init_args args = {.traffic_class = -1};
+/* A pair of one context whose communicator gives trafficClass cls (-1: none). */
+static void connect_pair_class(pair *p, int cls) {
+  rr_init_args args = {.traffic_class = cls};
   assert_int_equal(rr_net_init(&args, &p->ctx), RR_OK);
   int ndev = 0;
   assert_int_equal(rr_net_devices(&ndev), RR_OK);
@@ -50,6 +51,8 @@ static void connect_pair(pair *p) {
   assert_non_null(p->send);
   assert_non_null(p->recv);
 }
+
+static void connect_pair(pair *p) { connect_pair_class(p, -1); }
 
 static void close_pair(pair *p) {
   assert_int_equal(rr_net_close_send(p->send), RR_OK);
@@ -117,6 +120,27 @@ static void test_single_sizes(void **state) {
     roundtrip(&p, 1, &sizes[i], &posted, (int)i);
   }
   close_pair(&p);
+}
+
+/* The communicator's trafficClass (NCCL's v11+ config, in the context) reaches every endpoint
+ * of its connections on both ends, before they connect (rr_rail_ep.traffic_class: verbs puts
+ * it on its QPs, TCP ignores it); a context without one gives none. Traffic moves either way. */
+static void test_traffic_class_reaches_endpoints(void **state) {
+  (void)state;
+  const int classes[] = {106, -1};
+  for (size_t c = 0; c < sizeof classes / sizeof *classes; c++) {
+    pair p;
+    connect_pair_class(&p, classes[c]);
+    assert_true(p.send->engine.nrails >= 1);
+    assert_int_equal(p.recv->engine.nrails, p.send->engine.nrails);
+    for (int r = 0; r < p.send->engine.nrails; r++) {
+      assert_int_equal(p.send->engine.rails[r].ep->traffic_class, classes[c]);
+      assert_int_equal(p.recv->engine.rails[r].ep->traffic_class, classes[c]);
+    }
+    size_t n = 4097;
+    roundtrip(&p, 1, &n, &n, (int)c);
+    close_pair(&p);
+  }
 }
 
 /* Small messages sent before their receive is posted go eagerly, each
@@ -910,6 +934,7 @@ int main(void) {
   rr_params_reload();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_single_sizes),
+      cmocka_unit_test(test_traffic_class_reaches_endpoints),
       cmocka_unit_test(test_grouped),
       cmocka_unit_test(test_eager_before_grouped_receive),
       cmocka_unit_test(test_full_queue_gives_null),

@@ -163,9 +163,10 @@ static struct ibv_qp *f_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *at
   return q;
 }
 static struct ibv_ah_attr last_av; /* the address vector of the last QP moved to RTR */
+static struct ibv_ah_attr rtr_av[FAKE_QPS]; /* ... and of each QP */
 static int f_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask) {
   if (mask & IBV_QP_DEST_QPN) lb[qp - fake_qps].dest_qpn = attr->dest_qp_num;
-  if (mask & IBV_QP_AV) last_av = attr->ah_attr;
+  if (mask & IBV_QP_AV) last_av = rtr_av[qp - fake_qps] = attr->ah_attr;
   return 0;
 }
 static int f_destroy_qp(struct ibv_qp *qp) {
@@ -194,7 +195,31 @@ static const char *f_wc_status_str(enum ibv_wc_status s) {
   return "fake status";
 }
 
+/* The port's GID table as libibverbs gives it (no sysfs tree names a device "fake0", so
+ * the GID is chosen from this table, as in a container with a partial /sys). */
+#define FAKE_GIDS 4
+static union ibv_gid gids[FAKE_GIDS];
+static int fake_link_layer = IBV_LINK_LAYER_ETHERNET;
+static int f_query_gid(struct ibv_context *ctx, uint8_t port, int index, union ibv_gid *gid) {
+  (void)ctx;
+  if (port != 1 || index < 0 || index >= FAKE_GIDS) return EINVAL;
+  *gid = gids[index];
+  return 0;
+}
+static int f_query_port(struct ibv_context *ctx, uint8_t port, struct _compat_ibv_port_attr *attr) {
+  (void)ctx;
+  if (port != 1) return EINVAL;
+  /* rr_ibv_query_port hands over a whole struct ibv_port_attr. */
+  struct ibv_port_attr *pa = (struct ibv_port_attr *)(void *)attr;
+  pa->state = IBV_PORT_ACTIVE;
+  pa->link_layer = (uint8_t)fake_link_layer;
+  pa->gid_tbl_len = FAKE_GIDS;
+  return 0;
+}
+
 static const rr_ibv_api fake_api = {
+    .query_port_compat = f_query_port,
+    .query_gid = f_query_gid,
     .reg_mr = f_reg_mr,
     .dereg_mr = f_dereg_mr,
     .create_qp = f_create_qp,
@@ -249,6 +274,7 @@ static int setup(void **state) {
   w->h = calloc(1, sizeof *w->h);
   verbs_hca *h = w->h;
   pthread_mutex_init(&h->lock, NULL);
+  pthread_mutex_init(&h->flush_lock, NULL);
   h->api = &fake_api;
   h->base.ops = &rr_verbs_rail_ops;
   h->ctx = &fake_ctx;
@@ -277,6 +303,7 @@ static int teardown(void **state) {
   world *w = *state;
   for (int i = 0; i < 2; i++) rr_verbs_rail_ops.destroy(w->ep[i]);
   pthread_mutex_destroy(&w->h->lock);
+  pthread_mutex_destroy(&w->h->flush_lock);
   free(w->h->eps);
   free(w->h);
   free(w);
@@ -735,6 +762,157 @@ static void test_infiniband_ports_connect_by_lid(void **state) {
   rr_params_reload();
 }
 
+/* NCCL's per-communicator trafficClass (rr_rail_ep.traffic_class, set by the owner between
+ * open and connect) on every QP of the endpoint, by NCCL's net_ib rule: RERAIL_IB_TC (else
+ * NCCL_IB_TC), else the class, else 0; the same for the SL, the class in its 4 bits. */
+static void connect_with_class(world *w, int cls, uint8_t *tc, uint8_t *sl) {
+  rr_rail_ep *ep;
+  int first = nqps;
+  assert_int_equal(rr_verbs_rail_ops.ep_open(&w->h->base, &no_events, NULL, &ep), RR_OK);
+  assert_int_equal(ep->traffic_class, -1); /* none until the owner says */
+  ep->traffic_class = cls;
+  int n = verbs_ep_nqps((verbs_ep *)ep);
+  rr_verbs_addr peer = {.qpn = {0x901, 0x902}, .nqps = (uint8_t)n, .psn = 1, .mtu = IBV_MTU_1024,
+                        .link_layer = IBV_LINK_LAYER_ETHERNET, .ring_slots = VERBS_RING_SLOTS};
+  uint8_t blob[RR_VERBS_ADDR_LEN];
+  rr_verbs_addr_encode(&peer, blob);
+  rr_rail_connect_args a = {.peer_addr = blob, .peer_addr_len = sizeof blob};
+  memset(rtr_av, 0xee, sizeof rtr_av);
+  assert_int_equal(rr_verbs_rail_ops.ep_connect(ep, &a), RR_OK);
+  rr_verbs_rail_ops.destroy(ep);
+  nqps = first; /* the fake's QPs are reused: four per test are all it has */
+  memset(&lb[first], 0, (size_t)n * sizeof lb[0]);
+  /* Every QP alike: the first one's values stand for all. */
+  for (int k = 0; k < n; k++) {
+    assert_int_equal(rtr_av[first + k].is_global, 1);
+    assert_int_equal(rtr_av[first + k].grh.traffic_class, rtr_av[first].grh.traffic_class);
+    assert_int_equal(rtr_av[first + k].sl, rtr_av[first].sl);
+  }
+  *tc = rtr_av[first].grh.traffic_class;
+  *sl = rtr_av[first].sl;
+}
+
+static void test_communicator_traffic_class(void **state) {
+  world *w = *state;
+  uint8_t tc, sl;
+  const char *vars[] = {"RERAIL_IB_TC", "RERAIL_IB_SL", "NCCL_IB_TC", "NCCL_IB_SL"};
+  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
+  set_qps("2"); /* data and control share every QP: both QPs must carry the class */
+  connect_with_class(w, -1, &tc, &sl);
+  assert_int_equal(tc, 0), assert_int_equal(sl, 0);
+  connect_with_class(w, 106, &tc, &sl);
+  assert_int_equal(tc, 106), assert_int_equal(sl, 106 & 0xf);
+  connect_with_class(w, 3, &tc, &sl);
+  assert_int_equal(tc, 3), assert_int_equal(sl, 3);
+  /* The operator's settings win over the communicator's, each on its own. */
+  setenv("NCCL_IB_TC", "64", 1);
+  rr_params_reload();
+  connect_with_class(w, 106, &tc, &sl);
+  assert_int_equal(tc, 64), assert_int_equal(sl, 106 & 0xf);
+  setenv("RERAIL_IB_TC", "32", 1), setenv("RERAIL_IB_SL", "5", 1);
+  rr_params_reload();
+  connect_with_class(w, 106, &tc, &sl);
+  assert_int_equal(tc, 32), assert_int_equal(sl, 5);
+  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
+  rr_params_reload();
+  /* A class that is no traffic class (beyond 8 bits) is none. */
+  connect_with_class(w, 300, &tc, &sl);
+  assert_int_equal(tc, 0), assert_int_equal(sl, 0);
+  set_qps("1");
+}
+
+/* ---- GID change events ---- */
+
+static union ibv_gid v4_gid(int last) { /* ::ffff:10.55.0.last */
+  union ibv_gid g = {.raw = {[10] = 0xff, [11] = 0xff, [12] = 10, [13] = 55, [14] = 0, [15] = (uint8_t)last}};
+  return g;
+}
+
+/* The GID an endpoint advertises to its peer. */
+static union ibv_gid advertised(rr_rail_ep *ep) {
+  uint8_t blob[RR_VERBS_ADDR_LEN];
+  uint32_t len = sizeof blob;
+  rr_verbs_addr a;
+  assert_int_equal(rr_verbs_rail_ops.ep_addr(ep, blob, &len), RR_OK);
+  assert_int_equal(rr_verbs_addr_decode(blob, len, &a), RR_OK);
+  union ibv_gid g;
+  memcpy(g.raw, a.gid, 16);
+  return g;
+}
+
+static void gid_change_event(int port) {
+  events[nevents].event_type = IBV_EVENT_GID_CHANGE;
+  events[nevents].element.port_num = port;
+  nevents++;
+}
+
+/* RoCE: the address behind the port's GID moves (entry 1 emptied, the new one at entry 3):
+ * IBV_EVENT_GID_CHANGE chooses the GID again by discovery's rules (IPv4-mapped before
+ * link-local), endpoints opened from then on advertise it and send from its index; one opened
+ * before keeps the GID its QPs were made with, and no endpoint fails for the event. A change on
+ * another port, or a table where nothing qualifies any more, leaves the GID as it was. */
+static void test_gid_change_rereads_the_gid(void **state) {
+  world *w = *state;
+  verbs_hca *h = w->h;
+  memset(gids, 0, sizeof gids);
+  gids[0] = (union ibv_gid){.raw = {0xfe, 0x80, [15] = 1}};
+  gids[1] = v4_gid(1);
+  h->port.gid = gids[1];
+  rr_rail_ep *before, *after;
+  assert_int_equal(rr_verbs_rail_ops.ep_open(&h->base, &no_events, NULL, &before), RR_OK);
+
+  memset(&gids[1], 0, sizeof gids[1]);
+  gids[3] = v4_gid(9);
+  gid_change_event(1);
+  assert_int_equal(read_events(w), RR_RAIL_DEV_EV_NONE); /* not a port state change */
+  assert_int_equal(nacked, 1);
+  assert_int_equal(h->port.gid_index, 3);
+  assert_memory_equal(h->port.gid.raw, gids[3].raw, 16);
+
+  assert_int_equal(rr_verbs_rail_ops.ep_open(&h->base, &no_events, NULL, &after), RR_OK);
+  assert_memory_equal(advertised(after).raw, gids[3].raw, 16);
+  rr_verbs_addr peer = {.qpn = {0x901}, .nqps = 1, .psn = 1, .mtu = IBV_MTU_1024,
+                        .link_layer = IBV_LINK_LAYER_ETHERNET, .ring_slots = VERBS_RING_SLOTS};
+  uint8_t blob[RR_VERBS_ADDR_LEN];
+  rr_verbs_addr_encode(&peer, blob);
+  rr_rail_connect_args a = {.peer_addr = blob, .peer_addr_len = sizeof blob};
+  assert_int_equal(rr_verbs_rail_ops.ep_connect(after, &a), RR_OK);
+  assert_int_equal(last_av.grh.sgid_index, 3);
+  union ibv_gid old = v4_gid(1);
+  assert_memory_equal(advertised(before).raw, old.raw, 16);
+  assert_int_equal(progress(w, 0), RR_OK);
+  assert_int_equal(progress(w, 1), RR_OK);
+
+  gids[3] = v4_gid(20);
+  gid_change_event(2);
+  read_events(w);
+  union ibv_gid now = v4_gid(9);
+  assert_memory_equal(h->port.gid.raw, now.raw, 16);
+  memset(gids, 0, sizeof gids);
+  gid_change_event(1);
+  read_events(w);
+  assert_int_equal(h->port.gid_index, 3);
+  assert_memory_equal(h->port.gid.raw, now.raw, 16);
+  assert_int_equal(nacked, 3);
+  rr_verbs_rail_ops.destroy(before);
+  rr_verbs_rail_ops.destroy(after);
+}
+
+/* InfiniBand: the same GID index is read again (a new subnet prefix). */
+static void test_gid_change_infiniband(void **state) {
+  world *w = *state;
+  verbs_hca *h = w->h;
+  fake_link_layer = h->port.link_layer = IBV_LINK_LAYER_INFINIBAND;
+  h->port.gid_index = 0;
+  memset(gids, 0, sizeof gids);
+  gids[0] = (union ibv_gid){.raw = {0xfe, 0x80, [8] = 0x02, [15] = 0x0a}};
+  gid_change_event(1);
+  read_events(w);
+  fake_link_layer = IBV_LINK_LAYER_ETHERNET;
+  assert_int_equal(h->port.gid_index, 0);
+  assert_memory_equal(h->port.gid.raw, gids[0].raw, 16);
+}
+
 /* A peer offering fewer QPs: both use as many as it has. */
 static void test_qps_agree_on_the_minimum(void **state) {
   world *w = *state;
@@ -954,6 +1132,9 @@ int main(void) {
       cmocka_unit_test(test_completion_errors_classified),
       cmocka_unit_test_setup_teardown(test_traffic_class_and_sl, setup, teardown),
       cmocka_unit_test(test_infiniband_ports_connect_by_lid),
+      cmocka_unit_test_setup_teardown(test_communicator_traffic_class, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_gid_change_rereads_the_gid, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_gid_change_infiniband, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

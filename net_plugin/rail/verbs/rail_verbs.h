@@ -106,4 +106,11 @@ void verbs_flush_close(verbs_hca *h);
 uint64_t rr_verbs_flush_reads(void);
 uint64_t rr_verbs_flush_failures(void);
 
+/* verbs_events.c: the port's GID table changed (IBV_EVENT_GID_CHANGE):
+ * choose its GID again as discovery does (sysfs under sysfs_root, else
+ * libibverbs), for the endpoints opened from now on; the flush QP is made
+ * again. The old GID stays when none qualifies (RR_ERR_RAIL) or the port
+ * cannot be read (RR_ERR_SYSTEM). Monitor thread only (dev_event). */
+rr_status verbs_gid_refresh(verbs_hca *h, const char *sysfs_root);
+
 #endif

@@ -286,3 +286,8 @@ int rr_verbs_dmabuf_supported(const rr_ibv_api *api, struct ibv_context *ctx) {
   api->dealloc_pd(pd);
   return !mr && err != 0 && err != EOPNOTSUPP && err != EPROTONOSUPPORT;
 }
+
+int rr_verbs_choose_roce_gid(const rr_ibv_api *api, struct ibv_context *ctx, const rr_verbs_opts *opts,
+                             rr_verbs_port *p, int gid_tbl_len) {
+  return choose_roce_gid(api, ctx, opts, p, gid_tbl_len);
+}

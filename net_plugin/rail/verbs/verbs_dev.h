@@ -49,6 +49,13 @@ typedef struct rr_verbs_opts {
 rr_status rr_verbs_discover(const rr_ibv_api *api, const rr_verbs_opts *opts, rr_verbs_port *out,
                             int max, int *count);
 
+/* The GID a RoCE port uses, chosen by the rules of discovery (rr_gid_choose over the port's
+ * table, from sysfs or else libibverbs, opts->gid_index as the override) among the first
+ * gid_tbl_len entries: fills p's gid, gid_index, gid_type and netdev. -1 (p untouched) when no
+ * entry qualifies. Discovery uses it, and so does a GID change event (verbs_events.c). */
+int rr_verbs_choose_roce_gid(const rr_ibv_api *api, struct ibv_context *ctx, const rr_verbs_opts *opts,
+                             rr_verbs_port *p, int gid_tbl_len);
+
 /* Open the device named `name` (NULL when libibverbs does not list it or it cannot be opened);
  * close it with api->close_device. */
 struct ibv_context *rr_verbs_open_device(const rr_ibv_api *api, const char *name);

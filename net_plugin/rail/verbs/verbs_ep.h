@@ -61,6 +61,10 @@ struct verbs_ep {
   verbs_qp *qps;
   int nqps;
   uint32_t psn;                   /* the first PSN of every QP */
+  /* The port's GID when the endpoint opened: what it advertises and sends
+   * from, whatever a later GID change makes the device's (verbs_events.c). */
+  union ibv_gid gid;
+  int gid_index;
   uint32_t max_inline;            /* bytes a request may carry inline (the QPs' cap) */
   int attached;
   int connected;

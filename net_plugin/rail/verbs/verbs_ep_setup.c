@@ -73,9 +73,13 @@ rr_status verbs_ep_open(rr_rail_dev *dev, const rr_rail_events *events, void *ev
   verbs_ep *ep = calloc(1, sizeof *ep);
   if (!ep) return RR_ERR_NOMEM;
   ep->base = (rr_rail_ep){.ops = &rr_verbs_rail_ops, .dev = dev, .events = events, .events_arg = events_arg, .rail = -1,
-                          .wire_id = -1};
+                          .wire_id = -1, .traffic_class = -1};
   ep->watch_fd = -1;
   ep->hca = h;
+  pthread_mutex_lock(&h->lock); /* a GID change event rewrites them under it */
+  ep->gid = h->port.gid;
+  ep->gid_index = h->port.gid_index;
+  pthread_mutex_unlock(&h->lock);
   for (int i = 0; i < SEND_SLOTS; i++) ep->send_free[i] = (int16_t)i;
   ep->nsend_free = SEND_SLOTS;
   int n = rr_params_get()->ib_qps_per_rail;
@@ -124,7 +128,7 @@ rr_status verbs_ep_addr(rr_rail_ep *rep, void *blob, uint32_t *len) {
                      .ring_addr = (uintptr_t)ep->ring, .ring_rkey = ep->ring_mr->rkey,
                      .ring_slots = VERBS_RING_SLOTS};
   for (int k = 0; k < ep->nqps; k++) a.qpn[k] = ep->qps[k].qp->qp_num;
-  memcpy(a.gid, p->gid.raw, 16);
+  memcpy(a.gid, ep->gid.raw, 16);
   rr_verbs_addr_encode(&a, blob);
   *len = RR_VERBS_ADDR_LEN;
   return RR_OK;
@@ -151,15 +155,27 @@ static rr_status connect_qp(verbs_ep *ep, struct ibv_qp *qp, const rr_verbs_addr
   const rr_params *prm = rr_params_get();
   a.ah_attr.port_num = (uint8_t)p->port;
   a.ah_attr.dlid = peer->lid;
-  /* The fabric's QoS, as NCCL sets it (NCCL_IB_SL, NCCL_IB_TC): every QP
-   * of the rail, which carries data and control messages alike. RoCE
-   * copies the GRH traffic class into the IP header (DSCP = TC >> 2). */
-  a.ah_attr.sl = prm->ib_sl >= 0 ? (uint8_t)prm->ib_sl : 0;
+  /* The fabric's QoS on every QP of the rail, which carries data and
+   * control messages alike (the device's flush QP is a loopback: its reads
+   * never reach the wire). NCCL's rule (net_ib/connect.cc,
+   * ncclIbConnectImpl): NCCL_IB_SL, else the communicator's trafficClass,
+   * else 0; NCCL_IB_TC, else the trafficClass, else 0. Ours: RERAIL_IB_SL /
+   * RERAIL_IB_TC (which default to NCCL's) in their place. NCCL's receiver
+   * takes the connector's values from its metadata; here each end applies
+   * its own, which agree when both ends' settings do (the same communicator,
+   * cluster-wide variables). RoCE copies the GRH traffic class into the IP
+   * header (DSCP = TC >> 2). */
+  int cls = ep->base.traffic_class >= 0 && ep->base.traffic_class <= 255 ? ep->base.traffic_class : -1;
+  int tc = prm->ib_tc >= 0 ? prm->ib_tc : cls >= 0 ? cls : 0;
+  /* The SL field has 4 bits: a class beyond 15 keeps its low bits, as
+   * mlx5 does with the value NCCL passes it unmasked. */
+  a.ah_attr.sl = (uint8_t)(prm->ib_sl >= 0 ? prm->ib_sl : cls >= 0 ? cls & 0xf : 0);
   /* Addressing as NCCL's (connect.cc, ncclIbQpRtr): RoCE always carries a
    * GRH; InfiniBand routes by LID within a subnet and adds a GRH only to
-   * reach another subnet, through the peer's FLID when it has one. */
+   * reach another subnet, through the peer's FLID when it has one. The GID
+   * is the endpoint's own snapshot (a GID change event may move the port's). */
   int global = p->link_layer == IBV_LINK_LAYER_ETHERNET;
-  if (!global && !verbs_same_ib_subnet(p->gid.raw, peer->gid)) {
+  if (!global && !verbs_same_ib_subnet(ep->gid.raw, peer->gid)) {
     uint16_t flid = verbs_gid_flid(peer->gid);
     if (flid) a.ah_attr.dlid = flid;
     global = 1;
@@ -167,9 +183,9 @@ static rr_status connect_qp(verbs_ep *ep, struct ibv_qp *qp, const rr_verbs_addr
   if (global) {
     a.ah_attr.is_global = 1;
     memcpy(a.ah_attr.grh.dgid.raw, peer->gid, 16);
-    a.ah_attr.grh.sgid_index = (uint8_t)p->gid_index;
+    a.ah_attr.grh.sgid_index = (uint8_t)ep->gid_index;
     a.ah_attr.grh.hop_limit = 255;
-    a.ah_attr.grh.traffic_class = prm->ib_tc >= 0 ? (uint8_t)prm->ib_tc : 0;
+    a.ah_attr.grh.traffic_class = (uint8_t)tc;
   }
   if (api->modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                                  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {

@@ -198,6 +198,10 @@ rr_rail_dev_event_kind verbs_dev_event(rr_rail_dev *dev, rr_rail_dev_event *ev) 
     fail_eps_locked(h, &ae);
     pthread_mutex_unlock(&h->lock);
     h->api->ack_async_event(&ae);
+    if (t == IBV_EVENT_GID_CHANGE) {
+      if (port == h->port.port) verbs_gid_refresh(h, rr_verbs_sysfs_root());
+      continue; /* new endpoints use the new GID; nothing to report */
+    }
     if ((t == IBV_EVENT_PORT_ERR || t == IBV_EVENT_PORT_ACTIVE) && port != h->port.port) continue;
     if (t == IBV_EVENT_PORT_ERR) ev->kind = RR_RAIL_DEV_EV_PORT_DOWN;
     else if (t == IBV_EVENT_PORT_ACTIVE) ev->kind = RR_RAIL_DEV_EV_PORT_UP;

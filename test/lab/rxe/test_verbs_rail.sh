@@ -7,7 +7,9 @@
 # soon as its schedule is done, 10 runs each way, zero errors); then GPU memory
 # (verbs_gpu_mem.sh: buffers registered as NCCL_PTR_CUDA with RERAIL_TEST_HOST_AS_GPU=1 and
 # PROT_NONE while the plugin owns them, 0 B..4 MiB, pure verbs and a TCP+verbs pool: nothing
-# faults, every byte arrives). Root, as every lab test.
+# faults, every byte arrives); then the traffic class on the wire (verbs_qos.sh: RERAIL_IB_TC,
+# NCCL_IB_TC or the communicator's trafficClass 106 put DSCP 26 on every RoCE packet). Root, as
+# every lab test.
 #   usage: test_verbs_rail.sh HARNESS PLUGIN_DIR [SECONDS per case]
 set -euo pipefail
 here="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
@@ -21,5 +23,6 @@ exec "$here/rxelab.sh" run --timeout 270 -- bash -c '
   RERAIL_IB_QPS_PER_RAIL=2 "$0" "$1" "$2" "$3" link; qps=$?
   "$4" "$1" "$2" 10; close=$?
   "$5" "$1" "$2"; gpumem=$?
-  exit $((link || silent || qps || close || gpumem))' "$here/verbs_harness.sh" "$1" "$2" "${3:-12}" "$here/verbs_close.sh" \
-  "$here/verbs_gpu_mem.sh"
+  "$6" "$1" "$2"; qos=$?
+  exit $((link || silent || qps || close || gpumem || qos))' "$here/verbs_harness.sh" "$1" "$2" "${3:-12}" "$here/verbs_close.sh" \
+  "$here/verbs_gpu_mem.sh" "$here/verbs_qos.sh"
