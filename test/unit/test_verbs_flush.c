@@ -201,6 +201,7 @@ static verbs_hca *hca_new(int index) {
   h->api = &fake_api;
   h->base.ops = &rr_verbs_rail_ops;
   h->base.index = index;
+  assert_int_equal(verbs_mr_cache_create(&h->mrs), RR_OK);
   h->ctx = &fake_ctx;
   h->pd = (struct ibv_pd *)h; /* see f_create_qp */
   snprintf(h->port.dev_name, sizeof h->port.dev_name, "fake%d", index);
@@ -248,6 +249,8 @@ static int teardown(void **state) {
   world *w = *state;
   for (int i = 0; i < 2; i++) {
     verbs_flush_close(w->h[i]);
+    assert_int_equal(verbs_mr_cache_count(w->h[i]->mrs), 0); /* every test deregisters what it registered */
+    verbs_mr_cache_destroy(w->h[i]->mrs, &fake_api);
     pthread_mutex_destroy(&w->h[i]->lock);
     pthread_mutex_destroy(&w->h[i]->flush_lock);
     free(w->h[i]);
