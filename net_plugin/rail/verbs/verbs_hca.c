@@ -32,11 +32,19 @@ static verbs_hca *to_hca(rr_rail_dev *dev) { return rr_container_of(dev, verbs_h
 
 /* ------------------------------------------------------------ registrations */
 
+/* One ibv_reg_mr for memory by address or by DMA-BUF, with PCIe relaxed
+ * ordering where NCCL would ask for it (rr_ibv_relaxed_ordering): the NIC's
+ * writes into GPU memory may then pass each other on PCIe, which is what
+ * lets them run at full rate behind a PCIe switch; the flush read after a
+ * receive (verbs_flush.c) is what orders them for the GPU, as in NCCL. */
 static struct ibv_mr *register_now(verbs_hca *h, void *base, size_t len, uint32_t kind, int dmabuf_fd,
                                    uint64_t dmabuf_offset) {
   int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  int relaxed = rr_ibv_relaxed_ordering(h->api);
+  if (relaxed) access |= IBV_ACCESS_RELAXED_ORDERING;
   if (kind == RR_MEM_DMABUF)
     return h->api->reg_dmabuf_mr(h->pd, dmabuf_offset, len, (uint64_t)(uintptr_t)base, dmabuf_fd, access);
+  if (relaxed) return h->api->reg_mr_iova2(h->pd, base, len, (uint64_t)(uintptr_t)base, (unsigned)access);
   return h->api->reg_mr(h->pd, base, len, access);
 }
 
