@@ -20,7 +20,7 @@
 #define H_POISON 0xA5         /* receive buffers are filled with this before each post */
 #define H_CANARY 0x5A         /* ...and guarded by this */
 #define H_TAIL_OPS 8          /* --duration: ops that follow the end marker */
-#define H_MAX_CONNS 64
+#define H_MAX_CONNS 4096
 #define H_MAX_CONTEXTS 8
 #define H_TIMELINE_BUCKET_MS 50
 
