@@ -163,6 +163,9 @@ static void params_parse(void) {
    * only adds reads, never changes where bytes go. */
   params.gdr_flush_disable = (int)rr_param_parse_u64("RERAIL_GDR_FLUSH_DISABLE",
                                                      getenv("RERAIL_GDR_FLUSH_DISABLE"), 0, 0, 1);
+  /* NCCL_IB_PCI_RELAXED_ORDERING's values and default (2, auto). */
+  params.ib_relaxed_ordering = param_int_or_nccl("RERAIL_IB_PCI_RELAXED_ORDERING", "NCCL_IB_PCI_RELAXED_ORDERING", 2);
+  if (params.ib_relaxed_ordering < 0) params.ib_relaxed_ordering = 2;
   params.test_force_gpu_flush = (int)rr_param_parse_u64("RERAIL_TEST_FORCE_GPU_FLUSH",
                                                         getenv("RERAIL_TEST_FORCE_GPU_FLUSH"), 0, 0, 1);
   /* Tests only: the Soft-RoCE lab's hostile-peer case makes one sender forge

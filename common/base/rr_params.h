@@ -33,6 +33,8 @@ typedef struct rr_params {
   int ib_tc;                 /* RERAIL_IB_TC (default NCCL_IB_TC): GRH traffic class, 0..255, -1 = unset */
   int ib_sl;                 /* RERAIL_IB_SL (default NCCL_IB_SL): service level, 0..15, -1 = unset */
   int gdr_flush_disable;     /* RERAIL_GDR_FLUSH_DISABLE: no RDMA-read flush after receives into GPU memory */
+  int ib_relaxed_ordering;   /* RERAIL_IB_PCI_RELAXED_ORDERING (default NCCL_IB_PCI_RELAXED_ORDERING, else 2):
+                              * 0 off, 1 on, 2 auto; on and auto both mean "where ibv_reg_mr_iova2 exists" */
   int test_force_gpu_flush;  /* RERAIL_TEST_FORCE_GPU_FLUSH: tests only, flush host memory as if it were GPU memory */
   uint64_t test_forge_write;  /* RERAIL_TEST_FORGE_WRITE=N: tests only, this process's Nth data write
                                * names a chunk no receive has (a hostile peer) */

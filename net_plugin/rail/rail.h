@@ -3,9 +3,9 @@
  *
  * Device layer (rr_rail_dev): one local NIC as a transport sees it. It says
  * what it can do (rr_rail_dev_attr), registers memory for its own use (a
- * verbs MR is valid on one protection domain, i.e. one NIC), drives the
- * completions of all its endpoints from one progress routine (one CQ per
- * device for verbs) and reports port events.
+ * verbs MR is valid on one protection domain, i.e. one NIC), drives any
+ * completion source its endpoints share (verbs has none: a CQ per
+ * endpoint) and reports port events.
  *
  * Endpoint layer (rr_rail_ep): one connected path to the peer over one local
  * device (an RC QP, or a set of TCP sockets). Endpoints are opened on a
@@ -255,8 +255,9 @@ struct rr_rail_ops {
   rr_status (*reg_mr)(rr_rail_dev *dev, void *base, size_t len, uint32_t kind, int dmabuf_fd,
                       uint64_t dmabuf_offset, rr_rail_mr **mr);
   void (*dereg_mr)(rr_rail_mr *mr);
-  /* Poll the device's shared completion sources and file what arrived into
-   * the owning endpoints (never calls the engine). Thread safe. */
+  /* Poll the device's shared completion sources, if it has any, and file
+   * what arrived into the owning endpoints (never calls the engine). Thread
+   * safe. */
   rr_status (*dev_progress)(rr_rail_dev *dev);
   /* Next port event, RR_RAIL_DEV_EV_NONE when there is none. Thread safe;
    * called by the core's monitor thread. */

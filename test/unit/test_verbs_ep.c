@@ -29,6 +29,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +47,10 @@
 
 static struct ibv_context fake_ctx;
 static struct ibv_pd fake_pd;
-static struct ibv_cq fake_cq;
+/* Each endpoint's own CQ: one of these, named by its index. */
+#define FAKE_CQS 8
+static struct ibv_cq fake_cqs[FAKE_CQS];
+static int ncqs;
 static struct ibv_mr fake_mr;
 static struct ibv_qp fake_qps[FAKE_QPS];
 static int nqps;
@@ -63,7 +67,10 @@ static struct {
   uint64_t rq_addr[FAKE_RQ];
   unsigned rq_head, rq_tail;
 } lb[FAKE_QPS];
+/* Every CQ's completions in one list, each with the CQ it is on (poll_cq takes only its
+ * own), in the order they were made. */
 static struct ibv_wc cq[FAKE_CQ];
+static struct ibv_cq *cq_of[FAKE_CQ]; /* NULL once polled */
 static unsigned cq_head, cq_tail;
 static int cq_gate = -1; /* completions poll_cq may still return; -1: no limit */
 /* Completions of this QP number wait aside (its packets are late) until released. */
@@ -81,14 +88,22 @@ static int f_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_rec
   return 0;
 }
 
+static void push_wc_to(struct ibv_cq *c, struct ibv_wc wc) {
+  assert_true(cq_tail - cq_head < FAKE_CQ);
+  cq_of[cq_tail % FAKE_CQ] = c;
+  cq[cq_tail++ % FAKE_CQ] = wc;
+}
+
+/* A completion goes to the CQ of the QP it names. */
 static void push_wc(struct ibv_wc wc) {
   if (late_qpn && wc.qp_num == late_qpn) {
     assert_true(nlate < FAKE_CQ);
     late[nlate++] = wc;
     return;
   }
-  assert_true(cq_tail - cq_head < FAKE_CQ);
-  cq[cq_tail++ % FAKE_CQ] = wc;
+  int q = (int)(wc.qp_num - 0x100u);
+  assert_true(q >= 0 && q < nqps);
+  push_wc_to(fake_qps[q].send_cq, wc);
 }
 
 /* What the peer's NIC does with a request, at once. */
@@ -137,28 +152,79 @@ static int f_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_sen
 }
 
 static int f_poll_cq(struct ibv_cq *c, int n, struct ibv_wc *wc) {
-  (void)c;
   int k = 0;
-  while (k < n && cq_head != cq_tail && cq_gate != 0) {
-    wc[k++] = cq[cq_head++ % FAKE_CQ];
-    if (cq_gate > 0) cq_gate--;
-  }
+  for (unsigned i = cq_head; i != cq_tail && k < n && cq_gate != 0; i++)
+    if (cq_of[i % FAKE_CQ] == c) {
+      wc[k++] = cq[i % FAKE_CQ];
+      cq_of[i % FAKE_CQ] = NULL;
+      if (cq_gate > 0) cq_gate--;
+    }
+  while (cq_head != cq_tail && !cq_of[cq_head % FAKE_CQ]) cq_head++;
   return k;
 }
+static struct ibv_cq *f_create_cq(struct ibv_context *ctx, int cqe, void *cq_context, struct ibv_comp_channel *ch,
+                                  int vec) {
+  (void)ch, (void)vec;
+  if (ncqs == FAKE_CQS) return NULL;
+  struct ibv_cq *c = &fake_cqs[ncqs++];
+  memset(c, 0, sizeof *c);
+  c->context = ctx;
+  c->cqe = cqe;
+  c->cq_context = cq_context;
+  return c;
+}
+static int f_destroy_cq(struct ibv_cq *c) {
+  (void)c;
+  return 0;
+}
+/* NCCL's buffers of the registration tests: each ibv_reg_mr of one gets an MR of its own
+ * (lkey = the call's number), and the first may be made to block until released. The
+ * endpoints' own buffers get fake_mr. */
+static char user_buf[3][4096];
+static struct ibv_mr user_mrs[8];
+static int user_regs, user_deregs;
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t reg_cv = PTHREAD_COND_INITIALIZER;
+static int reg_block_first, reg_inside, reg_release;
+
+static int is_user_buf(const void *p) {
+  return (const char *)p >= user_buf[0] && (const char *)p < user_buf[0] + sizeof user_buf;
+}
 static struct ibv_mr *f_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access) {
-  (void)pd, (void)addr, (void)len, (void)access;
-  return &fake_mr;
+  (void)pd, (void)len, (void)access;
+  if (!is_user_buf(addr)) return &fake_mr;
+  pthread_mutex_lock(&reg_mu);
+  int nth = user_regs++;
+  if (nth == 0 && reg_block_first) {
+    reg_inside = 1;
+    pthread_cond_broadcast(&reg_cv);
+    while (!reg_release) pthread_cond_wait(&reg_cv, &reg_mu);
+    reg_inside = 0;
+  }
+  pthread_mutex_unlock(&reg_mu);
+  struct ibv_mr *m = &user_mrs[nth];
+  memset(m, 0, sizeof *m);
+  m->addr = addr;
+  m->lkey = m->rkey = (uint32_t)nth + 1;
+  return m;
 }
 static int f_dereg_mr(struct ibv_mr *mr) {
-  (void)mr;
+  if (mr != &fake_mr) {
+    pthread_mutex_lock(&reg_mu);
+    user_deregs++;
+    pthread_mutex_unlock(&reg_mu);
+  }
   return 0;
 }
 static struct ibv_qp *f_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr) {
-  (void)pd, (void)attr;
+  (void)pd;
   if (nqps == FAKE_QPS) return NULL;
   struct ibv_qp *q = &fake_qps[nqps];
   memset(q, 0, sizeof *q);
   q->context = &fake_ctx;
+  q->qp_context = attr->qp_context;
+  q->send_cq = attr->send_cq;
+  q->recv_cq = attr->recv_cq;
   q->qp_num = 0x100u + (uint32_t)nqps++;
   return q;
 }
@@ -222,6 +288,8 @@ static const rr_ibv_api fake_api = {
     .query_gid = f_query_gid,
     .reg_mr = f_reg_mr,
     .dereg_mr = f_dereg_mr,
+    .create_cq = f_create_cq,
+    .destroy_cq = f_destroy_cq,
     .create_qp = f_create_qp,
     .modify_qp = f_modify_qp,
     .destroy_qp = f_destroy_qp,
@@ -256,6 +324,8 @@ static void fake_reset(void) {
   memset(&fake_ctx, 0, sizeof fake_ctx);
   memset(lb, 0, sizeof lb);
   cq_head = cq_tail = 0;
+  memset(cq_of, 0, sizeof cq_of);
+  ncqs = 0;
   cq_gate = -1;
   late_qpn = 0, nlate = 0;
   loopback = 0;
@@ -267,8 +337,6 @@ static int setup(void **state) {
   fake_ctx.ops.poll_cq = f_poll_cq;
   fake_ctx.ops.post_send = f_post_send;
   nposts = 0;
-  fake_cq.context = &fake_ctx;
-  fake_cq.cqe = 1 << 15;
   nqps = nevents = next_event = nacked = 0;
   world *w = calloc(1, sizeof *w);
   w->h = calloc(1, sizeof *w->h);
@@ -279,7 +347,7 @@ static int setup(void **state) {
   h->base.ops = &rr_verbs_rail_ops;
   h->ctx = &fake_ctx;
   h->pd = &fake_pd;
-  h->cq = &fake_cq;
+  assert_int_equal(verbs_mr_cache_create(&h->mrs), RR_OK);
   snprintf(h->port.dev_name, sizeof h->port.dev_name, "fake0");
   h->port.port = 1;
   h->port.link_layer = IBV_LINK_LAYER_ETHERNET;
@@ -302,9 +370,10 @@ static int setup(void **state) {
 static int teardown(void **state) {
   world *w = *state;
   for (int i = 0; i < 2; i++) rr_verbs_rail_ops.destroy(w->ep[i]);
+  assert_null(w->h->eps); /* every endpoint detached itself */
+  verbs_mr_cache_destroy(w->h->mrs, &fake_api);
   pthread_mutex_destroy(&w->h->lock);
   pthread_mutex_destroy(&w->h->flush_lock);
-  free(w->h->eps);
   free(w->h);
   free(w);
   return 0;
@@ -342,14 +411,18 @@ static void test_qp_request_and_access_errors(void **state) {
   assert_int_equal(nacked, 2);
 }
 
-static void test_cq_error_fails_every_endpoint(void **state) {
+/* Each endpoint has its own CQ: one in error (an overrun, which cannot happen as they are
+ * sized, or a provider's failure) fails that endpoint alone, and the device stays. */
+static void test_cq_error_fails_its_endpoint_only(void **state) {
   world *w = *state;
   events[nevents].event_type = IBV_EVENT_CQ_ERR;
-  events[nevents].element.cq = &fake_cq;
+  events[nevents].element.cq = fake_qps[1].send_cq;
   nevents++;
-  assert_int_equal(read_events(w), RR_RAIL_DEV_EV_FATAL);
-  assert_int_equal(progress(w, 0), RR_ERR_RAIL);
+  assert_int_equal(read_events(w), RR_RAIL_DEV_EV_NONE);
+  assert_int_equal(progress(w, 0), RR_OK);
   assert_int_equal(progress(w, 1), RR_ERR_RAIL);
+  assert_ptr_not_equal(fake_qps[0].send_cq, fake_qps[1].send_cq);
+  assert_int_equal(nacked, 1);
 }
 
 static void test_device_fatal_fails_every_endpoint(void **state) {
@@ -684,7 +757,8 @@ static verbs_hca *ib_hca(uint16_t lid, uint16_t subnet, uint16_t flid, uint8_t g
   h->base.ops = &rr_verbs_rail_ops;
   h->ctx = &fake_ctx;
   h->pd = &fake_pd;
-  h->cq = &fake_cq;
+  pthread_mutex_init(&h->flush_lock, NULL);
+  assert_int_equal(verbs_mr_cache_create(&h->mrs), RR_OK);
   snprintf(h->port.dev_name, sizeof h->port.dev_name, "mlx5_%u", guid_tail);
   h->port.port = 1;
   h->port.link_layer = IBV_LINK_LAYER_INFINIBAND;
@@ -699,8 +773,10 @@ static verbs_hca *ib_hca(uint16_t lid, uint16_t subnet, uint16_t flid, uint8_t g
 }
 
 static void ib_hca_free(verbs_hca *h) {
+  assert_null(h->eps); /* every endpoint detached itself */
+  verbs_mr_cache_destroy(h->mrs, &fake_api);
+  pthread_mutex_destroy(&h->flush_lock);
   pthread_mutex_destroy(&h->lock);
-  free(h->eps);
   free(h);
 }
 
@@ -731,8 +807,6 @@ static void test_infiniband_ports_connect_by_lid(void **state) {
   fake_ctx.ops.post_recv = f_post_recv;
   fake_ctx.ops.poll_cq = f_poll_cq;
   fake_ctx.ops.post_send = f_post_send;
-  fake_cq.context = &fake_ctx;
-  fake_cq.cqe = 1 << 15;
   nqps = 0;
   setenv("RERAIL_IB_SL", "4", 1);
   rr_params_reload();
@@ -940,7 +1014,8 @@ static void test_ring_ctrl_both_ways(void **state) {
   assert_int_equal(ctrl(w, 1, 0xb1), RR_OK);
   assert_int_equal(ctrl(w, 0, 0xa2), RR_OK);
   /* No receive was consumed: nothing but the writer's own completions is on the CQ. */
-  for (unsigned k = cq_head; k != cq_tail; k++) assert_int_equal(cq[k % FAKE_CQ].opcode, IBV_WC_RDMA_WRITE);
+  for (unsigned k = cq_head; k != cq_tail; k++)
+    if (cq_of[k % FAKE_CQ]) assert_int_equal(cq[k % FAKE_CQ].opcode, IBV_WC_RDMA_WRITE);
   assert_int_equal(progress(w, 1), RR_OK);
   assert_int_equal(progress(w, 0), RR_OK);
   assert_int_equal(nlog, 3);
@@ -969,7 +1044,7 @@ static void test_ring_ctrl_held_behind_write(void **state) {
   assert_int_equal(progress(w, 1), RR_OK);
   assert_int_equal(nlog, 1); /* the first message (nothing ahead of it), not the second */
   expect(0, 1, EV_CTRL, 0xc0);
-  cq_gate = 2; /* the first message's send completion and the write's receive completion */
+  cq_gate = 1; /* the write's receive completion (on ep1's own CQ) */
   assert_int_equal(progress(w, 1), RR_OK);
   assert_int_equal(nlog, 3);
   expect(1, 1, EV_WRITE, 0x77);
@@ -1105,11 +1180,143 @@ static void test_profiler_descriptor_is_nccls_ib_v1(void **state) {
     }
 }
 
+/* A completion on an endpoint's CQ that names none of its QPs is counted (and warned
+ * about), never silently dropped, and fails nothing. */
+static void test_stray_completion_counted(void **state) {
+  world *w = *state;
+  uint64_t before = rr_verbs_stray_completions();
+  struct ibv_wc wc = {.wr_id = 5, .status = IBV_WC_SUCCESS, .opcode = IBV_WC_SEND, .qp_num = 0x7777};
+  push_wc_to(fake_qps[0].send_cq, wc);
+  push_wc_to(fake_qps[0].send_cq, wc);
+  assert_int_equal(progress(w, 0), RR_OK);
+  assert_int_equal(rr_verbs_stray_completions(), before + 2);
+  assert_int_equal(progress(w, 1), RR_OK);
+  assert_int_equal(rr_verbs_stray_completions(), before + 2);
+}
+
+/* ---- registration: a hash table, and no lock held across ibv_reg_mr --------------------- */
+
+typedef struct reg_job {
+  world *w;
+  void *buf;
+  rr_rail_mr *mr;
+  rr_status st;
+} reg_job;
+
+static void *reg_thread(void *arg) {
+  reg_job *j = arg;
+  j->st = verbs_reg_mr(&j->w->h->base, j->buf, 4096, RR_MEM_HOST, -1, 0, &j->mr);
+  return NULL;
+}
+
+static void reg_reset(void) {
+  user_regs = user_deregs = 0;
+  reg_block_first = reg_inside = reg_release = 0;
+}
+
+/* While one thread sits in ibv_reg_mr (the fake blocks it until released), an endpoint's
+ * progress on another thread delivers, a cached buffer is found, another buffer is
+ * registered, and the same buffer registered by a second thread is cached first: the
+ * blocked registration then finds it, deregisters its own MR and shares the cached one. */
+static void test_registration_never_stalls_progress(void **state) {
+  world *w = *state;
+  open_pair(w, "1");
+  reg_reset();
+  rr_rail_mr *cached = NULL;
+  assert_int_equal(verbs_reg_mr(&w->h->base, user_buf[1], 4096, RR_MEM_HOST, -1, 0, &cached), RR_OK);
+  reg_block_first = 1;
+  user_regs = 0;
+  reg_job slow = {.w = w, .buf = user_buf[0]};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, reg_thread, &slow), 0);
+  pthread_mutex_lock(&reg_mu);
+  while (!reg_inside) pthread_cond_wait(&reg_cv, &reg_mu);
+  pthread_mutex_unlock(&reg_mu);
+  /* The registration is inside ibv_reg_mr now, and stays there until released. */
+  assert_int_equal(ctrl(w, 0, 0xd1), RR_OK);
+  assert_int_equal(progress(w, 1), RR_OK);
+  assert_int_equal(progress(w, 0), RR_OK);
+  assert_int_equal(nlog, 1); /* delivered during the registration */
+  expect(0, 1, EV_CTRL, 0xd1);
+  rr_rail_mr *hit = NULL, *other = NULL, *dup = NULL;
+  assert_int_equal(verbs_reg_mr(&w->h->base, user_buf[1], 4096, RR_MEM_HOST, -1, 0, &hit), RR_OK);
+  assert_int_equal(hit->lkey, cached->lkey); /* from the cache, no ibv_reg_mr */
+  assert_int_equal(verbs_reg_mr(&w->h->base, user_buf[2], 4096, RR_MEM_HOST, -1, 0, &other), RR_OK);
+  assert_int_equal(verbs_reg_mr(&w->h->base, user_buf[0], 4096, RR_MEM_HOST, -1, 0, &dup), RR_OK);
+  pthread_mutex_lock(&reg_mu);
+  assert_int_equal(reg_inside, 1); /* all of that while the first registration was blocked */
+  assert_int_equal(user_regs, 3);
+  reg_release = 1;
+  pthread_cond_broadcast(&reg_cv);
+  pthread_mutex_unlock(&reg_mu);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  assert_int_equal(slow.st, RR_OK);
+  /* The racing registration lost: its MR deregistered, the cached one shared. */
+  assert_int_equal(user_deregs, 1);
+  assert_int_equal(slow.mr->lkey, dup->lkey);
+  assert_int_equal(verbs_mr_cache_count(w->h->mrs), 3);
+  verbs_dereg_mr(slow.mr);
+  assert_int_equal(user_deregs, 1); /* dup still holds it */
+  verbs_dereg_mr(dup);
+  verbs_dereg_mr(hit);
+  verbs_dereg_mr(cached);
+  verbs_dereg_mr(other);
+  assert_int_equal(user_deregs, 4);
+  assert_int_equal(verbs_mr_cache_count(w->h->mrs), 0);
+}
+
+/* The cache keys on (base, len, kind) and finds each of many buffers again. */
+static void test_registration_cache_many(void **state) {
+  (void)state;
+  verbs_mr_cache *c;
+  assert_int_equal(verbs_mr_cache_create(&c), RR_OK);
+  enum { N = 5000 };
+  static struct ibv_mr mrs[N];
+  static char region[N];
+  for (int i = 0; i < N; i++) {
+    int raced = 1;
+    assert_non_null(verbs_mr_cache_put(c, region + i, 64, RR_MEM_HOST, &mrs[i], &raced));
+    assert_int_equal(raced, 0);
+  }
+  assert_int_equal(verbs_mr_cache_count(c), N);
+  for (int i = 0; i < N; i++) {
+    verbs_mr_entry *e = verbs_mr_cache_get(c, region + i, 64, RR_MEM_HOST);
+    assert_non_null(e);
+    assert_ptr_equal(verbs_mr_entry_mr(e), &mrs[i]);
+    assert_null(verbs_mr_cache_release(c, e)); /* the put's reference remains */
+    assert_null(verbs_mr_cache_get(c, region + i, 65, RR_MEM_HOST));
+    assert_null(verbs_mr_cache_get(c, region + i, 64, RR_MEM_CUDA));
+  }
+  for (int i = 0; i < N; i++) {
+    verbs_mr_entry *e = verbs_mr_cache_get(c, region + i, 64, RR_MEM_HOST);
+    assert_null(verbs_mr_cache_release(c, e));
+    assert_ptr_equal(verbs_mr_cache_release(c, e), &mrs[i]); /* the last reference */
+  }
+  assert_int_equal(verbs_mr_cache_count(c), 0);
+  verbs_mr_cache_destroy(c, &fake_api);
+}
+
+/* maxComms from the device's limits: QPs per endpoint, a CQ each (room for all its queues),
+ * two MRs each with half the MRs left for NCCL's buffers, the flush QP's share. */
+static void test_max_eps_honest(void **state) {
+  (void)state;
+  struct ibv_device_attr a = {.max_qp = 1 << 17, .max_cq = 1 << 16, .max_mr = 1 << 20, .max_cqe = 1 << 22};
+  assert_int_equal(verbs_max_eps_of(&a, 1), (1 << 16) - 1);
+  assert_int_equal(verbs_max_eps_of(&a, 4), ((1 << 17) - 1) / 4);
+  a.max_mr = 4000;
+  assert_int_equal(verbs_max_eps_of(&a, 1), 1000);
+  a.max_cqe = VERBS_SQ_DEPTH + VERBS_RQ_DEPTH - 1; /* not one endpoint's CQ */
+  assert_int_equal(verbs_max_eps_of(&a, 1), 0);
+  /* Far above the 42 endpoints one 32768-entry device CQ held. */
+  struct ibv_device_attr rxe = {.max_qp = 1 << 16, .max_cq = 1 << 14, .max_mr = 1 << 18, .max_cqe = (1 << 15) - 1};
+  assert_true(verbs_max_eps_of(&rxe, 1) >= 4096);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_qp_fatal_fails_its_endpoint_only, setup, teardown),
       cmocka_unit_test_setup_teardown(test_qp_request_and_access_errors, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_cq_error_fails_every_endpoint, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cq_error_fails_its_endpoint_only, setup, teardown),
       cmocka_unit_test_setup_teardown(test_device_fatal_fails_every_endpoint, setup, teardown),
       cmocka_unit_test_setup_teardown(test_port_events_fail_no_endpoint, setup, teardown),
       cmocka_unit_test_setup_teardown(test_event_for_unknown_qp_is_ignored, setup, teardown),
@@ -1135,6 +1342,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_communicator_traffic_class, setup, teardown),
       cmocka_unit_test_setup_teardown(test_gid_change_rereads_the_gid, setup, teardown),
       cmocka_unit_test_setup_teardown(test_gid_change_infiniband, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_stray_completion_counted, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_registration_never_stalls_progress, setup, teardown),
+      cmocka_unit_test(test_registration_cache_many),
+      cmocka_unit_test(test_max_eps_honest),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

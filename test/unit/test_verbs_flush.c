@@ -101,6 +101,16 @@ static int f_dereg_mr(struct ibv_mr *mr) {
   (void)mr;
   return 0;
 }
+static int iova2_calls;
+static unsigned iova2_access;
+static uint64_t iova2_iova;
+static struct ibv_mr *f_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned access) {
+  (void)pd, (void)addr, (void)len;
+  iova2_calls++;
+  iova2_access = access;
+  iova2_iova = iova;
+  return &fake_mr;
+}
 static struct ibv_cq *f_create_cq(struct ibv_context *ctx, int cqe, void *cq_ctx, struct ibv_comp_channel *ch,
                                   int vec) {
   (void)cq_ctx, (void)ch, (void)vec;
@@ -201,6 +211,7 @@ static verbs_hca *hca_new(int index) {
   h->api = &fake_api;
   h->base.ops = &rr_verbs_rail_ops;
   h->base.index = index;
+  assert_int_equal(verbs_mr_cache_create(&h->mrs), RR_OK);
   h->ctx = &fake_ctx;
   h->pd = (struct ibv_pd *)h; /* see f_create_qp */
   snprintf(h->port.dev_name, sizeof h->port.dev_name, "fake%d", index);
@@ -248,6 +259,8 @@ static int teardown(void **state) {
   world *w = *state;
   for (int i = 0; i < 2; i++) {
     verbs_flush_close(w->h[i]);
+    assert_int_equal(verbs_mr_cache_count(w->h[i]->mrs), 0); /* every test deregisters what it registered */
+    verbs_mr_cache_destroy(w->h[i]->mrs, &fake_api);
     pthread_mutex_destroy(&w->h[i]->lock);
     pthread_mutex_destroy(&w->h[i]->flush_lock);
     free(w->h[i]);
@@ -359,6 +372,62 @@ static void test_reg_kinds(void **state) {
   /* A libibverbs without ibv_reg_dmabuf_mr: refused, not crashed. */
   fake_api.reg_dmabuf_mr = NULL;
   assert_int_equal(verbs_reg_mr(d, w->buf, 2048, RR_MEM_DMABUF, 7, 0, &m), RR_ERR_UNSUPPORTED);
+}
+
+/* PCIe relaxed ordering as NCCL asks for it: with RERAIL_IB_PCI_RELAXED_ORDERING (default
+ * NCCL_IB_PCI_RELAXED_ORDERING, else 2) at 1 or 2 and ibv_reg_mr_iova2 in libibverbs, memory
+ * by address goes through ibv_reg_mr_iova2 (the buffer's address as its I/O address) with
+ * IBV_ACCESS_RELAXED_ORDERING, DMA-BUF memory gets the flag too; 0, or a libibverbs without
+ * ibv_reg_mr_iova2, is the plain ibv_reg_mr without it. */
+static void set_ro(const char *ours, const char *nccls) {
+  if (ours) setenv("RERAIL_IB_PCI_RELAXED_ORDERING", ours, 1);
+  else unsetenv("RERAIL_IB_PCI_RELAXED_ORDERING");
+  if (nccls) setenv("NCCL_IB_PCI_RELAXED_ORDERING", nccls, 1);
+  else unsetenv("NCCL_IB_PCI_RELAXED_ORDERING");
+  rr_params_reload();
+}
+
+/* Register and deregister w->buf as `kind`: 1 when it went through ibv_reg_mr_iova2 with
+ * relaxed ordering, 0 through ibv_reg_mr (or DMA-BUF) without it. */
+static int registered_relaxed(world *w, uint32_t kind) {
+  rr_rail_mr *m = NULL;
+  iova2_calls = reg_calls = dmabuf_calls = 0;
+  iova2_access = 0, dmabuf_last.access = 0;
+  assert_int_equal(verbs_reg_mr(&w->h[0]->base, w->buf, 1024, kind, kind == RR_MEM_DMABUF ? 5 : -1, 0, &m), RR_OK);
+  verbs_dereg_mr(m);
+  if (kind == RR_MEM_DMABUF) return (dmabuf_last.access & IBV_ACCESS_RELAXED_ORDERING) != 0;
+  assert_int_equal(iova2_calls + reg_calls, 1);
+  if (!iova2_calls) return 0;
+  assert_int_equal(iova2_iova, (uint64_t)(uintptr_t)w->buf);
+  assert_true(iova2_access & IBV_ACCESS_REMOTE_WRITE);
+  return (iova2_access & IBV_ACCESS_RELAXED_ORDERING) != 0;
+}
+
+static void test_relaxed_ordering(void **state) {
+  world *w = *state;
+  fake_api.reg_mr_iova2 = f_reg_mr_iova2;
+  fake_api.reg_dmabuf_mr = f_reg_dmabuf_mr;
+  set_ro(NULL, NULL); /* NCCL's default: 2, on where supported */
+  assert_int_equal(registered_relaxed(w, RR_MEM_HOST), 1);
+  assert_int_equal(registered_relaxed(w, RR_MEM_CUDA), 1);
+  assert_int_equal(registered_relaxed(w, RR_MEM_DMABUF), 1);
+  set_ro(NULL, "0"); /* NCCL's variable when ours is unset */
+  assert_int_equal(registered_relaxed(w, RR_MEM_CUDA), 0);
+  assert_int_equal(reg_calls, 1);
+  assert_int_equal(registered_relaxed(w, RR_MEM_DMABUF), 0);
+  set_ro("1", "0"); /* ours wins */
+  assert_int_equal(registered_relaxed(w, RR_MEM_CUDA), 1);
+  set_ro("0", NULL);
+  assert_int_equal(registered_relaxed(w, RR_MEM_HOST), 0);
+  set_ro("7", NULL); /* out of range: the default */
+  assert_int_equal(rr_params_get()->ib_relaxed_ordering, 2);
+  /* A libibverbs older than IBVERBS_1.8: plain ibv_reg_mr, no flag. */
+  fake_api.reg_mr_iova2 = NULL;
+  set_ro("1", NULL);
+  assert_int_equal(registered_relaxed(w, RR_MEM_CUDA), 0);
+  assert_int_equal(reg_calls, 1);
+  fake_api.reg_dmabuf_mr = NULL;
+  set_ro(NULL, NULL);
 }
 
 /* ---- the flush QP ----------------------------------------------------------------- */
@@ -611,6 +680,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mem_kinds),
       cmocka_unit_test_setup_teardown(test_reg_kinds, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_relaxed_ordering, setup, teardown),
       cmocka_unit_test_setup_teardown(test_flush_read_completes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_flush_error_completion_fails_and_remakes_qp, setup, teardown),
       cmocka_unit_test_setup_teardown(test_flush_queue_full_port_down_abandon, setup, teardown),

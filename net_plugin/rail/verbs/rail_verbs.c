@@ -42,7 +42,6 @@
 
 #include <stdatomic.h>
 
-verbs_inbox *verbs_ep_inbox(verbs_ep *ep) { return &ep->inbox; }
 int verbs_ep_nqps(const verbs_ep *ep) { return ep->nqps; }
 
 int verbs_ep_has_qpn(const verbs_ep *ep, uint32_t qpn) {

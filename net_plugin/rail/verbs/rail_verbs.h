@@ -3,12 +3,13 @@
  * WRITE WITH IMMEDIATE straight into the receive buffer NCCL posted (zero
  * copy); control messages are RDMA WRITEs into a ring in the peer's memory
  * (verbs_ring.h); drain barriers are SENDs, delivered behind every write
- * posted before them. One CQ per device serves all its endpoints.
+ * posted before them. Each endpoint polls its own completion queue.
  *
  * Same shape as the TCP rail: rail_verbs.c is the endpoint layer (with
  * verbs_ep_setup.c, verbs_post.c, verbs_ctrl.c, verbs_progress.c; verbs_ep.h),
- * verbs_hca.c the device layer (protection domain, shared CQ, registration
- * cache, async events), verbs_lib.c the run-time binding of libibverbs,
+ * verbs_hca.c the device layer (protection domain, registration, async
+ * events), verbs_mr_cache.c the registration cache, verbs_lib.c the
+ * run-time binding of libibverbs,
  * verbs_dev.c/verbs_select.c the discovery of usable ports. */
 #ifndef RERAIL_RAIL_VERBS_H
 #define RERAIL_RAIL_VERBS_H
@@ -39,11 +40,14 @@ uint64_t rr_verbs_reg_calls(void);
 
 typedef struct verbs_ep verbs_ep;
 
-/* Completions polled from the device's CQ wait here for their endpoint's
- * own progress (under the device lock); sized for everything an endpoint
- * can have outstanding, so it never overflows. */
+/* Each endpoint has its own completion queue, sized for everything its QPs
+ * can have outstanding (every send and receive queue full), so it never
+ * overflows and its completions need no sorting: see verbs_ep_setup.c for
+ * why a CQ per endpoint rather than one per device. */
 #define VERBS_SQ_DEPTH 256
 #define VERBS_RQ_DEPTH 512
+
+struct verbs_mr_cache;
 
 typedef struct verbs_hca {
   rr_rail_dev base;
@@ -51,11 +55,12 @@ typedef struct verbs_hca {
   rr_verbs_port port;
   struct ibv_context *ctx;
   struct ibv_pd *pd;
-  struct ibv_cq *cq;
-  pthread_mutex_t lock;      /* the CQ, the endpoint list and every inbox */
-  verbs_ep **eps;            /* endpoints with a QP, looked up by QP number */
-  int neps, cap_eps;
-  struct verbs_mr_entry *mrs; /* registration cache */
+  /* The endpoint list, for the events that concern all of them (a fatal
+   * device). Never taken by an endpoint's progress or by a registration. */
+  pthread_mutex_t lock;
+  verbs_ep *eps;             /* attached endpoints (intrusive list) */
+  int neps;
+  struct verbs_mr_cache *mrs; /* registration cache, under its own lock */
   int port_down;             /* the last async event said so */
   /* The flush QP (verbs_flush.c): made on the first flush, shared by every
    * connection on the device, under its own lock (never the device lock). */
@@ -63,24 +68,42 @@ typedef struct verbs_hca {
   struct verbs_flusher *flusher;
 } verbs_hca;
 
-typedef struct verbs_inbox {
-  struct ibv_wc *wc;         /* cap entries: every QP's send and receive queue, full */
-  uint32_t cap, head, tail;
-} verbs_inbox;
-
-/* Register / unregister an endpoint's QP for completion dispatch. */
-rr_status verbs_hca_attach(verbs_hca *h, verbs_ep *ep);
+/* Add / remove an endpoint to / from the device's list (O(1) both). */
+void verbs_hca_attach(verbs_hca *h, verbs_ep *ep);
 void verbs_hca_detach(verbs_hca *h, verbs_ep *ep);
-/* Poll the CQ and file completions into their endpoints' inboxes. */
-rr_status verbs_hca_poll(verbs_hca *h);
-/* The inbox, QPs and QP numbers of an endpoint (verbs_ep.h defines the struct). */
-verbs_inbox *verbs_ep_inbox(verbs_ep *ep);
 int verbs_ep_nqps(const verbs_ep *ep);
 int verbs_ep_has_qpn(const verbs_ep *ep, uint32_t qpn);
 /* An async event (QP fatal, CQ error, device fatal) concerning ep: the
  * endpoint fails with RR_ERR_RAIL on its next progress or post. Thread safe
  * (the monitor thread calls it, the endpoint's owner acts on it). */
 void verbs_ep_async_error(verbs_ep *ep, enum ibv_event_type t);
+/* Completions that named no QP of the endpoint whose CQ held them, in this
+ * process (each one is also a WARN): a completion is never dropped unsaid. */
+uint64_t rr_verbs_stray_completions(void);
+
+/* The registration cache (verbs_mr_cache.c): one ibv_reg_mr per buffer,
+ * device and memory kind, however often NCCL registers it. A hash table
+ * under its own mutex, which is never held across a libibverbs call: the
+ * caller registers between a miss and the insert, and deregisters what the
+ * last release hands back. */
+typedef struct verbs_mr_cache verbs_mr_cache;
+typedef struct verbs_mr_entry verbs_mr_entry;
+rr_status verbs_mr_cache_create(verbs_mr_cache **out);
+/* Deregisters whatever is still cached (the device is closing). */
+void verbs_mr_cache_destroy(verbs_mr_cache *c, const rr_ibv_api *api);
+/* A cached registration of exactly (base, len, kind), with a reference
+ * taken; NULL on a miss. */
+verbs_mr_entry *verbs_mr_cache_get(verbs_mr_cache *c, const void *base, size_t len, uint32_t kind);
+/* Insert mr for (base, len, kind) with one reference. When another thread
+ * inserted the same key since our miss, its entry is returned (referenced)
+ * and *raced set: the caller deregisters its own mr. NULL: out of memory. */
+verbs_mr_entry *verbs_mr_cache_put(verbs_mr_cache *c, const void *base, size_t len, uint32_t kind,
+                                   struct ibv_mr *mr, int *raced);
+/* Drop a reference: the mr to deregister when it was the last, else NULL. */
+struct ibv_mr *verbs_mr_cache_release(verbs_mr_cache *c, verbs_mr_entry *e);
+struct ibv_mr *verbs_mr_entry_mr(const verbs_mr_entry *e);
+/* Entries cached (tests, the bench). */
+size_t verbs_mr_cache_count(verbs_mr_cache *c);
 
 rr_status verbs_reg_mr(rr_rail_dev *dev, void *base, size_t len, uint32_t kind, int dmabuf_fd,
                        uint64_t dmabuf_offset, rr_rail_mr **mr);
@@ -92,6 +115,9 @@ void verbs_dev_close(rr_rail_dev *dev);
  * GPUDirect RDMA's module loaded (under sysfs_root), DMA-BUF when the probe
  * registration says the kernel and provider can. */
 uint32_t verbs_mem_kinds(const rr_ibv_api *api, struct ibv_context *ctx, const char *sysfs_root);
+/* The endpoints a device with these limits holds (its maxComms), each
+ * endpoint with qps_per_ep QPs; 0 when not even one fits. */
+uint32_t verbs_max_eps_of(const struct ibv_device_attr *a, int qps_per_ep);
 /* Where the verbs rail reads sysfs in production ("/sys"); tests pass a fake
  * tree to the functions that take a root. */
 const char *rr_verbs_sysfs_root(void);

@@ -54,6 +54,10 @@ typedef struct verbs_qp {
 struct verbs_ep {
   rr_rail_ep base;
   verbs_hca *hca;
+  verbs_ep *dev_prev, *dev_next; /* the device's list of its endpoints */
+  /* Every QP's send and receive completions, polled by this endpoint alone;
+   * its context (and every QP's) is the endpoint, for async events. */
+  struct ibv_cq *cq;
   /* RERAIL_IB_QPS_PER_RAIL QPs, as many as both ends have after connect.
    * Ordered request number o (writes and drains, counted together) goes
    * whole on QP o % nqps; the receiver delivers them in that global order,
@@ -86,7 +90,7 @@ struct verbs_ep {
   uint32_t tx_ops;                /* ordered requests posted */
   int16_t send_free[SEND_SLOTS];
   int nsend_free;
-  verbs_inbox inbox;
+  uint64_t stray;                 /* completions that named none of our QPs */
   uint64_t last_rx_ns, last_tx_ns;
   /* The setup socket of stream 0, kept after connect only to learn that the
    * peer's process is gone: its kernel closes the socket (a QP of a dead

@@ -1,7 +1,19 @@
-/* The verbs endpoint's life (verbs_ep.h): open (its QPs, send and receive
- * buffers, the control ring the peer writes into), the address the peer
- * connects to, the connect itself (INIT -> RTR -> RTS, agreeing on the
- * number of QPs), and destroy. */
+/* The verbs endpoint's life (verbs_ep.h): open (its CQ and QPs, send and
+ * receive buffers, the control ring the peer writes into), the address the
+ * peer connects to, the connect itself (INIT -> RTR -> RTS, agreeing on the
+ * number of QPs), and destroy.
+ *
+ * A completion queue per endpoint, as NCCL gives each connection its own,
+ * rather than one per device. A device CQ must hold everything every
+ * endpoint on it can have outstanding, so it costs the same CQ entries as
+ * per-endpoint CQs and caps the endpoints (32768 entries held 42 of them);
+ * growing it (ibv_resize_cq, or more CQs) keeps the cost and adds a step
+ * that can fail mid-connect. Its completions must also be sorted to their
+ * endpoints (a lookup per completion and an inbox per endpoint, 37 KB each,
+ * under a device lock every endpoint's progress took). With its own CQ, an
+ * endpoint polls only its own completions, takes no lock, and needs no
+ * inbox; an empty poll is one read of the CQ's next entry. Measured: bench/
+ * RESULTS.md (verbs: connections per process). */
 #include "verbs_ep.h"
 #include "rr_clock.h"
 #include "rr_log.h"
@@ -24,6 +36,7 @@ void verbs_destroy(rr_rail_ep *rep) {
   const rr_ibv_api *api = ep->hca->api;
   if (ep->attached) verbs_hca_detach(ep->hca, ep);
   destroy_qps(ep, 0);
+  if (ep->cq) api->destroy_cq(ep->cq); /* after its QPs: libibverbs refuses a CQ still in use */
   if (ep->watch_fd >= 0) close(ep->watch_fd);
   /* The QPs are gone first: the peer's writes into the ring fail from here. */
   if (ep->ring_mr) api->dereg_mr(ep->ring_mr);
@@ -31,7 +44,6 @@ void verbs_destroy(rr_rail_ep *rep) {
   if (ep->bufs_mr) api->dereg_mr(ep->bufs_mr);
   free(ep->bufs);
   free(ep->qps);
-  free(ep->inbox.wc);
   free(ep);
 }
 
@@ -46,7 +58,8 @@ static rr_status open_qp(verbs_ep *ep, int k) {
   struct ibv_qp_init_attr qa;
   struct ibv_qp *qp = NULL;
   for (size_t t = 0; !qp && t < ntries; t++) {
-    qa = (struct ibv_qp_init_attr){.send_cq = h->cq, .recv_cq = h->cq, .qp_type = IBV_QPT_RC, .sq_sig_all = 0,
+    qa = (struct ibv_qp_init_attr){.qp_context = ep, .send_cq = ep->cq, .recv_cq = ep->cq, .qp_type = IBV_QPT_RC,
+                                   .sq_sig_all = 0,
                                    .cap = {.max_send_wr = VERBS_SQ_DEPTH, .max_recv_wr = VERBS_RQ_DEPTH,
                                            .max_send_sge = 1, .max_recv_sge = 1,
                                            .max_inline_data = tries[t]}};
@@ -88,11 +101,9 @@ rr_status verbs_ep_open(rr_rail_dev *dev, const rr_rail_events *events, void *ev
   rr_status st = RR_ERR_SYSTEM;
   size_t bytes = bufs_bytes(ep->nqps);
   ep->qps = calloc((size_t)ep->nqps, sizeof *ep->qps);
-  ep->inbox.cap = (uint32_t)ep->nqps * (VERBS_SQ_DEPTH + VERBS_RQ_DEPTH) + 8;
-  ep->inbox.wc = calloc(ep->inbox.cap, sizeof *ep->inbox.wc);
   ep->bufs = aligned_alloc(4096, (bytes + 4095) & ~(size_t)4095);
   ep->ring = aligned_alloc(4096, (VERBS_RING_BYTES + 4095) & ~(size_t)4095);
-  if (!ep->qps || !ep->inbox.wc || !ep->bufs || !ep->ring) {
+  if (!ep->qps || !ep->bufs || !ep->ring) {
     st = RR_ERR_NOMEM;
     goto fail;
   }
@@ -104,15 +115,19 @@ rr_status verbs_ep_open(rr_rail_dev *dev, const rr_rail_events *events, void *ev
                                           IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
                             : NULL;
   if (!ep->ring_mr) goto fail;
+  /* Every QP's send and receive queues full at once: the CQ cannot overrun. */
+  ep->cq = api->create_cq(h->ctx, ep->nqps * (VERBS_SQ_DEPTH + VERBS_RQ_DEPTH), ep, NULL, 0);
+  if (!ep->cq) {
+    RR_WARN("verbs %s: cannot create a completion queue: %s", h->port.dev_name, strerror(errno));
+    goto fail;
+  }
   for (int k = 0; k < ep->nqps; k++)
     if ((st = open_qp(ep, k)) != RR_OK) goto fail;
   /* Writes go round-robin over the QPs: the first one names the endpoint. */
   ep->base.wire_id = (int)ep->qps[0].qp->qp_num;
   if (getrandom(&ep->psn, sizeof ep->psn, 0) != (ssize_t)sizeof ep->psn) ep->psn = (uint32_t)rr_now_ns();
   ep->psn &= 0xffffff;
-  st = verbs_hca_attach(h, ep);
-  if (st != RR_OK) goto fail;
-  ep->attached = 1;
+  verbs_hca_attach(h, ep);
   *out = &ep->base;
   return RR_OK;
 fail:
@@ -217,8 +232,9 @@ rr_status verbs_ep_connect(rr_rail_ep *rep, const rr_rail_connect_args *args) {
     return RR_ERR_PROTOCOL;
   }
   int n = peer.nqps < ep->nqps ? peer.nqps : ep->nqps, had = ep->nqps;
-  /* The device's poller and event reader look QPs up by number, under its
-   * lock; destroy_qp itself may wait for the event reader, so not under it. */
+  /* The event reader finds a QP's endpoint by the QP's context and checks,
+   * under the device lock, that the QP is one of its nqps; destroy_qp itself
+   * waits for the event reader's acknowledgement, so not under it. */
   pthread_mutex_lock(&ep->hca->lock);
   ep->nqps = n;
   pthread_mutex_unlock(&ep->hca->lock);

@@ -1,13 +1,14 @@
 /* The verbs rail's device layer: an opened HCA port with its protection
- * domain, one completion queue shared by every endpoint on it, a
- * registration cache and the device's async events.
+ * domain, the registrations made on it (verbs_mr_cache.c holds them) and the
+ * device's async events.
  *
- * The CQ is polled by whichever endpoint's progress comes first; what it
- * finds is filed into the owning endpoint's inbox under the device lock, and
- * each endpoint delivers its own completions to its own engine. So a
- * connection's thread never runs another connection's engine, and no engine
- * lock is ever taken under the device lock. */
+ * Completions are not the device's business: each endpoint has its own CQ
+ * and polls it on its owner's thread (verbs_ep_setup.c says why). So an
+ * endpoint's progress takes no lock of the device's, and a registration,
+ * however long ibv_reg_mr takes, stalls no connection. The device keeps a
+ * list of its endpoints only to fail them all when the device fails. */
 #include "rail_verbs.h"
+#include "verbs_ep.h"
 #include "rr_log.h"
 #include "rr_params.h"
 
@@ -17,18 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CQ_ENTRIES_MAX 32768
-#define POLL_BATCH 32
-
-typedef struct verbs_mr_entry {
-  struct verbs_mr_entry *next;
-  void *base;
-  size_t len;
-  uint32_t kind;
-  struct ibv_mr *mr;
-  int refs;
-} verbs_mr_entry;
 
 typedef struct verbs_mr {
   rr_rail_mr base;
@@ -43,8 +32,29 @@ static verbs_hca *to_hca(rr_rail_dev *dev) { return rr_container_of(dev, verbs_h
 
 /* ------------------------------------------------------------ registrations */
 
+/* One ibv_reg_mr for memory by address or by DMA-BUF, with PCIe relaxed
+ * ordering where NCCL would ask for it (rr_ibv_relaxed_ordering): the NIC's
+ * writes into GPU memory may then pass each other on PCIe, which is what
+ * lets them run at full rate behind a PCIe switch; the flush read after a
+ * receive (verbs_flush.c) is what orders them for the GPU, as in NCCL. */
+static struct ibv_mr *register_now(verbs_hca *h, void *base, size_t len, uint32_t kind, int dmabuf_fd,
+                                   uint64_t dmabuf_offset) {
+  int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  int relaxed = rr_ibv_relaxed_ordering(h->api);
+  if (relaxed) access |= IBV_ACCESS_RELAXED_ORDERING;
+  if (kind == RR_MEM_DMABUF)
+    return h->api->reg_dmabuf_mr(h->pd, dmabuf_offset, len, (uint64_t)(uintptr_t)base, dmabuf_fd, access);
+  if (relaxed) return h->api->reg_mr_iova2(h->pd, base, len, (uint64_t)(uintptr_t)base, (unsigned)access);
+  return h->api->reg_mr(h->pd, base, len, access);
+}
+
 /* NCCL registers the same buffer again and again (per communicator, per
- * channel): a cache keeps that to one ibv_reg_mr per buffer and device. */
+ * channel): the cache keeps that to one ibv_reg_mr per buffer and device.
+ * No lock is held while registering: a registration of a large buffer (it
+ * pins every page) must not stall another thread registering something
+ * else, nor anything on the data path. Two threads registering the same
+ * buffer at once both register it; the second to finish finds the first's
+ * entry on insert and deregisters its own. */
 rr_status verbs_reg_mr(rr_rail_dev *dev, void *base, size_t len, uint32_t kind, int dmabuf_fd,
                        uint64_t dmabuf_offset, rr_rail_mr **out) {
   verbs_hca *h = to_hca(dev);
@@ -52,40 +62,28 @@ rr_status verbs_reg_mr(rr_rail_dev *dev, void *base, size_t len, uint32_t kind, 
   if (kind == RR_MEM_DMABUF && !h->api->reg_dmabuf_mr) return RR_ERR_UNSUPPORTED;
   verbs_mr *m = calloc(1, sizeof *m);
   if (!m) return RR_ERR_NOMEM;
-  pthread_mutex_lock(&h->lock);
-  verbs_mr_entry *e = h->mrs;
-  while (e && !(e->base == base && e->len == len && e->kind == kind)) e = e->next;
+  verbs_mr_entry *e = verbs_mr_cache_get(h->mrs, base, len, kind);
   if (!e) {
-    e = calloc(1, sizeof *e);
-    if (!e) {
-      pthread_mutex_unlock(&h->lock);
-      free(m);
-      return RR_ERR_NOMEM;
-    }
-    int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
     uint64_t nth = atomic_fetch_add(&reg_calls, 1) + 1;
     RR_INFO(RR_SUB_NET, "verbs %s: ibv_reg_mr #%llu: %zu bytes", h->port.dev_name, (unsigned long long)nth, len);
-    e->mr = kind == RR_MEM_DMABUF
-                ? h->api->reg_dmabuf_mr(h->pd, dmabuf_offset, len, (uint64_t)(uintptr_t)base, dmabuf_fd, access)
-                : h->api->reg_mr(h->pd, base, len, access);
-    if (!e->mr) {
+    struct ibv_mr *mr = register_now(h, base, len, kind, dmabuf_fd, dmabuf_offset);
+    if (!mr) {
       int err = errno;
-      pthread_mutex_unlock(&h->lock);
       RR_WARN("verbs %s: registering %zu bytes failed: %s", h->port.dev_name, len, strerror(err));
-      free(e);
       free(m);
       return err == ENOMEM ? RR_ERR_NOMEM : RR_ERR_SYSTEM;
     }
-    e->base = base;
-    e->len = len;
-    e->kind = kind;
-    e->next = h->mrs;
-    h->mrs = e;
+    int raced = 0;
+    e = verbs_mr_cache_put(h->mrs, base, len, kind, mr, &raced);
+    if (!e || raced) h->api->dereg_mr(mr); /* out of memory, or another thread's is cached */
+    if (!e) {
+      free(m);
+      return RR_ERR_NOMEM;
+    }
   }
-  e->refs++;
-  pthread_mutex_unlock(&h->lock);
+  struct ibv_mr *mr = verbs_mr_entry_mr(e);
   m->entry = e;
-  m->base = (rr_rail_mr){.dev = dev, .base = base, .len = len, .lkey = e->mr->lkey, .rkey = e->mr->rkey};
+  m->base = (rr_rail_mr){.dev = dev, .base = base, .len = len, .lkey = mr->lkey, .rkey = mr->rkey};
   *out = &m->base;
   return RR_OK;
 }
@@ -93,98 +91,73 @@ rr_status verbs_reg_mr(rr_rail_dev *dev, void *base, size_t len, uint32_t kind, 
 void verbs_dereg_mr(rr_rail_mr *rmr) {
   verbs_mr *m = rr_container_of(rmr, verbs_mr, base);
   verbs_hca *h = to_hca(rmr->dev);
-  pthread_mutex_lock(&h->lock);
-  verbs_mr_entry *e = m->entry;
-  if (--e->refs == 0) {
-    for (verbs_mr_entry **p = &h->mrs; *p; p = &(*p)->next)
-      if (*p == e) {
-        *p = e->next;
-        break;
-      }
-    h->api->dereg_mr(e->mr);
-    free(e);
-  }
-  pthread_mutex_unlock(&h->lock);
+  struct ibv_mr *last = verbs_mr_cache_release(h->mrs, m->entry);
+  if (last) h->api->dereg_mr(last); /* outside the cache's lock */
   free(m);
 }
 
-/* ------------------------------------------------------------- completions */
+/* ------------------------------------------------------------- endpoints */
 
-rr_status verbs_hca_attach(verbs_hca *h, verbs_ep *ep) {
+void verbs_hca_attach(verbs_hca *h, verbs_ep *ep) {
   pthread_mutex_lock(&h->lock);
-  rr_status st = RR_OK;
-  if (h->neps == h->cap_eps) {
-    int cap = h->cap_eps ? 2 * h->cap_eps : 16;
-    verbs_ep **n = realloc(h->eps, (size_t)cap * sizeof *n);
-    if (n) h->eps = n, h->cap_eps = cap;
-    else st = RR_ERR_NOMEM;
-  }
-  /* Every endpoint may have a full send and receive queue outstanding on
-   * the shared CQ: refuse one the CQ could overflow with. */
-  int qps = verbs_ep_nqps(ep);
-  for (int i = 0; i < h->neps; i++) qps += verbs_ep_nqps(h->eps[i]);
-  if (st == RR_OK && qps * (VERBS_SQ_DEPTH + VERBS_RQ_DEPTH) > h->cq->cqe) st = RR_AGAIN;
-  if (st == RR_OK) h->eps[h->neps++] = ep;
+  ep->dev_prev = NULL;
+  ep->dev_next = h->eps;
+  if (h->eps) h->eps->dev_prev = ep;
+  h->eps = ep;
+  h->neps++;
+  ep->attached = 1;
   pthread_mutex_unlock(&h->lock);
-  return st;
 }
 
 void verbs_hca_detach(verbs_hca *h, verbs_ep *ep) {
   pthread_mutex_lock(&h->lock);
-  for (int i = 0; i < h->neps; i++)
-    if (h->eps[i] == ep) {
-      h->eps[i] = h->eps[--h->neps];
-      break;
-    }
+  if (ep->dev_prev) ep->dev_prev->dev_next = ep->dev_next;
+  else h->eps = ep->dev_next;
+  if (ep->dev_next) ep->dev_next->dev_prev = ep->dev_prev;
+  ep->dev_prev = ep->dev_next = NULL;
+  h->neps--;
+  ep->attached = 0; /* the event reader leaves it alone from here */
   pthread_mutex_unlock(&h->lock);
 }
 
-static verbs_ep *ep_by_qpn(verbs_hca *h, uint32_t qpn) {
-  for (int i = 0; i < h->neps; i++)
-    if (verbs_ep_has_qpn(h->eps[i], qpn)) return h->eps[i];
-  return NULL;
+/* Nothing to poll for the device: every endpoint polls its own CQ. */
+rr_status verbs_dev_progress(rr_rail_dev *dev) {
+  (void)dev;
+  return RR_OK;
 }
-
-rr_status verbs_hca_poll(verbs_hca *h) {
-  if (pthread_mutex_trylock(&h->lock) != 0) return RR_OK; /* another thread is polling */
-  rr_status st = RR_OK;
-  for (int rounds = 0; rounds < 8; rounds++) {
-    struct ibv_wc wc[POLL_BATCH];
-    int n = ibv_poll_cq(h->cq, POLL_BATCH, wc);
-    if (n < 0) {
-      st = RR_ERR_RAIL;
-      break;
-    }
-    for (int i = 0; i < n; i++) {
-      verbs_ep *ep = ep_by_qpn(h, wc[i].qp_num);
-      if (!ep) continue; /* its endpoint is gone: nothing waits for it */
-      verbs_inbox *in = verbs_ep_inbox(ep);
-      if (in->tail - in->head < in->cap) in->wc[in->tail++ % in->cap] = wc[i];
-    }
-    if (n < POLL_BATCH) break;
-  }
-  pthread_mutex_unlock(&h->lock);
-  return st;
-}
-
-rr_status verbs_dev_progress(rr_rail_dev *dev) { return verbs_hca_poll(to_hca(dev)); }
 
 /* --------------------------------------------------------------- events */
 
-/* A QP in error, or the CQ every endpoint shares, fails the endpoints
- * concerned now rather than when their next completion (or the silence
- * detector) says so: an idle endpoint may have nothing outstanding to
- * complete in error. The endpoint itself turns the mark into a rail failure
- * on its owner's thread. Called under the device lock, with the event not yet
- * acknowledged, so its QP is still alive and its endpoint still attached. */
-static void fail_eps_locked(verbs_hca *h, const struct ibv_async_event *ae) {
+/* A QP or an endpoint's CQ in error fails that endpoint now rather than
+ * when its next completion (or the silence detector) says so: an idle
+ * endpoint may have nothing outstanding to complete in error. A fatal
+ * device fails them all. The endpoint is found in O(1): its QPs and its CQ
+ * carry it as their context (an event that names a QP or CQ of no endpoint,
+ * the flush QP's, carries NULL). The event is not yet acknowledged, so the
+ * QP or CQ, and the endpoint that owns it, are still alive: libibverbs'
+ * destroy calls wait for the acknowledgement. The endpoint itself turns the
+ * mark into a rail failure on its owner's thread. */
+static void fail_eps(verbs_hca *h, const struct ibv_async_event *ae) {
   enum ibv_event_type t = ae->event_type;
-  if (t == IBV_EVENT_QP_FATAL || t == IBV_EVENT_QP_REQ_ERR || t == IBV_EVENT_QP_ACCESS_ERR) {
-    verbs_ep *ep = ae->element.qp ? ep_by_qpn(h, ae->element.qp->qp_num) : NULL;
-    if (ep) verbs_ep_async_error(ep, t);
-  } else if (t == IBV_EVENT_CQ_ERR || t == IBV_EVENT_DEVICE_FATAL) {
-    for (int i = 0; i < h->neps; i++) verbs_ep_async_error(h->eps[i], t);
+  verbs_ep *ep = NULL;
+  if (t == IBV_EVENT_QP_FATAL || t == IBV_EVENT_QP_REQ_ERR || t == IBV_EVENT_QP_ACCESS_ERR)
+    ep = ae->element.qp ? ae->element.qp->qp_context : NULL;
+  else if (t == IBV_EVENT_CQ_ERR)
+    ep = ae->element.cq ? ae->element.cq->cq_context : NULL;
+  else if (t != IBV_EVENT_DEVICE_FATAL)
+    return;
+  /* Under the device lock: the endpoint is still attached (its QPs and CQ
+   * not being destroyed) and its QP count not changing (connect). */
+  pthread_mutex_lock(&h->lock);
+  if (t == IBV_EVENT_DEVICE_FATAL) {
+    for (verbs_ep *e = h->eps; e; e = e->dev_next) verbs_ep_async_error(e, t);
+  } else if (ep && ep->attached && (t == IBV_EVENT_CQ_ERR || verbs_ep_has_qpn(ep, ae->element.qp->qp_num))) {
+    if (t == IBV_EVENT_CQ_ERR)
+      RR_WARN("verbs %s: an endpoint's completion queue failed (overrun or error): that rail fails",
+              h->port.dev_name);
+    verbs_ep_async_error(ep, t);
   }
+  pthread_mutex_unlock(&h->lock);
 }
 
 rr_rail_dev_event_kind verbs_dev_event(rr_rail_dev *dev, rr_rail_dev_event *ev) {
@@ -194,9 +167,7 @@ rr_rail_dev_event_kind verbs_dev_event(rr_rail_dev *dev, rr_rail_dev_event *ev) 
   while (h->api->get_async_event(h->ctx, &ae) == 0) {
     enum ibv_event_type t = ae.event_type;
     int port = ae.element.port_num;
-    pthread_mutex_lock(&h->lock);
-    fail_eps_locked(h, &ae);
-    pthread_mutex_unlock(&h->lock);
+    fail_eps(h, &ae);
     h->api->ack_async_event(&ae);
     if (t == IBV_EVENT_GID_CHANGE) {
       if (port == h->port.port) verbs_gid_refresh(h, rr_verbs_sysfs_root());
@@ -205,10 +176,8 @@ rr_rail_dev_event_kind verbs_dev_event(rr_rail_dev *dev, rr_rail_dev_event *ev) 
     if ((t == IBV_EVENT_PORT_ERR || t == IBV_EVENT_PORT_ACTIVE) && port != h->port.port) continue;
     if (t == IBV_EVENT_PORT_ERR) ev->kind = RR_RAIL_DEV_EV_PORT_DOWN;
     else if (t == IBV_EVENT_PORT_ACTIVE) ev->kind = RR_RAIL_DEV_EV_PORT_UP;
-    /* The shared CQ in error loses every completion of the device: as
-     * unusable as a fatal device until it is opened again. */
-    else if (t == IBV_EVENT_DEVICE_FATAL || t == IBV_EVENT_CQ_ERR) ev->kind = RR_RAIL_DEV_EV_FATAL;
-    else continue; /* a QP's event concerns its endpoint only (marked above) */
+    else if (t == IBV_EVENT_DEVICE_FATAL) ev->kind = RR_RAIL_DEV_EV_FATAL;
+    else continue; /* a QP's or a CQ's event concerns its endpoint only (marked above) */
     snprintf(ev->why, sizeof ev->why, "%.24s port %d: %.28s", h->port.dev_name, h->port.port, h->api->event_type_str(t));
     h->port_down = ev->kind != RR_RAIL_DEV_EV_PORT_UP;
     return ev->kind;
@@ -232,19 +201,39 @@ uint32_t verbs_mem_kinds(const rr_ibv_api *api, struct ibv_context *ctx, const c
 
 const char *rr_verbs_sysfs_root(void) { return "/sys"; }
 
+/* maxComms, honestly: how many endpoints the device's own limits hold. Each
+ * takes RERAIL_IB_QPS_PER_RAIL QPs, one CQ and two memory regions (its
+ * buffers and its control ring); the flush QP takes one of each, and half
+ * the device's MRs stay for the buffers NCCL registers. Host limits
+ * (RLIMIT_MEMLOCK, memory) come on top and are not the device's to say. */
+uint32_t verbs_max_eps_of(const struct ibv_device_attr *a, int qps_per_ep) {
+  if (qps_per_ep < 1) qps_per_ep = 1;
+  if ((int64_t)qps_per_ep * (VERBS_SQ_DEPTH + VERBS_RQ_DEPTH) > a->max_cqe) return 0;
+  int64_t by_qp = (a->max_qp - 1) / qps_per_ep, by_cq = a->max_cq - 1, by_mr = a->max_mr / 4;
+  int64_t n = by_qp < by_cq ? by_qp : by_cq;
+  if (by_mr < n) n = by_mr;
+  return n > 0 ? (uint32_t)n : 0;
+}
+
+static uint32_t verbs_max_eps(verbs_hca *h) {
+  struct ibv_device_attr a;
+  if (h->api->query_device(h->ctx, &a) != 0) /* what discovery read, then */
+    a = (struct ibv_device_attr){.max_qp = h->port.max_qp, .max_cq = h->port.max_qp, .max_mr = 4 * h->port.max_qp,
+                                 .max_cqe = h->port.max_cqe};
+  int qps = rr_params_get()->ib_qps_per_rail;
+  uint32_t n = verbs_max_eps_of(&a, qps);
+  if (n == 0)
+    RR_WARN("verbs %s: an endpoint needs a completion queue of %d entries, the device allows %d (max_qp %d, "
+            "max_cq %d)", h->port.dev_name, qps * (VERBS_SQ_DEPTH + VERBS_RQ_DEPTH), a.max_cqe, a.max_qp, a.max_cq);
+  return n ? n : 1; /* 0 would read as "no limit" */
+}
+
 void verbs_dev_close(rr_rail_dev *dev) {
   verbs_hca *h = to_hca(dev);
   verbs_flush_close(h); /* its QP and sink live in the PD */
-  while (h->mrs) {
-    verbs_mr_entry *e = h->mrs;
-    h->mrs = e->next;
-    h->api->dereg_mr(e->mr);
-    free(e);
-  }
-  if (h->cq) h->api->destroy_cq(h->cq);
+  verbs_mr_cache_destroy(h->mrs, h->api);
   if (h->pd) h->api->dealloc_pd(h->pd);
   if (h->ctx) h->api->close_device(h->ctx);
-  free(h->eps);
   pthread_mutex_destroy(&h->flush_lock);
   pthread_mutex_destroy(&h->lock);
   free(h);
@@ -275,18 +264,17 @@ rr_status rr_verbs_dev_open(int index, const rr_verbs_port *port, rr_rail_dev **
   int fl = fcntl(h->ctx->async_fd, F_GETFL);
   if (fl < 0 || fcntl(h->ctx->async_fd, F_SETFL, fl | O_NONBLOCK) != 0) goto fail;
   h->pd = api->alloc_pd(h->ctx);
-  int cqe = port->max_cqe > 0 && port->max_cqe < CQ_ENTRIES_MAX ? port->max_cqe : CQ_ENTRIES_MAX;
-  h->cq = h->pd ? api->create_cq(h->ctx, cqe, NULL, NULL, 0) : NULL;
-  if (!h->cq) {
-    RR_WARN("verbs %s: cannot create a protection domain and completion queue: %s", port->dev_name, strerror(errno));
+  if (!h->pd) {
+    RR_WARN("verbs %s: cannot create a protection domain: %s", port->dev_name, strerror(errno));
     goto fail;
   }
+  if ((st = verbs_mr_cache_create(&h->mrs)) != RR_OK) goto fail;
   h->base.attr = (rr_rail_dev_attr){
       .caps = RR_RAIL_CAP_WRITE | RR_RAIL_CAP_WRITE_IMM | RR_RAIL_CAP_EP_ORDERED | RR_RAIL_CAP_REG_PER_DEV |
               RR_RAIL_CAP_CONNECT_MAY_BLOCK,
       .mem_kinds = verbs_mem_kinds(api, h->ctx, rr_verbs_sysfs_root()),
       .inline_max = 0,
-      .max_eps = (uint32_t)(h->cq->cqe / (rr_params_get()->ib_qps_per_rail * (VERBS_SQ_DEPTH + VERBS_RQ_DEPTH))),
+      .max_eps = verbs_max_eps(h),
       .addr_len = RR_VERBS_ADDR_LEN,
       .speed_mbps = port->speed_mbps,
       .latency_us = 0};

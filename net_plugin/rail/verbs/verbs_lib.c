@@ -1,5 +1,6 @@
 #include "verbs_lib.h"
 #include "rr_log.h"
+#include "rr_params.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -76,11 +77,29 @@ static rr_ibv_api the_api;
 static const rr_ibv_api *the_api_ptr;
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 
+/* As NCCL does when it initialises its IB devices: ibv_fork_init once,
+ * before any memory is registered (it must precede the first registration,
+ * or it fails with EINVAL), so that a process that forks (a data loader, a
+ * compiler, a shell-out) does not hand its child pages the NIC writes into.
+ * On a kernel with copy-on-fork for pinned pages (5.13+) libibverbs makes it
+ * a no-op; RDMAV_FORK_SAFE / IBV_FORK_SAFE in the environment have
+ * libibverbs do the same at its own start, and then this call finds it done.
+ * A failure is reported and nothing else changes, as in NCCL. */
+static void fork_init(const rr_ibv_api *api) {
+  if (!api->fork_init) return;
+  int rc = api->fork_init();
+  if (rc != 0)
+    RR_WARN("rerail: ibv_fork_init failed (%d): memory the NIC uses may be shared with forked children", rc);
+}
+
 static void load(void) {
   const char *why;
   rr_status s = rr_ibv_open(RR_IBV_SONAME, &the_api, &why);
   if (s == RR_OK) {
+    fork_init(&the_api);
     the_api_ptr = &the_api;
+    RR_INFO(RR_SUB_INIT | RR_SUB_NET, "rerail: %s loaded; PCIe relaxed ordering for registrations: %s",
+            RR_IBV_SONAME, rr_ibv_relaxed_ordering(&the_api) ? "on" : "off");
     return;
   }
   RR_INFO(RR_SUB_INIT | RR_SUB_NET, "rerail: %s unusable (%s): no verbs devices, rails use TCP",
@@ -99,4 +118,9 @@ int rr_ibv_query_port(const rr_ibv_api *api, struct ibv_context *ctx, uint8_t po
   if (vctx) return vctx->query_port(ctx, port, attr, sizeof *attr);
   memset(attr, 0, sizeof *attr);
   return api->query_port_compat(ctx, port, (struct _compat_ibv_port_attr *)attr);
+}
+
+int rr_ibv_relaxed_ordering(const rr_ibv_api *api) {
+  int mode = rr_params_get()->ib_relaxed_ordering;
+  return (mode == 1 || mode == 2) && api->reg_mr_iova2 != NULL;
 }

@@ -65,6 +65,13 @@ const rr_ibv_api *rr_ibv_load(void);
  * For rr_ibv_load() and tests; the handle is never closed (providers stay loaded). */
 rr_status rr_ibv_open(const char *soname, rr_ibv_api *api, const char **why);
 
+/* Do registrations ask for PCIe relaxed ordering (IBV_ACCESS_RELAXED_ORDERING, through
+ * ibv_reg_mr_iova2 for memory by address)? As NCCL decides it: RERAIL_IB_PCI_RELAXED_ORDERING
+ * (default NCCL_IB_PCI_RELAXED_ORDERING, else 2) is 1 or 2 and this libibverbs has
+ * ibv_reg_mr_iova2 (IBVERBS_1.8, the version that defines the flag). A device that cannot do
+ * relaxed ordering ignores the flag: libibverbs passes it as an optional access bit. */
+int rr_ibv_relaxed_ordering(const rr_ibv_api *api);
+
 /* ibv_query_port() as verbs.h defines it: the provider's extended query when the context
  * has one (the full struct), else the exported compat entry point. */
 int rr_ibv_query_port(const rr_ibv_api *api, struct ibv_context *ctx, uint8_t port,
