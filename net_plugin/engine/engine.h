@@ -424,6 +424,10 @@ int engine_rail_fence_cheap(const rr_engine *e, int r);
 /* engine_gray.c: gray failures (slow or lossy rails that stay up) */
 /* Sender, once per tick per rail: measure, demote, probe, restore. */
 void engine_gray_tick(rr_engine *e, int r, uint64_t now);
+/* Rail r of e went from old to st (every transition, and a reopen): links
+ * towards the same peer host are not judged until traffic settles, and a
+ * hard event forgets what was judged of r's link. Caller holds e's lock. */
+void engine_gray_on_state(rr_engine *e, int r, rr_rail_state old, rr_rail_state st, uint64_t now);
 /* A failure notice (FAIL or DOWN) naming down_mask, qualified with what
  * this end knows: which of those rails are demoted, which fail here. */
 engine_msg engine_notice(const rr_engine *e, uint8_t type, uint32_t epoch, uint32_t down_mask);

@@ -12,6 +12,16 @@
  * NIC share its rate, and judging each connection's share alone would make a
  * rail shared by four look four times slower than when it carried one.
  *
+ * Only windows of a settled network are judged or learnt from: any rail
+ * state change towards the same peer host (a failure, a fail-back, a
+ * reopen, a demotion) moves connections between links, and for
+ * RR_GRAY_SETTLE_NS after it the links' rates say how traffic is being
+ * redistributed, not what a link can carry. A hard event on the link itself
+ * (down, reopened, recovered) also forgets what was judged of it: it is
+ * judged afresh. Without this, a rail coming back from an outage was
+ * demoted at once on a verdict made of the trickle it delivered while it
+ * died (the chaos run).
+ *
  * The healthy level of a link is the highest window seen, decaying slowly
  * (RR_GRAY_DECAY per loaded window) towards what it delivers while loaded, so
  * a lasting change of the machine's speed becomes the new normal in tens of
@@ -49,11 +59,15 @@
 #define RR_GRAY_PROBE_WRITE (1u << 20)
 #define RR_GRAY_PROBE_GAP_NS (200 * MS)
 #define RR_GRAY_PROBE_TIMEOUT_NS (1000 * MS)
+#define RR_GRAY_SETTLE_NS (1000 * MS)      /* after a rail state change towards the peer */
+#define RR_GRAY_STALE_NS (3 * RR_GRAY_WINDOW_NS) /* a window nobody measured all along */
 _Static_assert(RR_GRAY_PROBE_WRITE <= ENGINE_PROBE_MAX_WRITE, "a probe write the receiver accepts");
 
 typedef struct gray_link {
   int dev;
   char peer[48];
+  char host[64];            /* the peer host (rr_engine_config.peer): links to it move together */
+  uint64_t settle_until;    /* windows starting before this are not judged (0: settled) */
   uint64_t win_start, bytes, loaded_ns, last_loaded_ns;
   double level;             /* healthy level, bytes/s (0: not known yet) */
   uint64_t below_since;     /* the first window of a run under the threshold (0: none) */
@@ -73,16 +87,36 @@ static int gray_nlinks;
 /* Filler for probes: never read by anybody. */
 static const char probe_fill[RR_GRAY_PROBE_WRITE];
 
-static gray_link *link_get(int dev, const char *peer, uint64_t now) {
+/* Set while this thread holds gray_lock: a demotion or restore made under
+ * it comes back through engine_gray_on_state. */
+static _Thread_local int gray_held;
+
+static gray_link *link_find(int dev, const char *peer) {
   for (int i = 0; i < gray_nlinks; i++)
     if (gray_links[i].dev == dev && !strcmp(gray_links[i].peer, peer)) return &gray_links[i];
+  return NULL;
+}
+
+static gray_link *link_get(int dev, const char *peer, const char *host, uint64_t now) {
+  gray_link *l = link_find(dev, peer);
+  if (l) return l;
   if (gray_nlinks == RR_GRAY_LINKS) return NULL; /* not judged: never wrongly demoted */
-  gray_link *l = &gray_links[gray_nlinks++];
+  l = &gray_links[gray_nlinks++];
   memset(l, 0, sizeof *l);
   l->dev = dev;
   snprintf(l->peer, sizeof l->peer, "%s", peer);
+  snprintf(l->host, sizeof l->host, "%s", host);
   l->win_start = now;
+  l->settle_until = now + RR_GRAY_SETTLE_NS; /* connections are still being set up */
   return l;
+}
+
+/* Forget the run under way and start a new window. */
+static void run_reset(gray_link *l, uint64_t now) {
+  l->below_since = 0;
+  l->run_windows = l->run_below = 0;
+  l->win_start = now;
+  l->bytes = l->loaded_ns = 0;
 }
 
 /* A window is "below" (loaded at least RR_GRAY_LOADED_PCT of it, under
@@ -92,16 +126,19 @@ static gray_link *link_get(int dev, const char *peer, uint64_t now) {
  * degraded_ns is a degraded link. */
 static void window_close(gray_link *l, const rr_engine_config *cfg, uint64_t now) {
   uint64_t dur = now - l->win_start;
+  /* Traffic still moving between links after a rail state change, or a
+   * window no connection measured all along: it says nothing. */
+  if (l->win_start < l->settle_until || dur > RR_GRAY_STALE_NS) {
+    run_reset(l, now);
+    return;
+  }
   /* Nothing delivered at all is silence, not a gray failure: the failure
    * detector owns it (a probe, then a failover within δ), and a rail fresh
    * from an outage sits in TCP's retransmission backoff for a while. It
    * breaks a run of slow windows, so a rail that flaps or goes silent is
    * never demoted as slow: only one that keeps delivering a trickle is. */
   if (l->bytes == 0) {
-    l->below_since = 0;
-    l->run_windows = l->run_below = 0;
-    l->win_start = now;
-    l->loaded_ns = 0;
+    run_reset(l, now);
     return;
   }
   double rate = (double)l->bytes * 1e9 / (double)dur;
@@ -223,8 +260,10 @@ void engine_gray_tick(rr_engine *e, int r, uint64_t now) {
       !(rl->ep->dev->attr.caps & RR_RAIL_CAP_WRITE_BEGIN))
     return;
   pthread_mutex_lock(&gray_lock);
-  gray_link *l = link_get(rl->ep->dev->index, rl->peer_addr, now);
+  gray_held = 1;
+  gray_link *l = link_get(rl->ep->dev->index, rl->peer_addr, e->cfg.peer, now);
   if (!l) {
+    gray_held = 0;
     pthread_mutex_unlock(&gray_lock);
     return;
   }
@@ -235,7 +274,30 @@ void engine_gray_tick(rr_engine *e, int r, uint64_t now) {
   } else if (rl->state == RR_RAIL_DEGRADED) {
     probe_and_restore(e, r, l, now);
   }
+  gray_held = 0;
   pthread_mutex_unlock(&gray_lock);
+}
+
+void engine_gray_on_state(rr_engine *e, int r, rr_rail_state old, rr_rail_state st, uint64_t now) {
+  if (e->cfg.role != RR_ENGINE_SEND || !e->cfg.degraded_pct) return;
+  engine_rail *rl = &e->rails[r];
+  rl->g_prev_ns = 0; /* what it posted before this is no delivery of its new state */
+  int held = gray_held;
+  if (!held) pthread_mutex_lock(&gray_lock);
+  for (int i = 0; i < gray_nlinks; i++)
+    if (!strcmp(gray_links[i].host, e->cfg.peer) && gray_links[i].settle_until < now + RR_GRAY_SETTLE_NS)
+      gray_links[i].settle_until = now + RR_GRAY_SETTLE_NS;
+  /* A demotion or restore is the verdict at work (the link's other
+   * connections follow it); anything else on the link is a hard event after
+   * which the link is judged afresh. */
+  int gray = st == RR_RAIL_DEGRADED || (old == RR_RAIL_DEGRADED && st == RR_RAIL_ACTIVE);
+  gray_link *l = gray ? NULL : link_find(rl->ep->dev->index, rl->peer_addr);
+  if (l) {
+    run_reset(l, now);
+    l->degraded = 0;
+    l->ok_since = 0;
+  }
+  if (!held) pthread_mutex_unlock(&gray_lock);
 }
 
 /* ---------------------------------------------------------- notices */

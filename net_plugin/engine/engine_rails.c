@@ -183,6 +183,7 @@ void engine_rail_set_state(rr_engine *e, int r, rr_rail_state st, const char *wh
   rl->state = st;
   rl->state_since_ns = now;
   snprintf(rl->why, sizeof rl->why, "%s", why);
+  engine_gray_on_state(e, r, old, st, now);
   /* DEAD and DOWN look alike in the health table: the transition says which. */
   RR_INFO(RR_SUB_NET, "%s %s: %s -> %s (%s)", e->cfg.role == RR_ENGINE_SEND ? "send" : "recv",
           rl->name, rail_state_names[old], rail_state_names[st], why);
@@ -262,6 +263,7 @@ void engine_rail_swap(rr_engine *e, int r, rr_rail_ep *ep) {
   rl->last_alive_ns = 0;
   rl->last_probe_ns = 0;
   rl->fresh = 1; /* new sockets hold no stale bytes: any life is real */
+  engine_gray_on_state(e, r, RR_RAIL_DOWN, RR_RAIL_DOWN, now);
   snprintf(rl->why, sizeof rl->why, "reconnected");
   RR_INFO(RR_SUB_NET, "%s %s: reconnected", e->cfg.role == RR_ENGINE_SEND ? "send" : "recv", rl->name);
 }

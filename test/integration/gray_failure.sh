@@ -37,12 +37,6 @@ ok() { VERDICT=pass VMSG=$1; }
 bad() { VERDICT=fail VMSG=$1; }
 slow() { VERDICT=slow VMSG=$1; }
 
-# prom_sum DIR METRIC [LABEL-ERE]: the sum of METRIC's samples in DIR's .prom files
-prom_sum() {
-  cat "$1"/rerail-*.prom 2>/dev/null |
-    awk -v m="$2" -v f="${3:-}" '$1 ~ "^"m"[{]" && (f == "" || $1 ~ f) { s += $NF } END { print s + 0 }'
-}
-
 started() {
   pair_wait_traffic && return 0
   pair_wait 60
@@ -66,8 +60,7 @@ rail0_rate_mbit() {
 run_fault() {
   local kind=$1 dir=$2 mbit
   mkdir -p "$WORK/$dir/tel"
-  PAIR_ENV=("RERAIL_TELEMETRY_DIR=$WORK/$dir/tel" "RERAIL_FAILBACK_HOLD=$HOLD_MS" "RERAIL_DEGRADED_PCT=20"
-            ${GRAY_DEBUG_ENV:-})
+  PAIR_ENV=("RERAIL_TELEMETRY_DIR=$WORK/$dir/tel" "RERAIL_FAILBACK_HOLD=$HOLD_MS" ${GRAY_DEBUG_ENV:-})
   pair_start "$dir" "${TRAFFIC[@]}" --completion-log="$WORK/$dir/completions.log" \
     --duration "$(scaled 12 12)" --timeout 90
   started || return 1
@@ -130,6 +123,7 @@ gray() {
   ratio=$(calc "$rate / ($down_rate > 0 ? $down_rate : 1)")
   VFIG="rail0 carried $mbit Mbit/s; with the fault the receiver completed $rate MB/s from 3 s to 5 s after it, with rail0 down $down_rate MB/s (ratio $ratio, need >= 0.7); $demo demotions, $faults faults; healed: traffic back on rail0 after ${back:-never} ms (limit $limit ms)"
   if [ "$okf" = 0 ]; then bad "a run ended with errors (server exit $SRC, client exit $CRC)"
+  elif [ "$demo" = "?" ] || [ "$faults" = "?" ]; then bad "no telemetry file to read the counters from"
   # A 10 % loss can stall TCP past δ (retransmission timeouts): failed over rather
   # than demoted is as good. A rate limit never stalls: it must be demoted.
   elif [ "$kind" = shape ] && [ "$demo" -lt 1 ]; then bad "the rail was never demoted"

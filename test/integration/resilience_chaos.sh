@@ -8,8 +8,11 @@
 # hosts' NICs and both switch ports up and drops nothing.
 #
 # Passes when both harness processes exit 0: zero errors, every byte and
-# sequence of every message checked (no loss, duplicate or corruption). Prints
-# the longest stall (receiver's --stall-report) and the plugin's events.
+# sequence of every message checked (no loss, duplicate or corruption), and no
+# rail was demoted as degraded (rerail_rail_demotions_total, demotion on at its
+# default: hard faults and the traffic moving around them must never look like
+# a gray failure). Prints the longest stall (receiver's --stall-report) and the
+# plugin's events.
 #
 # usage: resilience_chaos.sh PLUGIN_DIR HARNESS
 #   RERAIL_CHAOS_SECONDS  length of the traffic (default 120), times RERAIL_TEST_SCALE
@@ -32,7 +35,8 @@ DELTA=${RERAIL_CHAOS_DELTA:-300}
 
 echo "chaos: 2 hosts x $RAILS rails, 4 connections, $SECS s, seed $SEED (RERAIL_CHAOS_SEED=$SEED to replay the fault sequence)"
 lab_start rrc$$ 2 $RAILS
-PAIR_ENV=("RERAIL_PROGRESS_TIMEOUT=$DELTA" RERAIL_BACKUPS=3 "RERAIL_LOG_LEVEL=${RERAIL_CHAOS_LOG:-warn}" "NCCL_DEBUG=${RERAIL_CHAOS_LOG:-warn}")
+mkdir -p "$WORK/chaos-tel"
+PAIR_ENV=("RERAIL_TELEMETRY_DIR=$WORK/chaos-tel" "RERAIL_PROGRESS_TIMEOUT=$DELTA" RERAIL_BACKUPS=3 "RERAIL_LOG_LEVEL=${RERAIL_CHAOS_LOG:-warn}" "NCCL_DEBUG=${RERAIL_CHAOS_LOG:-warn}")
 pair_start chaos --conns 4 --max-size 4M --duration "$SECS" --stall-report --quiet \
   --timeout "$(calc "$SECS + 90")" --seed "$SEED"
 FAULTS="$PAIR_DIR/faults.log"
@@ -100,6 +104,9 @@ while [ "$(us)" -lt "$end_us" ] && kill -0 "$CPID" 2>/dev/null && kill -0 "$SPID
   fi
 done
 ELAPSED=$(calc "$EPOCHREALTIME - $T0")
+# Both processes' .prom files, read while they run (a process removes its own
+# when it ends); "?" when neither exported one, which fails the run.
+DEMOTIONS=$(prom_sum "$WORK/chaos-tel" rerail_rail_demotions_total)
 # heal everything: the run ends on a healthy network
 for key in "${!F[@]}"; do
   IFS=, read -r k h r <<<"$key"
@@ -118,13 +125,13 @@ echo "longest stall: $longest ms, at +$at s of traffic"
 conn_longest=$(jget "$PAIR_DIR/server.json" 'max(c["longest"]["ms"] for c in d["stall"]["per_conn"])')
 echo "longest stall of one connection: $conn_longest ms ($(jget "$PAIR_DIR/server.json" '", ".join("conn %d: %.0f ms at +%.1f s" % (c["conn"], c["longest"]["ms"], c["longest"]["start_s"]) for c in d["stall"]["per_conn"])'))"
 echo "next longest: $(jget "$PAIR_DIR/server.json" '", ".join("%.0f ms" % g["ms"] for g in d["stall"]["top"][1:5])')"
-fig="$NCHANGES fault changes in $ELAPSED s of faults (planned: $SECS s of traffic); longest stall $longest ms (of one connection: $conn_longest ms); $(what_moved)"
-if ok_pair; then
+fig="$DEMOTIONS demotions; $NCHANGES fault changes in $ELAPSED s of faults (planned: $SECS s of traffic); longest stall $longest ms (of one connection: $conn_longest ms); $(what_moved)"
+if ok_pair && [ "$DEMOTIONS" = 0 ]; then
   pass chaos "$fig"
 else
   # the fault sequence just before the end, for the report
   echo "last fault changes:"
   tail -n 12 "$FAULTS" | sed 's/^/  /'
-  fail chaos "server exit $SRC, client exit $CRC; $fig (seed $SEED)"
+  fail chaos "server exit $SRC, client exit $CRC, $DEMOTIONS demotions (want 0); $fig (seed $SEED)"
 fi
 finish

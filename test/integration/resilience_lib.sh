@@ -31,6 +31,7 @@ done
 # The lab's rails, not loopback.
 export RERAIL_SOCKET_IFNAME=rail RERAIL_LOG_LEVEL=warn
 unset NCCL_DEBUG RERAIL_PROGRESS_TIMEOUT RERAIL_FAILBACK_HOLD RERAIL_BACKUPS RERAIL_FAILOVER \
+  RERAIL_DEGRADED_PCT RERAIL_DEGRADED_MS RERAIL_DEGRADED_RESTORE_PCT RERAIL_DEGRADED_RETRANS_PCT \
   RERAIL_TCP_STREAMS RERAIL_CHUNK_SIZE
 
 SCALE=${RERAIL_TEST_SCALE:-1}
@@ -247,6 +248,13 @@ EOF
 # clog_rate FILE FROM TO: received MB/s between two wall-clock times (completions in [FROM, TO))
 clog_rate() {
   awk -v a="$2" -v b="$3" '!/^#/ && $1 >= a && $1 < b { s += $2 } END { printf "%.2f", s / (b - a) / 1e6 }' "$1"
+}
+
+# prom_sum DIR METRIC [LABEL-ERE]: the sum of METRIC's samples in DIR's .prom files
+# (label set matching LABEL-ERE when given); "?" when no file has the metric
+prom_sum() {
+  cat "$1"/rerail-*.prom 2>/dev/null |
+    awk -v m="$2" -v f="${3:-}" '$1 ~ "^"m"[{]" && (f == "" || $1 ~ f) { s += $NF; n++ } END { print (n ? s + 0 : "?") }'
 }
 
 # count_lines PATTERN FILE...: lines matching (extended regex)
