@@ -77,11 +77,14 @@ static void report(rr_engine *e, int r, rr_health_event_kind kind, int to) {
   if (to >= 0) snprintf(ev.to_ifname, sizeof ev.to_ifname, "%s", e->rails[to].ifname);
   snprintf(ev.peer, sizeof ev.peer, "%s", e->cfg.peer);
   const engine_rail *about = to >= 0 ? &e->rails[to] : rl;
-  snprintf(ev.reason, sizeof ev.reason, "%s %.40s: %.40s",
-           e->cfg.role == RR_ENGINE_SEND ? "send" : "recv", about->name, about->why);
-  /* A rail that just failed or was demoted says where its fault is. */
+  /* A rail that just failed or was demoted says where its fault is, in the
+   * event and at the end of its reason, which is what `rerail status` shows
+   * of it (the health table's rows have no field for it). */
   if (kind == RR_HEV_RAIL_STATE && (ev.state == RR_LINK_DOWN || ev.state == RR_LINK_DEGRADED))
     ev.where = (rr_fault_where)about->where;
+  const char *where = rr_fault_where_str(ev.where);
+  snprintf(ev.reason, sizeof ev.reason, "%s %.32s: %.44s%s%s", e->cfg.role == RR_ENGINE_SEND ? "send" : "recv",
+           about->name, about->why, where[0] ? "; " : "", where);
   rr_health_report(&ev);
 }
 
