@@ -165,6 +165,73 @@ dev_read() {
 txbytes() { dev_bytes "$1" "$2" tx; }
 rxbytes() { dev_bytes "$1" "$2" rx; }
 
+# ---- random hard faults (resilience_chaos.sh, connect_nic_down.sh) --------------
+# F[kind,h,r] = 1 while that fault is in place; kinds: nic (the host's NIC down), sw
+# (its switch port down), drop (a silent black hole, drop 100). Every change is logged
+# to $PAIR_DIR/faults.log as "+SECONDS KIND hH railR on|off (clean rails: N)", seconds
+# from $T0; NCHANGES and COUNT[kind] count them. PINNED names a fault (kind,h,r) that
+# fault_step and heal_random never heal (heal_all does).
+declare -A F=() COUNT=()
+KINDS=(nic sw drop)
+NCHANGES=0
+PINNED=""
+# rail_clean R: no fault of any kind on either host
+rail_clean() {
+  local k h
+  for k in "${KINDS[@]}"; do
+    for h in 0 1; do [ "${F[$k,$h,$1]:-0}" = 1 ] && return 1; done
+  done
+  return 0
+}
+clean_rails() {
+  local r n=0
+  for ((r = 0; r < LAB_RAILS; r++)); do rail_clean $r && n=$((n + 1)); done
+  echo $n
+}
+# apply KIND H R on|off
+apply() {
+  local k=$1 h=$2 r=$3 v=$4
+  case $k in
+    nic) link "$h" "$r" "$([ "$v" = on ] && echo down || echo up)" ;;
+    sw) link "$h" "$r" "$([ "$v" = on ] && echo down || echo up)" switch ;;
+    drop) drop "$h" "$r" "$([ "$v" = on ] && echo 100 || echo off)" >/dev/null ;;
+  esac
+  if [ "$v" = on ]; then F[$k,$h,$r]=1; else unset "F[$k,$h,$r]"; fi
+  printf '+%.3f %-4s h%d rail%d %s  (clean rails: %d)\n' "$(calc "$T_AFTER - $T0")" "$k" "$h" "$r" "$v" \
+    "$(clean_rails)" >>"$PAIR_DIR/faults.log"
+  NCHANGES=$((NCHANGES + 1))
+  COUNT[$k]=$((${COUNT[$k]:-0} + 1))
+}
+# heal_random: heal one fault in place (not PINNED); 1 when there is none
+heal_random() {
+  local keys=() key k h r
+  for key in "${!F[@]}"; do [ "$key" = "$PINNED" ] || keys+=("$key"); done
+  [ ${#keys[@]} -gt 0 ] || return 1
+  key=${keys[RANDOM % ${#keys[@]}]}
+  IFS=, read -r k h r <<<"$key"
+  apply "$k" "$h" "$r" off
+}
+heal_all() {
+  local key k h r
+  for key in "${!F[@]}"; do
+    IFS=, read -r k h r <<<"$key"
+    apply "$k" "$h" "$r" off
+  done
+}
+# fault_step: one random change, 7 in 10 an injection, at most 6 faults at once, and
+# never one that takes the last clean rail (at least one rail always has both hosts'
+# NICs and switch ports up and drops nothing)
+fault_step() {
+  local k h r want
+  [ $((RANDOM % 10)) -lt 7 ] || [ ${#F[@]} -eq 0 ] && want=inject || want=heal
+  if [ "$want" = heal ] || [ ${#F[@]} -ge 6 ]; then heal_random && return; fi
+  k=${KINDS[RANDOM % 3]} h=$((RANDOM % 2)) r=$((RANDOM % LAB_RAILS))
+  if [ "$k,$h,$r" = "$PINNED" ]; then return
+  elif [ "${F[$k,$h,$r]:-0}" = 1 ]; then apply "$k" "$h" "$r" off
+  elif rail_clean "$r" && [ "$(clean_rails)" -le 1 ]; then heal_random
+  else apply "$k" "$h" "$r" on; fi
+}
+
 # ---- the harness pair ----------------------------------------------------------
 
 # pair_start NAME ARGS...: server (receiver) on host 1, client (sender) on host 0,
