@@ -123,6 +123,14 @@ static void params_parse(void) {
                                           600000);
   params.degraded_restore_pct = (uint32_t)rr_param_parse_u64(
       "RERAIL_DEGRADED_RESTORE_PCT", getenv("RERAIL_DEGRADED_RESTORE_PCT"), 50, 1, 100);
+  /* Loss: a rail retransmitting this percent of the bytes it sends, for
+   * RERAIL_DEGRADED_MS, when the peer's other rails do not (then the loss
+   * is the peer's or the fabric's, and moving helps nothing), is demoted
+   * too: TCP hides a 10 % loss as a rate of 30-50 % of the level, which the
+   * rate criterion leaves alone. A healthy path in a data centre
+   * retransmits well under 1 %. */
+  params.degraded_retrans_pct = (uint32_t)rr_param_parse_u64(
+      "RERAIL_DEGRADED_RETRANS_PCT", getenv("RERAIL_DEGRADED_RETRANS_PCT"), 3, 1, 100);
   const char *hca = getenv("RERAIL_IB_HCA");
   if (hca) {
     if (strlen(hca) >= sizeof params.ib_hca)

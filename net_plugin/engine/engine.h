@@ -98,6 +98,10 @@ typedef struct engine_rail {
   uint64_t probe_start_ns;  /* DEGRADED: the probe in flight began (0: none) */
   uint64_t probe_bytes;
   uint64_t probe_done_ns;   /* when the last probe ended */
+  rr_rail_path_stats g_path;/* the transport's totals at the last reading (RR_RAIL_CAP_PATH_STATS) */
+  uint64_t g_path_ns;       /* when they were read (0: not yet in this state) */
+  rr_rail_path_stats probe_path; /* DEGRADED: the totals when the probe in flight began */
+  int probe_path_ok;        /* they could be read */
   double degraded_frac;     /* what it delivered, as a fraction of its healthy level */
   uint64_t degraded_for_ns; /* for how long it had delivered that little when demoted */
 } engine_rail;
@@ -220,8 +224,11 @@ typedef struct rr_engine_config {
   /* Gray failures (engine_gray.c): a rail delivering under degraded_pct %
    * of its healthy level while loaded, for degraded_ns, is demoted; it
    * returns once probes show restore_pct % for the fail-back hold.
-   * degraded_pct 0: never demote. */
-  uint32_t degraded_pct, restore_pct;
+   * degraded_pct 0: never demote. A rail whose transport reports its
+   * retransmissions (RR_RAIL_CAP_PATH_STATS) and retransmits retrans_pct %
+   * of what it sends for degraded_ns, when its siblings do not, is demoted
+   * too. */
+  uint32_t degraded_pct, restore_pct, retrans_pct;
   uint64_t degraded_ns;
 } rr_engine_config;
 

@@ -112,13 +112,15 @@ link() {
   T_AFTER=$EPOCHREALTIME
   T_FAULT=$T_AFTER
 }
-# drop H R PCT|off: drop PCT% of host H's packets on railR, both directions (100 = a
-# silent black hole, link up). The same table, chains and rules as `netlab.sh drop`
+# drop H R PCT|off [in]: drop PCT% of host H's packets on railR, both directions (100 = a
+# silent black hole, link up); with `in`, only those arriving: lost in flight, as on a
+# lossy cable, where a drop on the way out is a local transmit error that TCP just
+# tries again, without a retransmission. The same table, chains and rules as `netlab.sh drop`
 # (test/lab/README.md), loaded with one nft call so that T_BEFORE..T_AFTER brackets
 # the moment they take effect (netlab.sh's own bookkeeping can take a second on a
 # loaded machine); `off` goes through netlab.sh.
 drop() {
-  local h=$1 r=$2 pct=$3
+  local h=$1 r=$2 pct=$3 dir=${4:-both}
   if [ "$pct" = off ] || [ "$pct" = 0 ]; then
     T_BEFORE=$EPOCHREALTIME
     "$NETLAB_SH" --name "$LAB" drop "$h" "$r" off
@@ -130,10 +132,11 @@ drop() {
   [ "$pct" -ge 100 ] && cond="<= 99"
   local rules="add table inet $t
 add chain inet $t ${d}_in { type filter hook input priority 0; policy accept; }
-add chain inet $t ${d}_out { type filter hook output priority 0; policy accept; }
 flush chain inet $t ${d}_in
+add rule inet $t ${d}_in iifname \"$d\" numgen random mod 100 $cond counter drop"
+  [ "$dir" = in ] || rules+="
+add chain inet $t ${d}_out { type filter hook output priority 0; policy accept; }
 flush chain inet $t ${d}_out
-add rule inet $t ${d}_in iifname \"$d\" numgen random mod 100 $cond counter drop
 add rule inet $t ${d}_out oifname \"$d\" numgen random mod 100 $cond counter drop"
   T_BEFORE=$EPOCHREALTIME
   ip netns exec "$(ns "$h")" nft -f - <<<"$rules"

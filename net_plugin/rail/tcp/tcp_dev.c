@@ -65,7 +65,8 @@ rr_status rr_tcp_dev_open(int index, rr_rail_dev **out) {
   d->base.index = index;
   /* Several streams per rail: writes of one endpoint are not ordered with
    * each other, only each stream's frames are. */
-  d->base.attr = (rr_rail_dev_attr){.caps = RR_RAIL_CAP_WRITE | RR_RAIL_CAP_WRITE_IMM | RR_RAIL_CAP_WRITE_BEGIN,
+  d->base.attr = (rr_rail_dev_attr){.caps = RR_RAIL_CAP_WRITE | RR_RAIL_CAP_WRITE_IMM | RR_RAIL_CAP_WRITE_BEGIN |
+                                              RR_RAIL_CAP_PATH_STATS,
                                     .mem_kinds = RR_MEM_HOST | RR_MEM_DMABUF,
                                     .inline_max = 0,
                                     .max_eps = 0,
