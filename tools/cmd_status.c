@@ -9,6 +9,12 @@
  * device, or tcp) comes from its process's telemetry file in D, when that
  * process exports one there (status_transport.c).
  *
+ * Rails out of service are listed with why and where (local, peer, path,
+ * process: the plugin's conclusion, at the end of the reason). One thing
+ * only a reader of the whole host can conclude is added here: a NIC whose
+ * rails to every peer it serves (two or more) are down or degraded is this
+ * host's NIC or port (status_where.c).
+ *
  * Exit status: 0 when the table was read, or when there is no job on this
  * host (no table, or only rows of processes that are gone): that is a normal
  * state of a host, not an error. 1 when the table exists but cannot be read
@@ -16,6 +22,7 @@
 #include "rr_health.h"
 #include "rr_health_table.h"
 #include "status_transport.h"
+#include "status_where.h"
 #include "tel_files.h"
 
 #include <inttypes.h>
@@ -81,6 +88,35 @@ static const char *transport_cell(const char *dir, const rr_ht_nic_row *r, char 
   return buf;
 }
 
+#define MAX_REACH 256
+
+static const status_nic_reach *reach_of(const status_nic_reach *reach, int n, const char *nic) {
+  for (int i = 0; i < n; i++)
+    if (!strncmp(reach[i].nic, nic, sizeof reach[i].nic)) return &reach[i];
+  return NULL;
+}
+
+/* The rails out of service, each with why and where, and the NICs that fail
+ * towards every peer they serve. */
+static void print_faults(const rr_ht_snapshot *s, int all, const status_nic_reach *reach, int nreach) {
+  int header = 0;
+  for (int i = 0; i < s->peer_count; i++) {
+    const rr_ht_peer_entry *e = &s->peer[i];
+    const rr_ht_peer_row *r = &e->row;
+    if (e->torn || (e->liveness != RR_HT_LIVE && !all)) continue;
+    if (r->state != RR_HT_DEGRADED && r->state != RR_HT_DOWN) continue;
+    if (!header++) printf("\nRAILS OUT OF SERVICE (why; where the fault is)\n");
+    const status_nic_reach *nr = reach_of(reach, nreach, r->ifname);
+    printf("  %s %s -> %s (pid %u): %s%s\n", r->state == RR_HT_DEGRADED ? "DEGRADED" : "DOWN    ",
+           r->ifname[0] ? r->ifname : "?", r->peer[0] ? r->peer : "?", r->pid, r->reason[0] ? r->reason : "-",
+           nr && status_nic_fails_everywhere(nr) ? "; local: the NIC fails towards every peer" : "");
+  }
+  for (int i = 0; i < nreach; i++)
+    if (status_nic_fails_everywhere(&reach[i]))
+      printf("\nNIC %s fails towards every peer it serves (%d of %d): local (this host's NIC or port)\n",
+             reach[i].nic, reach[i].failing, reach[i].served);
+}
+
 static void print_text(const char *path, const char *dir, const rr_ht_snapshot *s, int all) {
   int stale_nics = s->nic_count - s->live_nics, stale_peers = s->peer_count - s->live_peers;
   printf("health table %s: %d NIC row(s) live, %d peer rail(s) live\n", path, s->live_nics,
@@ -121,6 +157,9 @@ static void print_text(const char *path, const char *dir, const rr_ht_snapshot *
              r->pid, r->reason[0] ? r->reason : "-");
     }
   }
+  status_nic_reach reach[MAX_REACH];
+  int nreach = status_nic_reach_of(dir, s, all, reach, MAX_REACH);
+  print_faults(s, all, reach, nreach);
   if ((stale_nics || stale_peers) && !all)
     printf("\n%d NIC row(s) and %d peer row(s) of processes that exited or stopped reporting "
            "(no heartbeat for %.0f s) not shown: --all shows them\n",
@@ -190,6 +229,15 @@ static void print_json(const char *path, const char *dir, const rr_ht_snapshot *
     json_str(r->reason);
     putchar('}');
   }
+  status_nic_reach reach[MAX_REACH];
+  int nreach = status_nic_reach_of(dir, s, all, reach, MAX_REACH);
+  printf("],\"nic_reach\":[");
+  for (int i = 0; i < nreach; i++) {
+    printf("%s{\"nic\":", i ? "," : "");
+    json_str(reach[i].nic);
+    printf(",\"peers_served\":%d,\"peers_failing\":%d,\"fails_towards_every_peer\":%s}", reach[i].served,
+           reach[i].failing, status_nic_fails_everywhere(&reach[i]) ? "true" : "false");
+  }
   printf("],\"peer_rails\":[");
   n = 0;
   for (int i = 0; i < s->peer_count; i++) {
@@ -206,6 +254,8 @@ static void print_json(const char *path, const char *dir, const rr_ht_snapshot *
            r->dev, r->pid, state_str(r->state), liveness_str(e->liveness),
            e->torn ? "true" : "false", (uint64_t)(e->heartbeat_age_ns / 1000000u), r->since_ns, r->changes);
     json_str(r->reason);
+    const status_nic_reach *nr = reach_of(reach, nreach, r->ifname);
+    printf(",\"nic_fails_towards_every_peer\":%s", nr && status_nic_fails_everywhere(nr) ? "true" : "false");
     putchar('}');
   }
   printf("]}\n");

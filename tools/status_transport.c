@@ -10,8 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The value of label key inside the braces [l, end) into buf; 0 when absent. */
-static int label(const char *l, const char *end, const char *key, char *buf, size_t len) {
+int status_prom_label(const char *l, const char *end, const char *key, char *buf, size_t len) {
   char pat[40];
   snprintf(pat, sizeof pat, "%s=\"", key);
   size_t pl = strlen(pat);
@@ -36,12 +35,12 @@ static int from_text(const char *text, const char *nic, status_transport *out) {
     const char *eol = strchr(l, '\n');
     if (!end || (eol && eol < end)) continue;
     char name[32], port[16];
-    if (!label(l, end, "nic", name, sizeof name) || strcmp(name, nic) != 0) continue;
+    if (!status_prom_label(l, end, "nic", name, sizeof name) || strcmp(name, nic) != 0) continue;
     status_transport t;
     memset(&t, 0, sizeof t);
-    if (!label(l, end, "transport", t.transport, sizeof t.transport) || !t.transport[0]) return 0;
-    label(l, end, "rdma_device", t.rdma_device, sizeof t.rdma_device);
-    if (label(l, end, "rdma_port", port, sizeof port)) t.rdma_port = atoi(port);
+    if (!status_prom_label(l, end, "transport", t.transport, sizeof t.transport) || !t.transport[0]) return 0;
+    status_prom_label(l, end, "rdma_device", t.rdma_device, sizeof t.rdma_device);
+    if (status_prom_label(l, end, "rdma_port", port, sizeof port)) t.rdma_port = atoi(port);
     *out = t;
     return 1;
   }

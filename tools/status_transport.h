@@ -16,4 +16,10 @@ typedef struct status_transport {
  * plugin): the caller shows it as unknown. */
 int status_transport_of(const char *dir, uint32_t pid, const char *nic, status_transport *out);
 
+/* The value of label key in a Prometheus sample's braces [l, end) into buf
+ * (at most len - 1 bytes, up to the closing quote); 0 when absent, cut
+ * short or malformed. */
+#include <stddef.h>
+int status_prom_label(const char *l, const char *end, const char *key, char *buf, size_t len);
+
 #endif

@@ -113,15 +113,24 @@ static void params_parse(void) {
    * busy receiver, CPU contention on a shared host) moves a healthy rail's
    * rate by a factor of two or three for moments; a rail must stay under
    * RERAIL_DEGRADED_PCT of its healthy level for a whole second, with data
-   * waiting for it all along, before it is demoted (20 is the value the
-   * lab's slow-rail test uses). Off (0) by default until the chaos run shows
-   * zero demotions with it on: it still demotes a few rails there. */
+   * waiting for it all along, and with no rail towards that peer changing
+   * state for a second before, ahead of it being demoted: 20 %, a fifth,
+   * twice what noise does (the chaos run and the 60 s healthy run in the
+   * lab demote nothing at it). 0 turns demotion off. */
   params.degraded_pct = (uint32_t)rr_param_parse_u64("RERAIL_DEGRADED_PCT", getenv("RERAIL_DEGRADED_PCT"),
-                                                     0, 0, 90);
+                                                     20, 0, 90);
   params.degraded_ms = rr_param_parse_u64("RERAIL_DEGRADED_MS", getenv("RERAIL_DEGRADED_MS"), 1000, 100,
                                           600000);
   params.degraded_restore_pct = (uint32_t)rr_param_parse_u64(
       "RERAIL_DEGRADED_RESTORE_PCT", getenv("RERAIL_DEGRADED_RESTORE_PCT"), 50, 1, 100);
+  /* Loss: a rail retransmitting this percent of the bytes it sends, for
+   * RERAIL_DEGRADED_MS, when the peer's other rails do not (then the loss
+   * is the peer's or the fabric's, and moving helps nothing), is demoted
+   * too: TCP hides a 10 % loss as a rate of 30-50 % of the level, which the
+   * rate criterion leaves alone. A healthy path in a data centre
+   * retransmits well under 1 %. */
+  params.degraded_retrans_pct = (uint32_t)rr_param_parse_u64(
+      "RERAIL_DEGRADED_RETRANS_PCT", getenv("RERAIL_DEGRADED_RETRANS_PCT"), 3, 1, 100);
   /* Operators set NCCL_IB_HCA cluster-wide: rerail takes the same ports. */
   const char *hca = getenv("RERAIL_IB_HCA");
   if (!hca) hca = getenv("NCCL_IB_HCA");

@@ -24,6 +24,7 @@ typedef struct rr_params {
   uint32_t degraded_pct;     /* RERAIL_DEGRADED_PCT: demote below this % of the healthy level, 0 = never */
   uint64_t degraded_ms;      /* RERAIL_DEGRADED_MS: ... for this long, under load */
   uint32_t degraded_restore_pct; /* RERAIL_DEGRADED_RESTORE_PCT: probes at this % bring it back */
+  uint32_t degraded_retrans_pct; /* RERAIL_DEGRADED_RETRANS_PCT: demote when this % of what it sends is retransmitted */
   /* Verbs rails (NCCL_IB_* names and meanings). */
   char ib_hca[256];          /* RERAIL_IB_HCA, NCCL_IB_HCA syntax; "" = every device */
   int ib_gid_index;          /* RERAIL_IB_GID_INDEX: 0..1023, -1 = choose as NCCL does */

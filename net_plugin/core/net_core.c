@@ -141,6 +141,7 @@ void rr_core_engine_config(int role, size_t chunk_size, const struct sockaddr *p
   cfg->degraded_pct = p->degraded_pct;
   cfg->restore_pct = p->degraded_restore_pct;
   cfg->degraded_ns = p->degraded_ms * 1000000ull;
+  cfg->retrans_pct = p->degraded_retrans_pct;
   rr_sockaddr_str(peer, cfg->peer, sizeof cfg->peer);
 }
 

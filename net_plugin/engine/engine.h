@@ -98,6 +98,10 @@ typedef struct engine_rail {
   uint64_t probe_start_ns;  /* DEGRADED: the probe in flight began (0: none) */
   uint64_t probe_bytes;
   uint64_t probe_done_ns;   /* when the last probe ended */
+  rr_rail_path_stats g_path;/* the transport's totals at the last reading (RR_RAIL_CAP_PATH_STATS) */
+  uint64_t g_path_ns;       /* when they were read (0: not yet in this state) */
+  rr_rail_path_stats probe_path; /* DEGRADED: the totals when the probe in flight began */
+  int probe_path_ok;        /* they could be read */
   double degraded_frac;     /* what it delivered, as a fraction of its healthy level */
   uint64_t degraded_for_ns; /* for how long it had delivered that little when demoted */
 } engine_rail;
@@ -224,8 +228,11 @@ typedef struct rr_engine_config {
   /* Gray failures (engine_gray.c): a rail delivering under degraded_pct %
    * of its healthy level while loaded, for degraded_ns, is demoted; it
    * returns once probes show restore_pct % for the fail-back hold.
-   * degraded_pct 0: never demote. */
-  uint32_t degraded_pct, restore_pct;
+   * degraded_pct 0: never demote. A rail whose transport reports its
+   * retransmissions (RR_RAIL_CAP_PATH_STATS) and retransmits retrans_pct %
+   * of what it sends for degraded_ns, when its siblings do not, is demoted
+   * too. */
+  uint32_t degraded_pct, restore_pct, retrans_pct;
   uint64_t degraded_ns;
 } rr_engine_config;
 
@@ -443,6 +450,10 @@ int engine_rail_fence_cheap(const rr_engine *e, int r);
 /* engine_gray.c: gray failures (slow or lossy rails that stay up) */
 /* Sender, once per tick per rail: measure, demote, probe, restore. */
 void engine_gray_tick(rr_engine *e, int r, uint64_t now);
+/* Rail r of e went from old to st (every transition, and a reopen): links
+ * towards the same peer host are not judged until traffic settles, and a
+ * hard event forgets what was judged of r's link. Caller holds e's lock. */
+void engine_gray_on_state(rr_engine *e, int r, rr_rail_state old, rr_rail_state st, uint64_t now);
 /* A failure notice (FAIL or DOWN) naming down_mask, qualified with what
  * this end knows: which of those rails are demoted, which fail here. */
 engine_msg engine_notice(const rr_engine *e, uint8_t type, uint32_t epoch, uint32_t down_mask);

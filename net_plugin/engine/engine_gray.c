@@ -12,6 +12,29 @@
  * NIC share its rate, and judging each connection's share alone would make a
  * rail shared by four look four times slower than when it carried one.
  *
+ * Only windows of a settled network are judged or learnt from: any rail
+ * state change towards the same peer host (a failure, a fail-back, a
+ * reopen, a demotion) moves connections between links, and for
+ * RR_GRAY_SETTLE_NS after it the links' rates say how traffic is being
+ * redistributed, not what a link can carry. A hard event on the link itself
+ * (down, reopened, recovered) also forgets what was judged of it: it is
+ * judged afresh. Without this, a rail coming back from an outage was
+ * demoted at once on a verdict made of the trickle it delivered while it
+ * died (the chaos run).
+ *
+ * Loss (rails whose transport counts its retransmissions,
+ * RR_RAIL_CAP_PATH_STATS): TCP recovers a 10 % packet loss fast enough on a
+ * short path that the rail still delivers 30-50 % of its level, above the
+ * rate criterion, while every message that crosses it waits for
+ * retransmissions. Each window also sums what the link's connections sent
+ * and retransmitted; a window retransmitting retrans_pct % of what it sent,
+ * and four times the link's own usual share (its history: the average of
+ * the windows that were not lossy), counts as lossy; a run of them for a
+ * third of degraded_ns is a degraded link, unless the peer's other links lose as much
+ * at the same time (the loss is then the peer's or the fabric's, and moving
+ * the traffic would not help). Probes of a link demoted for either reason
+ * must show both the rate and no loss before traffic returns.
+ *
  * The healthy level of a link is the highest window seen, decaying slowly
  * (RR_GRAY_DECAY per loaded window) towards what it delivers while loaded, so
  * a lasting change of the machine's speed becomes the new normal in tens of
@@ -49,17 +72,39 @@
 #define RR_GRAY_PROBE_WRITE (1u << 20)
 #define RR_GRAY_PROBE_GAP_NS (200 * MS)
 #define RR_GRAY_PROBE_TIMEOUT_NS (1000 * MS)
+#define RR_GRAY_SETTLE_NS (1000 * MS)      /* after a rail state change towards the peer */
+#define RR_GRAY_STALE_NS (3 * RR_GRAY_WINDOW_NS) /* a window nobody measured all along */
+#define RR_GRAY_PATH_EVERY_NS (50 * MS)    /* how often a rail's transport totals are read */
+#define RR_GRAY_LOSS_MIN_BYTES (256u << 10)/* a window that sent less says nothing of loss */
+#define RR_GRAY_LOSS_NORM_X 4              /* lossy: this many times the link's usual share */
+#define RR_GRAY_SIBLING_NS (1000 * MS)     /* a sibling's loss this recent is compared with */
+/* A run of lossy windows is sure after a third of degraded_ns: a share of
+ * retransmitted bytes over 256 KiB sent is a far steadier signal than a
+ * rate, and a path losing 10 % stalls in retransmission timeouts that make
+ * the failure detector fail the rail over (δ, 1 s by default) if the
+ * demotion does not come first. */
+#define RR_GRAY_LOSS_RUN_DIV 3
 _Static_assert(RR_GRAY_PROBE_WRITE <= ENGINE_PROBE_MAX_WRITE, "a probe write the receiver accepts");
 
 typedef struct gray_link {
   int dev;
   char peer[48];
+  char host[64];            /* the peer host (rr_engine_config.peer): links to it move together */
+  uint64_t settle_until;    /* windows starting before this are not judged (0: settled) */
   uint64_t win_start, bytes, loaded_ns, last_loaded_ns;
   double level;             /* healthy level, bytes/s (0: not known yet) */
   uint64_t below_since;     /* the first window of a run under the threshold (0: none) */
   double below_frac;        /* the last such window's rate over the level */
   uint32_t run_windows, run_below; /* windows in the run, and how many were below */
   int degraded;             /* the verdict: connections demote their rails on it */
+  int lossy;                /* ... and it was for loss, not for its rate */
+  /* Loss: this window's transport totals, the run of lossy windows, the
+   * link's usual share retransmitted, and its last judged window's share. */
+  uint64_t sent, retrans;
+  uint64_t loss_since;
+  uint32_t loss_windows, loss_bad;
+  double loss_frac, loss_norm, last_loss;
+  uint64_t last_loss_ns;
   const rr_engine *probe_owner; /* the connection whose probe is in flight (compared only) */
   uint64_t probe_since;
   uint64_t ok_since;        /* probes at the restore level since (0: the last one was not) */
@@ -73,16 +118,78 @@ static int gray_nlinks;
 /* Filler for probes: never read by anybody. */
 static const char probe_fill[RR_GRAY_PROBE_WRITE];
 
-static gray_link *link_get(int dev, const char *peer, uint64_t now) {
+/* Set while this thread holds gray_lock: a demotion or restore made under
+ * it comes back through engine_gray_on_state. */
+static _Thread_local int gray_held;
+
+static gray_link *link_find(int dev, const char *peer) {
   for (int i = 0; i < gray_nlinks; i++)
     if (gray_links[i].dev == dev && !strcmp(gray_links[i].peer, peer)) return &gray_links[i];
+  return NULL;
+}
+
+static gray_link *link_get(int dev, const char *peer, const char *host, uint64_t now) {
+  gray_link *l = link_find(dev, peer);
+  if (l) return l;
   if (gray_nlinks == RR_GRAY_LINKS) return NULL; /* not judged: never wrongly demoted */
-  gray_link *l = &gray_links[gray_nlinks++];
+  l = &gray_links[gray_nlinks++];
   memset(l, 0, sizeof *l);
   l->dev = dev;
   snprintf(l->peer, sizeof l->peer, "%s", peer);
+  snprintf(l->host, sizeof l->host, "%s", host);
   l->win_start = now;
+  l->settle_until = now + RR_GRAY_SETTLE_NS; /* connections are still being set up */
   return l;
+}
+
+/* Forget the runs under way and start a new window. */
+static void run_reset(gray_link *l, uint64_t now) {
+  l->below_since = 0;
+  l->run_windows = l->run_below = 0;
+  l->loss_since = 0;
+  l->loss_windows = l->loss_bad = 0;
+  l->win_start = now;
+  l->bytes = l->loaded_ns = 0;
+  l->sent = l->retrans = 0;
+}
+
+/* Does another link to the same peer host lose at least a quarter of what
+ * l loses (share), measured lately? Then the loss is not l's. */
+static int sibling_lossy(const gray_link *l, double share, uint64_t now) {
+  for (int i = 0; i < gray_nlinks; i++) {
+    const gray_link *o = &gray_links[i];
+    if (o == l || strcmp(o->host, l->host) || !o->last_loss_ns || now - o->last_loss_ns > RR_GRAY_SIBLING_NS)
+      continue;
+    if (o->last_loss * RR_GRAY_LOSS_NORM_X >= share) return 1;
+  }
+  return 0;
+}
+
+/* The window's retransmissions: a run of lossy windows makes a lossy link. */
+static void loss_window(gray_link *l, const rr_engine_config *cfg, uint64_t now) {
+  if (l->sent < RR_GRAY_LOSS_MIN_BYTES) return; /* too little sent to tell */
+  double share = (double)l->retrans / (double)l->sent;
+  l->last_loss = share;
+  l->last_loss_ns = now;
+  if (share * 100.0 >= (double)cfg->retrans_pct && share >= RR_GRAY_LOSS_NORM_X * l->loss_norm) {
+    if (!l->loss_since) l->loss_since = l->win_start;
+    l->loss_windows++, l->loss_bad++;
+    l->loss_frac = share;
+    /* Three lossy windows at least: one burst of retransmissions after a
+     * port that was down for a moment (shorter than δ) is no lossy path. */
+    if (now - l->loss_since >= cfg->degraded_ns / RR_GRAY_LOSS_RUN_DIV && l->loss_bad >= 3 &&
+        l->loss_bad * 10 >= l->loss_windows * 6 &&
+        !sibling_lossy(l, share, now))
+      l->degraded = 1, l->lossy = 1;
+    return;
+  }
+  l->loss_norm = l->loss_norm * RR_GRAY_DECAY + share * (1.0 - RR_GRAY_DECAY);
+  if (share * 200.0 < (double)cfg->retrans_pct) { /* clearly clean: the run is over */
+    l->loss_since = 0;
+    l->loss_windows = l->loss_bad = 0;
+  } else if (l->loss_since) {
+    l->loss_windows++;
+  }
 }
 
 /* A window is "below" (loaded at least RR_GRAY_LOADED_PCT of it, under
@@ -92,7 +199,16 @@ static gray_link *link_get(int dev, const char *peer, uint64_t now) {
  * degraded_ns is a degraded link. */
 static void window_close(gray_link *l, const rr_engine_config *cfg, uint64_t now) {
   uint64_t dur = now - l->win_start;
-  /* Nothing delivered at all is silence, not a gray failure: the failure
+  /* Traffic still moving between links after a rail state change, or a
+   * window no connection measured all along: it says nothing. */
+  if (l->win_start < l->settle_until || dur > RR_GRAY_STALE_NS) {
+    run_reset(l, now);
+    return;
+  }
+  /* Loss is judged on what the transport sent, silence or not: a lossy
+   * TCP path spends whole windows in a retransmission timeout. */
+  loss_window(l, cfg, now);
+  /* Nothing delivered at all is silence, not a slow rail: the failure
    * detector owns it (a probe, then a failover within δ), and a rail fresh
    * from an outage sits in TCP's retransmission backoff for a while. It
    * breaks a run of slow windows, so a rail that flaps or goes silent is
@@ -101,7 +217,8 @@ static void window_close(gray_link *l, const rr_engine_config *cfg, uint64_t now
     l->below_since = 0;
     l->run_windows = l->run_below = 0;
     l->win_start = now;
-    l->loaded_ns = 0;
+    l->bytes = l->loaded_ns = 0;
+    l->sent = l->retrans = 0;
     return;
   }
   double rate = (double)l->bytes * 1e9 / (double)dur;
@@ -112,7 +229,7 @@ static void window_close(gray_link *l, const rr_engine_config *cfg, uint64_t now
     l->run_windows = l->run_below = 0;
     if (rate > l->level) l->level = rate;
     else if (loaded) l->level = l->level * RR_GRAY_DECAY + rate * (1.0 - RR_GRAY_DECAY);
-    if (loaded) l->degraded = 0;
+    if (loaded && !l->lossy) l->degraded = 0;
   } else if (loaded || l->below_since) {
     if (!l->below_since) l->below_since = l->win_start;
     l->run_windows++;
@@ -121,6 +238,30 @@ static void window_close(gray_link *l, const rr_engine_config *cfg, uint64_t now
   }
   l->win_start = now;
   l->bytes = l->loaded_ns = 0;
+  l->sent = l->retrans = 0;
+}
+
+/* The transport's totals now (RR_RAIL_CAP_PATH_STATS), 0 when it cannot say. */
+static int path_read(engine_rail *rl, rr_rail_path_stats *out) {
+  if (!(rl->ep->dev->attr.caps & RR_RAIL_CAP_PATH_STATS) || !rl->ep->ops->path_stats) return 0;
+  return rl->ep->ops->path_stats(rl->ep, out) == RR_OK;
+}
+
+/* A rail's sent and retransmitted bytes since its last reading, into its
+ * link's window (a few times a window: a system call per socket). */
+static void measure_path(engine_rail *rl, gray_link *l, uint64_t now) {
+  if (rl->g_path_ns && now - rl->g_path_ns < RR_GRAY_PATH_EVERY_NS) return;
+  rr_rail_path_stats p;
+  if (!path_read(rl, &p)) {
+    rl->g_path_ns = 0;
+    return;
+  }
+  if (rl->g_path_ns && p.sent_bytes >= rl->g_path.sent_bytes && p.retrans_bytes >= rl->g_path.retrans_bytes) {
+    l->sent += p.sent_bytes - rl->g_path.sent_bytes;
+    l->retrans += p.retrans_bytes - rl->g_path.retrans_bytes;
+  }
+  rl->g_path = p;
+  rl->g_path_ns = now;
 }
 
 /* One tick's measurement of an ACTIVE rail into its link's window. */
@@ -145,6 +286,7 @@ static void measure(rr_engine *e, engine_rail *rl, gray_link *l, uint64_t now) {
   rl->g_prev_posted = rl->g_posted;
   rl->g_prev_backlog = b;
   rl->g_prev_loaded = loaded;
+  measure_path(rl, l, now);
   if (now - l->win_start >= RR_GRAY_WINDOW_NS) window_close(l, &e->cfg, now);
 }
 
@@ -156,13 +298,18 @@ static int other_rail_usable(const rr_engine *e, int r) {
 
 static void demote(rr_engine *e, int r, const gray_link *l, uint64_t now) {
   engine_rail *rl = &e->rails[r];
-  rl->degraded_frac = l->below_frac;
-  rl->degraded_for_ns = now - l->below_since;
+  rl->degraded_frac = l->lossy ? l->loss_frac : l->below_frac;
+  uint64_t since = l->lossy ? l->loss_since : l->below_since;
+  rl->degraded_for_ns = since && now > since ? now - since : 0;
   rl->probe_start_ns = 0;
   rl->probe_done_ns = now;
   char why[64];
-  snprintf(why, sizeof why, "delivers %.0f %% of its healthy level for %.1f s", rl->degraded_frac * 100.0,
-           (double)rl->degraded_for_ns / 1e9);
+  if (l->lossy)
+    snprintf(why, sizeof why, "retransmits %.0f %% of its bytes for %.1f s", rl->degraded_frac * 100.0,
+             (double)rl->degraded_for_ns / 1e9);
+  else
+    snprintf(why, sizeof why, "delivers %.0f %% of its level for %.1f s", rl->degraded_frac * 100.0,
+             (double)rl->degraded_for_ns / 1e9);
   e->stats.demotions++;
   engine_rail_set_state(e, r, RR_RAIL_DEGRADED, why);
 }
@@ -178,6 +325,18 @@ static void probe_post(rr_engine *e, engine_rail *rl, uint64_t now) {
   }
   rl->probe_bytes = sent;
   rl->probe_start_ns = sent ? now : 0;
+  rl->probe_path_ok = sent && path_read(rl, &rl->probe_path);
+}
+
+/* The share of what the probe in flight sent that was retransmitted; -1
+ * when the transport cannot say. */
+static double probe_loss(engine_rail *rl) {
+  rr_rail_path_stats p;
+  if (!rl->probe_path_ok || !path_read(rl, &p) || p.sent_bytes <= rl->probe_path.sent_bytes ||
+      p.retrans_bytes < rl->probe_path.retrans_bytes)
+    return -1;
+  return (double)(p.retrans_bytes - rl->probe_path.retrans_bytes) /
+         (double)(p.sent_bytes - rl->probe_path.sent_bytes);
 }
 
 /* A demoted rail: probe it, and restore it once the probes show it healthy
@@ -193,7 +352,11 @@ static void probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
      * milliseconds is noisier than a 100 ms window). */
     int ok = done && rate * 100.0 >= (double)e->cfg.restore_pct * l->level;
     int bad = !done || rate * 100.0 < (double)e->cfg.degraded_pct * l->level;
-      if (bad) l->ok_since = 0;
+    /* A probe that had to be retransmitted is a lossy path, whatever it
+     * delivered in the end. */
+    double loss = done ? probe_loss(rl) : -1;
+    if (loss * 100.0 >= (double)e->cfg.retrans_pct) bad = 1, ok = 0;
+    if (bad) l->ok_since = 0;
     else if (ok && !l->ok_since) l->ok_since = now;
     l->probe_done_ns = now;
     rl->probe_start_ns = 0;
@@ -206,8 +369,8 @@ static void probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
     if (rl->probe_start_ns) l->probe_owner = e, l->probe_since = now;
   }
   if (l->ok_since && now - l->ok_since >= engine_rail_hold_ns(e, rl)) {
-    l->degraded = 0;
-    l->below_since = 0, l->run_windows = l->run_below = 0;
+    l->degraded = l->lossy = 0;
+    run_reset(l, now);
     engine_rail_set_state(e, r, RR_RAIL_ACTIVE, "delivers its healthy level again");
     e->down_notice_pending = 1; /* the receiver restores it on our word */
     e->restore_notice = 1;
@@ -223,8 +386,10 @@ void engine_gray_tick(rr_engine *e, int r, uint64_t now) {
       !(rl->ep->dev->attr.caps & RR_RAIL_CAP_WRITE_BEGIN))
     return;
   pthread_mutex_lock(&gray_lock);
-  gray_link *l = link_get(rl->ep->dev->index, rl->peer_addr, now);
+  gray_held = 1;
+  gray_link *l = link_get(rl->ep->dev->index, rl->peer_addr, e->cfg.peer, now);
   if (!l) {
+    gray_held = 0;
     pthread_mutex_unlock(&gray_lock);
     return;
   }
@@ -235,7 +400,31 @@ void engine_gray_tick(rr_engine *e, int r, uint64_t now) {
   } else if (rl->state == RR_RAIL_DEGRADED) {
     probe_and_restore(e, r, l, now);
   }
+  gray_held = 0;
   pthread_mutex_unlock(&gray_lock);
+}
+
+void engine_gray_on_state(rr_engine *e, int r, rr_rail_state old, rr_rail_state st, uint64_t now) {
+  if (e->cfg.role != RR_ENGINE_SEND || !e->cfg.degraded_pct) return;
+  engine_rail *rl = &e->rails[r];
+  rl->g_prev_ns = 0; /* what it posted before this is no delivery of its new state */
+  rl->g_path_ns = 0; /* nor what its transport sent */
+  int held = gray_held;
+  if (!held) pthread_mutex_lock(&gray_lock);
+  for (int i = 0; i < gray_nlinks; i++)
+    if (!strcmp(gray_links[i].host, e->cfg.peer) && gray_links[i].settle_until < now + RR_GRAY_SETTLE_NS)
+      gray_links[i].settle_until = now + RR_GRAY_SETTLE_NS;
+  /* A demotion or restore is the verdict at work (the link's other
+   * connections follow it); anything else on the link is a hard event after
+   * which the link is judged afresh. */
+  int gray = st == RR_RAIL_DEGRADED || (old == RR_RAIL_DEGRADED && st == RR_RAIL_ACTIVE);
+  gray_link *l = gray ? NULL : link_find(rl->ep->dev->index, rl->peer_addr);
+  if (l) {
+    run_reset(l, now);
+    l->degraded = l->lossy = 0;
+    l->ok_since = 0;
+  }
+  if (!held) pthread_mutex_unlock(&gray_lock);
 }
 
 /* ---------------------------------------------------------- notices */

@@ -77,11 +77,14 @@ static void report(rr_engine *e, int r, rr_health_event_kind kind, int to) {
   if (to >= 0) snprintf(ev.to_ifname, sizeof ev.to_ifname, "%s", e->rails[to].ifname);
   snprintf(ev.peer, sizeof ev.peer, "%s", e->cfg.peer);
   const engine_rail *about = to >= 0 ? &e->rails[to] : rl;
-  snprintf(ev.reason, sizeof ev.reason, "%s %.40s: %.40s",
-           e->cfg.role == RR_ENGINE_SEND ? "send" : "recv", about->name, about->why);
-  /* A rail that just failed or was demoted says where its fault is. */
+  /* A rail that just failed or was demoted says where its fault is, in the
+   * event and at the end of its reason, which is what `rerail status` shows
+   * of it (the health table's rows have no field for it). */
   if (kind == RR_HEV_RAIL_STATE && (ev.state == RR_LINK_DOWN || ev.state == RR_LINK_DEGRADED))
     ev.where = (rr_fault_where)about->where;
+  const char *where = rr_fault_where_str(ev.where);
+  snprintf(ev.reason, sizeof ev.reason, "%s %.32s: %.44s%s%s", e->cfg.role == RR_ENGINE_SEND ? "send" : "recv",
+           about->name, about->why, where[0] ? "; " : "", where);
   rr_health_report(&ev);
 }
 
@@ -183,6 +186,7 @@ void engine_rail_set_state(rr_engine *e, int r, rr_rail_state st, const char *wh
   rl->state = st;
   rl->state_since_ns = now;
   snprintf(rl->why, sizeof rl->why, "%s", why);
+  engine_gray_on_state(e, r, old, st, now);
   /* DEAD and DOWN look alike in the health table: the transition says which. */
   RR_INFO(RR_SUB_NET, "%s %s: %s -> %s (%s)", e->cfg.role == RR_ENGINE_SEND ? "send" : "recv",
           rl->name, rail_state_names[old], rail_state_names[st], why);
@@ -262,6 +266,7 @@ void engine_rail_swap(rr_engine *e, int r, rr_rail_ep *ep) {
   rl->last_alive_ns = 0;
   rl->last_probe_ns = 0;
   rl->fresh = 1; /* new sockets hold no stale bytes: any life is real */
+  engine_gray_on_state(e, r, RR_RAIL_DOWN, RR_RAIL_DOWN, now);
   snprintf(rl->why, sizeof rl->why, "reconnected");
   RR_INFO(RR_SUB_NET, "%s %s: reconnected", e->cfg.role == RR_ENGINE_SEND ? "send" : "recv", rl->name);
 }

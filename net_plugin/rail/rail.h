@@ -66,6 +66,8 @@ enum rr_rail_cap {
                                         * (attr.netdev's); without it setup, authentication
                                         * and reconnects travel over the core's out-of-band
                                         * interface, whatever happens to this device */
+  RR_RAIL_CAP_PATH_STATS = 1u << 7,    /* path_stats() reports what the transport sent and
+                                        * retransmitted on the endpoint (TCP: TCP_INFO) */
 };
 
 /* Memory kinds a device can register (rr_rail_dev_attr.mem_kinds). */
@@ -242,9 +244,19 @@ typedef enum rr_rail_wire {
   RR_RAIL_WIRE_QUEUE_PAIRS = 1,        /* RDMA queue pairs (verbs) */
 } rr_rail_wire;
 
+/* What an endpoint's transport has sent on its path since it was connected,
+ * as running totals (rr_rail_ops.path_stats). A path that loses packets
+ * shows as retransmissions long before it falls silent: the engine judges a
+ * lossy rail by retrans_bytes / sent_bytes (engine_gray.c). */
+typedef struct rr_rail_path_stats {
+  uint64_t sent_bytes;                 /* payload bytes put on the wire, retransmissions included */
+  uint64_t retrans_bytes;              /* of which retransmissions */
+} rr_rail_path_stats;
+
 /* One const table per transport; every entry is present (a stub where a
  * transport has nothing to do), except the flush entries, which a transport
- * whose memory needs no flush leaves NULL. */
+ * whose memory needs no flush leaves NULL, and path_stats, which only a
+ * transport with RR_RAIL_CAP_PATH_STATS fills in. */
 struct rr_rail_ops {
   const char *name;
   rr_rail_wire wire;
@@ -315,6 +327,12 @@ struct rr_rail_ops {
    * ways: bytes received, or the peer acknowledging bytes we sent. While our
    * own data waits unacknowledged, only acknowledgements count. */
   uint64_t (*last_alive_ns)(rr_rail_ep *ep, uint64_t now_ns);
+  /* RR_RAIL_CAP_PATH_STATS only (else NULL): the endpoint's running totals
+   * (rr_rail_path_stats) into *out; RR_OK, or a failure when the transport
+   * cannot tell now (a broken endpoint): the caller judges nothing then.
+   * Costs a system call per socket: call it a few times a second, not per
+   * message. */
+  rr_status (*path_stats)(rr_rail_ep *ep, rr_rail_path_stats *out);
   /* Release everything; the endpoint is gone afterwards. */
   void (*destroy)(rr_rail_ep *ep);
 };

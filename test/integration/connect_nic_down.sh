@@ -127,61 +127,7 @@ case_listener_down() { nic_down_case 1; }
 case_connector_down() { nic_down_case 0; }
 
 # ---- rails flapping from the first second -------------------------------------------
-# Fault state as in resilience_chaos.sh: F[kind,h,r] = 1 while in place; kinds nic
-# (the host's NIC down), sw (its switch port down), drop (a silent black hole).
-declare -A F=()
-KINDS=(nic sw drop)
-NCHANGES=0
-rail_clean() {
-  local k h
-  for k in "${KINDS[@]}"; do
-    for h in 0 1; do [ "${F[$k,$h,$1]:-0}" = 1 ] && return 1; done
-  done
-  return 0
-}
-clean_rails() {
-  local r n=0
-  for ((r = 0; r < LAB_RAILS; r++)); do rail_clean $r && n=$((n + 1)); done
-  echo $n
-}
-apply() {   # apply KIND H R on|off
-  local k=$1 h=$2 r=$3 v=$4
-  case $k in
-    nic) link "$h" "$r" "$([ "$v" = on ] && echo down || echo up)" ;;
-    sw) link "$h" "$r" "$([ "$v" = on ] && echo down || echo up)" switch ;;
-    drop) drop "$h" "$r" "$([ "$v" = on ] && echo 100 || echo off)" >/dev/null ;;
-  esac
-  if [ "$v" = on ]; then F[$k,$h,$r]=1; else unset "F[$k,$h,$r]"; fi
-  echo "+$(calc "$T_AFTER - $T0") $k h$h rail$r $v" >>"$PAIR_DIR/faults.log"
-  NCHANGES=$((NCHANGES + 1))
-}
-PINNED=""   # a fault the flapping never heals (heal_all does)
-heal_random() {
-  local keys=() key k h r
-  for key in "${!F[@]}"; do [ "$key" = "$PINNED" ] || keys+=("$key"); done
-  [ ${#keys[@]} -gt 0 ] || return 1
-  key=${keys[RANDOM % ${#keys[@]}]}
-  IFS=, read -r k h r <<<"$key"
-  apply "$k" "$h" "$r" off
-}
-heal_all() {
-  local key k h r
-  for key in "${!F[@]}"; do
-    IFS=, read -r k h r <<<"$key"
-    apply "$k" "$h" "$r" off
-  done
-}
-# one random change (chaos's rule: never the last clean rail)
-flap_step() {
-  local k h r want
-  [ $((RANDOM % 10)) -lt 7 ] || [ ${#F[@]} -eq 0 ] && want=inject || want=heal
-  if [ "$want" = heal ] || [ ${#F[@]} -ge 6 ]; then heal_random && return; fi
-  k=${KINDS[RANDOM % 3]} h=$((RANDOM % 2)) r=$((RANDOM % LAB_RAILS))
-  if [ "$k,$h,$r" = "$PINNED" ]; then return
-  elif [ "${F[$k,$h,$r]:-0}" = 1 ]; then apply "$k" "$h" "$r" off
-  elif rail_clean "$r" && [ "$(clean_rails)" -le 1 ]; then heal_random
-  else apply "$k" "$h" "$r" on; fi
-}
+# Random hard faults as in resilience_chaos.sh (fault_step, resilience_lib.sh).
 
 case_flapping() {
   local flap window=12 seed end_us hold=100 dur healed
@@ -199,13 +145,13 @@ case_flapping() {
   # ends (every connection is set up without it, and must move to it once it
   # heals), the other rails flapping from the first second.
   apply nic 0 0 on
-  flap_step
+  fault_step
   PAIR_ENV=(RERAIL_PROGRESS_TIMEOUT=300 RERAIL_BACKUPS=3 "RERAIL_FAILBACK_HOLD=$hold")
   pair_start "$CASE_DIR" "${TRAFFIC[@]}" --duration "$dur" --timeout 120 --seed "$seed"
   end_us=$(($(us) + $(calc "$flap * 1000000" | cut -d. -f1)))
   while [ "$(us)" -lt "$end_us" ] && kill -0 "$CPID" 2>/dev/null && kill -0 "$SPID" 2>/dev/null; do
     nap "0.$(printf '%03d' $((100 + RANDOM % 701)))"
-    flap_step
+    fault_step
   done
   PINNED=""
   heal_all

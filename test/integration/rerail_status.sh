@@ -30,7 +30,7 @@ json() { # json FILTER LABEL: the output is JSON and FILTER holds
 }
 start_writer() { # a job process: rows until its stdin closes
   mkfifo "$WORK/ctl.$1"
-  RERAIL_HEALTH_PATH=$T "$HELPER" <"$WORK/ctl.$1" >"$WORK/helper.$1" 2>&1 &
+  RERAIL_HEALTH_PATH=$T "$HELPER" ${2:-} <"$WORK/ctl.$1" >"$WORK/helper.$1" 2>&1 &
   wpid=$!
   exec 3>"$WORK/ctl.$1"
   for _ in $(seq 100); do grep -q ready "$WORK/helper.$1" && return 0; sleep 0.05; done
@@ -120,6 +120,40 @@ json '.job == false and .problem == "corrupt"' "corrupt, JSON"
 printf 'not a table' >"$T"
 run status --path "$T"
 expect_rc 1 "foreign"
+
+# ---- rails out of service, and a NIC that fails towards every peer it serves
+T=$WORK/health.faults   # the table above was spoiled on purpose
+start_writer c faults
+served() { # served NIC PEER...: rails of the helper's process, as its telemetry file lists them
+  local nic=$1 p
+  shift
+  for p in "$@"; do echo "rerail_rail_degraded{host=\"h\",pid=\"$wpid\",nic=\"$nic\",peer=\"$p\"} 0"; done
+}
+rm -f "$WORK"/tel/*.prom
+{ served rrtest1 10.99.0.2 10.99.0.3; served rrtest0 10.99.0.2 10.99.0.3; } >"$WORK/tel/rerail-h-$wpid.prom"
+run status --path "$T" --dir "$WORK/tel"
+expect_rc 0 "faults"
+expect_out "DEGRADED rrtest0 -> 10.99.0.3 (pid $wpid): send rail0 (rrtest0 -> 10.99.0.3): delivers 4 % of its level for 3.1 s; path" "faults: the demoted rail, why and where"
+expect_out "NIC rrtest1 fails towards every peer it serves (2 of 2): local" "faults: rrtest1 fails everywhere"
+grep -q "NIC rrtest0 fails" "$WORK/out" && fail "faults: rrtest0 fails towards one peer of two, not every peer"
+run status --json --path "$T" --dir "$WORK/tel"
+json "any(.nic_reach[]; .nic == \"rrtest1\" and .peers_served == 2 and .peers_failing == 2 and .fails_towards_every_peer)
+  and any(.nic_reach[]; .nic == \"rrtest0\" and .peers_served == 2 and .peers_failing == 1 and (.fails_towards_every_peer | not))
+  and all(.peer_rails[]; .nic_fails_towards_every_peer == (.ifname == \"rrtest1\"))
+  and any(.peer_rails[]; .ifname == \"rrtest0\" and .state == \"degraded\")" "faults, JSON"
+# a third peer rrtest1 still reaches: not the NIC
+served rrtest1 10.99.0.4 >>"$WORK/tel/rerail-h-$wpid.prom"
+run status --json --path "$T" --dir "$WORK/tel"
+json "any(.nic_reach[]; .nic == \"rrtest1\" and .peers_served == 3 and .peers_failing == 2 and (.fails_towards_every_peer | not))" \
+  "faults, a peer still reached"
+# without telemetry files nothing is concluded
+run status --json --path "$T" --dir "$WORK/none"
+json "(.nic_reach | length) == 0 and all(.peer_rails[]; .nic_fails_towards_every_peer | not)" "faults, no telemetry"
+echo "--- rerail status with rails out of service:"
+"$RERAIL" status --path "$T" --dir "$WORK/tel"
+exec 3>&-
+wait "$wpid"
+wpid=
 
 # ---- usage
 run status --bogus

@@ -8,8 +8,11 @@
 # hosts' NICs and both switch ports up and drops nothing.
 #
 # Passes when both harness processes exit 0: zero errors, every byte and
-# sequence of every message checked (no loss, duplicate or corruption). Prints
-# the longest stall (receiver's --stall-report) and the plugin's events.
+# sequence of every message checked (no loss, duplicate or corruption), and no
+# rail was demoted as degraded (rerail_rail_demotions_total, demotion on at its
+# default: hard faults and the traffic moving around them must never look like
+# a gray failure). Prints the longest stall (receiver's --stall-report) and the
+# plugin's events.
 #
 # usage: resilience_chaos.sh PLUGIN_DIR HARNESS
 #   RERAIL_CHAOS_SECONDS  length of the traffic (default 120), times RERAIL_TEST_SCALE
@@ -32,7 +35,8 @@ DELTA=${RERAIL_CHAOS_DELTA:-300}
 
 echo "chaos: 2 hosts x $RAILS rails, 4 connections, $SECS s, seed $SEED (RERAIL_CHAOS_SEED=$SEED to replay the fault sequence)"
 lab_start rrc$$ 2 $RAILS
-PAIR_ENV=("RERAIL_PROGRESS_TIMEOUT=$DELTA" RERAIL_BACKUPS=3 "RERAIL_LOG_LEVEL=${RERAIL_CHAOS_LOG:-warn}" "NCCL_DEBUG=${RERAIL_CHAOS_LOG:-warn}")
+mkdir -p "$WORK/chaos-tel"
+PAIR_ENV=("RERAIL_TELEMETRY_DIR=$WORK/chaos-tel" "RERAIL_PROGRESS_TIMEOUT=$DELTA" RERAIL_BACKUPS=3 "RERAIL_LOG_LEVEL=${RERAIL_CHAOS_LOG:-warn}" "NCCL_DEBUG=${RERAIL_CHAOS_LOG:-warn}")
 pair_start chaos --conns 4 --max-size 4M --duration "$SECS" --stall-report --quiet \
   --timeout "$(calc "$SECS + 90")" --seed "$SEED"
 FAULTS="$PAIR_DIR/faults.log"
@@ -44,67 +48,19 @@ if ! pair_wait_traffic 60; then
   finish
 fi
 
-# Fault state: F[kind,h,r] = 1 while that fault is in place.
-# kinds: nic (host link down), sw (switch port down), drop (drop 100)
-declare -A F=()
-KINDS=(nic sw drop)
-rail_clean() {   # rail_clean R: no fault of any kind on either host
-  local k h
-  for k in "${KINDS[@]}"; do
-    for h in 0 1; do [ "${F[$k,$h,$1]:-0}" = 1 ] && return 1; done
-  done
-  return 0
-}
-clean_rails() {
-  local r n=0
-  for ((r = 0; r < RAILS; r++)); do rail_clean $r && n=$((n + 1)); done
-  echo $n
-}
-apply() {   # apply KIND H R on|off
-  local k=$1 h=$2 r=$3 v=$4
-  case $k in
-    nic) link "$h" "$r" "$([ "$v" = on ] && echo down || echo up)" ;;
-    sw) link "$h" "$r" "$([ "$v" = on ] && echo down || echo up)" switch ;;
-    drop) drop "$h" "$r" "$([ "$v" = on ] && echo 100 || echo off)" >/dev/null ;;
-  esac
-  if [ "$v" = on ]; then F[$k,$h,$r]=1; else unset "F[$k,$h,$r]"; fi
-  printf '+%.3f %-4s h%d rail%d %s  (clean rails: %d)\n' "$(calc "$T_AFTER - $T0")" "$k" "$h" "$r" "$v" \
-    "$(clean_rails)" >>"$FAULTS"
-  NCHANGES=$((NCHANGES + 1))
-  COUNT[$k]=$((${COUNT[$k]:-0} + 1))
-}
-heal_random() {
-  local keys=("${!F[@]}")
-  [ ${#keys[@]} -gt 0 ] || return 1
-  local key=${keys[RANDOM % ${#keys[@]}]}
-  local k h r
-  IFS=, read -r k h r <<<"$key"
-  apply "$k" "$h" "$r" off
-}
-
+# Faults: fault_step (resilience_lib.sh), every 100-800 ms.
 T0=$EPOCHREALTIME
 end_us=$(($(us) + $(calc "$SECS * 1000000" | cut -d. -f1) - 500000))
-NCHANGES=0
-declare -A COUNT=()
 while [ "$(us)" -lt "$end_us" ] && kill -0 "$CPID" 2>/dev/null && kill -0 "$SPID" 2>/dev/null; do
   nap "0.$(printf '%03d' $((100 + RANDOM % 701)))"
-  [ $((RANDOM % 10)) -lt 7 ] || [ ${#F[@]} -eq 0 ] && want=inject || want=heal
-  if [ "$want" = heal ] || [ ${#F[@]} -ge 6 ]; then heal_random && continue; fi
-  k=${KINDS[RANDOM % 3]} h=$((RANDOM % 2)) r=$((RANDOM % RAILS))
-  if [ "${F[$k,$h,$r]:-0}" = 1 ]; then
-    apply "$k" "$h" "$r" off
-  elif rail_clean "$r" && [ "$(clean_rails)" -le 1 ]; then
-    heal_random   # this would take the last clean rail: heal something instead
-  else
-    apply "$k" "$h" "$r" on
-  fi
+  fault_step
 done
 ELAPSED=$(calc "$EPOCHREALTIME - $T0")
+# Both processes' .prom files, read while they run (a process removes its own
+# when it ends); "?" when neither exported one, which fails the run.
+DEMOTIONS=$(prom_sum "$WORK/chaos-tel" rerail_rail_demotions_total)
 # heal everything: the run ends on a healthy network
-for key in "${!F[@]}"; do
-  IFS=, read -r k h r <<<"$key"
-  apply "$k" "$h" "$r" off
-done
+heal_all
 
 pair_wait "$(calc "$SECS + 150" | cut -d. -f1)"
 
@@ -118,13 +74,13 @@ echo "longest stall: $longest ms, at +$at s of traffic"
 conn_longest=$(jget "$PAIR_DIR/server.json" 'max(c["longest"]["ms"] for c in d["stall"]["per_conn"])')
 echo "longest stall of one connection: $conn_longest ms ($(jget "$PAIR_DIR/server.json" '", ".join("conn %d: %.0f ms at +%.1f s" % (c["conn"], c["longest"]["ms"], c["longest"]["start_s"]) for c in d["stall"]["per_conn"])'))"
 echo "next longest: $(jget "$PAIR_DIR/server.json" '", ".join("%.0f ms" % g["ms"] for g in d["stall"]["top"][1:5])')"
-fig="$NCHANGES fault changes in $ELAPSED s of faults (planned: $SECS s of traffic); longest stall $longest ms (of one connection: $conn_longest ms); $(what_moved)"
-if ok_pair; then
+fig="$DEMOTIONS demotions; $NCHANGES fault changes in $ELAPSED s of faults (planned: $SECS s of traffic); longest stall $longest ms (of one connection: $conn_longest ms); $(what_moved)"
+if ok_pair && [ "$DEMOTIONS" = 0 ]; then
   pass chaos "$fig"
 else
   # the fault sequence just before the end, for the report
   echo "last fault changes:"
   tail -n 12 "$FAULTS" | sed 's/^/  /'
-  fail chaos "server exit $SRC, client exit $CRC; $fig (seed $SEED)"
+  fail chaos "server exit $SRC, client exit $CRC, $DEMOTIONS demotions (want 0); $fig (seed $SEED)"
 fi
 finish

@@ -31,6 +31,7 @@ done
 # The lab's rails, not loopback.
 export RERAIL_SOCKET_IFNAME=rail RERAIL_LOG_LEVEL=warn
 unset NCCL_DEBUG RERAIL_PROGRESS_TIMEOUT RERAIL_FAILBACK_HOLD RERAIL_BACKUPS RERAIL_FAILOVER \
+  RERAIL_DEGRADED_PCT RERAIL_DEGRADED_MS RERAIL_DEGRADED_RESTORE_PCT RERAIL_DEGRADED_RETRANS_PCT \
   RERAIL_TCP_STREAMS RERAIL_CHUNK_SIZE
 
 SCALE=${RERAIL_TEST_SCALE:-1}
@@ -111,13 +112,15 @@ link() {
   T_AFTER=$EPOCHREALTIME
   T_FAULT=$T_AFTER
 }
-# drop H R PCT|off: drop PCT% of host H's packets on railR, both directions (100 = a
-# silent black hole, link up). The same table, chains and rules as `netlab.sh drop`
+# drop H R PCT|off [in]: drop PCT% of host H's packets on railR, both directions (100 = a
+# silent black hole, link up); with `in`, only those arriving: lost in flight, as on a
+# lossy cable, where a drop on the way out is a local transmit error that TCP just
+# tries again, without a retransmission. The same table, chains and rules as `netlab.sh drop`
 # (test/lab/README.md), loaded with one nft call so that T_BEFORE..T_AFTER brackets
 # the moment they take effect (netlab.sh's own bookkeeping can take a second on a
 # loaded machine); `off` goes through netlab.sh.
 drop() {
-  local h=$1 r=$2 pct=$3
+  local h=$1 r=$2 pct=$3 dir=${4:-both}
   if [ "$pct" = off ] || [ "$pct" = 0 ]; then
     T_BEFORE=$EPOCHREALTIME
     "$NETLAB_SH" --name "$LAB" drop "$h" "$r" off
@@ -129,10 +132,11 @@ drop() {
   [ "$pct" -ge 100 ] && cond="<= 99"
   local rules="add table inet $t
 add chain inet $t ${d}_in { type filter hook input priority 0; policy accept; }
-add chain inet $t ${d}_out { type filter hook output priority 0; policy accept; }
 flush chain inet $t ${d}_in
+add rule inet $t ${d}_in iifname \"$d\" numgen random mod 100 $cond counter drop"
+  [ "$dir" = in ] || rules+="
+add chain inet $t ${d}_out { type filter hook output priority 0; policy accept; }
 flush chain inet $t ${d}_out
-add rule inet $t ${d}_in iifname \"$d\" numgen random mod 100 $cond counter drop
 add rule inet $t ${d}_out oifname \"$d\" numgen random mod 100 $cond counter drop"
   T_BEFORE=$EPOCHREALTIME
   ip netns exec "$(ns "$h")" nft -f - <<<"$rules"
@@ -163,6 +167,73 @@ dev_read() {
 }
 txbytes() { dev_bytes "$1" "$2" tx; }
 rxbytes() { dev_bytes "$1" "$2" rx; }
+
+# ---- random hard faults (resilience_chaos.sh, connect_nic_down.sh) --------------
+# F[kind,h,r] = 1 while that fault is in place; kinds: nic (the host's NIC down), sw
+# (its switch port down), drop (a silent black hole, drop 100). Every change is logged
+# to $PAIR_DIR/faults.log as "+SECONDS KIND hH railR on|off (clean rails: N)", seconds
+# from $T0; NCHANGES and COUNT[kind] count them. PINNED names a fault (kind,h,r) that
+# fault_step and heal_random never heal (heal_all does).
+declare -A F=() COUNT=()
+KINDS=(nic sw drop)
+NCHANGES=0
+PINNED=""
+# rail_clean R: no fault of any kind on either host
+rail_clean() {
+  local k h
+  for k in "${KINDS[@]}"; do
+    for h in 0 1; do [ "${F[$k,$h,$1]:-0}" = 1 ] && return 1; done
+  done
+  return 0
+}
+clean_rails() {
+  local r n=0
+  for ((r = 0; r < LAB_RAILS; r++)); do rail_clean $r && n=$((n + 1)); done
+  echo $n
+}
+# apply KIND H R on|off
+apply() {
+  local k=$1 h=$2 r=$3 v=$4
+  case $k in
+    nic) link "$h" "$r" "$([ "$v" = on ] && echo down || echo up)" ;;
+    sw) link "$h" "$r" "$([ "$v" = on ] && echo down || echo up)" switch ;;
+    drop) drop "$h" "$r" "$([ "$v" = on ] && echo 100 || echo off)" >/dev/null ;;
+  esac
+  if [ "$v" = on ]; then F[$k,$h,$r]=1; else unset "F[$k,$h,$r]"; fi
+  printf '+%.3f %-4s h%d rail%d %s  (clean rails: %d)\n' "$(calc "$T_AFTER - $T0")" "$k" "$h" "$r" "$v" \
+    "$(clean_rails)" >>"$PAIR_DIR/faults.log"
+  NCHANGES=$((NCHANGES + 1))
+  COUNT[$k]=$((${COUNT[$k]:-0} + 1))
+}
+# heal_random: heal one fault in place (not PINNED); 1 when there is none
+heal_random() {
+  local keys=() key k h r
+  for key in "${!F[@]}"; do [ "$key" = "$PINNED" ] || keys+=("$key"); done
+  [ ${#keys[@]} -gt 0 ] || return 1
+  key=${keys[RANDOM % ${#keys[@]}]}
+  IFS=, read -r k h r <<<"$key"
+  apply "$k" "$h" "$r" off
+}
+heal_all() {
+  local key k h r
+  for key in "${!F[@]}"; do
+    IFS=, read -r k h r <<<"$key"
+    apply "$k" "$h" "$r" off
+  done
+}
+# fault_step: one random change, 7 in 10 an injection, at most 6 faults at once, and
+# never one that takes the last clean rail (at least one rail always has both hosts'
+# NICs and switch ports up and drops nothing)
+fault_step() {
+  local k h r want
+  [ $((RANDOM % 10)) -lt 7 ] || [ ${#F[@]} -eq 0 ] && want=inject || want=heal
+  if [ "$want" = heal ] || [ ${#F[@]} -ge 6 ]; then heal_random && return; fi
+  k=${KINDS[RANDOM % 3]} h=$((RANDOM % 2)) r=$((RANDOM % LAB_RAILS))
+  if [ "$k,$h,$r" = "$PINNED" ]; then return
+  elif [ "${F[$k,$h,$r]:-0}" = 1 ]; then apply "$k" "$h" "$r" off
+  elif rail_clean "$r" && [ "$(clean_rails)" -le 1 ]; then heal_random
+  else apply "$k" "$h" "$r" on; fi
+}
 
 # ---- the harness pair ----------------------------------------------------------
 
@@ -247,6 +318,13 @@ EOF
 # clog_rate FILE FROM TO: received MB/s between two wall-clock times (completions in [FROM, TO))
 clog_rate() {
   awk -v a="$2" -v b="$3" '!/^#/ && $1 >= a && $1 < b { s += $2 } END { printf "%.2f", s / (b - a) / 1e6 }' "$1"
+}
+
+# prom_sum DIR METRIC [LABEL-ERE]: the sum of METRIC's samples in DIR's .prom files
+# (label set matching LABEL-ERE when given); "?" when no file has the metric
+prom_sum() {
+  cat "$1"/rerail-*.prom 2>/dev/null |
+    awk -v m="$2" -v f="${3:-}" '$1 ~ "^"m"[{]" && (f == "" || $1 ~ f) { s += $NF; n++ } END { print (n ? s + 0 : "?") }'
 }
 
 # count_lines PATTERN FILE...: lines matching (extended regex)

@@ -599,6 +599,22 @@ static uint64_t tcp_last_alive_ns(rr_rail_ep *rep, uint64_t now_ns) {
   return stalled < best ? stalled : best;
 }
 
+/* The sum over the streams: they share the NIC and the path. */
+static rr_status tcp_path_stats(rr_rail_ep *rep, rr_rail_path_stats *out) {
+  tcp_ep *ep = to_tcp(rep);
+  if (ep->failed || !ep->connected) return RR_ERR_RAIL;
+  rr_rail_path_stats sum = {0};
+  for (int i = 0; i < ep->nstreams; i++) {
+    uint64_t sent, retrans;
+    rr_status st = tcp_socket_path_stats(ep->streams[i]->fd, &sent, &retrans);
+    if (st != RR_OK) return st;
+    sum.sent_bytes += sent;
+    sum.retrans_bytes += retrans;
+  }
+  *out = sum;
+  return RR_OK;
+}
+
 /* Close a stream's socket without a reset: close() on a socket with unread
  * bytes resets the connection, and a reset throws away what the kernel has
  * not yet delivered to the peer (an orderly close's last acknowledgements
@@ -691,5 +707,6 @@ const rr_rail_ops rr_tcp_rail_ops = {
     .backlog = tcp_backlog,
     .flushed = tcp_flushed,
     .last_alive_ns = tcp_last_alive_ns,
+    .path_stats = tcp_path_stats,
     .destroy = tcp_destroy,
 };
