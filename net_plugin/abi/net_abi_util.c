@@ -121,6 +121,17 @@ nccl_result_t rr_abi_listen_process(int dev, void *handle, void **listen_comm) {
   return rr_abi_listen(ctx, dev, handle, listen_comm);
 }
 
+nccl_result_t rr_abi_connect_process(int dev, void *handle, void **send_comm,
+                                     nccl_net_device_handle_t **dev_handle) {
+  rr_net_ctx *ctx = rr_abi_process_ctx();
+  if (ctx == NULL) return NCCL_RESULT_INVALID_USAGE;
+  return rr_abi_connect(ctx, dev, handle, send_comm, dev_handle);
+}
+
+nccl_result_t rr_abi_init_process_no_profiler(nccl_logger_t logger) {
+  return rr_abi_init_process(logger, NULL);
+}
+
 /* rerail never offloads to the device: NULL tells NCCL so. NCCL may pass no
  * pointer at all, or (bootstrap) a pointer to an uninitialised one. */
 static void no_device_offload(nccl_net_device_handle_t **dev_handle) {

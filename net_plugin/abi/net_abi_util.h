@@ -89,8 +89,12 @@ nccl_result_t rr_abi_close_send(void *send_comm);
 nccl_result_t rr_abi_close_recv(void *recv_comm);
 nccl_result_t rr_abi_close_listen(void *listen_comm);
 
-/* v7-v10 listen: the process context. */
+/* v7-v10 listen and connect: the process context. */
 nccl_result_t rr_abi_listen_process(int dev, void *handle, void **listen_comm);
+nccl_result_t rr_abi_connect_process(int dev, void *handle, void **send_comm,
+                                     nccl_net_device_handle_t **dev_handle);
+/* v7-v9 init: the process context, no profiler. */
+nccl_result_t rr_abi_init_process_no_profiler(nccl_logger_t logger);
 
 /* ---- Memory ------------------------------------------------------------- */
 

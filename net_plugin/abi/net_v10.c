@@ -24,9 +24,7 @@ static nccl_result_t v10_get_properties(int dev, nccl_net_props_v10_t *props) {
 static nccl_result_t v10_connect(int dev, nccl_net_comm_config_v10_t *config, void *handle,
                                  void **send_comm, nccl_net_device_handle_t **dev_handle) {
   (void)config;
-  rr_net_ctx *ctx = rr_abi_process_ctx();
-  if (ctx == NULL) return NCCL_RESULT_INVALID_USAGE;
-  return rr_abi_connect(ctx, dev, handle, send_comm, dev_handle);
+  return rr_abi_connect_process(dev, handle, send_comm, dev_handle);
 }
 
 NCCL_ABI_EXPORT const nccl_net_v10_t ncclNetPlugin_v10 = {

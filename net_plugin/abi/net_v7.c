@@ -6,10 +6,6 @@
 #include "nccl/net_v7.h"
 #include "rr_log.h"
 
-static nccl_result_t v7_init(nccl_logger_t logger) {
-  return rr_abi_init_process(logger, NULL);
-}
-
 static nccl_result_t v7_get_properties(int dev, nccl_net_props_v7_t *props) {
   rr_dev_props p;
   nccl_result_t r = rr_abi_dev_props(dev, props, &p);
@@ -18,13 +14,6 @@ static nccl_result_t v7_get_properties(int dev, nccl_net_props_v7_t *props) {
   RR_ABI_FILL_PROPS_V7(&out, &p);
   *props = out;
   return NCCL_RESULT_SUCCESS;
-}
-
-static nccl_result_t v7_connect(int dev, void *handle, void **send_comm,
-                                nccl_net_device_handle_t **dev_handle) {
-  rr_net_ctx *ctx = rr_abi_process_ctx();
-  if (ctx == NULL) return NCCL_RESULT_INVALID_USAGE;
-  return rr_abi_connect(ctx, dev, handle, send_comm, dev_handle);
 }
 
 static nccl_result_t v7_reg_mr(void *comm, void *data, int size, int type, void **mhandle) {
@@ -37,11 +26,11 @@ static nccl_result_t v7_reg_mr(void *comm, void *data, int size, int type, void 
 
 NCCL_ABI_EXPORT const nccl_net_v7_t ncclNetPlugin_v7 = {
     .name = RR_ABI_NET_NAME,
-    .init = v7_init,
+    .init = rr_abi_init_process_no_profiler,
     .devices = rr_abi_devices,
     .get_properties = v7_get_properties,
     .listen = rr_abi_listen_process,
-    .connect = v7_connect,
+    .connect = rr_abi_connect_process,
     .accept = rr_abi_accept,
     .reg_mr = v7_reg_mr,
     .reg_mr_dmabuf = rr_abi_reg_mr_dmabuf,

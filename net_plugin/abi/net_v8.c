@@ -4,10 +4,6 @@
 #include "net_abi_util.h"
 #include "nccl/net_v8.h"
 
-static nccl_result_t v8_init(nccl_logger_t logger) {
-  return rr_abi_init_process(logger, NULL);
-}
-
 static nccl_result_t v8_get_properties(int dev, nccl_net_props_v8_t *props) {
   rr_dev_props p;
   nccl_result_t r = rr_abi_dev_props(dev, props, &p);
@@ -18,20 +14,13 @@ static nccl_result_t v8_get_properties(int dev, nccl_net_props_v8_t *props) {
   return NCCL_RESULT_SUCCESS;
 }
 
-static nccl_result_t v8_connect(int dev, void *handle, void **send_comm,
-                                nccl_net_device_handle_t **dev_handle) {
-  rr_net_ctx *ctx = rr_abi_process_ctx();
-  if (ctx == NULL) return NCCL_RESULT_INVALID_USAGE;
-  return rr_abi_connect(ctx, dev, handle, send_comm, dev_handle);
-}
-
 NCCL_ABI_EXPORT const nccl_net_v8_t ncclNetPlugin_v8 = {
     .name = RR_ABI_NET_NAME,
-    .init = v8_init,
+    .init = rr_abi_init_process_no_profiler,
     .devices = rr_abi_devices,
     .get_properties = v8_get_properties,
     .listen = rr_abi_listen_process,
-    .connect = v8_connect,
+    .connect = rr_abi_connect_process,
     .accept = rr_abi_accept,
     .reg_mr = rr_abi_reg_mr,
     .reg_mr_dmabuf = rr_abi_reg_mr_dmabuf,

@@ -3,10 +3,6 @@
 #include "net_abi_util.h"
 #include "nccl/net_v9.h"
 
-static nccl_result_t v9_init(nccl_logger_t logger) {
-  return rr_abi_init_process(logger, NULL);
-}
-
 static nccl_result_t v9_get_properties(int dev, nccl_net_props_v9_t *props) {
   rr_dev_props p;
   nccl_result_t r = rr_abi_dev_props(dev, props, &p);
@@ -15,13 +11,6 @@ static nccl_result_t v9_get_properties(int dev, nccl_net_props_v9_t *props) {
   RR_ABI_FILL_PROPS_V9(&out, &p, dev);
   *props = out;
   return NCCL_RESULT_SUCCESS;
-}
-
-static nccl_result_t v9_connect(int dev, void *handle, void **send_comm,
-                                nccl_net_device_handle_t **dev_handle) {
-  rr_net_ctx *ctx = rr_abi_process_ctx();
-  if (ctx == NULL) return NCCL_RESULT_INVALID_USAGE;
-  return rr_abi_connect(ctx, dev, handle, send_comm, dev_handle);
 }
 
 static nccl_result_t v9_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle,
@@ -36,11 +25,11 @@ static nccl_result_t v9_irecv(void *recv_comm, int n, void **data, size_t *sizes
 
 NCCL_ABI_EXPORT const nccl_net_v9_t ncclNetPlugin_v9 = {
     .name = RR_ABI_NET_NAME,
-    .init = v9_init,
+    .init = rr_abi_init_process_no_profiler,
     .devices = rr_abi_devices,
     .get_properties = v9_get_properties,
     .listen = rr_abi_listen_process,
-    .connect = v9_connect,
+    .connect = rr_abi_connect_process,
     .accept = rr_abi_accept,
     .reg_mr = rr_abi_reg_mr,
     .reg_mr_dmabuf = rr_abi_reg_mr_dmabuf,
