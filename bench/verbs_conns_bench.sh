@@ -10,17 +10,19 @@
 #
 # usage (root):  bench/verbs_conns_bench.sh BUILD_DIR [COUNTS...]     default counts: 16 64
 # It boots the lab itself (test/lab/rxe/rxelab.sh run) and prints one line per count.
+#   RERAIL_BENCH_LAB_MEM  the lab guest's memory in MiB (default 3072; 2,048 connections need
+#                         more: both ranks live in the one guest)
 set -uo pipefail
 if [ "${RXELAB:-}" != 1 ]; then
   top="$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)"
   build=$(readlink -f "$1"); shift
-  exec "$top/test/lab/rxe/rxelab.sh" run --timeout 580 --mem 3072 -- \
+  exec "$top/test/lab/rxe/rxelab.sh" run --timeout 580 --mem "${RERAIL_BENCH_LAB_MEM:-3072}" -- \
     "$top/bench/verbs_conns_bench.sh" "$build" "${@:-16 64}"
 fi
 build=$1; shift
 harness=$build/test/harness/rerail-harness
 export LD_LIBRARY_PATH="$build/net_plugin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export RERAIL_TRANSPORT=verbs RERAIL_IB_GID_INDEX=1 RERAIL_BACKUPS=1 RERAIL_PROGRESS_TIMEOUT=5000
+export RERAIL_TRANSPORT=verbs RERAIL_IB_GID_INDEX=1 RERAIL_BACKUPS=1
 export NCCL_DEBUG=WARN
 counts=$*
 [ -n "$counts" ] || counts="16 64"

@@ -4,8 +4,8 @@
  * The listener trusts nothing before a socket has proved it holds the
  * handle's secret (setup_wire.h). Until then a socket is a small pending slot:
  * at most RR_LISTEN_PER_SOURCE per source address and RR_LISTEN_PENDING in
- * all, each dropped when its handshake is not done within RR_SETUP_AUTH_NS,
- * so idle or slow clients cannot hold the slots a failover's reconnect needs.
+ * all, held for a bounded time (below, "How long a stranger is held"), so
+ * idle clients cannot keep a failover's reconnect out.
  * Authenticated sockets are grouped by connection id; a complete group
  * becomes a receive comm, or replaces a failed rail of a live one. Refusals
  * are logged once a minute per reason and source address, so a flood cannot
@@ -66,6 +66,48 @@ static void refuse(rr_listen_comm *l, pending_sock *ps, const char *why) {
   listen_warn(l, &ps->peer, why);
   close(ps->fd);
   ps->fd = -1;
+}
+
+/* How long a stranger is held. A legitimate connector may be slow between
+ * two handshake messages: NCCL's proxy (and the harness) drive every
+ * connection under way from one thread, round-robin, so a connector sends
+ * its HELLO, then its PROOF, only when its turn comes again; with hundreds
+ * of connections being set up, or a slow host, a turn takes seconds
+ * (bench/RESULTS.md, "Verbs connections per process": 128 connections in the
+ * lab). A flat 1 s limit refused those connectors. What defends the listener
+ * is the caps, not the clock: a stranger who reopens its sockets every
+ * second holds as many slots under a 1 s limit as under any other. So:
+ *  - a listener nobody crowds gives a socket the connect timeout
+ *    (RERAIL_CONNECT_TIMEOUT, the connector's own bound) between messages;
+ *  - a message is never left half-sent by a rerail peer (each is one short
+ *    write): once its first byte came, the rest must come within
+ *    RR_SETUP_AUTH_NS (a truncated hello is dropped in a second);
+ *  - a listener whose caps refused or evicted a socket within the connect
+ *    timeout is crowded: every unauthenticated socket gets RR_SETUP_AUTH_NS
+ *    from accept, as before, and a new socket that finds the table full
+ *    takes the slot of the oldest (refusing the newcomer instead would let
+ *    a flood that filled the table keep every reconnect out).
+ * The per-source cap holds a lone stranger to RR_LISTEN_PER_SOURCE slots;
+ * crowding the table needs several sources. */
+static uint64_t connect_timeout_ns(void) { return rr_params_get()->connect_timeout_ms * 1000000ull; }
+
+static int listen_crowded(const rr_listen_comm *l, uint64_t now) {
+  return l->crowded_ns && now - l->crowded_ns < connect_timeout_ns();
+}
+
+/* Why a pending socket is dropped now, or NULL while it may wait. */
+static const char *pending_expired(const rr_listen_comm *l, const pending_sock *ps, uint64_t now) {
+  if (ps->partial_ns && now - ps->partial_ns > RR_SETUP_AUTH_NS)
+    return "no handshake within 1 s (half a message, then silence)";
+  if (listen_crowded(l, now) && now - ps->since_ns > RR_SETUP_AUTH_NS)
+    return "no handshake within 1 s (while the listener is crowded)";
+  if (now - ps->since_ns > connect_timeout_ns()) return "no handshake within the connect timeout";
+  return NULL;
+}
+
+/* A handshake message read in part starts the 1 s clock; a whole one stops it. */
+static void note_partial(pending_sock *ps) {
+  if (ps->got && !ps->partial_ns) ps->partial_ns = rr_now_ns();
 }
 
 /* ------------------------------------------------------------------ listen */
@@ -320,7 +362,10 @@ static void on_hello(rr_listen_comm *l, pending_sock *ps) {
   const char *why = NULL;
   rr_status st = RR_SETUP_RECV_MSG(ps->fd, ps->in, ps->got, rr_hs_hello_decode(ps->in, ps->got, &ps->h, &need, &why),
                                    "closed before completing the handshake", &why);
-  if (st == RR_AGAIN) return;
+  if (st == RR_AGAIN) {
+    note_partial(ps);
+    return;
+  }
   if (st != RR_OK) {
     refuse(l, ps, why);
     return;
@@ -358,6 +403,7 @@ static void on_hello(rr_listen_comm *l, pending_sock *ps) {
   }
   ps->state = PS_PROOF;
   ps->got = 0;
+  ps->partial_ns = 0;
 }
 
 /* Room for slot n of an array of pending sockets or groups, grown by
@@ -443,7 +489,10 @@ static void on_proof(rr_listen_comm *l, pending_sock *ps) {
   rr_hs_proof pr;
   rr_status st = RR_SETUP_RECV_MSG(ps->fd, ps->in, ps->got, rr_hs_proof_decode(RR_HS_PROOF, ps->in, ps->got, &pr, &need, &why),
                                    "closed before completing the handshake", &why);
-  if (st == RR_AGAIN) return;
+  if (st == RR_AGAIN) {
+    note_partial(ps);
+    return;
+  }
   if (st != RR_OK) {
     refuse(l, ps, why);
     return;
@@ -595,11 +644,12 @@ static int group_complete(const pending_group *g) {
 static void drop_stale(rr_listen_comm *l, uint64_t now) {
   for (int i = 0; i < l->nsocks;) {
     pending_sock *ps = &l->socks[i];
-    if (ps->fd >= 0 && now - ps->since_ns > RR_SETUP_AUTH_NS) refuse(l, ps, "no handshake within 1 s");
+    const char *why = ps->fd >= 0 ? pending_expired(l, ps, now) : NULL;
+    if (why) refuse(l, ps, why);
     if (ps->fd < 0) l->socks[i] = l->socks[--l->nsocks];
     else i++;
   }
-  uint64_t limit = rr_params_get()->connect_timeout_ms * 1000000ull;
+  uint64_t limit = connect_timeout_ns();
   for (int i = 0; i < l->ngroups;) {
     if (now - l->groups[i].since_ns > limit) {
       RR_WARN("accept: dropping a connection whose sockets did not all arrive in time");
@@ -785,25 +835,34 @@ static rr_status take_new(rr_listen_comm *l) {
         same += l->socks[i].fd >= 0 && !memcmp(key, other, 16);
       }
       pending_sock tmp = {.fd = fd, .peer = peer};
+      uint64_t now = rr_now_ns();
       if (same >= RR_LISTEN_PER_SOURCE) {
+        l->crowded_ns = now;
         refuse(l, &tmp, "too many unauthenticated connections from this address");
         continue;
       }
+      pending_sock *ps = NULL;
       if (l->nsocks == RR_LISTEN_PENDING) {
-        refuse(l, &tmp, "too many unauthenticated connections");
-        continue;
-      }
-      if (!slots_room((void **)&l->socks, &l->socks_cap, l->nsocks, RR_LISTEN_PENDING, sizeof *l->socks)) {
+        /* Full: the oldest stranger makes room (a slot already let go of
+         * first; none is, between two calls). */
+        l->crowded_ns = now;
+        ps = &l->socks[0];
+        for (int i = 1; i < l->nsocks && ps->fd >= 0; i++)
+          if (l->socks[i].fd < 0 || l->socks[i].since_ns < ps->since_ns) ps = &l->socks[i];
+        if (ps->fd >= 0) refuse(l, ps, "no handshake yet, and a newer connection needed the slot "
+                                       "(too many unauthenticated connections)");
+      } else if (!slots_room((void **)&l->socks, &l->socks_cap, l->nsocks, RR_LISTEN_PENDING, sizeof *l->socks)) {
         close(fd);
         break;
+      } else {
+        ps = &l->socks[l->nsocks++];
       }
       rr_sock_tune(fd);
-      pending_sock *ps = &l->socks[l->nsocks++];
       memset(ps, 0, sizeof *ps);
       ps->fd = fd;
       ps->peer = peer;
       ps->state = PS_HELLO;
-      ps->since_ns = rr_now_ns();
+      ps->since_ns = now;
     }
   }
   return RR_OK;

@@ -146,14 +146,15 @@ struct rr_recv_comm {
 
 /* An accepted socket that has not proved it holds the handle's secret.
  * These are what an unauthenticated peer can make us hold: few, small, and
- * for at most RR_SETUP_AUTH_NS. */
+ * for a bounded time (conn_accept.c, "How long a stranger is held"). */
 enum { PS_HELLO = 0, PS_PROOF };
 typedef struct pending_sock {
   int fd;
   uint8_t state;             /* PS_* */
   uint16_t got;
   uint32_t gen_floor;
-  uint64_t since_ns;
+  uint64_t since_ns;          /* accepted then */
+  uint64_t partial_ns;        /* the first byte of a message not yet whole came then (0: none) */
   rr_hs_hello h;
   uint8_t hello[RR_HS_HELLO_LEN];
   uint8_t snonce[RR_HS_NONCE_LEN];
@@ -165,7 +166,9 @@ typedef struct pending_sock {
 /* ... of them from one address: room for a sender's attempt at a rail and
  * the one it just abandoned (whose FIN a failed path may never deliver). */
 #define RR_LISTEN_PER_SOURCE (2 * RR_HS_MAX_STREAMS)
-#define RR_SETUP_AUTH_NS 1000000000ull /* to complete the handshake */
+/* To complete a handshake message once its first byte came, and the whole
+ * handshake while the listener is crowded (conn_accept.c). */
+#define RR_SETUP_AUTH_NS 1000000000ull
 #define RR_LISTEN_GROUPS 16
 #define RR_LISTEN_FDS RR_HANDLE_MAX_ADDRS
 #define RR_LISTEN_WARN_SLOTS 32
@@ -218,6 +221,7 @@ struct rr_listen_comm {
    * and is idle nearly all that time). */
   pending_sock *socks;       /* room for socks_cap, at most RR_LISTEN_PENDING */
   int nsocks, socks_cap;
+  uint64_t crowded_ns;       /* a cap last refused or evicted a socket then (0: never) */
   pending_group *groups;     /* room for groups_cap, at most RR_LISTEN_GROUPS */
   int ngroups, groups_cap;
   listen_warned warned[RR_LISTEN_WARN_SLOTS];

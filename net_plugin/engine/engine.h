@@ -79,6 +79,7 @@ typedef struct engine_rail {
   uint64_t last_reconnect_ns;/* sender: when the last reconnect attempt began */
   int reconnecting;         /* sender: an attempt is under way */
   int fresh;                /* reconnected and not yet seen alive */
+  int heard;                /* the peer showed life on it since it was made */
   int need_drain;           /* receiver: writes of an older epoch may still land on it */
   int fenced;               /* its current endpoint was fenced (nothing more lands through it) */
   uint32_t drain_posted;    /* sender: the epoch of the last drain barrier posted on it */

@@ -17,6 +17,7 @@
 #include "rr_clock.h"
 #include "rr_health.h"
 #include "rr_log.h"
+#include "rr_params.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -333,6 +334,19 @@ static int busy_or_recent(const rr_engine *e, const engine_rail *rl, uint64_t no
   return e->busy || since(now, rl->state_since_ns) < 60000 * MS;
 }
 
+static int any_rail_heard(const rr_engine *e) {
+  for (int i = 0; i < e->nrails; i++)
+    if (e->rails[i].heard) return 1;
+  return 0;
+}
+
+/* How long the first word from the peer may take: the connect timeout, or
+ * δ when that is longer. */
+static uint64_t first_word_ns(uint64_t delta) {
+  uint64_t t = rr_params_get()->connect_timeout_ms * MS;
+  return t > delta ? t : delta;
+}
+
 void engine_rails_tick(rr_engine *e, uint64_t now) {
   int busy = engine_outstanding(e);
   if (busy && !e->busy)
@@ -357,6 +371,8 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
     /* Asking the rail costs a system call per socket: only when in doubt. */
     if (since(now, rl->last_alive_ns) > delta / 8 || rl->state != RR_RAIL_ACTIVE) {
       uint64_t a = rl->ep->ops->last_alive_ns(rl->ep, now);
+      /* Later than the stamp a rail is added with (0 for one added down) is life. */
+      if (a > rl->last_alive_ns && rl->last_alive_ns) rl->heard = 1;
       if (a > rl->last_alive_ns) rl->last_alive_ns = a;
     }
     switch (rl->state) {
@@ -364,7 +380,17 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
       if (!busy) break; /* an idle connection is not judged */
       uint64_t from = rl->last_alive_ns > rl->watch_since_ns ? rl->last_alive_ns : rl->watch_since_ns;
       uint64_t quiet = since(now, from);
-      if (quiet > delta) {
+      if (quiet > delta && !any_rail_heard(e) && quiet <= first_word_ns(delta)) {
+        /* No rail has heard the peer since the connection was made: its
+         * NCCL has not accepted it yet (a listener connects its endpoints
+         * when accept() hands the connection out, and NCCL's proxy accepts
+         * hundreds of connections in turn; RDMA packets to an endpoint not
+         * yet connected go unanswered). That is the peer's process being
+         * slow, not a rail: none is blamed before the connect timeout, the
+         * bound a connector gives the peer too. Once one rail hears it,
+         * the others' silence is theirs. */
+        if (since(now, rl->last_probe_ns) > delta / 4) probe(e, i, now);
+      } else if (quiet > delta) {
         char why[64];
         snprintf(why, sizeof why, "silent for %llu ms", (unsigned long long)(quiet / MS));
         engine_rail_set_state(e, i, RR_RAIL_DOWN, why);

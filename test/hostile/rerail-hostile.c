@@ -202,7 +202,9 @@ static int attack_idle(int n, double hold) {
   free(fds);
   free(closed);
   /* Every connection let go of, none held past the 1 s deadline (plus the
-   * listener's polling and this loop's). */
+   * listener's polling and this loop's): N past the per-source cap crowd the
+   * listener, which then holds a silent socket 1 s, not the connect timeout
+   * it gives a slow connector on a quiet listener. */
   return result("idle", opened == n && open_now == 0 && longest < 2.0, NULL, d);
 }
 

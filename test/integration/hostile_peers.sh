@@ -4,7 +4,8 @@
 # every posted receive checked) from host 0 to host 1 while rails flap, and
 # host 2 attacks host 1's listeners with rerail-hostile:
 #   - 1,000 idle connections (from one address), with a rail flap meanwhile:
-#     the listener caps them per source, drops them within ~1 s, and the
+#     the listener caps them per source, is crowded, so drops them within
+#     ~1 s (a quiet listener waits longer for a slow connector), and the
 #     failover's reconnect still gets through;
 #   - garbage, a truncated hello, an old-version hello, a wrong secret;
 #   - as a peer holding the handle: a runaway generation (0xFFFFFFFF), and

@@ -3,6 +3,7 @@
  * messages, NULL requests when full, bad input, and a health table the
  * process must refuse (traffic moves without it). Single-threaded: both
  * ends are advanced alternately, which also proves no call ever blocks. */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +26,7 @@
 #include "rr_health.h"
 #include "rr_health_table.h"
 #include "rr_params.h"
+#include "setup_wire.h"
 
 typedef struct pair {
   rr_net_ctx *ctx;
@@ -923,6 +925,118 @@ static void test_unreachable_peer_retries_until_timeout(void **state) {
   rr_params_reload();
 }
 
+/* The listener's pending sockets, open ones only (its lock is free: the
+ * test is the only caller). */
+static int pending_open(const rr_listen_comm *l) {
+  int n = 0;
+  for (int i = 0; i < l->nsocks; i++) n += l->socks[i].fd >= 0;
+  return n;
+}
+
+/* A socket to the listener's first address, as a stranger opens one. */
+static int dial_listener(const rr_listen_comm *l) {
+  struct sockaddr_storage a;
+  socklen_t alen = sizeof a;
+  assert_int_equal(getsockname(l->fds[0], (struct sockaddr *)&a, &alen), 0);
+  int fd = socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(fd >= 0);
+  assert_int_equal(connect(fd, (struct sockaddr *)&a, alen), 0);
+  return fd;
+}
+
+/* Calls accept() for ms milliseconds, as NCCL's proxy does while it waits;
+ * no connection may come out. */
+static void accept_for(rr_listen_comm *l, int ms) {
+  for (uint64_t t0 = rr_now_ns(); rr_now_ns() - t0 < (uint64_t)ms * 1000000ull;) {
+    rr_recv_comm *r = NULL;
+    assert_int_equal(rr_net_accept(l, &r), RR_OK);
+    assert_null(r);
+    usleep(5000);
+  }
+}
+
+/* 1 when the listener closed its end of fd. */
+static int closed_by_listener(int fd) {
+  char b[64];
+  ssize_t n = recv(fd, b, sizeof b, MSG_DONTWAIT);
+  while (n > 0) n = recv(fd, b, sizeof b, MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/* A connector that is slow between two handshake messages (NCCL drives
+ * hundreds of connections under way from one thread: a turn may take
+ * seconds) keeps its socket: connect() is called once, then not for 1.5 s,
+ * and the connection is still made on those sockets. */
+static void test_slow_connector_not_refused(void **state) {
+  (void)state;
+  rr_init_args args = {.traffic_class = -1};
+  rr_net_ctx *ctx;
+  assert_int_equal(rr_net_init(&args, &ctx), RR_OK);
+  char handle[RR_NET_HANDLE_SIZE];
+  rr_listen_comm *l;
+  assert_int_equal(rr_net_listen(ctx, 0, handle, &l), RR_OK);
+  rr_send_comm *s = NULL;
+  rr_recv_comm *r = NULL;
+  assert_int_equal(rr_net_connect(ctx, 0, handle, &s), RR_OK);
+  assert_null(s);
+  accept_for(l, 50);
+  int held = pending_open(l);
+  assert_true(held >= 1);
+  accept_for(l, 1500); /* the connector does not get its turn */
+  assert_int_equal(pending_open(l), held);
+  for (int i = 0; i < 100000 && (!s || !r); i++) {
+    if (!s) assert_int_equal(rr_net_connect(ctx, 0, handle, &s), RR_OK);
+    if (!r) assert_int_equal(rr_net_accept(l, &r), RR_OK);
+  }
+  assert_non_null(s);
+  assert_non_null(r);
+  assert_int_equal(pending_open(l), 0);
+  pair p = {.ctx = ctx, .listen = l, .send = s, .recv = r};
+  close_pair(&p);
+}
+
+/* Strangers: a half-sent hello is dropped within about a second of its
+ * first byte, and a silent socket is held no longer than that once the
+ * listener is crowded (one source went past its cap), though a silent
+ * socket on a quiet listener is not refused in that time. */
+static void test_strangers_dropped(void **state) {
+  (void)state;
+  rr_init_args args = {.traffic_class = -1};
+  rr_net_ctx *ctx;
+  assert_int_equal(rr_net_init(&args, &ctx), RR_OK);
+  char handle[RR_NET_HANDLE_SIZE];
+  rr_listen_comm *l;
+  assert_int_equal(rr_net_listen(ctx, 0, handle, &l), RR_OK);
+  int silent = dial_listener(l), half = dial_listener(l);
+  rr_hs_hello h = {.conn_id = 0x1234, .nstreams = 1, .chunk_size = 128 << 10};
+  uint8_t hello[RR_HS_HELLO_LEN];
+  rr_hs_hello_encode(&h, hello);
+  assert_int_equal(send(half, hello, RR_HS_HELLO_LEN / 2, 0), (ssize_t)(RR_HS_HELLO_LEN / 2));
+  accept_for(l, 1500);
+  assert_true(closed_by_listener(half));
+  assert_false(closed_by_listener(silent));
+  assert_int_equal(pending_open(l), 1);
+  /* One source past its cap (the silent socket counts: same address): the
+   * last is refused, the listener is crowded, and the silent sockets (the
+   * first one already 1.5 s old) go within a second. */
+  int flood[RR_LISTEN_PER_SOURCE];
+  for (int i = 0; i < RR_LISTEN_PER_SOURCE; i++) flood[i] = dial_listener(l);
+  accept_for(l, 100);
+  assert_int_equal(pending_open(l), RR_LISTEN_PER_SOURCE - 1);
+  assert_true(closed_by_listener(silent));
+  assert_true(closed_by_listener(flood[RR_LISTEN_PER_SOURCE - 1]));
+  accept_for(l, 1200);
+  assert_int_equal(pending_open(l), 0);
+  for (int i = 0; i < RR_LISTEN_PER_SOURCE; i++) {
+    assert_true(closed_by_listener(flood[i]));
+    close(flood[i]);
+  }
+  close(silent);
+  close(half);
+  rr_net_close_listen(l);
+  rr_net_finalize(ctx);
+}
+
 /* RR_TEST_IFNAME pools other interfaces than lo (two_rails.sh: two NICs, so
  * every connection has two rails) and RR_TEST_FILTER picks the cases. */
 int main(void) {
@@ -951,6 +1065,8 @@ int main(void) {
       cmocka_unit_test(test_tcp_memory_types),
       cmocka_unit_test(test_refused_health_table_traffic_moves),
       cmocka_unit_test(test_unreachable_peer_retries_until_timeout),
+      cmocka_unit_test(test_slow_connector_not_refused),
+      cmocka_unit_test(test_strangers_dropped),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
