@@ -141,8 +141,11 @@ static int result(const char *attack, int ok, const char *fmt, const char *detai
 }
 
 static rr_hs_hello make_hello(uint64_t conn, int rail, uint32_t gen) {
+  /* The listener device the attacked handle entry names, as a peer holding
+   * the handle would send it (the listener checks it against the address). */
   rr_hs_hello h = {.conn_id = conn, .rail = (uint8_t)rail, .stream = 0, .nstreams = 1,
-                   .flags = gen ? RR_HS_FLAG_RECONNECT : 0, .chunk_size = 128 << 10, .generation = gen};
+                   .flags = gen ? RR_HS_FLAG_RECONNECT : 0, .chunk_size = 128 << 10, .generation = gen,
+                   .dev = peer.dev[addr_index]};
   rr_hs_random(h.nonce, sizeof h.nonce);
   return h;
 }
