@@ -14,6 +14,7 @@
 #include <linux/rtnetlink.h>
 #include <net/if.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +49,13 @@ static volatile int stop_requested;
 
 static int link_is_up(unsigned flags) { return (flags & IFF_UP) && (flags & IFF_RUNNING); }
 
+/* Devices closed by a fatal event (rail.h, RR_RAIL_DEV_EV_FATAL): down
+ * until their transport reports them reopened, whatever their interface
+ * says (a Soft-RoCE device deleted under an interface that stays up). */
+static _Atomic int dev_closed[RR_MAX_NETIFS];
+
 static void set_link(int dev, int up, const char *why) {
+  if (up && atomic_load(&dev_closed[dev])) return;
   rr_link_state st = up ? RR_LINK_UP : RR_LINK_DOWN;
   if (rr_health_nic_get(dev) == st) return;
   rr_health_nic_state(dev, rr_core_devices()->nif[dev].name, st, why);
@@ -116,8 +123,11 @@ static void poll_devices(void) {
   for (int i = 0; i < d->count; i++) {
     rr_rail_dev *dev = d->rail[i];
     rr_rail_dev_event ev;
-    while (dev->ops->dev_event(dev, &ev) != RR_RAIL_DEV_EV_NONE)
+    while (dev->ops->dev_event(dev, &ev) != RR_RAIL_DEV_EV_NONE) {
+      if (ev.kind == RR_RAIL_DEV_EV_FATAL) atomic_store(&dev_closed[i], 1);
+      if (ev.kind == RR_RAIL_DEV_EV_PORT_UP) atomic_store(&dev_closed[i], 0);
       set_link(i, ev.kind == RR_RAIL_DEV_EV_PORT_UP, ev.why);
+    }
     dev->ops->dev_progress(dev);
   }
 }

@@ -112,6 +112,15 @@ typedef enum rr_rail_dev_event_kind {
   RR_RAIL_DEV_EV_PORT_DOWN,            /* the port went down */
   RR_RAIL_DEV_EV_FATAL,                /* the device is unusable (e.g. a catastrophic error) */
 } rr_rail_dev_event_kind;
+/* After RR_RAIL_DEV_EV_FATAL the transport has failed every endpoint of the
+ * device and closed it: ep_open fails with RR_ERR_RAIL, reg_mr still
+ * succeeds (with keys 0, which no rail carries, until the device reopens).
+ * The rr_rail_dev itself, its index and every registration handle stay
+ * valid. The transport looks for the device again from dev_event (called
+ * at the monitor's rate) and, once it is back and usable, opens it again
+ * under the same index, registers the handles again (their keys change) and
+ * reports RR_RAIL_DEV_EV_PORT_UP. Until then the core holds the device
+ * down, whatever its interface's link says. */
 
 typedef struct rr_rail_dev_event {
   rr_rail_dev_event_kind kind;

@@ -29,10 +29,12 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine.h"
 #include "rail_verbs.h"
@@ -261,6 +263,43 @@ static const char *f_wc_status_str(enum ibv_wc_status s) {
   return "fake status";
 }
 
+/* The device as libibverbs lists it, for a reset (verbs_reset.c): gone while device_listed
+ * is 0, back (opened as fake_ctx2, a new context) when 1, with the port in fake_port_state. */
+static struct ibv_context fake_ctx2;
+static struct ibv_pd fake_pd2;
+static struct ibv_device *fake_dev_list[2] = {(struct ibv_device *)&fake_ctx2, NULL};
+static int device_listed, fake_port_state = IBV_PORT_ACTIVE;
+static int ctx_opens, ctx_closes, pd_allocs, pd_deallocs;
+static struct ibv_device **f_get_device_list(int *n) {
+  *n = device_listed;
+  return fake_dev_list;
+}
+static void f_free_device_list(struct ibv_device **l) { (void)l; }
+static const char *f_get_device_name(struct ibv_device *d) {
+  (void)d;
+  return "fake0";
+}
+static struct ibv_context *f_open_device(struct ibv_device *d) {
+  (void)d;
+  ctx_opens++;
+  return &fake_ctx2;
+}
+static int f_close_device(struct ibv_context *c) {
+  (void)c;
+  ctx_closes++;
+  return 0;
+}
+static struct ibv_pd *f_alloc_pd(struct ibv_context *c) {
+  (void)c;
+  pd_allocs++;
+  return &fake_pd2;
+}
+static int f_dealloc_pd(struct ibv_pd *pd) {
+  (void)pd;
+  pd_deallocs++;
+  return 0;
+}
+
 /* The port's GID table as libibverbs gives it (no sysfs tree names a device "fake0", so
  * the GID is chosen from this table, as in a container with a partial /sys). */
 #define FAKE_GIDS 4
@@ -277,13 +316,20 @@ static int f_query_port(struct ibv_context *ctx, uint8_t port, struct _compat_ib
   if (port != 1) return EINVAL;
   /* rr_ibv_query_port hands over a whole struct ibv_port_attr. */
   struct ibv_port_attr *pa = (struct ibv_port_attr *)(void *)attr;
-  pa->state = IBV_PORT_ACTIVE;
+  pa->state = (enum ibv_port_state)fake_port_state;
   pa->link_layer = (uint8_t)fake_link_layer;
   pa->gid_tbl_len = FAKE_GIDS;
   return 0;
 }
 
 static const rr_ibv_api fake_api = {
+    .get_device_list = f_get_device_list,
+    .free_device_list = f_free_device_list,
+    .get_device_name = f_get_device_name,
+    .open_device = f_open_device,
+    .close_device = f_close_device,
+    .alloc_pd = f_alloc_pd,
+    .dealloc_pd = f_dealloc_pd,
     .query_port_compat = f_query_port,
     .query_gid = f_query_gid,
     .reg_mr = f_reg_mr,
@@ -343,6 +389,7 @@ static int setup(void **state) {
   verbs_hca *h = w->h;
   pthread_mutex_init(&h->lock, NULL);
   pthread_mutex_init(&h->flush_lock, NULL);
+  pthread_rwlock_init(&h->gen_lock, NULL);
   h->api = &fake_api;
   h->base.ops = &rr_verbs_rail_ops;
   h->ctx = &fake_ctx;
@@ -374,6 +421,7 @@ static int teardown(void **state) {
   verbs_mr_cache_destroy(w->h->mrs, &fake_api);
   pthread_mutex_destroy(&w->h->lock);
   pthread_mutex_destroy(&w->h->flush_lock);
+  pthread_rwlock_destroy(&w->h->gen_lock);
   free(w->h);
   free(w);
   return 0;
@@ -753,6 +801,7 @@ static void test_traffic_class_and_sl(void **state) {
 static verbs_hca *ib_hca(uint16_t lid, uint16_t subnet, uint16_t flid, uint8_t guid_tail) {
   verbs_hca *h = calloc(1, sizeof *h);
   pthread_mutex_init(&h->lock, NULL);
+  pthread_rwlock_init(&h->gen_lock, NULL);
   h->api = &fake_api;
   h->base.ops = &rr_verbs_rail_ops;
   h->ctx = &fake_ctx;
@@ -970,6 +1019,91 @@ static void test_gid_change_rereads_the_gid(void **state) {
   assert_int_equal(nacked, 3);
   rr_verbs_rail_ops.destroy(before);
   rr_verbs_rail_ops.destroy(after);
+}
+
+/* A NIC reset (verbs_reset.c): a device-fatal event fails every endpoint and closes the
+ * device; the opening's PD and context stay until the last endpoint made on them is
+ * destroyed (its QPs and CQ are destroyed first), NCCL's registrations are released and
+ * keep their handles, and while closed an endpoint cannot open and a registration is taken
+ * with keys 0. The device absent, or back with its port not ACTIVE, stays closed; back and
+ * ACTIVE, it opens again (a new context and PD, the GID chosen again), every handle is
+ * registered again with new keys, PORT_UP is reported, and a new endpoint opens on it. */
+static void test_device_reset_and_reopen(void **state) {
+  world *w = *state;
+  verbs_hca *h = w->h;
+  user_regs = user_deregs = 0;
+  ctx_opens = ctx_closes = pd_allocs = pd_deallocs = 0;
+  device_listed = 0;
+  fake_port_state = IBV_PORT_ACTIVE;
+  memset(gids, 0, sizeof gids);
+  gids[1] = v4_gid(1);
+  memset(&fake_ctx2, 0, sizeof fake_ctx2);
+  fake_ctx2.async_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  assert_true(fake_ctx2.async_fd >= 0);
+  h->gen = verbs_gen_new(&fake_api, &fake_ctx, &fake_pd); /* as rr_verbs_dev_open makes it */
+  rr_rail_ep *old = NULL, *fresh = NULL;
+  assert_int_equal(rr_verbs_rail_ops.ep_open(&h->base, &no_events, NULL, &old), RR_OK);
+  rr_rail_mr *kept = NULL, *late_reg = NULL;
+  assert_int_equal(verbs_reg_mr(&h->base, user_buf[1], 4096, RR_MEM_HOST, -1, 0, &kept), RR_OK);
+  uint32_t old_rkey = kept->rkey;
+  assert_int_not_equal(old_rkey, 0);
+
+  dev_event(IBV_EVENT_DEVICE_FATAL);
+  assert_int_equal(read_events(w), RR_RAIL_DEV_EV_FATAL);
+  assert_int_equal(h->closed, 1);
+  assert_int_equal(h->resets, 1);
+  assert_null(h->ctx);
+  assert_null(h->pd);
+  assert_int_equal(progress(w, 0), RR_ERR_RAIL);
+  assert_int_equal(progress(w, 1), RR_ERR_RAIL);
+  assert_int_equal(old->ops->progress(old), RR_ERR_RAIL);
+  assert_int_equal(user_deregs, 1); /* NCCL's registration released, its handle kept */
+  assert_int_equal(pd_deallocs + ctx_closes, 0); /* `old` still holds the opening */
+  assert_int_equal(rr_verbs_rail_ops.ep_open(&h->base, &no_events, NULL, &fresh), RR_ERR_RAIL);
+  assert_int_equal(verbs_reg_mr(&h->base, user_buf[2], 4096, RR_MEM_HOST, -1, 0, &late_reg), RR_OK);
+  assert_int_equal(late_reg->rkey, 0); /* no rail carries it yet */
+  rr_verbs_rail_ops.destroy(old);
+  assert_int_equal(pd_deallocs, 1);
+  assert_int_equal(ctx_closes, 1);
+
+  /* Not listed: stays closed. Listed with the port down: opened, found not ACTIVE, closed. */
+  h->next_probe_ns = 0;
+  assert_int_equal(read_events(w), RR_RAIL_DEV_EV_NONE);
+  assert_int_equal(ctx_opens, 0);
+  device_listed = 1;
+  fake_port_state = IBV_PORT_DOWN;
+  h->next_probe_ns = 0;
+  assert_int_equal(read_events(w), RR_RAIL_DEV_EV_NONE);
+  assert_int_equal(ctx_opens, 1);
+  assert_int_equal(ctx_closes, 2);
+  assert_int_equal(h->closed, 1);
+  /* Probed at a low rate, not on every monitor cycle. */
+  fake_port_state = IBV_PORT_ACTIVE;
+  assert_int_equal(read_events(w), RR_RAIL_DEV_EV_NONE);
+  assert_int_equal(ctx_opens, 1);
+
+  h->next_probe_ns = 0;
+  assert_int_equal(read_events(w), RR_RAIL_DEV_EV_PORT_UP);
+  assert_int_equal(h->closed, 0);
+  assert_int_equal(h->reopens, 1);
+  assert_ptr_equal(h->ctx, &fake_ctx2);
+  assert_ptr_equal(h->pd, &fake_pd2);
+  assert_int_equal(h->port.gid_index, 1);
+  assert_int_equal(user_regs, 3); /* both handles registered on the new PD */
+  assert_int_not_equal(kept->rkey, 0);
+  assert_int_not_equal(kept->rkey, old_rkey);
+  assert_int_not_equal(late_reg->rkey, 0);
+  assert_int_equal(rr_verbs_rail_ops.ep_open(&h->base, &no_events, NULL, &fresh), RR_OK);
+  rr_verbs_rail_ops.destroy(fresh);
+  verbs_dereg_mr(kept);
+  verbs_dereg_mr(late_reg);
+  assert_int_equal(user_deregs, 3);
+  assert_int_equal(ctx_closes, 2); /* the device holds its new opening */
+  verbs_gen_put(h->gen);
+  h->gen = NULL;
+  assert_int_equal(ctx_closes, 3);
+  assert_int_equal(pd_deallocs, 2);
+  close(fake_ctx2.async_fd);
 }
 
 /* InfiniBand: the same GID index is read again (a new subnet prefix). */
@@ -1342,6 +1476,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_communicator_traffic_class, setup, teardown),
       cmocka_unit_test_setup_teardown(test_gid_change_rereads_the_gid, setup, teardown),
       cmocka_unit_test_setup_teardown(test_gid_change_infiniband, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_device_reset_and_reopen, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stray_completion_counted, setup, teardown),
       cmocka_unit_test_setup_teardown(test_registration_never_stalls_progress, setup, teardown),
       cmocka_unit_test(test_registration_cache_many),

@@ -123,7 +123,7 @@ const rr_rail_ops rr_verbs_rail_ops = {
     .flush_post = verbs_flush_post,
     .flush_poll = verbs_flush_poll,
     .flush_abandon = verbs_flush_abandon,
-    .ep_open = verbs_ep_open,
+    .ep_open = verbs_reset_ep_open,
     .ep_addr = verbs_ep_addr,
     .ep_connect = verbs_ep_connect,
     .post_write = verbs_post_write,
@@ -134,5 +134,5 @@ const rr_rail_ops rr_verbs_rail_ops = {
     .backlog = verbs_backlog,
     .flushed = verbs_flushed,
     .last_alive_ns = verbs_last_alive_ns,
-    .destroy = verbs_destroy,
+    .destroy = verbs_reset_ep_destroy,
 };

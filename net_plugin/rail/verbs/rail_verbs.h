@@ -48,6 +48,22 @@ typedef struct verbs_ep verbs_ep;
 #define VERBS_RQ_DEPTH 512
 
 struct verbs_mr_cache;
+/* NCCL's registration on one device: the handle the core holds. Its keys
+ * are the cache entry's; a reopened device gives them new values. */
+struct verbs_mr {
+  rr_rail_mr base;
+  struct verbs_mr_entry *entry;        /* NULL while the device is closed */
+  uint32_t kind;                       /* enum rr_mem_kind */
+  /* DMA-BUF: our own duplicate of NCCL's descriptor (NCCL closes its own
+   * after regMr), to register it again on a reopened device; -1 none. */
+  int dmabuf_fd;
+  uint64_t dmabuf_offset;
+  struct verbs_mr *prev, *next;        /* the device's handles (mr_handles) */
+};
+typedef struct verbs_mr verbs_mr;
+/* One opening of the device (verbs_reset.c): its context and protection
+ * domain, alive while the device or any endpoint made on them holds them. */
+typedef struct verbs_gen verbs_gen;
 
 typedef struct verbs_hca {
   rr_rail_dev base;
@@ -66,6 +82,21 @@ typedef struct verbs_hca {
    * connection on the device, under its own lock (never the device lock). */
   pthread_mutex_t flush_lock;
   struct verbs_flusher *flusher;
+  /* Reset (verbs_reset.c). A fatal event closes the device: ctx, pd and mrs
+   * become NULL, `closed` 1, and the opening (gen) they belonged to lives on
+   * until the last endpoint made on it is destroyed. The device is opened
+   * again under the same index when its port is ACTIVE again. gen_lock is
+   * held for reading by what uses ctx, pd and mrs from outside the monitor
+   * thread (ep_open, reg_mr, dereg_mr), for writing by close and reopen;
+   * never by an endpoint's progress. Order: gen_lock, flush_lock, lock. */
+  pthread_rwlock_t gen_lock;
+  verbs_gen *gen;            /* the current opening; NULL while closed (and in tests that make none) */
+  int closed;
+  uint64_t next_probe_ns;    /* while closed: when to look for the device again */
+  uint32_t resets, reopens;  /* counted for tests and logs */
+  /* Every registration handle NCCL holds on this device (under lock): each
+   * is registered again when the device reopens, and its keys replaced. */
+  verbs_mr *mr_handles;
 } verbs_hca;
 
 /* Add / remove an endpoint to / from the device's list (O(1) both). */
@@ -138,5 +169,28 @@ uint64_t rr_verbs_flush_failures(void);
  * again. The old GID stays when none qualifies (RR_ERR_RAIL) or the port
  * cannot be read (RR_ERR_SYSTEM). Monitor thread only (dev_event). */
 rr_status verbs_gid_refresh(verbs_hca *h, const char *sysfs_root);
+/* The GID port p should use now, into *p (discovery's rules). */
+rr_status verbs_gid_choose(verbs_hca *h, struct ibv_context *ctx, const char *sysfs_root, rr_verbs_port *p);
+
+/* verbs_reset.c: a device-fatal event closes the device and a device that
+ * comes back is opened again under the same index. */
+/* The opening of a device made by rr_verbs_dev_open (ctx, pd: the device's). */
+verbs_gen *verbs_gen_new(const rr_ibv_api *api, struct ibv_context *ctx, struct ibv_pd *pd);
+/* Drop one reference; the last deallocates the PD and closes the context. */
+void verbs_gen_put(verbs_gen *g);
+/* Close the device after a fatal event (monitor thread): every endpoint has
+ * been failed; registrations are released, the flush QP destroyed. */
+void verbs_reset_close(verbs_hca *h);
+/* While closed, at a low rate: open the device again when it is back with
+ * its port ACTIVE. 1 when it reopened (the caller reports PORT_UP). */
+int verbs_reset_probe(verbs_hca *h, uint64_t now_ns);
+/* The endpoint ops that account for the opening an endpoint is made on. */
+rr_status verbs_reset_ep_open(rr_rail_dev *dev, const rr_rail_events *events, void *events_arg, rr_rail_ep **ep);
+void verbs_reset_ep_destroy(rr_rail_ep *ep);
+/* Register a handle on the current opening (caller holds gen_lock; the
+ * device open): its entry and keys set. */
+rr_status verbs_mr_register(verbs_hca *h, verbs_mr *m);
+/* Drop the handle's cache entry (caller holds gen_lock): keys stay, stale. */
+void verbs_mr_unregister(verbs_hca *h, verbs_mr *m);
 
 #endif

@@ -54,6 +54,7 @@ typedef struct verbs_qp {
 struct verbs_ep {
   rr_rail_ep base;
   verbs_hca *hca;
+  verbs_gen *gen;                 /* the device's opening it was made on (verbs_reset.c) */
   verbs_ep *dev_prev, *dev_next; /* the device's list of its endpoints */
   /* Every QP's send and receive completions, polled by this endpoint alone;
    * its context (and every QP's) is the endpoint, for async events. */

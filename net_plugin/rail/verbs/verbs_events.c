@@ -18,23 +18,25 @@
 
 #include <string.h>
 
-/* The GID port p should use now, into *p (a copy of the device's port). */
-static rr_status choose_again(verbs_hca *h, const char *sysfs_root, rr_verbs_port *p) {
+/* The GID port p should use now, into *p (a copy of the device's port),
+ * read through ctx (the device's, or a reopened device's new one). */
+rr_status verbs_gid_choose(verbs_hca *h, struct ibv_context *ctx, const char *sysfs_root, rr_verbs_port *p) {
   struct ibv_port_attr pa;
-  if (rr_ibv_query_port(h->api, h->ctx, (uint8_t)p->port, &pa) != 0) return RR_ERR_SYSTEM;
+  if (rr_ibv_query_port(h->api, ctx, (uint8_t)p->port, &pa) != 0) return RR_ERR_SYSTEM;
   if (p->link_layer == IBV_LINK_LAYER_ETHERNET) {
     rr_verbs_opts o = {.gid_index = rr_params_get()->ib_gid_index, .sysfs_root = sysfs_root};
-    return rr_verbs_choose_roce_gid(h->api, h->ctx, &o, p, pa.gid_tbl_len) == 0 ? RR_OK : RR_ERR_RAIL;
+    return rr_verbs_choose_roce_gid(h->api, ctx, &o, p, pa.gid_tbl_len) == 0 ? RR_OK : RR_ERR_RAIL;
   }
-  /* InfiniBand: the same index (RERAIL_IB_GID_INDEX or 0), read again. */
-  return h->api->query_gid(h->ctx, (uint8_t)p->port, p->gid_index, &p->gid) == 0 ? RR_OK : RR_ERR_SYSTEM;
+  /* InfiniBand: the same index (RERAIL_IB_GID_INDEX or 0), read again; the LID too. */
+  p->lid = pa.lid;
+  return h->api->query_gid(ctx, (uint8_t)p->port, p->gid_index, &p->gid) == 0 ? RR_OK : RR_ERR_SYSTEM;
 }
 
 rr_status verbs_gid_refresh(verbs_hca *h, const char *sysfs_root) {
   rr_verbs_port p = h->port; /* this thread is the only writer: no lock to read */
   char was[64], now[64];
   rr_gid_str(p.gid.raw, was, sizeof was);
-  rr_status st = choose_again(h, sysfs_root, &p);
+  rr_status st = verbs_gid_choose(h, h->ctx, sysfs_root, &p);
   if (st != RR_OK) {
     RR_WARN("verbs %s port %d: the GID table changed and %s; new endpoints keep GID %d %s",
             p.dev_name, p.port, st == RR_ERR_RAIL ? "no GID qualifies any more" : "it cannot be read",

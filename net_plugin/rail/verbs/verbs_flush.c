@@ -104,6 +104,7 @@ static rr_status flusher_connect(verbs_hca *h, verbs_flusher *f) {
 /* The device's flush QP, made now if there is none (caller holds flush_lock). */
 static verbs_flusher *flusher_get(verbs_hca *h) {
   if (h->flusher) return h->flusher;
+  if (!h->pd) return NULL; /* closed by a reset (verbs_reset.c) */
   const rr_ibv_api *api = h->api;
   verbs_flusher *f = calloc(1, sizeof *f);
   if (!f) return NULL;

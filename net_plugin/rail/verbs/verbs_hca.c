@@ -9,6 +9,7 @@
  * list of its endpoints only to fail them all when the device fails. */
 #include "rail_verbs.h"
 #include "verbs_ep.h"
+#include "rr_clock.h"
 #include "rr_log.h"
 #include "rr_params.h"
 
@@ -18,11 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct verbs_mr {
-  rr_rail_mr base;
-  verbs_mr_entry *entry;
-} verbs_mr;
+#include <unistd.h>
 
 static _Atomic uint64_t reg_calls;
 
@@ -54,7 +51,35 @@ static struct ibv_mr *register_now(verbs_hca *h, void *base, size_t len, uint32_
  * pins every page) must not stall another thread registering something
  * else, nor anything on the data path. Two threads registering the same
  * buffer at once both register it; the second to finish finds the first's
- * entry on insert and deregisters its own. */
+ * entry on insert and deregisters its own. (gen_lock, held for reading, only
+ * keeps the device from being closed or reopened under the registration.) */
+rr_status verbs_mr_register(verbs_hca *h, verbs_mr *m) {
+  void *base = m->base.base;
+  size_t len = m->base.len;
+  verbs_mr_entry *e = verbs_mr_cache_get(h->mrs, base, len, m->kind);
+  if (!e) {
+    uint64_t nth = atomic_fetch_add(&reg_calls, 1) + 1;
+    RR_INFO(RR_SUB_NET, "verbs %s: ibv_reg_mr #%llu: %zu bytes", h->port.dev_name, (unsigned long long)nth, len);
+    struct ibv_mr *mr = register_now(h, base, len, m->kind, m->dmabuf_fd, m->dmabuf_offset);
+    if (!mr) {
+      int err = errno;
+      RR_WARN("verbs %s: registering %zu bytes failed: %s", h->port.dev_name, len, strerror(err));
+      return err == ENOMEM ? RR_ERR_NOMEM : RR_ERR_SYSTEM;
+    }
+    int raced = 0;
+    e = verbs_mr_cache_put(h->mrs, base, len, m->kind, mr, &raced);
+    if (!e || raced) h->api->dereg_mr(mr); /* out of memory, or another thread's is cached */
+    if (!e) return RR_ERR_NOMEM;
+  }
+  struct ibv_mr *mr = verbs_mr_entry_mr(e);
+  m->entry = e;
+  /* Atomic stores: a reopen replaces the keys of handles the engine may be
+   * reading (for a rail on another device it never uses them). */
+  __atomic_store_n(&m->base.lkey, mr->lkey, __ATOMIC_RELAXED);
+  __atomic_store_n(&m->base.rkey, mr->rkey, __ATOMIC_RELAXED);
+  return RR_OK;
+}
+
 rr_status verbs_reg_mr(rr_rail_dev *dev, void *base, size_t len, uint32_t kind, int dmabuf_fd,
                        uint64_t dmabuf_offset, rr_rail_mr **out) {
   verbs_hca *h = to_hca(dev);
@@ -62,37 +87,60 @@ rr_status verbs_reg_mr(rr_rail_dev *dev, void *base, size_t len, uint32_t kind, 
   if (kind == RR_MEM_DMABUF && !h->api->reg_dmabuf_mr) return RR_ERR_UNSUPPORTED;
   verbs_mr *m = calloc(1, sizeof *m);
   if (!m) return RR_ERR_NOMEM;
-  verbs_mr_entry *e = verbs_mr_cache_get(h->mrs, base, len, kind);
-  if (!e) {
-    uint64_t nth = atomic_fetch_add(&reg_calls, 1) + 1;
-    RR_INFO(RR_SUB_NET, "verbs %s: ibv_reg_mr #%llu: %zu bytes", h->port.dev_name, (unsigned long long)nth, len);
-    struct ibv_mr *mr = register_now(h, base, len, kind, dmabuf_fd, dmabuf_offset);
-    if (!mr) {
-      int err = errno;
-      RR_WARN("verbs %s: registering %zu bytes failed: %s", h->port.dev_name, len, strerror(err));
-      free(m);
-      return err == ENOMEM ? RR_ERR_NOMEM : RR_ERR_SYSTEM;
-    }
-    int raced = 0;
-    e = verbs_mr_cache_put(h->mrs, base, len, kind, mr, &raced);
-    if (!e || raced) h->api->dereg_mr(mr); /* out of memory, or another thread's is cached */
-    if (!e) {
-      free(m);
-      return RR_ERR_NOMEM;
-    }
+  m->base = (rr_rail_mr){.dev = dev, .base = base, .len = len};
+  m->kind = kind;
+  m->dmabuf_fd = kind == RR_MEM_DMABUF ? dmabuf_fd : -1; /* NCCL's, for this call only */
+  m->dmabuf_offset = dmabuf_offset;
+  pthread_rwlock_rdlock(&h->gen_lock);
+  /* A closed device (reset) takes the registration with keys 0, which no
+   * rail carries (the engine's rail_carries), and registers it when it
+   * reopens: NCCL's regMr does not fail for a NIC that is being reset. */
+  rr_status st = h->closed ? RR_OK : verbs_mr_register(h, m);
+  if (st == RR_OK && kind == RR_MEM_DMABUF) {
+    /* Our own duplicate, to register it again after a reset; without one
+     * the buffer is carried by the other NICs only after a reset. */
+    m->dmabuf_fd = fcntl(dmabuf_fd, F_DUPFD_CLOEXEC, 0);
+    if (m->dmabuf_fd < 0)
+      RR_WARN("verbs %s: cannot keep a DMA-BUF descriptor (%s): after a reset that buffer is not registered here",
+              h->port.dev_name, strerror(errno));
   }
-  struct ibv_mr *mr = verbs_mr_entry_mr(e);
-  m->entry = e;
-  m->base = (rr_rail_mr){.dev = dev, .base = base, .len = len, .lkey = mr->lkey, .rkey = mr->rkey};
+  if (st == RR_OK) {
+    pthread_mutex_lock(&h->lock);
+    m->prev = NULL;
+    m->next = h->mr_handles;
+    if (h->mr_handles) h->mr_handles->prev = m;
+    h->mr_handles = m;
+    pthread_mutex_unlock(&h->lock);
+  }
+  pthread_rwlock_unlock(&h->gen_lock);
+  if (st != RR_OK) {
+    free(m);
+    return st;
+  }
   *out = &m->base;
   return RR_OK;
+}
+
+/* The handle's reference on its cache entry, dropped (caller holds gen_lock). */
+void verbs_mr_unregister(verbs_hca *h, verbs_mr *m) {
+  if (!m->entry) return;
+  struct ibv_mr *last = verbs_mr_cache_release(h->mrs, m->entry);
+  if (last) h->api->dereg_mr(last); /* outside the cache's lock */
+  m->entry = NULL;
 }
 
 void verbs_dereg_mr(rr_rail_mr *rmr) {
   verbs_mr *m = rr_container_of(rmr, verbs_mr, base);
   verbs_hca *h = to_hca(rmr->dev);
-  struct ibv_mr *last = verbs_mr_cache_release(h->mrs, m->entry);
-  if (last) h->api->dereg_mr(last); /* outside the cache's lock */
+  pthread_rwlock_rdlock(&h->gen_lock);
+  pthread_mutex_lock(&h->lock);
+  if (m->prev) m->prev->next = m->next;
+  else h->mr_handles = m->next;
+  if (m->next) m->next->prev = m->prev;
+  pthread_mutex_unlock(&h->lock);
+  verbs_mr_unregister(h, m);
+  pthread_rwlock_unlock(&h->gen_lock);
+  if (m->dmabuf_fd >= 0) close(m->dmabuf_fd);
   free(m);
 }
 
@@ -163,6 +211,11 @@ static void fail_eps(verbs_hca *h, const struct ibv_async_event *ae) {
 rr_rail_dev_event_kind verbs_dev_event(rr_rail_dev *dev, rr_rail_dev_event *ev) {
   verbs_hca *h = to_hca(dev);
   memset(ev, 0, sizeof *ev);
+  if (h->closed) { /* reset: is it back? (verbs_reset.c) */
+    if (!verbs_reset_probe(h, rr_now_ns())) return RR_RAIL_DEV_EV_NONE;
+    snprintf(ev->why, sizeof ev->why, "%.24s port %d: reopened after a reset", h->port.dev_name, h->port.port);
+    return ev->kind = RR_RAIL_DEV_EV_PORT_UP;
+  }
   struct ibv_async_event ae;
   while (h->api->get_async_event(h->ctx, &ae) == 0) {
     enum ibv_event_type t = ae.event_type;
@@ -180,6 +233,9 @@ rr_rail_dev_event_kind verbs_dev_event(rr_rail_dev *dev, rr_rail_dev_event *ev) 
     else continue; /* a QP's or a CQ's event concerns its endpoint only (marked above) */
     snprintf(ev->why, sizeof ev->why, "%.24s port %d: %.28s", h->port.dev_name, h->port.port, h->api->event_type_str(t));
     h->port_down = ev->kind != RR_RAIL_DEV_EV_PORT_UP;
+    /* Every endpoint is failed (fail_eps): the device closes, nothing more
+     * is read from its dead context. */
+    if (ev->kind == RR_RAIL_DEV_EV_FATAL) verbs_reset_close(h);
     return ev->kind;
   }
   return RR_RAIL_DEV_EV_NONE;
@@ -230,10 +286,15 @@ static uint32_t verbs_max_eps(verbs_hca *h) {
 
 void verbs_dev_close(rr_rail_dev *dev) {
   verbs_hca *h = to_hca(dev);
-  verbs_flush_close(h); /* its QP and sink live in the PD */
-  verbs_mr_cache_destroy(h->mrs, h->api);
-  if (h->pd) h->api->dealloc_pd(h->pd);
-  if (h->ctx) h->api->close_device(h->ctx);
+  if (h->ctx) verbs_flush_close(h); /* its QP and sink live in the PD */
+  if (h->mrs) verbs_mr_cache_destroy(h->mrs, h->api);
+  if (h->gen) {
+    verbs_gen_put(h->gen); /* the PD and context go with the last endpoint */
+  } else {
+    if (h->pd) h->api->dealloc_pd(h->pd);
+    if (h->ctx) h->api->close_device(h->ctx);
+  }
+  pthread_rwlock_destroy(&h->gen_lock);
   pthread_mutex_destroy(&h->flush_lock);
   pthread_mutex_destroy(&h->lock);
   free(h);
@@ -246,6 +307,7 @@ rr_status rr_verbs_dev_open(int index, const rr_verbs_port *port, rr_rail_dev **
   if (!h) return RR_ERR_NOMEM;
   pthread_mutex_init(&h->lock, NULL);
   pthread_mutex_init(&h->flush_lock, NULL);
+  pthread_rwlock_init(&h->gen_lock, NULL);
   h->api = api;
   h->port = *port;
   h->base.ops = &rr_verbs_rail_ops;
@@ -269,6 +331,8 @@ rr_status rr_verbs_dev_open(int index, const rr_verbs_port *port, rr_rail_dev **
     goto fail;
   }
   if ((st = verbs_mr_cache_create(&h->mrs)) != RR_OK) goto fail;
+  st = RR_ERR_NOMEM;
+  if (!(h->gen = verbs_gen_new(api, h->ctx, h->pd))) goto fail;
   h->base.attr = (rr_rail_dev_attr){
       .caps = RR_RAIL_CAP_WRITE | RR_RAIL_CAP_WRITE_IMM | RR_RAIL_CAP_EP_ORDERED | RR_RAIL_CAP_REG_PER_DEV |
               RR_RAIL_CAP_CONNECT_MAY_BLOCK,
