@@ -283,7 +283,7 @@ rr_status rr_verbs_dev_open(int index, const rr_verbs_port *port, rr_rail_dev **
   }
   h->base.attr = (rr_rail_dev_attr){
       .caps = RR_RAIL_CAP_WRITE | RR_RAIL_CAP_WRITE_IMM | RR_RAIL_CAP_EP_ORDERED | RR_RAIL_CAP_REG_PER_DEV |
-              RR_RAIL_CAP_CONNECT_MAY_BLOCK,
+              RR_RAIL_CAP_CONNECT_MAY_BLOCK | RR_RAIL_CAP_WRITE_DONE_PLACED, /* RC: a write completes once acknowledged */
       .mem_kinds = verbs_mem_kinds(api, h->ctx, rr_verbs_sysfs_root()),
       .inline_max = 0,
       .max_eps = (uint32_t)(h->cq->cqe / (rr_params_get()->ib_qps_per_rail * (VERBS_SQ_DEPTH + VERBS_RQ_DEPTH))),
