@@ -235,6 +235,10 @@ uint64_t sim_traffic_last_progress(sim_world *w);
 /* Whether a write from [p, p+len) may be posted now: not from a send
  * buffer NCCL already got back (a completed send must never be replayed). */
 int sim_traffic_source_ok(sim_world *w, const void *p, size_t len);
+/* The message whose send buffer holds p, -1 when none does (a bounce copy). */
+int sim_traffic_source_msg(sim_world *w, const void *p);
+/* Whether message mi's send buffer is still NCCL's to lend (not reported done). */
+int sim_traffic_send_live(sim_world *w, int mi);
 /* Whether [p, p+len) lies inside a receive posted and not yet reaped. */
 int sim_traffic_landing_ok(sim_world *w, const void *p, size_t len);
 void sim_traffic_summary(sim_world *w, char *buf, size_t len);

@@ -33,6 +33,7 @@ struct sim_item {
   rr_write_hdr hdr;
   uint64_t wr_id;
   const char *local; /* write: the source until it is transmitted */
+  int msg;           /* write: the message whose send buffer is the source, -1 a bounce copy */
   uint32_t epoch;    /* drain */
   char data[];       /* control message, or the write's payload once transmitted */
 };
@@ -292,6 +293,7 @@ static rr_status sim_post_write(rr_rail_ep *rep, const rr_write_wr *wr) {
                            .flags = wr->flags};
   it->wr_id = wr->wr_id;
   it->local = wr->local;
+  it->msg = wr->len ? sim_traffic_source_msg(w, wr->local) : -1;
   it->stream = (uint8_t)(e->pair->nstreams > 1 ? sim_below(&w->rng, (uint64_t)e->pair->nstreams) : 0);
   q_push(&e->sq, it);
   if (w->verbose) {
@@ -373,7 +375,12 @@ static rr_status transmit(sim_ep *e) {
     e->sq_bytes -= it->len + 32;
     if (it->type == 'W') {
       e->sq_writes--;
-      if (it->len) memcpy(it->data, it->local, it->len); /* the source is read now */
+      /* The source is read now: a write queued before its send completed
+       * must not read the buffer NCCL got back (invariant 8: such a send
+       * completes only on the ack, which follows the drains). */
+      if (it->msg >= 0 && !sim_traffic_send_live(w, it->msg))
+        sim_fail(w, "rail %d: a write (imm 0x%08x) read its send buffer after the send completed", r, it->hdr.imm);
+      if (it->len) memcpy(it->data, it->local, it->len);
     } else if (it->type == 'C') {
       e->sq_ctrl--;
     }

@@ -391,6 +391,18 @@ int sim_traffic_source_ok(sim_world *w, const void *p, size_t len) {
   return mi >= 0 && !T.m[mi].send_done && a + len <= sbuf_ptr(idx) + T.m[mi].size;
 }
 
+int sim_traffic_source_msg(sim_world *w, const void *p) {
+  (void)w;
+  const char *a = p;
+  if (a < send_arena || a >= send_arena + (size_t)SEND_BUFS * MAX_POSTED) return -1;
+  return T.sowner[(size_t)(a - send_arena) / MAX_POSTED];
+}
+
+int sim_traffic_send_live(sim_world *w, int mi) {
+  (void)w;
+  return mi >= 0 && mi < T.nmsgs && !T.m[mi].send_done && T.m[mi].sbuf >= 0 && T.sowner[T.m[mi].sbuf] == mi;
+}
+
 int sim_traffic_landing_ok(sim_world *w, const void *p, size_t len) {
   const char *a = p;
   /* An eager message ahead of its receive waits in the engine's own early
