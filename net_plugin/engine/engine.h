@@ -8,7 +8,11 @@
  *
  * A send completes towards NCCL only when its buffer may be reused: small
  * messages in host memory are copied into a bounce buffer and complete at
- * once, larger ones (and any in GPU memory) when acked. Keeping the data until the ack is what lets a failover replay it.
+ * once, larger ones (and any in GPU memory) when every chunk is in the
+ * receiver's memory: their writes completed on rails whose completion means
+ * placement (verbs RC), or the receiver acked the receive. Keeping the data
+ * until then is what lets a failover replay it; a placed send is never
+ * replayed, the receiver is told it holds it (docs/protocol.md, invariant 8).
  *
  * Failover (engine_rails.c, engine_recv.c, engine_send.c): a connection holds
  * a primary rail and warm backups. When a rail dies, the receiver fences it,
@@ -130,6 +134,18 @@ typedef struct rr_send_req {
   uint64_t raddr;
   uint32_t rkey[RR_MAX_RAILS]; /* the receive buffer's key on each rail */
   uint32_t nchunks, posted, transmitted; /* posted/transmitted count the current epoch from its replay point */
+  /* Of those, the chunks known to be in the receiver's memory: the replay
+   * point's, and each write of this round whose completion came on a rail
+   * with RR_RAIL_CAP_WRITE_DONE_PLACED. All of them: the send is placed,
+   * NCCL gets its buffer back, and it is never written again (a rollback
+   * claims it instead: ENGINE_CTRL_PLACED). */
+  uint32_t placed;
+  uint16_t gen;             /* its round: bumped at every rewind and reuse; in wr_id, so a completion
+                             * of an earlier round's write is not counted in this one */
+  uint8_t ack_only;         /* a write of an earlier round was still in flight at a rewind: it may
+                             * read NCCL's buffer yet, so only the receiver's ack completes the send */
+  uint8_t claim_owed;       /* placed, and the receiver's last rollback may not know it: a PLACED
+                             * claim must go */
   uint8_t resumed;          /* a RESUME_SLOT of resumed_epoch named it (each is obeyed once) */
   uint32_t resumed_epoch;
   void *prof_event;         /* NCCL profiler event, NULL when none */
@@ -190,6 +206,9 @@ typedef struct rr_engine_stats {
   uint64_t closes_owed;     /* our closes that gave up with something owed undelivered */
   uint64_t parked;          /* sender: eager messages parked (sent to a receive without their tag) */
   uint64_t demotions;       /* rails demoted as degraded (this end's view) */
+  /* Sends completed towards NCCL on their writes' placement, before any
+   * ack (sender); sub-receives completed on a PLACED claim (receiver). */
+  uint64_t placed_sends, claims_taken;
 } rr_engine_stats;
 
 #define RR_SEND_POOL (RR_NET_MAX_REQUESTS * RR_NET_MAX_RECVS)
@@ -285,6 +304,7 @@ struct rr_engine {
   int16_t bounce_free[RR_BOUNCE_COUNT];
   int nbounce_free;
   int resume_wait;          /* a rollback is under way: post nothing until RESUME_END */
+  int claims_owed;          /* requests whose claim_owed is set */
   uint64_t resume_wait_since_ns;
   uint64_t stall_start_ns;  /* when the failure that caused the current rollback was seen */
   uint64_t no_carrier_since_ns; /* a GPU message has found no rail up that can carry it since (0: none) */
@@ -472,7 +492,8 @@ rr_status engine_gray_probe_begin(rr_engine *e, int rail, const rr_write_hdr *h)
 /* now: the caller's clock reading, or 0 to read it when a chunk is posted. */
 rr_status engine_send_post(rr_engine *e, uint64_t now);
 rr_status engine_send_on_msg(rr_engine *e, int rail, const engine_msg *m);
-rr_status engine_send_on_write_done(rr_engine *e, uint64_t wr_id);
+/* placed: the rail has RR_RAIL_CAP_WRITE_DONE_PLACED. */
+rr_status engine_send_on_write_done(rr_engine *e, uint64_t wr_id, int placed);
 void engine_send_rail_lost(rr_engine *e);
 rr_status engine_send_test(rr_send_req *r, int *done, size_t *sizes);
 

@@ -39,6 +39,7 @@ static int owed_posted(const rr_engine *e) {
     if (!promised || r->acked) continue;
     if (r->parked) return 0; /* waits for the receive it belongs to */
     if (r->transmitted < r->nchunks) return 0;
+    if (r->claim_owed) return 0; /* placed; the receiver must be told it holds it */
     /* An eager message went under an assumption about its receive's shape
      * (docs/protocol.md, "Eager writes"); if the assumption was wrong the
      * receiver dropped it and it must go again. Sure only once the shape

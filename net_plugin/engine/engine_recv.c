@@ -522,7 +522,43 @@ void engine_recv_rollback(rr_engine *e) {
   complete_landed(e);
 }
 
+/* The sender's claim that every chunk of one sub-receive is placed in our
+ * memory (docs/protocol.md, invariant 8): the writes completed at its end
+ * on rails whose completion means placement, but their arrivals may never
+ * reach us (lost with a failed device, not polled when we rolled back, or
+ * dropped as an older epoch's after we did). The claim writes nothing: it
+ * can only complete a receive of a size the posted buffer holds, with the
+ * bytes that are in it, which a hostile peer could have written anyway. A
+ * claim contradicting what landed, or naming a receive not posted, is a
+ * violation; one for a receive already complete or reaped is a repeat. */
+static rr_status on_placed(rr_engine *e, int rail, const engine_msg *m) {
+  uint32_t seq = m->u.placed.seq;
+  uint64_t size = m->u.placed.size;
+  if (!seq_before(seq, e->recv_seq)) return engine_violation(e, rail, "a placement claim for receive %u, not posted", seq);
+  rr_recv_req *r = &e->rreq[seq % RR_NET_MAX_REQUESTS];
+  if (!r->in_use || r->seq != seq || r->complete) return RR_OK;
+  if (m->u.placed.sub >= r->n) return engine_violation(e, rail, "a placement claim for no sub-receive");
+  rr_recv_sub *s = &r->sub[m->u.placed.sub];
+  size_t chunk_size = e->cfg.chunk_size;
+  if (size > s->posted_size) return engine_violation(e, rail, "a placement claim of %llu bytes for a %zu-byte receive",
+                                                     (unsigned long long)size, s->posted_size);
+  uint32_t n = size ? (uint32_t)((size + chunk_size - 1) / chunk_size) : 1;
+  if (n > s->max_chunks || s->high > n || (s->expected && (s->expected != n || s->size != size)))
+    return engine_violation(e, rail, "a placement claim that contradicts the chunks that landed");
+  if (s->expected && s->prefix >= s->expected) return RR_OK; /* it knew already */
+  for (uint32_t k = s->prefix; k < n; k++) seen_set(s, k);
+  s->prefix = s->high = s->expected = n;
+  s->size = (size_t)size;
+  e->stats.claims_taken++;
+  if (++r->subs_done == r->n) {
+    r->landed = 1;
+    complete_landed(e);
+  }
+  return RR_OK;
+}
+
 rr_status engine_recv_on_msg(rr_engine *e, int rail, const engine_msg *m) {
+  if (m->type == ENGINE_CTRL_PLACED) return on_placed(e, rail, m);
   uint32_t failed = m->u.fail.down_mask & ~m->u.fail.degraded_mask;
   if (m->type == ENGINE_CTRL_DOWN) {
     /* Rails the sender gave up on while they carried no traffic: we must not

@@ -11,9 +11,32 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* wr_id = request index | epoch << 16: completions of an older epoch's
- * writes are recognised and ignored after a rollback. */
-static uint64_t wr_id_make(uint32_t idx, uint32_t epoch) { return idx | (uint64_t)epoch << 16; }
+/* wr_id = request index | round << 16 | epoch << 32: completions of an
+ * older epoch's writes, or of an earlier round of the request (rewound, or
+ * the request slot reused), are recognised and ignored: a send must count
+ * as placed only the writes of the round it completes on. */
+static uint64_t wr_id_make(uint32_t idx, uint16_t gen, uint32_t epoch) {
+  return idx | (uint64_t)gen << 16 | (uint64_t)epoch << 32;
+}
+
+/* Every chunk of r is in the receiver's memory and no earlier write of it
+ * can still read the buffer: NCCL may have it back, and r is never written
+ * again (docs/protocol.md, invariant 8). An eager or parked message has no
+ * place the receiver agreed to yet. */
+static int send_placed(const rr_send_req *r) {
+  return !r->ack_only && !r->eager && !r->parked && r->placed == r->nchunks;
+}
+
+/* r goes again from chunk `from` in a new round. A write of the round left
+ * behind that has not completed may still read NCCL's buffer (a verbs QP
+ * not yet drained): if so, only the receiver's ack, which follows the
+ * drains, may complete r. Chunks below `from` the receiver holds. */
+static void rewind_to(rr_send_req *r, uint32_t from) {
+  if (r->posted > r->transmitted) r->ack_only = 1;
+  r->posted = r->transmitted = r->placed = from;
+  r->gen++;
+  r->rail = -1;
+}
 
 
 static void req_release(rr_engine *e, rr_send_req *r) {
@@ -28,6 +51,7 @@ static void fifo_retire(rr_engine *e) {
   while (e->fifo_head != e->fifo_tail) {
     rr_send_req *r = engine_sreq(e, e->fifo[e->fifo_head % RR_SEND_POOL]);
     if (!r->acked) break;
+    if (r->claim_owed) r->claim_owed = 0, e->claims_owed--; /* the receive completed: nothing to claim */
     e->fifo_head++;
     if (seq_before(e->fifo_post, e->fifo_head)) e->fifo_post = e->fifo_head;
     if (r->user_done) req_release(e, r);
@@ -125,6 +149,23 @@ static rr_status no_carrier(rr_engine *e, const rr_send_req *r, uint64_t now) {
                      r->seq, r->size);
 }
 
+/* After an announcement: tell the receiver of every placed send it may not
+ * know holds its bytes (on_resume_end). A claim lost with a rail comes
+ * again: the rail's failure starts a rollback whose announcement names the
+ * receive again, incomplete. */
+static void post_claims(rr_engine *e) {
+  for (uint32_t i = e->fifo_head; i != e->fifo_tail && e->claims_owed; i++) {
+    rr_send_req *r = engine_sreq(e, e->fifo[i % RR_SEND_POOL]);
+    if (!r->claim_owed) continue;
+    if (!r->acked) {
+      engine_msg m = {.type = ENGINE_CTRL_PLACED, .u.placed = {.seq = r->seq, .sub = r->sub, .size = r->size}};
+      if (engine_post_msg(e, &m) != RR_OK) return;
+    }
+    r->claim_owed = 0;
+    e->claims_owed--;
+  }
+}
+
 rr_status engine_send_post(rr_engine *e, uint64_t now) {
   if (e->fail_notice_pending) {
     engine_msg msg = engine_notice(e, ENGINE_CTRL_FAIL, e->fail_epoch, engine_down_mask(e));
@@ -142,6 +183,7 @@ rr_status engine_send_post(rr_engine *e, uint64_t now) {
   }
   if (e->resume_wait) return RR_OK; /* the receiver has yet to say what it holds */
   post_drains(e);
+  if (e->claims_owed) post_claims(e);
   while (e->fifo_post != e->fifo_tail) {
     uint16_t idx = e->fifo[e->fifo_post % RR_SEND_POOL];
     rr_send_req *r = engine_sreq(e, idx);
@@ -163,14 +205,16 @@ rr_status engine_send_post(rr_engine *e, uint64_t now) {
         r->eager = 0;
       }
       rr_write_wr wr = {
-          .wr_id = wr_id_make(idx, e->epoch),
+          .wr_id = wr_id_make(idx, r->gen, e->epoch),
           .local = r->data + off,
           .len = len,
           .local_mr = r->mr ? r->mr->reg[ep->dev->index] : e->bounce_reg[ri],
           .remote_addr = r->raddr + off,
           .rkey = r->rkey[ri],
+          /* Ack now: we hold NCCL's buffer until the ack, unless the
+           * write's completion says it is placed. */
           .imm = imm_encode(e->epoch, r->seq % RR_NET_MAX_REQUESTS, r->sub, k + 1 == r->nchunks,
-                            r->bounce < 0, k),
+                            r->bounce < 0 && (r->ack_only || !(ep->dev->attr.caps & RR_RAIL_CAP_WRITE_DONE_PLACED)), k),
           .fence = (uint16_t)e->epoch,
           .post_ns = now,
       };
@@ -205,14 +249,17 @@ rr_status engine_send_post(rr_engine *e, uint64_t now) {
   return RR_OK;
 }
 
-rr_status engine_send_on_write_done(rr_engine *e, uint64_t wr_id) {
+rr_status engine_send_on_write_done(rr_engine *e, uint64_t wr_id, int placed) {
   if (wr_id == ENGINE_PROBE_WR_ID) return RR_OK; /* filler measuring a demoted rail */
   uint32_t idx = (uint32_t)(wr_id & 0xffff);
-  uint32_t epoch = (uint32_t)(wr_id >> 16);
+  uint16_t gen = (uint16_t)(wr_id >> 16);
+  uint32_t epoch = (uint32_t)(wr_id >> 32);
   if (idx >= e->sreq_cap) return RR_ERR_INTERNAL;
-  if (epoch != e->epoch) return RR_OK; /* an older epoch's write: its chunk is replayed */
   rr_send_req *r = engine_sreq(e, idx);
-  if (r->in_use && r->transmitted < r->nchunks) r->transmitted++;
+  /* An older epoch's write, or an earlier round's: its chunk is replayed. */
+  if (epoch != e->epoch || !r->in_use || gen != r->gen) return RR_OK;
+  if (r->transmitted < r->posted) r->transmitted++;
+  if (placed && r->placed < r->posted && ++r->placed == r->nchunks && send_placed(r)) e->stats.placed_sends++;
   return RR_OK;
 }
 
@@ -244,9 +291,12 @@ static void adopt_epoch(rr_engine *e, uint32_t epoch) {
     if (e->rails[i].state != RR_RAIL_DEAD && engine_rail_fence_cheap(e, i)) e->rails[i].ep->ops->fence(e->rails[i].ep);
     e->rails[i].g_prev_ns = 0; /* the fence emptied its queue: that is no delivery */
   }
+  /* A placed send keeps its place: its bytes are in the receiver's memory
+   * and NCCL may have its buffer back; the receiver is told so once the
+   * announcement is complete (on_resume_end). */
   for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
     rr_send_req *r = engine_sreq(e, e->fifo[i % RR_SEND_POOL]);
-    if (!r->acked) r->posted = r->transmitted = 0, r->rail = -1;
+    if (!r->acked && !send_placed(r)) rewind_to(r, 0);
   }
   e->fifo_post = e->fifo_head;
   if (!e->resume_wait) {
@@ -297,8 +347,7 @@ static rr_status place_by_cts(rr_engine *e, rr_send_req *r, engine_cts_slot *s, 
     /* The buffer is GPU memory: the receiver sank our eager copy (the same
      * flag told it to), so the message goes again, as an ordinary write on
      * a rail whose NIC registered the buffer. */
-    r->posted = r->transmitted = 0;
-    r->rail = -1;
+    rewind_to(r, 0);
     r->resumed = 0;
     e->fifo_post = e->fifo_head;
   }
@@ -335,8 +384,7 @@ static void assume(rr_engine *e, rr_send_req *r) {
 static void park(rr_engine *e, rr_send_req *r) {
   r->parked = 1;
   r->eager = 0;
-  r->posted = r->transmitted = 0;
-  r->rail = -1;
+  rewind_to(r, 0);
   r->resumed = 0;
   e->nparked++;
   e->stats.parked++;
@@ -388,8 +436,7 @@ static rr_status relabel_after(rr_engine *e, uint32_t at) {
   for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
     rr_send_req *r = engine_sreq(e, e->fifo[i % RR_SEND_POOL]);
     if (r->parked || !r->eager || !seq_before(at, r->seq)) continue;
-    r->posted = r->transmitted = 0;
-    r->rail = -1;
+    rewind_to(r, 0);
     r->resumed = 0;
     engine_cts_slot *s = &e->cts[e->send_seq % RR_NET_MAX_REQUESTS];
     if (e->known_seq == e->send_seq && s->valid && s->cts.seq == e->send_seq) {
@@ -491,15 +538,15 @@ static void on_resume_slot(rr_engine *e, uint32_t epoch, const uint32_t *prefix,
   for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
     rr_send_req *r = engine_sreq(e, e->fifo[i % RR_SEND_POOL]);
     if (r->parked || r->seq != c->seq || r->acked || (r->resumed && r->resumed_epoch == epoch)) continue;
+    if (send_placed(r)) continue; /* never written again: on_resume_end claims it */
     /* An eager message not settled yet took the first buffer with its tag,
      * if its receive was the right one (else nothing of it is held there). */
     int sub = r->eager ? cts_sub_for_tag(c, 0, r->tag) : r->sub;
     uint32_t got = sub >= 0 ? prefix[sub] : 0;
     uint32_t held = got < r->nchunks ? got : r->nchunks;
-    r->posted = r->transmitted = held;
+    rewind_to(r, held);
     r->resumed = 1;
     r->resumed_epoch = epoch;
-    r->rail = -1;
   }
   e->resume_got |= 1u << (c->seq % RR_NET_MAX_REQUESTS);
 }
@@ -514,6 +561,13 @@ static void on_resume_end(rr_engine *e, uint32_t epoch, uint32_t recv_seq, uint3
     /* Not named, and the receiver had posted it when the rollback began: it
      * completed; its ack was lost. */
     if (!r->parked && !(mask & (1u << (r->seq % RR_NET_MAX_REQUESTS))) && seq_before(r->seq, recv_seq)) r->acked = 1;
+    /* Placed, and the receiver may not know it: the completions of its
+     * writes may have been lost with a device, or not polled when it rolled
+     * back, or the receive was posted after the rollback began and the
+     * writes (of the old epoch) were not counted. Its bytes are there and
+     * NCCL may have reused the source: the receiver is told, not sent them
+     * again. */
+    else if (!r->acked && send_placed(r) && !r->claim_owed) r->claim_owed = 1, e->claims_owed++;
   }
   /* Likewise an assumed receive: it completed with its eager message. */
   for (uint32_t q = e->known_seq; q != e->send_seq && seq_before(q, recv_seq); q++)
@@ -700,7 +754,8 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
   }
   if (idx < 0) return engine_progress(e);
   rr_send_req *r = engine_sreq(e, (uint32_t)idx);
-  *r = (rr_send_req){.kind = RR_REQ_SEND, .in_use = 1, .sub = 0, .eager = (uint8_t)eager, .known = e->known_seq, .rail = -1,
+  uint16_t gen = (uint16_t)(r->gen + 1); /* late completions of the slot's last request do not count */
+  *r = (rr_send_req){.gen = gen, .kind = RR_REQ_SEND, .in_use = 1, .sub = 0, .eager = (uint8_t)eager, .known = e->known_seq, .rail = -1,
                      .bounce = -1, .engine = e, .seq = e->send_seq, .tag = tag, .data = data,
                      .size = size, .mr = mr, .nchunks = (uint32_t)nchunks,
                      .nic_only = (uint8_t)rr_mr_is_gpu(mr)};
@@ -745,16 +800,19 @@ rr_status rr_engine_isend(rr_engine *e, void *data, size_t size, int tag, rr_mr 
 rr_status engine_send_test(rr_send_req *r, int *done, size_t *sizes) {
   rr_engine *e = r->engine;
   /* A bounced message's buffer is free as soon as it was copied, an acked
-   * one once acked: no need to touch the network to say so (acks of bounced
-   * messages are read by the next call that waits on something). */
-  int finished = r->bounce >= 0 || r->acked;
+   * or placed one once acked or placed: no need to touch the network to say
+   * so (acks of bounced messages are read by the next call that waits on
+   * something). */
+  int finished = r->bounce >= 0 || r->acked || send_placed(r);
   if (!finished) {
     rr_status st = engine_progress(e);
-    if (st != RR_OK && !r->acked) {
+    finished = r->acked || send_placed(r);
+    /* A placed send is done even if the connection failed after: its bytes
+     * are in the receiver's memory and its buffer is free. */
+    if (st != RR_OK && !finished) {
       if (e->peer_bye && st == RR_ERR_PEER) engine_report_unanswered(e, "send", r->seq);
       return st;
     }
-    finished = r->acked;
   }
   *done = finished;
   if (finished && !r->user_done) {

@@ -86,6 +86,14 @@ uint32_t engine_msg_encode(const engine_msg *m, uint8_t *buf, uint32_t cap) {
   case ENGINE_CTRL_BYE:
     put32(&b, m->u.bye_seq);
     break;
+  case ENGINE_CTRL_PLACED:
+    if (m->u.placed.sub >= RR_NET_MAX_RECVS) return 0;
+    put32(&b, m->u.placed.seq);
+    put8(&b, m->u.placed.sub);
+    put8(&b, 0);
+    put16(&b, 0);
+    put64(&b, m->u.placed.size);
+    break;
   case ENGINE_CTRL_FAIL:
   case ENGINE_CTRL_DOWN:
     put32(&b, m->u.fail.epoch);
@@ -158,6 +166,13 @@ rr_status engine_msg_decode(const void *buf, uint32_t len, int nrails, engine_ms
     break;
   case ENGINE_CTRL_BYE:
     m->u.bye_seq = get32(&b);
+    break;
+  case ENGINE_CTRL_PLACED:
+    m->u.placed.seq = get32(&b);
+    m->u.placed.sub = get8(&b);
+    if (get8(&b) != 0 || get16(&b) != 0) bad = "reserved bits set in a placement claim";
+    else if (m->u.placed.sub >= RR_NET_MAX_RECVS) bad = "a placement claim for no sub-receive";
+    m->u.placed.size = get64(&b);
     break;
   case ENGINE_CTRL_FAIL:
   case ENGINE_CTRL_DOWN:

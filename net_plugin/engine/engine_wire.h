@@ -16,7 +16,8 @@
  *              (a peer before degraded rails sends the first two only: both masks 0)
  *   RESUME_SLOT hdr | epoch u32 | n x prefix u32 | CTS body (from seq on)
  *   RESUME_END hdr | epoch u32 | recv_seq u32 | slot_mask u32
- *   BYE        hdr | seq u32 */
+ *   BYE        hdr | seq u32
+ *   PLACED     hdr | seq u32 | sub u8 | 0 u8 | 0 u16 | size u64 */
 #ifndef RERAIL_ENGINE_WIRE_H
 #define RERAIL_ENGINE_WIRE_H
 #include <stddef.h>
@@ -47,6 +48,12 @@ enum engine_ctrl_type {
    * next are the end of the connection, not a failure: nothing is rolled
    * back or reopened (docs/failover.md, "Orderly close"). */
   ENGINE_CTRL_BYE = 8,
+  /* sender -> receiver, after a rollback: "every chunk of sub-receive sub of
+   * receive seq (size bytes) is placed in your memory": its writes completed
+   * here on rails whose completion means placement, and NCCL may already
+   * have its buffer back, so it is never sent again (docs/protocol.md,
+   * invariant 8). */
+  ENGINE_CTRL_PLACED = 9,
   ENGINE_CTRL_NTYPES
 };
 
@@ -83,6 +90,11 @@ typedef struct engine_msg {
     } ack;
     uint32_t probe_rail;       /* PROBE */
     uint32_t bye_seq;          /* BYE */
+    struct {
+      uint32_t seq;            /* the receive */
+      uint8_t sub;             /* its sub-receive (< RR_NET_MAX_RECVS) */
+      uint64_t size;           /* the message's bytes, all of them placed */
+    } placed;                  /* PLACED */
     struct {
       uint32_t epoch;
       uint32_t down_mask;      /* bit per rail index */

@@ -68,6 +68,13 @@ enum rr_rail_cap {
                                         * interface, whatever happens to this device */
   RR_RAIL_CAP_PATH_STATS = 1u << 7,    /* path_stats() reports what the transport sent and
                                         * retransmitted on the endpoint (TCP: TCP_INFO) */
+  RR_RAIL_CAP_WRITE_DONE_PLACED = 1u << 8, /* on_write_done for a write means its bytes are in
+                                        * the peer's registered memory, to stay there whatever
+                                        * fails next (an RC write the responder acknowledged):
+                                        * the engine may give NCCL the source back on it alone.
+                                        * Without it, on_write_done means only that the rail is
+                                        * done reading the source (TCP: the local kernel holds
+                                        * the bytes; the peer process may never get them) */
 };
 
 /* Memory kinds a device can register (rr_rail_dev_attr.mem_kinds). */
@@ -189,9 +196,12 @@ typedef struct rr_write_hdr {
  * protocol": the engine fails that rail over, never the connection. */
 typedef struct rr_rail_events {
   /* The local write wr_id has left this host's hands (its buffer is reusable
-   * by the rail). Not necessarily in posting order: a verbs rail with
-   * several QPs completes each QP's writes in order, not the endpoint's (the
-   * engine counts them). */
+   * by the rail); on a device with RR_RAIL_CAP_WRITE_DONE_PLACED, its bytes
+   * are placed in the peer's memory as well. Called only for a write that
+   * succeeded: one the rail could not complete is never reported (the
+   * endpoint fails instead). Not necessarily in posting order: a verbs rail
+   * with several QPs completes each QP's writes in order, not the
+   * endpoint's (the engine counts them). */
   rr_status (*on_write_done)(rr_rail_ep *ep, uint64_t wr_id);
   /* RR_RAIL_CAP_WRITE_BEGIN rails: a write is about to land. The engine sets
    * *dst to where its h->len bytes go, or to NULL to have the rail read and

@@ -73,6 +73,17 @@ typedef struct sim_ep {
   sim_rx rx[SIM_MAX_STREAMS];
   uint64_t *cq;       /* verbs: completions of writes that landed, to report */
   uint32_t cq_n, cq_cap;
+  /* Verbs rails whose completion means placement: writes of the peer that
+   * landed in our memory (their writer's completion already queued) and
+   * that this end has not polled yet, each visible from its time on.
+   * Reported in order, and before any control message or drain that came
+   * behind them; lost when the endpoint breaks or is fenced, as a failed
+   * device's completion queue is. */
+  struct sim_rcq {
+    rr_write_hdr hdr;
+    uint64_t at;
+  } *rcq;
+  uint32_t rcq_n, rcq_cap;
   rr_status broken;   /* the endpoint broke (takes effect at broken_at) */
   uint64_t broken_at;
   int fenced;         /* verbs: a fence killed it */
@@ -125,7 +136,7 @@ typedef struct sim_event {
 
 typedef struct sim_stats {
   uint64_t seeds, failed, rollbacks, violations, reconnects, ctrl_dups, splits, mid_fences, errors_expected,
-      garbled, writes, ctrls, steps, vtime_ms, sink_writes;
+      garbled, writes, ctrls, steps, vtime_ms, sink_writes, placed_sends, claims;
 } sim_stats;
 
 typedef struct sim_world {
@@ -138,6 +149,8 @@ typedef struct sim_world {
   int nrails;
   int kind[SIM_MAX_RAILS];
   int nstreams[SIM_MAX_RAILS];
+  int placed[SIM_MAX_RAILS];    /* verbs-like: RR_RAIL_CAP_WRITE_DONE_PLACED (completion = placement) */
+  uint64_t rcq_lag_ns;          /* longest a placed write's arrival waits to be polled */
   uint64_t lat_ns[SIM_MAX_RAILS], jitter_ns[SIM_MAX_RAILS];
   uint32_t sq_depth;            /* writes an endpoint queues before RR_AGAIN */
   size_t window;                /* bytes a stream holds in flight, unread by the peer (flow control) */
@@ -219,6 +232,13 @@ int sim_traffic_errored(sim_world *w, int side);
 /* Engine-level outstanding requests of that side. */
 int sim_traffic_outstanding(sim_world *w, int side);
 uint64_t sim_traffic_last_progress(sim_world *w);
+/* Whether a write from [p, p+len) may be posted now: not from a send
+ * buffer NCCL already got back (a completed send must never be replayed). */
+int sim_traffic_source_ok(sim_world *w, const void *p, size_t len);
+/* The message whose send buffer holds p, -1 when none does (a bounce copy). */
+int sim_traffic_source_msg(sim_world *w, const void *p);
+/* Whether message mi's send buffer is still NCCL's to lend (not reported done). */
+int sim_traffic_send_live(sim_world *w, int mi);
 /* Whether [p, p+len) lies inside a receive posted and not yet reaped. */
 int sim_traffic_landing_ok(sim_world *w, const void *p, size_t len);
 void sim_traffic_summary(sim_world *w, char *buf, size_t len);

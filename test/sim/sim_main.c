@@ -122,6 +122,16 @@ static void setup(sim_world *w, uint64_t seed, int verbose) {
     w->path[r].up = 1;
     w->reconnect_wait[r] = -1;
   }
+  /* Verbs-like rails whose write completion means placement: all, none or
+   * some of them, from a stream of its own so every other choice of the
+   * seed stays what it was before the capability existed. */
+  sim_rng pg;
+  sim_rng_seed(&pg, seed ^ 0x706c61636564ull);
+  unsigned pmode = (unsigned)sim_below(&pg, 100);
+  for (int r = 0; r < w->nrails; r++)
+    w->placed[r] = w->kind[r] == SIM_VERBS && (pmode < 45 ? 1 : pmode < 70 ? 0 : (int)sim_below(&pg, 2));
+  static const uint64_t LAGS[] = {0, 20 * SIM_US, 200 * SIM_US, 2 * SIM_MS};
+  w->rcq_lag_ns = LAGS[sim_below(&pg, 4)];
   w->sq_depth = (uint32_t)sim_range(g, 2, 64);
   w->window = (size_t)sim_range(g, 8, 128) * SIM_CHUNK;
   w->dup_pm = PICK(DUPS);
@@ -183,7 +193,7 @@ static void setup(sim_world *w, uint64_t seed, int verbose) {
   if (verbose) {
     printf("seed %llu: %d rail(s):", (unsigned long long)seed, w->nrails);
     for (int r = 0; r < w->nrails; r++)
-      printf(" %s/%d stream(s)/%llu us", w->kind[r] == SIM_TCP ? "tcp" : "verbs", w->nstreams[r],
+      printf(" %s/%d stream(s)/%llu us", w->kind[r] == SIM_TCP ? "tcp" : w->placed[r] ? "verbs-placed" : "verbs", w->nstreams[r],
              (unsigned long long)(w->lat_ns[r] / SIM_US));
     printf("; %s, delta %llu ms, hold %llu ms, reconnect %s, queue %u; per mille: dup %u, delay %u (writes %u), "
            "split %u, midfence %u, garble %u; chaos until %llu ms\n",
@@ -202,6 +212,8 @@ static void teardown(sim_world *w) {
     w->eng_live[side] = 0;
   }
   w->st.rollbacks += w->eng[SIM_RECV].stats.rollbacks;
+  w->st.placed_sends += w->eng[SIM_SEND].stats.placed_sends;
+  w->st.claims += w->eng[SIM_RECV].stats.claims_taken;
   sim_traffic_free_mrs(w);
   sim_pairs_free(w);
   for (int side = 0; side < 2; side++)
@@ -349,8 +361,10 @@ static void dump_engines(sim_world *w) {
       printf("  fifo %u..%u post %u, send_seq %u\n", e->fifo_head, e->fifo_tail, e->fifo_post, e->send_seq);
       for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
         rr_send_req *r = engine_sreq(e, e->fifo[i % RR_SEND_POOL]);
-        printf("  send seq %u sub %u: nchunks %u posted %u transmitted %u acked %d rail %d resumed %d/e%u\n", r->seq,
-               r->sub, r->nchunks, r->posted, r->transmitted, r->acked, r->rail, r->resumed, r->resumed_epoch);
+        printf("  send seq %u sub %u: nchunks %u posted %u transmitted %u placed %u%s%s acked %d done %d rail %d "
+               "resumed %d/e%u\n", r->seq, r->sub, r->nchunks, r->posted, r->transmitted, r->placed,
+               r->ack_only ? " ack-only" : "", r->claim_owed ? " claim-owed" : "", r->acked, r->user_done, r->rail,
+               r->resumed, r->resumed_epoch);
       }
     }
   }
@@ -413,6 +427,7 @@ int main(int argc, char **argv) {
     total.splits += a->splits, total.mid_fences += a->mid_fences, total.errors_expected += a->errors_expected;
     total.writes += a->writes, total.ctrls += a->ctrls, total.steps += a->steps, total.vtime_ms += a->vtime_ms;
     total.sink_writes += a->sink_writes;
+    total.placed_sends += a->placed_sends, total.claims += a->claims;
     total.garbled += W.garbled;
     if (failures >= max_fail && s + 1 < first + count) {
       printf("rerail-sim: stopping after %d failing seeds\n", failures);
@@ -424,12 +439,14 @@ int main(int argc, char **argv) {
   double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
   printf("rerail-sim: %llu seed(s) from %llu: %llu failed; %.1f s, %.0f seeds/s; virtual %.1f s; "
          "%llu writes, %llu control messages (%llu duplicated), %llu rollbacks, %llu reconnects, "
-         "%llu writes split (%llu fenced mid-payload), %llu stale writes sunk, %llu frames garbled, %llu clean errors\n",
+         "%llu writes split (%llu fenced mid-payload), %llu stale writes sunk, %llu frames garbled, %llu clean errors, "
+         "%llu sends done on placement, %llu placement claims taken\n",
          (unsigned long long)total.seeds, (unsigned long long)first, (unsigned long long)total.failed, secs,
          secs > 0 ? (double)total.seeds / secs : 0.0, (double)total.vtime_ms / 1e3, (unsigned long long)total.writes,
          (unsigned long long)total.ctrls, (unsigned long long)total.ctrl_dups, (unsigned long long)total.rollbacks,
          (unsigned long long)total.reconnects, (unsigned long long)total.splits, (unsigned long long)total.mid_fences,
          (unsigned long long)total.sink_writes, (unsigned long long)total.garbled,
-         (unsigned long long)total.errors_expected);
+         (unsigned long long)total.errors_expected, (unsigned long long)total.placed_sends,
+         (unsigned long long)total.claims);
   return total.failed ? 1 : 0;
 }

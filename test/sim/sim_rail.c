@@ -33,6 +33,7 @@ struct sim_item {
   rr_write_hdr hdr;
   uint64_t wr_id;
   const char *local; /* write: the source until it is transmitted */
+  int msg;           /* write: the message whose send buffer is the source, -1 a bounce copy */
   uint32_t epoch;    /* drain */
   char data[];       /* control message, or the write's payload once transmitted */
 };
@@ -96,7 +97,7 @@ static const char *imm_str(char *buf, size_t n, const rr_write_hdr *h) {
 }
 
 static const char *ctrl_str(char *buf, size_t n, const void *msg, uint32_t len) {
-  static const char *const names[] = {"?", "CTS", "ACK", "PROBE", "FAIL", "RESUME_SLOT", "RESUME_END", "DOWN"};
+  static const char *const names[] = {"?", "CTS", "ACK", "PROBE", "FAIL", "RESUME_SLOT", "RESUME_END", "DOWN", "BYE", "PLACED"};
   engine_msg m;
   if (engine_msg_decode(msg, len, RR_MAX_RAILS + 1, &m, NULL) != RR_OK && m.type != ENGINE_CTRL_CTS &&
       m.type != ENGINE_CTRL_RESUME_SLOT) {
@@ -112,6 +113,10 @@ static const char *ctrl_str(char *buf, size_t n, const void *msg, uint32_t len) 
     snprintf(buf, n, "RESUME_END e%u recv_seq %u slots 0x%x", m.u.end.epoch, m.u.end.recv_seq, m.u.end.slot_mask);
     break;
   case ENGINE_CTRL_PROBE: snprintf(buf, n, "PROBE rail %u", m.u.probe_rail); break;
+  case ENGINE_CTRL_PLACED:
+    snprintf(buf, n, "PLACED seq %u sub %u size %llu", m.u.placed.seq, m.u.placed.sub,
+             (unsigned long long)m.u.placed.size);
+    break;
   default: {
     /* CTS and RESUME_SLOT: the sequence number sits at a known offset. */
     uint32_t seq = 0, epoch = 0, prefix0 = 0;
@@ -207,6 +212,7 @@ sim_dev *sim_dev_open(sim_world *w, int side, int rail, int kind) {
   d->base.index = (side == SIM_RECV ? SIM_DEV_BASE_RECV : 0) + rail;
   uint32_t caps = RR_RAIL_CAP_WRITE | RR_RAIL_CAP_WRITE_IMM;
   caps |= kind == SIM_TCP ? RR_RAIL_CAP_WRITE_BEGIN : RR_RAIL_CAP_EP_ORDERED | RR_RAIL_CAP_REG_PER_DEV;
+  if (kind == SIM_VERBS && w->placed[rail]) caps |= RR_RAIL_CAP_WRITE_DONE_PLACED;
   d->base.attr = (rr_rail_dev_attr){.caps = caps, .mem_kinds = RR_MEM_HOST};
   return d;
 }
@@ -253,6 +259,17 @@ static rr_status sim_post_write(rr_rail_ep *rep, const rr_write_wr *wr) {
   rr_status st = ep_status(e);
   if (st != RR_OK) return st;
   if (e->sq_writes >= w->sq_depth) return RR_AGAIN;
+  /* A send NCCL was told is done has its buffer back: writing from it
+   * again would replay a completed send (invariant 8). */
+  if (e->side == SIM_SEND && wr->wr_id != ENGINE_PROBE_WR_ID && !(wr->flags & RR_WRITE_EAGER)) {
+    uint32_t idx = (uint32_t)(wr->wr_id & 0xffff);
+    const rr_send_req *sr = idx < w->eng[SIM_SEND].sreq_cap ? engine_sreq(&w->eng[SIM_SEND], idx) : NULL;
+    if (!sr || (sr->user_done && sr->bounce < 0) || !sim_traffic_source_ok(w, wr->local, wr->len)) {
+      sim_fail(w, "rail %d: a write (imm 0x%08x) of a send NCCL already got back: a completed send replayed",
+               e->pair->rail, wr->imm);
+      return RR_ERR_INVALID;
+    }
+  }
   if (wr->len > w->eng[SIM_SEND].cfg.chunk_size) {
     sim_fail(w, "rail %d: the engine posted a write of %zu bytes (chunks are %zu)", e->pair->rail, wr->len,
              w->eng[SIM_SEND].cfg.chunk_size);
@@ -276,6 +293,7 @@ static rr_status sim_post_write(rr_rail_ep *rep, const rr_write_wr *wr) {
                            .flags = wr->flags};
   it->wr_id = wr->wr_id;
   it->local = wr->local;
+  it->msg = wr->len ? sim_traffic_source_msg(w, wr->local) : -1;
   it->stream = (uint8_t)(e->pair->nstreams > 1 ? sim_below(&w->rng, (uint64_t)e->pair->nstreams) : 0);
   q_push(&e->sq, it);
   if (w->verbose) {
@@ -357,7 +375,12 @@ static rr_status transmit(sim_ep *e) {
     e->sq_bytes -= it->len + 32;
     if (it->type == 'W') {
       e->sq_writes--;
-      if (it->len) memcpy(it->data, it->local, it->len); /* the source is read now */
+      /* The source is read now: a write queued before its send completed
+       * must not read the buffer NCCL got back (invariant 8: such a send
+       * completes only on the ack, which follows the drains). */
+      if (it->msg >= 0 && !sim_traffic_send_live(w, it->msg))
+        sim_fail(w, "rail %d: a write (imm 0x%08x) read its send buffer after the send completed", r, it->hdr.imm);
+      if (it->len) memcpy(it->data, it->local, it->len);
     } else if (it->type == 'C') {
       e->sq_ctrl--;
     }
@@ -426,15 +449,45 @@ static int land(sim_world *w, sim_ep *e, sim_item *it, char *dst, uint32_t from,
   return 1;
 }
 
-/* Finish write `it` (all of it landed at dst, or dst is NULL: sunk). */
+/* Finish write `it` (all of it landed at dst, or dst is NULL: sunk). On a
+ * rail whose completion means placement the writer's completion comes
+ * first, and this end learns of the write only when it polls its queue
+ * (rcq_deliver), if the endpoint lives that long. */
 static rr_status write_landed(sim_ep *e, sim_item *it, char *dst) {
   sim_pair *p = e->pair;
   rr_status st = RR_OK;
-  if (dst) {
+  if (dst && p->kind == SIM_VERBS && ep_world(e)->placed[p->rail]) {
+    complete_to_writer(p, 1 - e->side, it->wr_id);
+    if (e->rcq_n == e->rcq_cap) {
+      e->rcq_cap = e->rcq_cap ? 2 * e->rcq_cap : 16;
+      e->rcq = realloc(e->rcq, e->rcq_cap * sizeof *e->rcq);
+      if (!e->rcq) abort();
+    }
+    sim_world *w = ep_world(e);
+    uint64_t at = sim_now_ns + sim_below(&w->rng, w->rcq_lag_ns + 1);
+    if (e->rcq_n && at < e->rcq[e->rcq_n - 1].at) at = e->rcq[e->rcq_n - 1].at;
+    e->rcq[e->rcq_n].hdr = it->hdr;
+    e->rcq[e->rcq_n++].at = at;
+  } else if (dst) {
     st = e->base.events->on_write_recv(&e->base, &it->hdr);
     complete_to_writer(p, 1 - e->side, it->wr_id);
   }
   free(it);
+  return st;
+}
+
+/* Poll the arrivals of placed writes that are visible by now, in order. */
+static rr_status rcq_deliver(sim_world *w, sim_ep *e) {
+  uint32_t i = 0;
+  rr_status st = RR_OK;
+  for (; i < e->rcq_n && e->rcq[i].at <= sim_now_ns && st == RR_OK; i++) {
+    w->activity = 1;
+    st = e->base.events->on_write_recv(&e->base, &e->rcq[i].hdr);
+    if (st == RR_OK) st = ep_status(e);
+  }
+  if (st != RR_OK) i = e->rcq_n; /* the endpoint failed: the rest is lost with it */
+  memmove(e->rcq, e->rcq + i, (e->rcq_n - i) * sizeof *e->rcq);
+  e->rcq_n -= i;
   return st;
 }
 
@@ -549,6 +602,7 @@ static rr_status deliver_stream(sim_world *w, sim_ep *e, int s) {
   sim_queue *q = &p->wire[from][s];
   for (uint64_t budget = sim_range(&w->rng, 1, 8); budget > 0 && q->head && q->head->arrive <= sim_now_ns;
        budget--) {
+    if (q->head->type != 'W' && e->rcq_n) return RR_OK; /* the writes before it are reported first */
     sim_item *it = q_pop(q);
     e->last_rx_ns = sim_now_ns;
     if (p->ep[from] && p->ep[from]->last_ack_ns < it->arrive) p->ep[from]->last_ack_ns = it->arrive;
@@ -611,6 +665,11 @@ static rr_status sim_progress(rr_rail_ep *rep) {
     if ((st = ep_status(e)) != RR_OK) return st;
   }
   if ((st = transmit(e)) != RR_OK) return st;
+  /* Our own completion queue is polled whatever the path does now. */
+  if ((st = rcq_deliver(w, e)) != RR_OK) {
+    ep_break(e, st, sim_now_ns);
+    return st;
+  }
   if (pair_flows(w, p)) {
     int start = (int)sim_below(&w->rng, (uint64_t)p->nstreams);
     for (int i = 0; i < p->nstreams && !w->failed; i++) {
@@ -627,6 +686,7 @@ static rr_status sim_progress(rr_rail_ep *rep) {
     int busy = 0;
     for (int s = 0; s < p->nstreams; s++) busy |= p->wire[from][s].head != NULL;
     for (int s = 0; s < p->nstreams; s++) busy |= e->rx[s].cur != NULL;
+    busy |= e->rcq_n != 0;
     if (!busy) {
       if (p->kind == SIM_TCP) ep_break(e, RR_ERR_PEER, sim_now_ns);
       else ep_break(e, RR_ERR_RAIL, p->closed_at[from] + w->verbs_retry_ns);
@@ -655,10 +715,12 @@ static void sim_fence(rr_rail_ep *rep) {
     sim_trace(w, "rail%d pair%u: %s end fenced", p->rail, p->id, e->side == SIM_SEND ? "send" : "recv");
     return;
   }
-  /* A QP in the error state: nothing issued before lands on either side. */
+  /* A QP in the error state: nothing issued before lands on either side,
+   * and nothing more is reported (arrivals not polled yet are lost). */
   e->fenced = 1;
   rx_drop(e);
   e->cq_n = 0;
+  e->rcq_n = 0;
   for (int side = 0; side < 2; side++)
     for (int s = 0; s < p->nstreams; s++) q_free(&p->wire[side][s]);
   sim_ep *peer = p->ep[1 - e->side];
@@ -713,6 +775,7 @@ static void sim_destroy(rr_rail_ep *rep) {
   q_free(&e->sq);
   rx_drop(e);
   free(e->cq);
+  free(e->rcq);
   if (p) {
     p->ep[e->side] = NULL;
     if (!p->closed_at[e->side]) p->closed_at[e->side] = sim_now_ns ? sim_now_ns : 1;
@@ -799,6 +862,7 @@ uint64_t sim_next_arrival(sim_world *w) {
     for (int side = 0; side < 2; side++) {
       sim_ep *e = p->ep[side];
       if (e && e->attached && e->cq_n) best = sim_now_ns;
+      if (e && e->attached && e->rcq_n && e->rcq[0].at < best) best = e->rcq[0].at < sim_now_ns ? sim_now_ns : e->rcq[0].at;
       for (int s = 0; s < p->nstreams; s++) {
         if (e && e->rx[s].cur) best = sim_now_ns;
         const sim_item *h = p->wire[1 - side][s].head;

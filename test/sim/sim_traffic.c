@@ -59,6 +59,7 @@ typedef struct sim_traffic {
   rr_status err[2];
   uint64_t last_progress_ns;
   int sfree[SEND_BUFS], nsfree;
+  int sowner[SEND_BUFS];          /* the message holding each send buffer, -1 when free */
   int rfree[RECV_BUFS], nrfree;
   rr_mr smr, rmr;
 } sim_traffic;
@@ -142,7 +143,7 @@ void sim_traffic_init(sim_world *w) {
       o[k] = t;
     }
   }
-  for (int i = 0; i < SEND_BUFS; i++) T.sfree[T.nsfree++] = SEND_BUFS - 1 - i;
+  for (int i = 0; i < SEND_BUFS; i++) T.sfree[T.nsfree++] = SEND_BUFS - 1 - i, T.sowner[i] = -1;
   for (int i = 0; i < RECV_BUFS; i++) T.rfree[T.nrfree++] = RECV_BUFS - 1 - i;
   T.last_progress_ns = sim_now_ns;
 }
@@ -208,6 +209,7 @@ static void send_reaped(sim_world *w, int mi, size_t size) {
                m->group, m->tag, m->size, bad);
   }
   memset(sbuf_ptr(m->sbuf), SCRIBBLE_SEND, m->size);
+  T.sowner[m->sbuf] = -1;
   T.sfree[T.nsfree++] = m->sbuf;
   m->sbuf = -1;
   T.sent++;
@@ -224,6 +226,7 @@ static void sender_step(sim_world *w) {
     sim_msg *m = &T.m[mi];
     if (m->sbuf < 0) {
       m->sbuf = T.sfree[--T.nsfree];
+      T.sowner[m->sbuf] = mi;
       fill(sbuf_ptr(m->sbuf), m->size, msg_key(mi));
     }
     void *req = NULL;
@@ -376,6 +379,28 @@ int sim_traffic_outstanding(sim_world *w, int side) {
 uint64_t sim_traffic_last_progress(sim_world *w) {
   (void)w;
   return T.last_progress_ns;
+}
+
+int sim_traffic_source_ok(sim_world *w, const void *p, size_t len) {
+  (void)w;
+  const char *a = p;
+  /* A bounced message goes from the engine's own copy. */
+  if (a < send_arena || a >= send_arena + (size_t)SEND_BUFS * MAX_POSTED) return 1;
+  int idx = (int)((size_t)(a - send_arena) / MAX_POSTED);
+  int mi = T.sowner[idx];
+  return mi >= 0 && !T.m[mi].send_done && a + len <= sbuf_ptr(idx) + T.m[mi].size;
+}
+
+int sim_traffic_source_msg(sim_world *w, const void *p) {
+  (void)w;
+  const char *a = p;
+  if (a < send_arena || a >= send_arena + (size_t)SEND_BUFS * MAX_POSTED) return -1;
+  return T.sowner[(size_t)(a - send_arena) / MAX_POSTED];
+}
+
+int sim_traffic_send_live(sim_world *w, int mi) {
+  (void)w;
+  return mi >= 0 && mi < T.nmsgs && !T.m[mi].send_done && T.m[mi].sbuf >= 0 && T.sowner[T.m[mi].sbuf] == mi;
 }
 
 int sim_traffic_landing_ok(sim_world *w, const void *p, size_t len) {

@@ -82,6 +82,21 @@ static void every_type_roundtrips(void **state) {
   assert_int_equal(engine_msg_encode(&b, buf, sizeof buf), 8);
   assert_int_equal(engine_msg_decode(buf, 7, 2, &out, &why), RR_ERR_PROTOCOL);
   assert_int_equal(engine_msg_decode(buf, 9, 2, &out, &why), RR_ERR_PROTOCOL);
+  /* A placement claim: 20 bytes exactly; a sub-receive past the 8 a receive
+   * has, or a reserved byte set, is refused. */
+  engine_msg pl = {.type = ENGINE_CTRL_PLACED, .u.placed = {.seq = 0xfffffff1u, .sub = 7, .size = 0x123456789ull}};
+  roundtrip(&pl, 2);
+  uint8_t cb[24] = {0};
+  assert_int_equal(engine_msg_encode(&pl, cb, sizeof cb), 20);
+  assert_int_equal(engine_msg_decode(cb, 19, 2, &out, &why), RR_ERR_PROTOCOL);
+  cb[8] = RR_NET_MAX_RECVS;
+  assert_int_equal(engine_msg_decode(cb, 20, 2, &out, &why), RR_ERR_PROTOCOL);
+  cb[8] = 1;
+  cb[9] = 1;
+  assert_int_equal(engine_msg_decode(cb, 20, 2, &out, &why), RR_ERR_PROTOCOL);
+  cb[9] = 0;
+  assert_int_equal(engine_msg_decode(cb, 20, 2, &out, &why), RR_OK);
+  assert_int_equal(out.u.placed.sub, 1);
 }
 
 static void little_endian_on_the_wire(void **state) {
