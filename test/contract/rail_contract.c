@@ -1,0 +1,715 @@
+/* The rail contract cases (rail_contract.h): each case states the rail.h
+ * promise it checks. A case that does not apply to a transport is skipped
+ * by the capability flag that says so, never by the transport's name. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "rail_contract.h"
+
+/* ------------------------------------------------- the engine, played */
+
+static rc_side *side_of(rr_rail_ep *ep) { return (rc_side *)ep->events_arg; }
+static rc_side *peer_of(rc_side *s) { return &s->env->side[1 - s->idx]; }
+
+static void log_event(rc_side *s, int kind, uint64_t id) {
+  if (s->nlog < RC_LOG_MAX) s->log[s->nlog++] = (rc_event){kind, id};
+}
+
+/* The write the peer posted with this immediate (imm carries its index). */
+static rc_write *posted_write(rc_side *writer, uint32_t imm) {
+  uint32_t i = imm & 0xffffu;
+  if ((int)i >= writer->nposted || writer->w[i].imm != imm) return NULL;
+  return &writer->w[i];
+}
+
+/* Where a write may land: inside our registered buffer, named by its key. */
+static int inside_buffer(const rc_side *s, uint32_t rkey, uint64_t raddr, uint32_t len) {
+  uint64_t base = (uint64_t)(uintptr_t)s->buf;
+  return rkey == s->mr->rkey && raddr >= base && raddr + len <= base + RC_BUF_BYTES;
+}
+
+static rr_status on_write_done(rr_rail_ep *ep, uint64_t wr_id) {
+  rc_side *s = side_of(ep);
+  if (s->refused) s->after_failure++;
+  if (wr_id >= (uint64_t)s->nposted || s->w[wr_id].done) {
+    s->bad_done++;
+    return RR_OK;
+  }
+  rc_write *w = &s->w[wr_id];
+  w->done = 1;
+  s->ndone++;
+  if (ep->dev->attr.caps & RR_RAIL_CAP_WRITE_DONE_PLACED) {
+    s->placed_checked++;
+    if (w->len && memcmp(w->dst, w->src, w->len) != 0) s->placed_bad++;
+  }
+  return RR_OK;
+}
+
+static rr_status on_write_begin(rr_rail_ep *ep, rr_write_hdr *h, void **dst) {
+  rc_side *s = side_of(ep);
+  if (s->refused) s->after_failure++;
+  s->nbegin++;
+  if (!(ep->dev->attr.caps & RR_RAIL_CAP_WRITE_BEGIN)) s->begin_uncapable++;
+  if (h->imm & RC_IMM_REFUSE) {
+    s->refused = 1;
+    return RR_ERR_PROTOCOL;
+  }
+  if (!inside_buffer(s, h->rkey, h->raddr, h->len)) {
+    s->bad_write++;
+    s->refused = 1;
+    return RR_ERR_PROTOCOL;
+  }
+  if ((h->imm & RC_IMM_SINK) || (s->sink_fence_tag >= 0 && h->fence == (uint16_t)s->sink_fence_tag)) {
+    *dst = NULL;
+    return RR_OK;
+  }
+  *dst = (void *)(uintptr_t)h->raddr;
+  return RR_OK;
+}
+
+static rr_status on_write_recv(rr_rail_ep *ep, const rr_write_hdr *h) {
+  rc_side *s = side_of(ep);
+  if (s->refused) s->after_failure++;
+  rc_write *w = posted_write(peer_of(s), h->imm);
+  /* Reported once, as posted, with its bytes where the writer named. */
+  if (!w || w->len != h->len || (uint64_t)(uintptr_t)w->dst != h->raddr || !inside_buffer(s, h->rkey, h->raddr, h->len) ||
+      (h->len && memcmp(w->dst, w->src, h->len) != 0) || (h->imm & (RC_IMM_SINK | RC_IMM_REFUSE)))
+    s->bad_write++;
+  s->nrecv++;
+  log_event(s, RC_EV_RECV, h->imm);
+  return RR_OK;
+}
+
+/* Control message `seq`: its length and every byte follow from seq. */
+static uint32_t ctrl_len(uint32_t seq) { return 4 + (seq * 37u) % (RR_RAIL_CTRL_MAX - 3); }
+static void ctrl_fill(uint32_t seq, uint8_t *m) {
+  memcpy(m, &seq, 4);
+  for (uint32_t i = 4; i < ctrl_len(seq); i++) m[i] = (uint8_t)(seq * 7u + i);
+}
+
+static rr_status on_ctrl(rr_rail_ep *ep, const void *msg, uint32_t len) {
+  rc_side *s = side_of(ep);
+  if (s->refused) s->after_failure++;
+  uint8_t want[RR_RAIL_CTRL_MAX];
+  uint32_t seq = s->ctrl_next++;
+  ctrl_fill(seq, want);
+  if (len != ctrl_len(seq) || memcmp(msg, want, len) != 0) s->bad_ctrl++;
+  log_event(s, RC_EV_CTRL, seq);
+  if (s->refuse_ctrl_seq >= 0 && seq == (uint64_t)s->refuse_ctrl_seq) {
+    s->refused = 1;
+    return RR_ERR_PROTOCOL;
+  }
+  return RR_OK;
+}
+
+static rr_status on_drain(rr_rail_ep *ep, uint32_t epoch) {
+  rc_side *s = side_of(ep);
+  rc_side *wr = peer_of(s);
+  if (s->refused) s->after_failure++;
+  s->ndrain++;
+  s->last_drain = epoch;
+  log_event(s, RC_EV_DRAIN, epoch);
+  /* Every write posted before the barrier has landed (none was sunk or
+   * fenced in the cases that drain). */
+  int upto = epoch < RC_MAX_EPOCHS ? wr->posted_at_drain[epoch] : 0;
+  for (int i = 0; i < upto; i++)
+    if (wr->w[i].len && memcmp(wr->w[i].dst, wr->w[i].src, wr->w[i].len) != 0) {
+      s->drain_early++;
+      break;
+    }
+  return RR_OK;
+}
+
+const rr_rail_events rc_events = {.on_write_done = on_write_done,
+                                  .on_write_begin = on_write_begin,
+                                  .on_write_recv = on_write_recv,
+                                  .on_ctrl = on_ctrl,
+                                  .on_drain = on_drain};
+
+/* ----------------------------------------------------------- driving */
+
+static const rc_fixture *fx = &rc_fixture_under_test;
+
+static uint64_t wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void progress_side(rc_side *s) {
+  if (!s->ep || s->failed != RR_OK) return;
+  rr_status st = s->ep->ops->progress(s->ep);
+  if (st != RR_OK) s->failed = st;
+}
+
+static void round_once(rc_env *env) {
+  progress_side(&env->side[0]);
+  progress_side(&env->side[1]);
+  if (fx->tick) fx->tick(env);
+}
+
+/* Progress both ends until done(env) or the bound (a generous wall-clock
+ * one: a loaded machine is slower, never wrong). Returns done(env). */
+typedef int (*rc_pred)(rc_env *env);
+static int pump_until(rc_env *env, rc_pred done) {
+  uint64_t deadline = wall_ms() + 20000;
+  for (uint64_t n = 0;; n++) {
+    if (done(env)) return 1;
+    if ((n & 255) == 0 && wall_ms() > deadline) return done(env);
+    round_once(env);
+  }
+}
+
+static void pump_rounds(rc_env *env, int rounds) {
+  for (int i = 0; i < rounds; i++) round_once(env);
+}
+
+/* Post a write of len bytes from A's buffer at src_off to B's at dst_off,
+ * waiting out RR_AGAIN. Returns its index (its wr_id and the low bits of its
+ * immediate). */
+static int post_write(rc_env *env, size_t src_off, size_t dst_off, uint32_t len, uint32_t imm_flags, uint16_t fence) {
+  rc_side *a = &env->side[0], *b = &env->side[1];
+  assert_true(a->nposted < RC_MAX_WRITES);
+  assert_true(src_off + len <= RC_BUF_BYTES && dst_off + len <= RC_BUF_BYTES);
+  int i = a->nposted;
+  rc_write *w = &a->w[i];
+  *w = (rc_write){.src = a->buf + src_off, .dst = b->buf + dst_off, .len = len, .imm = (uint32_t)i | imm_flags};
+  a->nposted++; /* before posting: a rail may deliver inside post_write */
+  rr_write_wr wr = {.wr_id = (uint64_t)i, .local = w->src, .len = len, .local_mr = a->mr,
+                    .remote_addr = (uint64_t)(uintptr_t)w->dst, .rkey = b->mr->rkey, .imm = w->imm, .fence = fence};
+  rr_status st;
+  uint64_t deadline = wall_ms() + 20000;
+  while ((st = a->ep->ops->post_write(a->ep, &wr)) == RR_AGAIN && wall_ms() < deadline) round_once(env);
+  assert_int_equal(st, RR_OK);
+  return i;
+}
+
+static void post_ctrl(rc_env *env, int from) {
+  rc_side *s = &env->side[from];
+  uint8_t m[RR_RAIL_CTRL_MAX];
+  uint32_t seq = s->ctrl_sent;
+  ctrl_fill(seq, m);
+  rr_status st;
+  uint64_t deadline = wall_ms() + 20000;
+  while ((st = s->ep->ops->post_ctrl(s->ep, m, ctrl_len(seq))) == RR_AGAIN && wall_ms() < deadline) round_once(env);
+  assert_int_equal(st, RR_OK);
+  s->ctrl_sent++;
+}
+
+static void post_drain(rc_env *env, uint32_t epoch) {
+  rc_side *a = &env->side[0];
+  assert_true(epoch < RC_MAX_EPOCHS);
+  a->posted_at_drain[epoch] = a->nposted;
+  rr_status st;
+  uint64_t deadline = wall_ms() + 20000;
+  while ((st = a->ep->ops->post_drain(a->ep, epoch)) == RR_AGAIN && wall_ms() < deadline) round_once(env);
+  assert_int_equal(st, RR_OK);
+}
+
+/* A's buffer holds a pattern; B's starts zeroed. */
+static void fill_source(rc_env *env) {
+  for (size_t i = 0; i < RC_BUF_BYTES; i++) env->side[0].buf[i] = (char)(i * 131u + (i >> 13) + 1);
+  memset(env->side[1].buf, 0, RC_BUF_BYTES);
+}
+
+static int setup(void **state) {
+  rc_env *env = calloc(1, sizeof *env);
+  if (!env) return -1;
+  env->fx = fx;
+  for (int i = 0; i < 2; i++) {
+    rc_side *s = &env->side[i];
+    s->env = env;
+    s->idx = i;
+    s->sink_fence_tag = -1;
+    s->refuse_ctrl_seq = -1;
+    s->buf = aligned_alloc(4096, RC_BUF_BYTES);
+    if (!s->buf) return -1;
+    memset(s->buf, 0, RC_BUF_BYTES);
+  }
+  if (fx->open(env) != RR_OK) return -1;
+  env->caps = env->side[0].dev->attr.caps;
+  for (int i = 0; i < 2; i++) {
+    rc_side *s = &env->side[i];
+    if (s->dev->ops->reg_mr(s->dev, s->buf, RC_BUF_BYTES, RR_MEM_HOST, -1, 0, &s->mr) != RR_OK) return -1;
+  }
+  fill_source(env);
+  *state = env;
+  return 0;
+}
+
+static void destroy_ep(rc_side *s) {
+  if (s->ep) s->ep->ops->destroy(s->ep);
+  s->ep = NULL;
+}
+
+static int teardown(void **state) {
+  rc_env *env = *state;
+  const char *why = fx->violation ? fx->violation(env) : NULL;
+  for (int i = 0; i < 2; i++) destroy_ep(&env->side[i]);
+  for (int i = 0; i < 2; i++)
+    if (env->side[i].mr) env->side[i].dev->ops->dereg_mr(env->side[i].mr);
+  fx->close(env);
+  for (int i = 0; i < 2; i++) free(env->side[i].buf);
+  free(env);
+  if (why) fail_msg("%s: the transport's own checker: %s", fx->name, why);
+  return 0;
+}
+
+/* What every case expects of a healthy exchange. */
+static void assert_clean(rc_env *env) {
+  for (int i = 0; i < 2; i++) {
+    rc_side *s = &env->side[i];
+    assert_int_equal(s->bad_ctrl, 0);
+    assert_int_equal(s->bad_write, 0);
+    assert_int_equal(s->bad_done, 0);
+    assert_int_equal(s->placed_bad, 0);
+    assert_int_equal(s->drain_early, 0);
+    assert_int_equal(s->begin_uncapable, 0);
+    assert_int_equal(s->after_failure, 0);
+  }
+  const char *why = fx->violation ? fx->violation(env) : NULL;
+  if (why) fail_msg("the transport's own checker: %s", why);
+}
+
+static int all_done_and_landed(rc_env *env) {
+  const rc_side *a = &env->side[0], *b = &env->side[1];
+  return (a->ndone == a->nposted && b->nrecv == a->nposted) || a->failed || b->failed;
+}
+
+/* Sizes a write takes in the cases: the immediate alone, bytes, a page,
+ * and writes larger than one socket read or work request. */
+static uint32_t write_len(int i) {
+  static const uint32_t lens[] = {0, 1, 7, 100, 4096, 4099, 65536, 65537, 262144 + 3, 1u << 20};
+  return lens[i % (int)(sizeof lens / sizeof lens[0])];
+}
+
+/* ------------------------------------------------------------- cases */
+
+/* Every write lands, bytes and immediate, where the writer named, reported
+ * once by on_write_recv (asked for first by on_write_begin on rails that
+ * see writes before they land, never on others); on_write_done follows for
+ * each, once. */
+static void test_writes_land(void **state) {
+  rc_env *env = *state;
+  size_t off = 0;
+  for (int i = 0; i < 40; i++) {
+    uint32_t len = write_len(i);
+    post_write(env, off, off, len, 0, 0);
+    off += len + 64;
+  }
+  assert_true(pump_until(env, all_done_and_landed));
+  rc_side *a = &env->side[0], *b = &env->side[1];
+  assert_int_equal(a->failed, RR_OK);
+  assert_int_equal(b->failed, RR_OK);
+  assert_int_equal(a->ndone, 40);
+  assert_int_equal(b->nrecv, 40);
+  for (int i = 0; i < 40; i++) assert_memory_equal(a->w[i].dst, a->w[i].src, a->w[i].len);
+  /* Each immediate once. */
+  int seen[40] = {0};
+  for (int k = 0; k < b->nlog; k++)
+    if (b->log[k].kind == RC_EV_RECV) seen[b->log[k].id & 0xffff]++;
+  for (int i = 0; i < 40; i++) assert_int_equal(seen[i], 1);
+  if (env->caps & RR_RAIL_CAP_WRITE_BEGIN) assert_int_equal(b->nbegin, 40);
+  else assert_int_equal(b->nbegin, 0);
+  assert_clean(env);
+}
+
+/* RR_RAIL_CAP_WRITE_DONE_PLACED: on_write_done means the bytes are in the
+ * peer's memory (checked inside the callback). */
+static void test_done_means_placed(void **state) {
+  rc_env *env = *state;
+  if (!(env->caps & RR_RAIL_CAP_WRITE_DONE_PLACED)) {
+    skip(); /* on_write_done means only that the source is free again */
+    return;
+  }
+  size_t off = 0;
+  for (int i = 0; i < 60; i++) {
+    uint32_t len = write_len(i) ? write_len(i) : 8;
+    post_write(env, off, off, len, 0, 0);
+    off += len;
+    if (i % 7 == 0) pump_rounds(env, 3);
+  }
+  assert_true(pump_until(env, all_done_and_landed));
+  assert_int_equal(env->side[0].placed_checked, 60);
+  assert_clean(env);
+}
+
+static int drained_4(rc_env *env) {
+  return env->side[1].last_drain == 4 || env->side[0].failed || env->side[1].failed;
+}
+static int drained_1(rc_env *env) { return env->side[1].ndrain == 1 || env->side[0].failed || env->side[1].failed; }
+
+/* on_drain(epoch) comes only once every write posted before the barrier
+ * has landed (checked inside the callback). Barriers posted one at a time
+ * are each delivered. */
+static void test_drain_follows_writes(void **state) {
+  rc_env *env = *state;
+  size_t off = 0;
+  for (int i = 0; i < 20; i++) {
+    uint32_t len = write_len(i) ? write_len(i) : 16;
+    post_write(env, off, off, len, 0, 0);
+    off += len;
+  }
+  post_drain(env, 1);
+  assert_true(pump_until(env, drained_1));
+  rc_side *b = &env->side[1];
+  assert_int_equal(b->failed, RR_OK);
+  assert_int_equal(b->last_drain, 1);
+  assert_true(pump_until(env, all_done_and_landed));
+  assert_clean(env);
+}
+
+/* Barriers posted back to back, writes between them: the last one is
+ * delivered and those delivered come in posting order, each after the
+ * writes before it. An earlier barrier may be reported only through a
+ * later one: the TCP rail (and the simulation's streams, after it) deliver
+ * a barrier once every stream carried it, and a stream that already
+ * carried the next one stands for both. rail.h's post_drain does not say
+ * so (it reads as one on_drain per barrier); the engine waits only for its
+ * current epoch's (engine_recv_on_drain), so nothing depends on the
+ * earlier one. */
+static void test_drains_back_to_back(void **state) {
+  rc_env *env = *state;
+  size_t off = 0;
+  for (uint32_t epoch = 1; epoch <= 4; epoch++) {
+    for (int i = 0; i < 9; i++) {
+      uint32_t len = write_len(i + (int)epoch) ? write_len(i + (int)epoch) : 16;
+      post_write(env, off, off, len, 0, 0);
+      off += len;
+    }
+    post_drain(env, epoch);
+    pump_rounds(env, (int)epoch); /* the next batch overtakes in flight on some rounds */
+  }
+  assert_true(pump_until(env, drained_4));
+  rc_side *b = &env->side[1];
+  assert_int_equal(b->failed, RR_OK);
+  uint32_t prev = 0;
+  for (int k = 0; k < b->nlog; k++)
+    if (b->log[k].kind == RC_EV_DRAIN) {
+      assert_true(b->log[k].id > prev);
+      prev = (uint32_t)b->log[k].id;
+    }
+  assert_int_equal(prev, 4);
+  assert_true(pump_until(env, all_done_and_landed));
+  assert_clean(env);
+}
+
+static int ctrl_all_in(rc_env *env) {
+  return (env->side[1].ctrl_next == env->side[0].ctrl_sent && env->side[0].ctrl_next == env->side[1].ctrl_sent &&
+          env->side[1].nrecv == env->side[0].nposted) ||
+         env->side[0].failed || env->side[1].failed;
+}
+
+/* Control messages arrive in order and intact, both ways, every length up
+ * to RR_RAIL_CTRL_MAX, with writes in between. */
+static void test_ctrl_in_order(void **state) {
+  rc_env *env = *state;
+  size_t off = 0;
+  for (int i = 0; i < 400; i++) {
+    post_ctrl(env, 0);
+    post_ctrl(env, 1);
+    if (i % 25 == 0) {
+      uint32_t len = write_len(i / 25);
+      post_write(env, off, off, len, 0, 0);
+      off += len;
+    }
+    if (i % 50 == 0) pump_rounds(env, 2);
+  }
+  assert_true(pump_until(env, ctrl_all_in));
+  assert_int_equal(env->side[0].failed, RR_OK);
+  assert_int_equal(env->side[1].failed, RR_OK);
+  assert_int_equal(env->side[1].ctrl_next, 400);
+  assert_int_equal(env->side[0].ctrl_next, 400);
+  assert_clean(env);
+}
+
+static int log_has(rc_env *env, int n) { return env->side[1].nlog >= n || env->side[1].failed || env->side[0].failed; }
+
+/* RR_RAIL_CAP_EP_ORDERED: writes, control messages and drains are
+ * delivered in the order they were posted on the endpoint. */
+static void test_ordered_delivery(void **state) {
+  rc_env *env = *state;
+  if (!(env->caps & RR_RAIL_CAP_EP_ORDERED)) {
+    skip(); /* only control messages are ordered (test_ctrl_in_order) */
+    return;
+  }
+  rc_event want[200];
+  int n = 0;
+  size_t off = 0;
+  uint32_t epoch = 1;
+  for (int i = 0; i < 200; i++) {
+    int what = (i * 7) % 5; /* writes mostly, control messages and drains among them */
+    if (what <= 2) {
+      uint32_t len = write_len(i);
+      int k = post_write(env, off, off, len, 0, 0);
+      off += len;
+      if (off > RC_BUF_BYTES - (1u << 21)) off = 0;
+      want[n++] = (rc_event){RC_EV_RECV, env->side[0].w[k].imm};
+    } else if (what == 3) {
+      want[n++] = (rc_event){RC_EV_CTRL, env->side[0].ctrl_sent};
+      post_ctrl(env, 0);
+    } else if (epoch < RC_MAX_EPOCHS) {
+      post_drain(env, epoch);
+      want[n++] = (rc_event){RC_EV_DRAIN, epoch++};
+    }
+    if (i % 16 == 0) pump_rounds(env, 2);
+  }
+  for (uint64_t deadline = wall_ms() + 20000; !log_has(env, n) && wall_ms() < deadline;) round_once(env);
+  rc_side *b = &env->side[1];
+  assert_int_equal(b->failed, RR_OK);
+  assert_int_equal(b->nlog, n);
+  for (int k = 0; k < n; k++) {
+    assert_int_equal(b->log[k].kind, want[k].kind);
+    assert_int_equal(b->log[k].id, want[k].id);
+  }
+}
+
+static int sink_case_done(rc_env *env) {
+  return env->side[0].ndone == env->side[0].nposted || env->side[0].failed || env->side[1].failed;
+}
+
+/* RR_RAIL_CAP_WRITE_BEGIN: a write the engine gives no destination (*dst
+ * NULL) is read and discarded: nothing of it lands, no on_write_recv, and
+ * the endpoint carries on with the writes behind it. */
+static void test_write_begin_sink(void **state) {
+  rc_env *env = *state;
+  if (!(env->caps & RR_RAIL_CAP_WRITE_BEGIN)) {
+    skip(); /* the NIC places writes itself: the engine is not asked */
+    return;
+  }
+  size_t off = 0;
+  int sunk = 0;
+  for (int i = 0; i < 30; i++) {
+    uint32_t len = write_len(i);
+    int sink = i % 3 == 1;
+    post_write(env, off, off, len, sink ? RC_IMM_SINK : 0, 0);
+    sunk += sink;
+    off += len + 16;
+  }
+  rc_side *a = &env->side[0], *b = &env->side[1];
+  assert_true(pump_until(env, sink_case_done));
+  for (uint64_t deadline = wall_ms() + 20000; b->nrecv < 30 - sunk && !b->failed && wall_ms() < deadline;)
+    round_once(env);
+  assert_int_equal(b->failed, RR_OK);
+  assert_int_equal(b->nrecv, 30 - sunk);
+  assert_int_equal(b->nbegin, 30);
+  for (int i = 0; i < 30; i++) {
+    const rc_write *w = &a->w[i];
+    if (!(w->imm & RC_IMM_SINK)) continue;
+    for (uint32_t k = 0; k < w->len; k++) assert_int_equal(w->dst[k], 0);
+  }
+  assert_clean(env);
+}
+
+static int b_failed(rc_env *env) { return env->side[1].failed != RR_OK; }
+
+/* RR_RAIL_CAP_WRITE_BEGIN: a write the engine refuses (RR_ERR_PROTOCOL)
+ * writes nothing and fails the endpoint: progress returns the failure,
+ * and no callback follows it in that call. */
+static void test_write_begin_refusal(void **state) {
+  rc_env *env = *state;
+  if (!(env->caps & RR_RAIL_CAP_WRITE_BEGIN)) {
+    skip(); /* the NIC places writes itself: the engine is not asked */
+    return;
+  }
+  post_write(env, 0, 0, 4096, 0, 0);
+  int bad = post_write(env, 8192, 8192, 65536, RC_IMM_REFUSE, 0);
+  post_write(env, 1u << 20, 1u << 20, 4096, 0, 0);
+  post_ctrl(env, 0);
+  assert_true(pump_until(env, b_failed));
+  rc_side *a = &env->side[0], *b = &env->side[1];
+  assert_int_equal(b->failed, RR_ERR_PROTOCOL);
+  for (uint32_t k = 0; k < a->w[bad].len; k++) assert_int_equal(a->w[bad].dst[k], 0);
+  assert_int_equal(b->after_failure, 0);
+  assert_int_equal(b->bad_write, 0);
+}
+
+/* on_ctrl failing makes progress stop and return that failure: the
+ * messages behind it are not delivered in that call. */
+static void test_callback_failure_stops_progress(void **state) {
+  rc_env *env = *state;
+  env->side[1].refuse_ctrl_seq = 5;
+  for (int i = 0; i < 12; i++) post_ctrl(env, 0);
+  assert_true(pump_until(env, b_failed));
+  assert_int_equal(env->side[1].failed, RR_ERR_PROTOCOL);
+  assert_int_equal(env->side[1].ctrl_next, 6);
+  assert_int_equal(env->side[1].after_failure, 0);
+  assert_int_equal(env->side[1].bad_ctrl, 0);
+}
+
+/* After fence() returns, nothing issued before it lands in registered
+ * memory. On a rail that asks the engine (WRITE_BEGIN) that is the rail
+ * and the engine together: the rail carries each write's fence tag and
+ * honours a NULL destination, the engine sinks the old tag (played here
+ * from the fence on). `fence_sender`, `fence_receiver`: which ends fence;
+ * `midway`: fence once the receiver has begun taking writes. The sender's
+ * fence alone cannot stop a write whose landing the receiver has begun
+ * (TCP: the engine gave it a destination; RC: the responder places what
+ * reached it): only the receiver's own fence cuts that one off, which is
+ * why there is no sender-only midway case. rail.h's "on either side"
+ * means: each side's fence for what lands on that side. */
+static void fence_case(rc_env *env, int fence_sender, int fence_receiver, int midway) {
+  rc_side *a = &env->side[0], *b = &env->side[1];
+  size_t off = 0;
+  for (int i = 0; i < 12; i++) {
+    uint32_t len = i % 2 ? (2u << 20) / 3 : write_len(i);
+    post_write(env, off, off, len, 0, 1);
+    off += len;
+  }
+  if (midway) {
+    /* Only the receiver reads, until something of the writes arrived. */
+    progress_side(a);
+    for (uint64_t deadline = wall_ms() + 20000; b->nbegin == 0 && b->nrecv == 0 && !b->failed && wall_ms() < deadline;) {
+      progress_side(a);
+      progress_side(b);
+      if (fx->tick) fx->tick(env);
+    }
+  }
+  if (fence_sender) a->ep->ops->fence(a->ep);
+  if (fence_receiver) b->ep->ops->fence(b->ep);
+  b->sink_fence_tag = 1; /* the engine's side of the fence */
+  char *snap = malloc(RC_BUF_BYTES);
+  assert_non_null(snap);
+  memcpy(snap, b->buf, RC_BUF_BYTES);
+  pump_rounds(env, 20000);
+  assert_memory_equal(snap, b->buf, RC_BUF_BYTES);
+  free(snap);
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(env->side[i].bad_write, 0);
+    assert_int_equal(env->side[i].bad_done, 0);
+  }
+}
+
+static void test_fence_sender(void **state) { fence_case(*state, 1, 0, 0); }
+static void test_fence_receiver_midway(void **state) { fence_case(*state, 0, 1, 1); }
+static void test_fence_both_midway(void **state) { fence_case(*state, 1, 1, 1); }
+
+static int a_flushed(rc_env *env) { return env->side[0].ep->ops->flushed(env->side[0].ep); }
+
+/* flushed(): 1 with nothing posted; 0 while a posted write has not reached
+ * the peer; 1 again once it has (and the peer has it all). */
+static void test_flushed(void **state) {
+  rc_env *env = *state;
+  rc_side *a = &env->side[0];
+  assert_int_equal(a->ep->ops->flushed(a->ep), 1);
+  post_write(env, 0, 0, 1u << 20, 0, 0);
+  post_ctrl(env, 0);
+  assert_int_equal(a->ep->ops->flushed(a->ep), 0);
+  assert_true(pump_until(env, all_done_and_landed));
+  assert_true(pump_until(env, a_flushed));
+  assert_true(pump_until(env, ctrl_all_in));
+  assert_int_equal(a->failed, RR_OK);
+  assert_clean(env);
+}
+
+static int a_failed(rc_env *env) {
+  rc_side *a = &env->side[0];
+  if (a->failed == RR_OK) {
+    /* The engine keeps talking: a path failure shows on what it posts. */
+    uint8_t m[8] = {0};
+    rr_status st = a->ep->ops->post_ctrl(a->ep, m, sizeof m);
+    if (st != RR_OK && st != RR_AGAIN) a->failed = st;
+  }
+  return a->failed != RR_OK;
+}
+
+/* The peer's endpoint destroyed: the survivor reports it as a failure of
+ * the path or the peer (from progress or a post), never crashes, delivers
+ * nothing after it, and counts as flushed from then on. */
+static void test_peer_gone_is_reported(void **state) {
+  rc_env *env = *state;
+  rc_side *a = &env->side[0], *b = &env->side[1];
+  post_write(env, 0, 0, 65536, 0, 0);
+  post_ctrl(env, 0);
+  assert_true(pump_until(env, all_done_and_landed));
+  destroy_ep(b);
+  assert_true(pump_until(env, a_failed));
+  assert_true(a->failed == RR_ERR_PEER || a->failed == RR_ERR_RAIL);
+  assert_int_equal(a->ep->ops->flushed(a->ep), 1);
+  assert_int_equal(a->after_failure, 0);
+}
+
+/* Destroying endpoints with writes, control messages and drains still
+ * queued or in flight, in either order, frees everything (ASan in CI) and
+ * crashes nothing. */
+static void destroy_busy(rc_env *env, int first) {
+  size_t off = 0;
+  for (int i = 0; i < 16; i++) {
+    uint32_t len = write_len(i);
+    post_write(env, off, off, len, 0, 0);
+    off += len;
+    post_ctrl(env, 0);
+    post_ctrl(env, 1);
+  }
+  post_drain(env, 1);
+  pump_rounds(env, 2);
+  destroy_ep(&env->side[first]);
+  pump_rounds(env, 50);
+  destroy_ep(&env->side[1 - first]);
+}
+
+static void test_destroy_busy_writer_first(void **state) { destroy_busy(*state, 0); }
+static void test_destroy_busy_receiver_first(void **state) { destroy_busy(*state, 1); }
+
+/* The ops table: every entry present (rail.h), the flush entries all or
+ * none, path_stats exactly with RR_RAIL_CAP_PATH_STATS, which then counts
+ * what was sent. */
+static void test_ops_and_path_stats(void **state) {
+  rc_env *env = *state;
+  const rr_rail_ops *o = env->side[0].ep->ops;
+  assert_non_null(o->name);
+  void (*const req[])(void) = {(void (*)(void))o->reg_mr,    (void (*)(void))o->dereg_mr,
+                               (void (*)(void))o->dev_progress, (void (*)(void))o->dev_event,
+                               (void (*)(void))o->dev_close,  (void (*)(void))o->ep_open,
+                               (void (*)(void))o->ep_addr,    (void (*)(void))o->ep_connect,
+                               (void (*)(void))o->post_write, (void (*)(void))o->post_ctrl,
+                               (void (*)(void))o->post_drain, (void (*)(void))o->progress,
+                               (void (*)(void))o->fence,      (void (*)(void))o->backlog,
+                               (void (*)(void))o->flushed,    (void (*)(void))o->last_alive_ns,
+                               (void (*)(void))o->destroy};
+  for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) assert_non_null(req[i]);
+  int nflush = !!o->flush_post + !!o->flush_poll + !!o->flush_abandon;
+  assert_true(nflush == 0 || nflush == 3);
+  assert_int_equal(!!(env->caps & RR_RAIL_CAP_PATH_STATS), o->path_stats != NULL);
+  if (!o->path_stats) return;
+  post_write(env, 0, 0, 1u << 20, 0, 0);
+  assert_true(pump_until(env, all_done_and_landed));
+  rr_rail_path_stats ps;
+  assert_int_equal(o->path_stats(env->side[0].ep, &ps), RR_OK);
+  assert_true(ps.sent_bytes >= (1u << 20));
+  assert_true(ps.retrans_bytes <= ps.sent_bytes);
+}
+
+#define CASE(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+int main(void) {
+  const struct CMUnitTest cases[] = {
+      CASE(test_ops_and_path_stats),
+      CASE(test_writes_land),
+      CASE(test_done_means_placed),
+      CASE(test_drain_follows_writes),
+      CASE(test_drains_back_to_back),
+      CASE(test_ctrl_in_order),
+      CASE(test_ordered_delivery),
+      CASE(test_write_begin_sink),
+      CASE(test_write_begin_refusal),
+      CASE(test_callback_failure_stops_progress),
+      CASE(test_fence_sender),
+      CASE(test_fence_receiver_midway),
+      CASE(test_fence_both_midway),
+      CASE(test_flushed),
+      CASE(test_peer_gone_is_reported),
+      CASE(test_destroy_busy_writer_first),
+      CASE(test_destroy_busy_receiver_first),
+  };
+  return cmocka_run_group_tests_name(fx->name, cases, NULL, NULL);
+}
