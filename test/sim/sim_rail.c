@@ -486,6 +486,7 @@ static rr_status rcq_deliver(sim_world *w, sim_ep *e) {
     if (st == RR_OK) st = ep_status(e);
   }
   if (st != RR_OK) i = e->rcq_n; /* the endpoint failed: the rest is lost with it */
+  if (i == 0) return st; /* rcq may still be NULL: memmove must not see it */
   memmove(e->rcq, e->rcq + i, (e->rcq_n - i) * sizeof *e->rcq);
   e->rcq_n -= i;
   return st;
