@@ -184,8 +184,9 @@ typedef struct rr_write_wr {
 typedef struct rr_write_hdr {
   uint32_t imm;
   uint32_t len;
-  uint32_t rkey;                       /* the key the writer used */
-  uint64_t raddr;                      /* the address the writer named */
+  uint32_t rkey;                       /* the key the writer used (WRITE_BEGIN rails; verbs: 0) */
+  uint64_t raddr;                      /* the address the writer named (WRITE_BEGIN rails; verbs: 0,
+                                        * the NIC placed it and the immediate says where) */
   uint16_t fence;                      /* rails without fence tags: 0 */
   uint8_t flags;                       /* RR_WRITE_* as the writer posted it */
 } rr_write_hdr;
@@ -220,7 +221,9 @@ typedef struct rr_rail_events {
   rr_status (*on_ctrl)(rr_rail_ep *ep, const void *msg, uint32_t len);
   /* A drain barrier posted by the peer with post_drain() has arrived: every
    * write the peer posted on this endpoint before it has landed or never
-   * will. */
+   * will. Barriers are reported in order, and the latest one always is; an
+   * earlier barrier may be reported only through a later one (a TCP stream
+   * that already carried the next marker), which proves it too. */
   rr_status (*on_drain)(rr_rail_ep *ep, uint32_t epoch);
 } rr_rail_events;
 
@@ -330,9 +333,12 @@ struct rr_rail_ops {
    * failed); the engine never uses a broken endpoint again. */
   rr_status (*progress)(rr_rail_ep *ep);
   /* Fence: drop every queued item not yet started and discard the rest of
-   * any incoming write not yet landed. After fence() returns nothing issued
-   * before it lands in registered memory on either side (verbs: the QP goes
-   * to the error state; it is reopened, never reused). */
+   * any incoming write not yet landed. After fence() returns, nothing lands
+   * in this side's registered memory any more (verbs: the QP goes to the
+   * error state; it is reopened, never reused). Each side's fence guards
+   * what lands on that side: a sender's fence does not stop a write the
+   * receiver already began to place (TCP gave it a destination; an RC NIC
+   * places what reached it) — the receiver's own fence does. */
   void (*fence)(rr_rail_ep *ep);
   /* Bytes queued for transmission and not yet handed to the wire. */
   size_t (*backlog)(rr_rail_ep *ep);
