@@ -23,11 +23,6 @@
 #              receive has (RERAIL_TEST_FORGE_WRITE). The NIC places it; host B's engine must
 #              refuse it after the fact, fail that rail over and get the message again by
 #              replay: both sides exit 0 with every byte checked.
-#   nic_reset  host A's rail-0 RDMA device is deleted under traffic (`rdma link delete rxe0`:
-#              a device-fatal event in the process) and created again on the same netdev
-#              after 3 s: the traffic fails over to rail 1, the plugin closes the device,
-#              reopens it under the same index once it is back, and fails traffic back onto
-#              it; both sides exit 0 with every byte checked (about 20 s).
 #
 # usage: verbs_faults.sh HARNESS PLUGIN_DIR RERAIL CASE...
 #   RERAIL_TEST_SCALE        scales the flapping time (default 1; the sanitizer pass uses 0.25)
@@ -320,40 +315,6 @@ case_forged_write() {
   grep -q 'went with a forged immediate' "$DIR/client.log" || why+="the sender never forged a write (inconclusive); "
   grep -q 'broke the protocol (chunk' "$DIR/server.log" || why+="the receiver did not refuse the forged write; "
   verdict forged_write "$why" "refused after the NIC placed it ($(grep -ho 'broke the protocol ([^)]*)' "$DIR/server.log" | head -1)), failed over, every byte checked"
-}
-
-# ---- NIC reset -----------------------------------------------------------------------------
-# Soft-RoCE's device removal is what a NIC reset looks like to a process: IBV_EVENT_DEVICE_FATAL,
-# every object of the context dead; the re-created device has the same name and netdev.
-case_nic_reset() {
-  local why="" fo fb sent recv i reopened=0
-  PAIR_ENV=(RERAIL_PROGRESS_TIMEOUT=1000 RERAIL_FAILBACK_HOLD=500)
-  pair_start nic_reset --conns 2 --duration 18 --max-size 256K --inflight 4 --stall-report --timeout 60
-  if ! started; then pair_wait 30; verdict nic_reset "traffic never started (client $CRC, server $SRC)" ""; return; fi
-  sleep 2
-  rdma link delete rxe0 || why+="rdma link delete rxe0 failed; "
-  sleep 3
-  rdma link add rxe0 type rxe netdev vethA0 || why+="rdma link add rxe0 failed; "
-  # back in service: the device reopened and traffic failed back onto rail 0 (at most 10 s)
-  i=$((SECONDS + 10))
-  while [ "$SECONDS" -lt "$i" ] && [ "$(count 'health: failback veth[AB]1 -> veth[AB]0,' "$DIR"/client.log "$DIR"/server.log)" -eq 0 ]; do
-    sleep 0.2
-  done
-  pair_wait 60
-  fo=$(count 'health: failover veth[AB]0' "$DIR"/client.log "$DIR"/server.log)
-  fb=$(count 'health: failback veth[AB]1 -> veth[AB]0,' "$DIR"/client.log "$DIR"/server.log)
-  reopened=$(count 'rxe0 port 1: the device is back after a reset' "$DIR"/client.log)
-  sent=$(jget "$DIR/client.json" 'd["send"]["msgs"]')
-  recv=$(jget "$DIR/server.json" 'd["recv"]["msgs"]')
-  [ "$CRC" -eq 0 ] && [ "$SRC" -eq 0 ] || why+="client exit $CRC, server exit $SRC (3 = hang); "
-  [ "$(jget "$DIR/client.json" 'd["errors"]')" = 0 ] && [ "$(jget "$DIR/server.json" 'd["errors"]')" = 0 ] ||
-    why+="errors reported (lost, duplicate or corrupt data, or a failed call); "
-  [ "$sent" != "?" ] && [ "$sent" = "$recv" ] || why+="the sender completed $sent messages, the receiver got $recv; "
-  [ "$fo" -ge 1 ] || why+="no failover off rail 0; "
-  [ "$reopened" -ge 1 ] || why+="rxe0 was not reopened by host A's plugin; "
-  [ "$fb" -ge 1 ] || why+="no fail-back onto rail 0 after the reset; "
-  verdict nic_reset "$why" "$fo failovers off rail 0, rxe0 reopened $reopened time(s), $fb fail-backs onto it; $recv messages received exactly once, intact"
-  rdma link show rxe0 >/dev/null 2>&1 || rdma link add rxe0 type rxe netdev vethA0
 }
 
 echo "verbs_faults: cases ${CASES[*]} (scale $SCALE)"
