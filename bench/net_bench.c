@@ -4,9 +4,9 @@
  * The plugin is loaded through the harness loader (test/harness/net_api.h) by
  * NCCL's naming rules (--plugin rerail -> libnccl-net-rerail.so, or a path),
  * binding the newest ncclNetPlugin_vN it exports or --net-version N;
- * "--plugin nccl-socket" measures NCCL's own socket transport through the same
- * driver (test/harness/nccl_builtin_loader.c). Rank 0
- * ("A") sends and prints; rank 1 ("B") receives. --fork (the default) runs
+ * "--plugin nccl-socket" ("nccl-ib") measures NCCL's own socket (IB)
+ * transport through the same driver (test/harness/nccl_builtin_loader.c).
+ * Rank 0 ("A") sends and prints; rank 1 ("B") receives. --fork (the default) runs
  * both ranks from one command and exchanges handles over a socketpair;
  * --rank 0|1 --oob-dir DIR runs them as two commands (two hosts with a shared
  * directory work too) and exchanges handles through files in DIR.
@@ -689,8 +689,9 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: rerail-net-bench [--fork | --rank 0|1 --oob-dir DIR] [options]\n"
           "  --plugin NAME|PATH   ncclNet plugin, as NCCL_NET_PLUGIN takes it (default rerail);\n"
-          "                       nccl-socket[:LIBNCCL]: NCCL's own socket transport (NCCL_NET=Socket)\n"
-          "                       from libnccl.so.2 (or $NCCL_LIB), set NCCL_SOCKET_IFNAME\n"
+          "                       nccl-socket[:LIBNCCL], nccl-ib[:LIBNCCL]: NCCL's own socket or IB\n"
+          "                       transport (NCCL_NET=Socket / IB) from libnccl.so.2 (or $NCCL_LIB);\n"
+          "                       set NCCL_SOCKET_IFNAME (and NCCL_IB_HCA, NCCL_IB_GID_INDEX for IB)\n"
           "  --net-version N      bind ncclNetPlugin_vN (8..12; default: the newest exported)\n"
           "  --dev N              device index (default 0)\n"
           "  --fork               run both ranks from this command (default)\n"

@@ -1,22 +1,27 @@
-/* NCCL's built-in socket transport, bound like a plugin.
+/* NCCL's built-in net transports, bound like a plugin.
  *
- * NCCL keeps its socket transport (what NCCL_NET=Socket selects) in a data
- * object of its own library, `ncclNetSocket`, an ncclNet_v11_t in NCCL 2.28.
- * The symbol is local, so dlsym() cannot see it. It is found the way a
- * debugger finds it: dlopen() the library (relocating the table's function
- * pointers), read the same file's ELF section headers, look the name up in
- * its .symtab (the static symbol table, present unless the library was
- * stripped) and add the symbol's value to the load base the dynamic loader
- * reports. The file is input like any other: every offset and size is checked
- * against the file before use, and the table found must live in the loaded
- * library, be exactly an ncclNet_v11_t, point its functions into the library
- * and carry the expected name, or the load fails with a message saying which.
+ * NCCL keeps each of its own net transports in a data object of its library:
+ * the socket transport (what NCCL_NET=Socket selects) in `ncclNetSocket`, the
+ * InfiniBand/RoCE verbs transport (NCCL_NET=IB) in `ncclNetIb`, both an
+ * ncclNet_v11_t in NCCL 2.28. The symbols are local, so dlsym() cannot see
+ * them. One is found the way a debugger finds it: dlopen() the library
+ * (relocating the table's function pointers), read the same file's ELF
+ * section headers, look the name up in its .symtab (the static symbol table,
+ * present unless the library was stripped) and add the symbol's value to the
+ * load base the dynamic loader reports. The file is input like any other:
+ * every offset and size is checked against the file before use, and the
+ * table found must live in the loaded library, be exactly an ncclNet_v11_t,
+ * point its functions into the library and carry the expected name, or the
+ * load fails with a message saying which.
  *
- * The library: the spec's PATH ("nccl-socket:/opt/nccl/lib/libnccl.so.2"),
- * else $NCCL_LIB, else "libnccl.so.2" through the normal search
- * (LD_LIBRARY_PATH, the ld.so cache), else the file the build found
- * (RERAIL_NCCL_LIB_HINT, from CMake). libnccl.so.2 needs no GPU or CUDA
- * runtime to load; the socket transport uses neither. */
+ * The library: the spec's PATH ("nccl-ib:/opt/nccl/lib/libnccl.so.2"), else
+ * $NCCL_LIB, else "libnccl.so.2" through the normal search (LD_LIBRARY_PATH,
+ * the ld.so cache), else the file the build found (RERAIL_NCCL_LIB_HINT, from
+ * CMake). libnccl.so.2 needs no GPU or CUDA runtime to load, and neither
+ * transport needs one to move host memory (the socket transport's one CUDA
+ * call is stood in for below). The IB transport opens libibverbs itself
+ * (dlopen, at init) and reads NCCL's own variables: NCCL_IB_HCA,
+ * NCCL_IB_GID_INDEX, NCCL_SOCKET_IFNAME for its out-of-band connection. */
 #include "nccl_builtin_loader.h"
 
 #include <dlfcn.h>
@@ -32,14 +37,36 @@
 
 #include "nccl/net_v11.h"
 
-#define SOCKET_SPEC "nccl-socket"
-#define SOCKET_SYMBOL "ncclNetSocket"
-#define SOCKET_NAME "Socket"   /* what ncclNetSocket.name reads */
+/* The transports this loader knows: the spec that names one, its symbol in
+ * libnccl, the name its table must carry, and whether its connect()/accept()
+ * ask NCCL's CUDA runtime for the current device (see cuda_device_shim). */
+typedef struct builtin_kind {
+  const char *spec;
+  const char *symbol;
+  const char *name;
+  int asks_cuda_device;
+} builtin_kind;
 
-int hnet_builtin_spec(const char *spec) {
-  size_t l = strlen(SOCKET_SPEC);
-  return spec && strncmp(spec, SOCKET_SPEC, l) == 0 && (spec[l] == 0 || spec[l] == ':');
+static const builtin_kind kinds[] = {
+    {"nccl-socket", "ncclNetSocket", "Socket", 1},
+    /* NCCL 2.28's IB transport calls no CUDA function on the host-memory path
+     * (checked in the disassembly: only the socket transport's connect and
+     * accept call cudaGetDevice); its GPUDirect probes are sysfs files and an
+     * ibv_reg_dmabuf_mr() with fd -1. */
+    {"nccl-ib", "ncclNetIb", "IB", 0},
+};
+#define KNOWN_SPECS "nccl-socket[:PATH], nccl-ib[:PATH]"
+
+static const builtin_kind *kind_of(const char *spec) {
+  if (!spec) return NULL;
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+    size_t l = strlen(kinds[i].spec);
+    if (strncmp(spec, kinds[i].spec, l) == 0 && (spec[l] == 0 || spec[l] == ':')) return &kinds[i];
+  }
+  return NULL;
 }
+
+int hnet_builtin_spec(const char *spec) { return kind_of(spec) != NULL; }
 
 /* Finds a defined symbol of the given type (STT_OBJECT, STT_FUNC) in the
  * file's .symtab: its value and size. Returns 0, or -1 with why in err. */
@@ -208,8 +235,9 @@ static void *open_library(const char *explicit_path, char *tried, size_t tlen) {
 
 int hnet_builtin_open(const char *spec, hnet_builtin *out) {
   memset(out, 0, sizeof *out);
-  if (!hnet_builtin_spec(spec)) {
-    fprintf(stderr, "hnet: \"%s\" names no built-in NCCL transport (known: " SOCKET_SPEC "[:PATH])\n",
+  const builtin_kind *k = kind_of(spec);
+  if (!k) {
+    fprintf(stderr, "hnet: \"%s\" names no built-in NCCL transport (known: " KNOWN_SPECS ")\n",
             spec ? spec : "");
     return -1;
   }
@@ -218,9 +246,9 @@ int hnet_builtin_open(const char *spec, hnet_builtin *out) {
   void *dl = open_library(colon ? colon + 1 : NULL, tried, sizeof tried);
   if (!dl) {
     fprintf(stderr,
-            "hnet: %s: cannot open NCCL's library (libnccl.so.2; give its path as " SOCKET_SPEC
-            ":PATH or in NCCL_LIB):%s\n",
-            spec, tried);
+            "hnet: %s: cannot open NCCL's library (libnccl.so.2; give its path as %s:PATH or in "
+            "NCCL_LIB):%s\n",
+            spec, k->spec, tried);
     return -1;
   }
   struct link_map *lm = NULL;
@@ -234,7 +262,7 @@ int hnet_builtin_open(const char *spec, hnet_builtin *out) {
   uint64_t value = 0, size = 0;
   char err[768];
   const nccl_net_v11_t *t = NULL;
-  if (symtab_lookup(out->path, SOCKET_SYMBOL, STT_OBJECT, &value, &size, err, sizeof err)) {
+  if (symtab_lookup(out->path, k->symbol, STT_OBJECT, &value, &size, err, sizeof err)) {
     fprintf(stderr, "hnet: %s: %s\n", spec, err);
     goto fail;
   }
@@ -242,18 +270,18 @@ int hnet_builtin_open(const char *spec, hnet_builtin *out) {
     fprintf(stderr,
             "hnet: %s: %s in %s is %llu bytes, an ncclNet_v11_t is %zu: this NCCL's built-in transport has "
             "another layout (NCCL 2.28's is v11); not bound\n",
-            spec, SOCKET_SYMBOL, out->path, (unsigned long long)size, sizeof(nccl_net_v11_t));
+            spec, k->symbol, out->path, (unsigned long long)size, sizeof(nccl_net_v11_t));
     goto fail;
   }
   t = (const nccl_net_v11_t *)(out->base + (uintptr_t)value);
   if (!in_library(t, out->path) || !in_library((const char *)t + size - 1, out->path)) {
     fprintf(stderr, "hnet: %s: %s (file offset 0x%llx + load base 0x%lx) is not inside the loaded %s\n", spec,
-            SOCKET_SYMBOL, (unsigned long long)value, (unsigned long)out->base, out->path);
+            k->symbol, (unsigned long long)value, (unsigned long)out->base, out->path);
     goto fail;
   }
-  if (!in_library(t->name, out->path) || strncmp(t->name, SOCKET_NAME, sizeof SOCKET_NAME) != 0) {
-    fprintf(stderr, "hnet: %s: %s in %s does not name itself \"%s\"; refusing to bind it\n", spec, SOCKET_SYMBOL,
-            out->path, SOCKET_NAME);
+  if (!in_library(t->name, out->path) || strncmp(t->name, k->name, strlen(k->name) + 1) != 0) {
+    fprintf(stderr, "hnet: %s: %s in %s does not name itself \"%s\"; refusing to bind it\n", spec, k->symbol,
+            out->path, k->name);
     goto fail;
   }
   /* Every entry the loader calls unconditionally must be a function of the library. */
@@ -265,11 +293,11 @@ int hnet_builtin_open(const char *spec, hnet_builtin *out) {
   for (size_t i = 0; i < sizeof must / sizeof must[0]; i++) {
     if (!in_library(must[i], out->path)) {
       fprintf(stderr, "hnet: %s: entry %zu of %s does not point into %s; not an ncclNet_v11_t\n", spec, i,
-              SOCKET_SYMBOL, out->path);
+              k->symbol, out->path);
       goto fail;
     }
   }
-  if (cuda_device_shim(spec, out->path, out->base)) goto fail;
+  if (k->asks_cuda_device && cuda_device_shim(spec, out->path, out->base)) goto fail;
   out->dl = dl;
   out->table = t;
   return 0;

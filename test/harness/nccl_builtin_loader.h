@@ -1,13 +1,16 @@
 /* NCCL's own net transports, found inside libnccl.so.2, for the harness and
  * the benchmarks: "--plugin nccl-socket[:PATH]" binds the socket transport
- * that NCCL_NET=Socket selects, so that it is measured through the same
- * driver as a plugin. See nccl_builtin_loader.c for how it is found. */
+ * that NCCL_NET=Socket selects, "--plugin nccl-ib[:PATH]" the InfiniBand/RoCE
+ * transport that NCCL_NET=IB selects, so that each is tested and measured
+ * through the same driver as a plugin. See nccl_builtin_loader.c for how they
+ * are found. */
 #ifndef RERAIL_HARNESS_NCCL_BUILTIN_LOADER_H
 #define RERAIL_HARNESS_NCCL_BUILTIN_LOADER_H
 #include <stddef.h>
 #include <stdint.h>
 
-/* Whether spec names a built-in transport ("nccl-socket" or "nccl-socket:PATH"). */
+/* Whether spec names a built-in transport ("nccl-socket", "nccl-ib", either
+ * with ":PATH"). */
 int hnet_builtin_spec(const char *spec);
 
 typedef struct hnet_builtin {

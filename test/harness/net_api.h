@@ -105,9 +105,9 @@ typedef struct hnet {
  * Loading the same library again gives another hnet: v11+ gets a fresh init()
  * (another context, like a second NCCL communicator); v7-v10 are initialised
  * once per process, as NCCL's compatibility layer does.
- * "nccl-socket" or "nccl-socket:PATH" binds NCCL's own socket transport (the
- * one NCCL_NET=Socket selects) from libnccl.so.2 instead (see
- * nccl_builtin_loader.h). */
+ * "nccl-socket[:PATH]" or "nccl-ib[:PATH]" binds NCCL's own socket or IB
+ * transport (the one NCCL_NET=Socket or NCCL_NET=IB selects) from
+ * libnccl.so.2 instead (see nccl_builtin_loader.h). */
 int hnet_load(const char *name_or_path, int version, hnet *out);
 void hnet_unload(hnet *n);
 

@@ -646,8 +646,9 @@ static void fill_entries(hnet *n) {
   n->irecv_consumed = has_consumed ? a_irecv_consumed : NULL;
 }
 
-/* "nccl-socket[:PATH]": NCCL's own socket transport from libnccl.so.2,
- * bound as the ncclNet_v11_t it is and then driven like any plugin. */
+/* "nccl-socket[:PATH]", "nccl-ib[:PATH]": one of NCCL's own transports from
+ * libnccl.so.2, bound as the ncclNet_v11_t it is and then driven like any
+ * plugin. */
 static int load_builtin(const char *spec, int version, hnet *out) {
   if (version && version != 11) {
     fprintf(stderr, "hnet: %s is an ncclNet_v11_t; it cannot be bound as v%d\n", spec, version);

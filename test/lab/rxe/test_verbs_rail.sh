@@ -7,9 +7,9 @@
 # soon as its schedule is done, 10 runs each way, zero errors); then GPU memory
 # (verbs_gpu_mem.sh: buffers registered as NCCL_PTR_CUDA with RERAIL_TEST_HOST_AS_GPU=1 and
 # PROT_NONE while the plugin owns them, 0 B..4 MiB, pure verbs and a TCP+verbs pool: nothing
-# faults, every byte arrives); then the traffic class on the wire (verbs_qos.sh: RERAIL_IB_TC,
-# NCCL_IB_TC or the communicator's trafficClass 106 put DSCP 26 on every RoCE packet). Root, as
-# every lab test.
+# faults, every byte arrives; NCCL's own IB transport passes the same, NCCL's socket transport
+# must fail it); then the traffic class on the wire (verbs_qos.sh: RERAIL_IB_TC, NCCL_IB_TC or
+# the communicator's trafficClass 106 put DSCP 26 on every RoCE packet). Root, as every lab test.
 #   usage: test_verbs_rail.sh HARNESS PLUGIN_DIR [SECONDS per case]
 set -euo pipefail
 here="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
