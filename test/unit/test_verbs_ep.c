@@ -218,9 +218,11 @@ static int f_dereg_mr(struct ibv_mr *mr) {
   }
   return 0;
 }
+static struct ibv_qp_cap last_qp_cap; /* what the last QP was created with */
 static struct ibv_qp *f_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr) {
   (void)pd;
   if (nqps == FAKE_QPS) return NULL;
+  last_qp_cap = attr->cap;
   struct ibv_qp *q = &fake_qps[nqps];
   memset(q, 0, sizeof *q);
   q->context = &fake_ctx;
@@ -525,6 +527,40 @@ static void test_only_own_messages_inline(void **state) {
   assert_int_equal(posts[2].opcode, IBV_WR_RDMA_WRITE); /* into the peer's ring */
   assert_true(posts[2].flags & IBV_SEND_INLINE);
   assert_true(posts[2].flags & IBV_SEND_SIGNALED); /* its slot comes back with its completion */
+}
+
+static int one_under_pow2(uint32_t n) { return ((n + 1) & n) == 0; }
+
+/* Memory per endpoint (docs/memory_per_connection.md): what the endpoints
+ * opened asked for is what the accounting says, the queues keep the
+ * protocol's invariants, and the totals stay within budgets that put a
+ * connection with a warm backup (two endpoints per side) within 2x NCCL's
+ * IB transport (about 128-168 KiB registered, 270 KiB of host memory per
+ * side). A change that breaks a budget must argue with it here. */
+static void test_endpoint_footprint_within_budget(void **state) {
+  world *w = *state;
+  verbs_ep_footprint f;
+  verbs_ep_footprint_of(1, &f);
+  assert_int_equal(last_qp_cap.max_send_wr, f.sq_depth);
+  assert_int_equal(last_qp_cap.max_recv_wr, f.rq_depth);
+  assert_int_equal(last_qp_cap.max_inline_data, f.max_inline);
+  assert_int_equal(to_ep(w->ep[1])->cq->cqe, (int)f.cq_depth);
+  /* Every queue full fits the CQ; every request that consumes a receive
+   * of ours fits our receive queue while it is in the peer's send queue. */
+  assert_true(f.cq_depth >= f.sq_depth + f.rq_depth);
+  assert_true(f.rq_depth >= f.sq_depth);
+  /* Providers round n + 1 up to a power of two: nothing asked for is wasted. */
+  assert_true(one_under_pow2(f.sq_depth) && one_under_pow2(f.rq_depth));
+  assert_true(one_under_pow2(f.cq_depth + 1) || one_under_pow2(f.cq_depth));
+  /* The ring holds what our send slots can have in flight towards it. */
+  assert_true(SEND_SLOTS <= VERBS_RING_SLOTS);
+  /* An ack, a probe and a small clear-to-send go inline, with their ring header. */
+  assert_true(f.max_inline >= VERBS_RING_HDR + 12 + 4);
+  assert_true(f.registered <= 64u << 10);
+  assert_true(f.host <= 16u << 10);
+  verbs_ep_footprint f2;
+  verbs_ep_footprint_of(2, &f2); /* a QP more costs its queues, not another ring */
+  assert_true(f2.registered - f.registered <= 4096 && f2.host - f.host == sizeof(verbs_qp));
 }
 
 static void test_nop_after_an_idle_cycle_only(void **state) {
@@ -1455,6 +1491,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_port_events_fail_no_endpoint, setup, teardown),
       cmocka_unit_test_setup_teardown(test_event_for_unknown_qp_is_ignored, setup, teardown),
       cmocka_unit_test_setup_teardown(test_only_own_messages_inline, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_endpoint_footprint_within_budget, setup, teardown),
       cmocka_unit_test_setup_teardown(test_nop_after_an_idle_cycle_only, setup, teardown),
       cmocka_unit_test_setup_teardown(test_signalled_by_count_and_by_bytes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_blob_ring_slots_checked, setup, teardown),

@@ -43,9 +43,23 @@ typedef struct verbs_ep verbs_ep;
 /* Each endpoint has its own completion queue, sized for everything its QPs
  * can have outstanding (every send and receive queue full), so it never
  * overflows and its completions need no sorting: see verbs_ep_setup.c for
- * why a CQ per endpoint rather than one per device. */
-#define VERBS_SQ_DEPTH 256
-#define VERBS_RQ_DEPTH 512
+ * why a CQ per endpoint rather than one per device.
+ *
+ * Depths one under a power of two: providers keep a ring of a power of two
+ * entries with one left empty (rxe and mlx5 CQs round n + 1 up; rxe its
+ * send and receive queues too), so 256 would cost 512 entries.
+ *
+ * The receive queue holds as many as the peer's send queue: every request
+ * that consumes one of our receives (a write with immediate, a drain, a
+ * NOP) sits in the peer's send queue until our NIC acknowledged it, so the
+ * peer never has more of them outstanding than VERBS_SQ_DEPTH per QP. A
+ * receive comes back when its request is delivered, which with one QP is as
+ * soon as progress polls it; should the peer refill its send queue before
+ * we poll, our NIC answers RNR and the peer's NIC retries (rnr_retry 7:
+ * for ever), which slows the peer and loses nothing. The 512 before held
+ * two send queues' worth for that case, at twice the memory. */
+#define VERBS_SQ_DEPTH 255
+#define VERBS_RQ_DEPTH 255
 
 struct verbs_mr_cache;
 /* NCCL's registration on one device: the handle the core holds. Its keys

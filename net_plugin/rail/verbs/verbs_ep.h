@@ -15,10 +15,24 @@
 #include "rail_verbs.h"
 #include "verbs_ring.h"
 
-#define SEND_SLOTS 96             /* control messages and markers in flight */
+/* Control messages, drains and NOPs in flight (a slot comes back with the
+ * request's completion). Half the peer's ring: control messages are a
+ * clear-to-send or an ack per request (NCCL keeps 32 requests in flight
+ * per connection), which the peer consumes as it polls; more wait in the
+ * engine's queue (post_ctrl's RR_AGAIN) for the completions that free slots. */
+#define SEND_SLOTS 32
 #define MSG_HDR 8                 /* type u8, 3 x 0, value u32 (epoch of a drain) */
 #define SLOT_BYTES VERBS_RING_SLOT_BYTES /* a send slot holds a ring message as written */
-#define RECV_BYTES 64             /* a receive slot: a drain or a NOP (MSG_HDR) */
+/* A receive slot holds a drain or a NOP and nothing longer: a longer SEND
+ * fails on our side with a length error, a protocol violation (wc_class).
+ * A write with immediate places its bytes in NCCL's buffer, not here. */
+#define RECV_BYTES MSG_HDR
+/* Inline data the QPs ask for: what a small control message takes (an ack,
+ * a probe, a clear-to-send for one receive over two rails: header 20 B +
+ * body up to 44 B), the credit word, drains and NOPs. Larger messages are
+ * read by the NIC from their send slot. Each byte of inline capacity is in
+ * every WQE of the send queue (576 B of it was most of the queue). */
+#define VERBS_MAX_INLINE 64
 #define SLOT_INTERNAL (-2)        /* sq_entry.slot of a request of the rail's own (a credit write) */
 #define SIGNAL_EVERY 16
 #define SIGNAL_BYTES (256u << 10) /* ... or as soon as this much was written unsignalled */
@@ -37,6 +51,15 @@ typedef struct sq_entry {
   uint8_t signaled;
 } sq_entry;
 
+/* A receive that completed, waiting for its turn in the writer's order:
+ * what delivery needs of its work completion (a quarter of one). */
+typedef struct verbs_arrival {
+  uint32_t imm;                   /* immediate data, network order as the completion had it */
+  uint32_t byte_len;
+  uint16_t slot;                  /* the receive's slot (< VERBS_RQ_DEPTH) */
+  uint8_t is_write;               /* a write with immediate, else a drain */
+} verbs_arrival;
+
 /* One RC QP of the endpoint, with its own send queue accounting, and the
  * completions of ordered requests (writes, drains) that arrived on it ahead
  * of their turn. */
@@ -47,8 +70,10 @@ typedef struct verbs_qp {
   uint64_t last_signaled;         /* sequence number + 1 of the last signalled request */
   uint64_t unsignaled_bytes;      /* written since the last signalled request */
   uint64_t tail_seen;             /* sq_tail when progress last looked */
-  struct ibv_wc arrived[VERBS_RQ_DEPTH]; /* each holds one of this QP's receives */
-  uint32_t arr_head, arr_tail;
+  verbs_arrival arrived[VERBS_RQ_DEPTH]; /* each holds one of this QP's receives */
+  /* Counted for ever, 64 bits: a 32-bit count would wrap where the depth
+   * (not a power of two) does not divide 2^32, and reuse an entry. */
+  uint64_t arr_head, arr_tail;
 } verbs_qp;
 
 struct verbs_ep {
@@ -102,15 +127,34 @@ struct verbs_ep {
 
 static inline verbs_ep *to_ep(rr_rail_ep *ep) { return rr_container_of(ep, verbs_ep, base); }
 
-/* bufs: SEND_SLOTS send slots, the credit word we write from, then
- * VERBS_RQ_DEPTH receive slots per QP. */
+/* bufs: SEND_SLOTS send slots, the credit word we write from (8 bytes, so
+ * the receive slots behind it stay 8-byte aligned), then VERBS_RQ_DEPTH
+ * receive slots per QP: with one QP, exactly 5 pages. */
+#define CREDIT_SRC_BYTES 8
 static inline size_t bufs_bytes(int nqps) {
-  return (size_t)SEND_SLOTS * SLOT_BYTES + 64 + (size_t)nqps * VERBS_RQ_DEPTH * RECV_BYTES;
+  return (size_t)SEND_SLOTS * SLOT_BYTES + CREDIT_SRC_BYTES + (size_t)nqps * VERBS_RQ_DEPTH * RECV_BYTES;
 }
+/* Registration pins whole pages: the buffers are allocated in them. */
+static inline size_t verbs_pages(size_t bytes) { return (bytes + 4095) & ~(size_t)4095; }
+
+/* What one endpoint of nqps QPs holds, from the sizes open uses (the unit
+ * tests check it against budgets; docs/memory_per_connection.md compares
+ * it with NCCL's). The provider's own queues are its to size: the depths
+ * and inline capacity asked for are what decides them. */
+typedef struct verbs_ep_footprint {
+  size_t host;          /* the endpoint and its QPs' bookkeeping, not pinned */
+  size_t registered;    /* send and receive slots, and the control ring: pinned */
+  uint32_t sq_depth;    /* per QP */
+  uint32_t rq_depth;    /* per QP */
+  uint32_t cq_depth;    /* the endpoint's CQ */
+  uint32_t max_inline;  /* asked for; the device may grant less */
+} verbs_ep_footprint;
+void verbs_ep_footprint_of(int nqps, verbs_ep_footprint *f);
+
 static inline char *send_slot(verbs_ep *ep, int i) { return ep->bufs + (size_t)i * SLOT_BYTES; }
 static inline char *credit_src(verbs_ep *ep) { return ep->bufs + (size_t)SEND_SLOTS * SLOT_BYTES; }
 static inline char *recv_slot(verbs_ep *ep, int q, int i) {
-  return credit_src(ep) + 64 + ((size_t)q * VERBS_RQ_DEPTH + (size_t)i) * RECV_BYTES;
+  return credit_src(ep) + CREDIT_SRC_BYTES + ((size_t)q * VERBS_RQ_DEPTH + (size_t)i) * RECV_BYTES;
 }
 
 /* Small requests of the rail's own memory (never a write's payload, which

@@ -25,6 +25,16 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+/* Every QP's send and receive queues full at once: the CQ cannot overrun. */
+static int verbs_cq_depth(int nqps) { return nqps * (VERBS_SQ_DEPTH + VERBS_RQ_DEPTH); }
+
+void verbs_ep_footprint_of(int nqps, verbs_ep_footprint *f) {
+  *f = (verbs_ep_footprint){.host = sizeof(verbs_ep) + (size_t)nqps * sizeof(verbs_qp),
+                            .registered = verbs_pages(bufs_bytes(nqps)) + verbs_pages(VERBS_RING_BYTES),
+                            .sq_depth = VERBS_SQ_DEPTH, .rq_depth = VERBS_RQ_DEPTH,
+                            .cq_depth = (uint32_t)verbs_cq_depth(nqps), .max_inline = VERBS_MAX_INLINE};
+}
+
 static void destroy_qps(verbs_ep *ep, int from) {
   for (int k = from; ep->qps && k < ep->nqps; k++)
     if (ep->qps[k].qp) ep->hca->api->destroy_qp(ep->qps[k].qp), ep->qps[k].qp = NULL;
@@ -50,9 +60,10 @@ void verbs_destroy(rr_rail_ep *rep) {
 static rr_status open_qp(verbs_ep *ep, int k) {
   verbs_hca *h = ep->hca;
   const rr_ibv_api *api = h->api;
-  /* As much inline data as a control message, or what the device allows;
-   * the other QPs of the endpoint ask for what the first one got. */
-  const uint32_t inline_tries[] = {SLOT_BYTES, 256, 64, 0};
+  /* A small control message's worth of inline data (VERBS_MAX_INLINE), or
+   * none where the device allows none; the other QPs of the endpoint ask
+   * for what the first one got. */
+  const uint32_t inline_tries[] = {VERBS_MAX_INLINE, 0};
   const uint32_t *tries = k == 0 ? inline_tries : &ep->max_inline;
   size_t ntries = k == 0 ? sizeof inline_tries / sizeof *inline_tries : 1;
   struct ibv_qp_init_attr qa;
@@ -101,8 +112,8 @@ rr_status verbs_ep_open(rr_rail_dev *dev, const rr_rail_events *events, void *ev
   rr_status st = RR_ERR_SYSTEM;
   size_t bytes = bufs_bytes(ep->nqps);
   ep->qps = calloc((size_t)ep->nqps, sizeof *ep->qps);
-  ep->bufs = aligned_alloc(4096, (bytes + 4095) & ~(size_t)4095);
-  ep->ring = aligned_alloc(4096, (VERBS_RING_BYTES + 4095) & ~(size_t)4095);
+  ep->bufs = aligned_alloc(4096, verbs_pages(bytes));
+  ep->ring = aligned_alloc(4096, verbs_pages(VERBS_RING_BYTES));
   if (!ep->qps || !ep->bufs || !ep->ring) {
     st = RR_ERR_NOMEM;
     goto fail;
@@ -115,8 +126,7 @@ rr_status verbs_ep_open(rr_rail_dev *dev, const rr_rail_events *events, void *ev
                                           IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
                             : NULL;
   if (!ep->ring_mr) goto fail;
-  /* Every QP's send and receive queues full at once: the CQ cannot overrun. */
-  ep->cq = api->create_cq(h->ctx, ep->nqps * (VERBS_SQ_DEPTH + VERBS_RQ_DEPTH), ep, NULL, 0);
+  ep->cq = api->create_cq(h->ctx, verbs_cq_depth(ep->nqps), ep, NULL, 0);
   if (!ep->cq) {
     RR_WARN("verbs %s: cannot create a completion queue: %s", h->port.dev_name, strerror(errno));
     goto fail;

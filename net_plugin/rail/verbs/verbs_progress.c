@@ -139,7 +139,9 @@ static rr_status on_arrival(verbs_ep *ep, int q, const struct ibv_wc *wc, uint64
   }
   /* Each entry holds one of the QP's receives: the list cannot overflow. */
   if (qp->arr_tail - qp->arr_head >= VERBS_RQ_DEPTH) return verbs_ep_fail(ep, RR_ERR_INTERNAL, "arrival list full");
-  qp->arrived[qp->arr_tail++ % VERBS_RQ_DEPTH] = *wc;
+  qp->arrived[qp->arr_tail++ % VERBS_RQ_DEPTH] = (verbs_arrival){
+      .imm = wc->imm_data, .byte_len = wc->byte_len, .slot = (uint16_t)i,
+      .is_write = wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM};
   return RR_OK;
 }
 
@@ -153,10 +155,10 @@ static rr_status deliver(verbs_ep *ep, uint64_t now) {
     int q = (int)(ep->rs.rx_ops % (uint32_t)ep->nqps);
     verbs_qp *qp = &ep->qps[q];
     if (qp->arr_head == qp->arr_tail) return RR_OK;
-    struct ibv_wc wc = qp->arrived[qp->arr_head++ % VERBS_RQ_DEPTH];
-    int i = (int)(wc.wr_id & 0xffffffffu);
-    if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-      rr_write_hdr h = {.imm = ntohl(wc.imm_data), .len = wc.byte_len};
+    verbs_arrival a = qp->arrived[qp->arr_head++ % VERBS_RQ_DEPTH];
+    int i = a.slot;
+    if (a.is_write) {
+      rr_write_hdr h = {.imm = ntohl(a.imm), .len = a.byte_len};
       st = ep->base.events->on_write_recv(&ep->base, &h);
     } else {
       uint32_t v;

@@ -22,7 +22,11 @@
 
 #include "rail.h"
 
-#define VERBS_RING_SLOTS 128u
+/* Messages the peer may have written and we not yet consumed: twice our
+ * SEND_SLOTS, so a writer that gets its slots back from completions is
+ * held by credits only when we fall that far behind (credits come back
+ * at half the ring). Every slot is pinned, 576 B each. */
+#define VERBS_RING_SLOTS 64u
 #define VERBS_RING_HDR 16u
 /* Header, the largest body and the trailer, rounded up to cache lines. */
 #define VERBS_RING_SLOT_BYTES ((VERBS_RING_HDR + RR_RAIL_CTRL_MAX + 4u + 63u) & ~63u)
