@@ -3,6 +3,7 @@
  * together; no client-side timestamps (the collector refuses them). Every
  * series carries host and pid: several ranks on one host write one file each
  * and the collector rejects two identical series. */
+#include "rr_counters.h"
 #include "rr_tel_format.h"
 #include "rr_tel_internal.h"
 
@@ -180,6 +181,18 @@ void rr_tel_prom_render(rr_tel_buf *b, const rr_tel_config *cfg, rr_tel_series *
     }
   }
   nic_info(b, cfg);
+  /* The process's engine counters (rr_counters.h), every one from the first
+   * export: a series that appears at 1 hides its first increment from rate(). */
+  for (int c = 0; c < RR_CTR_COUNT; c++) {
+    const rr_counter_info *ci = rr_counter_info_of((rr_counter)c);
+    if (!ci->in_prom) continue;
+    char name[96];
+    snprintf(name, sizeof name, "rerail_%s", ci->name);
+    family(b, name, "counter", ci->help);
+    rr_tel_buf_printf(b, "%s{", name);
+    proc_labels(b, cfg);
+    rr_tel_buf_printf(b, "} %llu\n", (unsigned long long)rr_counter_get((rr_counter)c));
+  }
   if (t->npeers) {
     family(b, RR_TEL_M_ERRORS, "counter", "Connections to peer that failed for good (no rail left, peer dead).");
     for (int i = 0; i < t->npeers; i++) {

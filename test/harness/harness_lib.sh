@@ -77,3 +77,11 @@ rate() {
   r=$(grep -ho 'received: .*= [0-9.]* GB/s' "$d"/*.log 2>/dev/null | head -1 | sed 's/.*= //')
   echo "send ${s:-?}, recv ${r:-?}"
 }
+
+# hcount LOG NAME: counter NAME (e.g. protocol_violations_total) from the
+# "plugin counters:" line of a text summary in LOG; "?" when absent. Tests
+# decide on these, never on log wording.
+hcount() {
+  awk -v n="$2" '/^  plugin counters:/ { for (i = 3; i < NF; i += 2) if ($i == n) v = $(i + 1) }
+                 END { print (v == "" ? "?" : v) }' "$1" 2>/dev/null || echo "?"
+}
