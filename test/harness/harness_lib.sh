@@ -18,6 +18,10 @@ export LD_LIBRARY_PATH="$PLUGIN_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export RERAIL_SOCKET_IFNAME=lo
 unset RERAIL_TRANSPORT NCCL_DEBUG
 
+# hcount: the plugin's counters from a summary
+# shellcheck source=harness_json.sh
+. "$(dirname "${BASH_SOURCE[0]}")/harness_json.sh"
+
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/rerail-harness.XXXXXX")
 FAILS=0
 RESULTS=()
@@ -78,10 +82,3 @@ rate() {
   echo "send ${s:-?}, recv ${r:-?}"
 }
 
-# hcount LOG NAME: counter NAME (e.g. protocol_violations_total) from the
-# "plugin counters:" line of a text summary in LOG; "?" when absent. Tests
-# decide on these, never on log wording.
-hcount() {
-  awk -v n="$2" '/^  plugin counters:/ { for (i = 3; i < NF; i += 2) if ($i == n) v = $(i + 1) }
-                 END { print (v == "" ? "?" : v) }' "$1" 2>/dev/null || echo "?"
-}
