@@ -5,33 +5,51 @@
 
 _Atomic uint64_t rr_counter_values[RR_CTR_COUNT];
 
+#define LISTEN_HELP                                                                                  \
+  "Connections the process's listeners refused, by reason: per_source_cap, crowded_out, "            \
+  "no_handshake, closed, not_rerail, setup_version, malformed, wrong_secret, stale_reconnect, "      \
+  "runaway_generation, other."
+
 static const rr_counter_info infos[] = {
     [RR_CTR_PROTOCOL_VIOLATIONS] = {"protocol_violations_total",
-                                    "Peer input that broke the wire protocol; each failed the rail it came on over.", 1},
+                                    "Peer input that broke the wire protocol; each failed the rail it came on over.", NULL, NULL, 1},
     [RR_CTR_ROLLBACKS] = {"rollbacks_total",
-                          "Rollback epochs started (receiving connections) or adopted (sending connections).", 1},
+                          "Rollback epochs started (receiving connections) or adopted (sending connections).", NULL, NULL, 1},
     [RR_CTR_CLOSES_OWED] = {"closes_owed_total",
-                            "Connection closes that gave up with data still owed to the peer undelivered.", 1},
+                            "Connection closes that gave up with data still owed to the peer undelivered.", NULL, NULL, 1},
     [RR_CTR_PARKED_SENDS] = {"parked_sends_total",
-                             "Eager sends parked because the receive they reached did not post their tag.", 1},
+                             "Eager sends parked because the receive they reached did not post their tag.", NULL, NULL, 1},
     [RR_CTR_PLACED_SENDS] = {"placed_sends_total",
-                             "Sends completed on their writes' placement in the receiver's memory, before any ack.", 1},
+                             "Sends completed on their writes' placement in the receiver's memory, before any ack.", NULL, NULL, 1},
     [RR_CTR_PLACED_CLAIMS] = {"placed_claims_total",
-                              "Sub-receives completed on the sender's claim that its writes were placed.", 1},
-    [RR_CTR_DEMOTIONS] = {"rail_demotions_total", "Rails demoted as degraded, every connection of the process.", 0},
+                              "Sub-receives completed on the sender's claim that its writes were placed.", NULL, NULL, 1},
+    [RR_CTR_DEMOTIONS] = {"rail_demotions_total", "Rails demoted as degraded, every connection of the process.", NULL, NULL, 0},
     [RR_CTR_RAIL_RECONNECTS] = {"rail_reconnects_total",
-                                "Rails of live connections given a fresh transport endpoint after a failure.", 1},
-    [RR_CTR_FAILOVERS] = {"failovers_total", "Failovers, every connection of the process.", 0},
-    [RR_CTR_FAILBACKS] = {"failbacks_total", "Fail-backs, every connection of the process.", 0},
+                                "Rails of live connections given a fresh transport endpoint after a failure.", NULL, NULL, 1},
+    [RR_CTR_FAILOVERS] = {"failovers_total", "Failovers, every connection of the process.", NULL, NULL, 0},
+    [RR_CTR_FAILBACKS] = {"failbacks_total", "Fail-backs, every connection of the process.", NULL, NULL, 0},
     [RR_CTR_CONNECTION_ERRORS] = {"connection_errors_total",
-                                  "Connections that failed for good, every peer of the process.", 0},
+                                  "Connections that failed for good, every peer of the process.", NULL, NULL, 0},
     [RR_CTR_SETTINGS_REFUSED] = {"settings_refused_total",
                                  "RERAIL_* settings refused (malformed, out of range, matching nothing); "
-                                 "a default was used instead.", 1},
+                                 "a default was used instead.", NULL, NULL, 1},
+#define REFUSED(v) "listener_refusals_total", LISTEN_HELP, "reason", v, 1
+    [RR_CTR_REFUSED_PER_SOURCE] = {REFUSED("per_source_cap")},
+    [RR_CTR_REFUSED_CROWDED_OUT] = {REFUSED("crowded_out")},
+    [RR_CTR_REFUSED_NO_HANDSHAKE] = {REFUSED("no_handshake")},
+    [RR_CTR_REFUSED_CLOSED] = {REFUSED("closed")},
+    [RR_CTR_REFUSED_NOT_RERAIL] = {REFUSED("not_rerail")},
+    [RR_CTR_REFUSED_SETUP_VERSION] = {REFUSED("setup_version")},
+    [RR_CTR_REFUSED_MALFORMED] = {REFUSED("malformed")},
+    [RR_CTR_REFUSED_WRONG_SECRET] = {REFUSED("wrong_secret")},
+    [RR_CTR_REFUSED_STALE_RECONNECT] = {REFUSED("stale_reconnect")},
+    [RR_CTR_REFUSED_RUNAWAY] = {REFUSED("runaway_generation")},
+    [RR_CTR_REFUSED_OTHER] = {REFUSED("other")},
+#undef REFUSED
     /* A test knob's: a test that forges a write must know it did (else it
      * proves nothing); no dashboard wants it. */
     [RR_CTR_TEST_FORGED_WRITES] = {"test_forged_writes_total",
-                                   "Writes sent with a forged immediate (RERAIL_TEST_FORGE_WRITE).", 0},
+                                   "Writes sent with a forged immediate (RERAIL_TEST_FORGE_WRITE).", NULL, NULL, 0},
 };
 _Static_assert(sizeof infos / sizeof infos[0] == RR_CTR_COUNT, "one rr_counter_info per rr_counter");
 
@@ -47,7 +65,10 @@ const rr_counter_info *rr_counter_info_of(rr_counter c) {
 int rr_counters_format(char *buf, size_t len) {
   size_t at = 0;
   for (int c = 0; c < RR_CTR_COUNT; c++) {
-    int n = snprintf(buf + at, len - at, "%s %llu\n", infos[c].name, (unsigned long long)rr_counter_get((rr_counter)c));
+    const rr_counter_info *ci = &infos[c];
+    unsigned long long v = (unsigned long long)rr_counter_get((rr_counter)c);
+    int n = ci->label ? snprintf(buf + at, len - at, "%s{%s=%s} %llu\n", ci->name, ci->label, ci->value, v)
+                      : snprintf(buf + at, len - at, "%s %llu\n", ci->name, v);
     if (n < 0 || (size_t)n >= len - at) return -1;
     at += (size_t)n;
   }

@@ -8,7 +8,10 @@
  * (docs/telemetry.md lists them).
  *
  * rerailCounters_v1(buf, len) writes one "name value\n" line per counter
- * (name: [a-z_]+, ending in _total; value: decimal, never decreasing) and
+ * (name: [a-z_]+ ending in _total, and for a member of a family counted by
+ * one label "{label=value}" after it, e.g.
+ * listener_refusals_total{reason=wrong_secret}, no quotes, no spaces;
+ * value: decimal, never decreasing) and
  * returns the length written, or -1 when len is too small; 4096 bytes always
  * suffice. New counters may be added to the end under the same version; a
  * reader looks names up and must not rely on their order or number. */

@@ -620,10 +620,10 @@ static void print_counters(int json) {
   printf(json ? "\"counters\":{" : "  plugin counters:");
   int n = 0;
   for (const char *p = g_counters; *p;) {
-    char name[64];
+    char name[96];
     unsigned long long v;
     int used = 0;
-    if (sscanf(p, "%63[a-z_] %llu\n%n", name, &v, &used) != 2 || used <= 0) break;
+    if (sscanf(p, "%95[a-z_{}=] %llu\n%n", name, &v, &used) != 2 || used <= 0) break;
     if (json) printf("%s\"%s\":%llu", n ? "," : "", name, v);
     else printf(" %s %llu", name, v);
     n++;
