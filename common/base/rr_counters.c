@@ -10,6 +10,10 @@ _Atomic uint64_t rr_counter_values[RR_CTR_COUNT];
   "no_handshake, closed, not_rerail, setup_version, malformed, wrong_secret, stale_reconnect, "      \
   "runaway_generation, other."
 
+#define TCP_HELP                                                                                     \
+  "Frames the TCP rail refused from its peer, by kind (unknown_flags, oversized_control, "          \
+  "drain_with_payload, unknown_type); each failed the rail it came on over."
+
 static const rr_counter_info infos[] = {
     [RR_CTR_PROTOCOL_VIOLATIONS] = {"protocol_violations_total",
                                     "Peer input that broke the wire protocol; each failed the rail it came on over.", NULL, NULL, 1},
@@ -46,6 +50,12 @@ static const rr_counter_info infos[] = {
     [RR_CTR_REFUSED_RUNAWAY] = {REFUSED("runaway_generation")},
     [RR_CTR_REFUSED_OTHER] = {REFUSED("other")},
 #undef REFUSED
+#define TCP_BAD(v) "tcp_frames_refused_total", TCP_HELP, "kind", v, 1
+    [RR_CTR_TCP_BAD_FLAGS] = {TCP_BAD("unknown_flags")},
+    [RR_CTR_TCP_BAD_CONTROL_SIZE] = {TCP_BAD("oversized_control")},
+    [RR_CTR_TCP_BAD_DRAIN] = {TCP_BAD("drain_with_payload")},
+    [RR_CTR_TCP_BAD_TYPE] = {TCP_BAD("unknown_type")},
+#undef TCP_BAD
     /* A test knob's: a test that forges a write must know it did (else it
      * proves nothing); no dashboard wants it. */
     [RR_CTR_TEST_FORGED_WRITES] = {"test_forged_writes_total",

@@ -40,6 +40,12 @@ typedef enum rr_counter {
   RR_CTR_REFUSED_STALE_RECONNECT, /* a reconnect for no live connection or rail, or older than its sockets */
   RR_CTR_REFUSED_RUNAWAY,         /* a reconnect generation beyond the rail's window */
   RR_CTR_REFUSED_OTHER,           /* the rest: device not offered, local failures, listener closed */
+  /* Frames the TCP rail refused before they reached the engine, by kind
+   * (one family, label kind); each failed its rail over. */
+  RR_CTR_TCP_BAD_FLAGS,           /* a frame with unknown flags */
+  RR_CTR_TCP_BAD_CONTROL_SIZE,    /* a control frame over the control message size */
+  RR_CTR_TCP_BAD_DRAIN,           /* a drain marker with a payload */
+  RR_CTR_TCP_BAD_TYPE,            /* an unknown frame type */
   RR_CTR_TEST_FORGED_WRITES,      /* writes forged by RERAIL_TEST_FORGE_WRITE (tests only) */
   RR_CTR_COUNT
 } rr_counter;
