@@ -1,4 +1,5 @@
 #include "rr_params.h"
+#include "rr_counters.h"
 #include "rr_log.h"
 
 #include <ctype.h>
@@ -30,12 +31,14 @@ uint64_t rr_param_parse_u64(const char *name, const char *value, uint64_t dflt, 
   if (v > UINT64_MAX / mult) goto bad;
   v *= mult;
   if (v < min || v > max) {
+    rr_counter_inc(RR_CTR_SETTINGS_REFUSED);
     RR_WARN("%s=%s is out of range [%llu, %llu]; using %llu", name, value, (unsigned long long)min,
             (unsigned long long)max, (unsigned long long)dflt);
     return dflt;
   }
   return v;
 bad:
+  rr_counter_inc(RR_CTR_SETTINGS_REFUSED);
   RR_WARN("%s=%s is not a number; using %llu", name, value, (unsigned long long)dflt);
   return dflt;
 }
@@ -44,6 +47,7 @@ int rr_param_parse_choice(const char *name, const char *value, const char *const
   if (!value || !*value) return dflt;
   for (int i = 0; choices[i]; i++)
     if (!strcasecmp(value, choices[i])) return i;
+  rr_counter_inc(RR_CTR_SETTINGS_REFUSED);
   RR_WARN("%s=%s is not one of the accepted values; using %s", name, value, choices[dflt]);
   return dflt;
 }

@@ -1,5 +1,6 @@
 #include "rr_health.h"
 #include "rr_clock.h"
+#include "rr_counters.h"
 #include "rr_log.h"
 
 #include <pthread.h>
@@ -85,6 +86,11 @@ void rr_health_report(rr_health_event *ev) {
   }
   if (ev->kind == RR_HEV_NIC_STATE && ev->dev >= 0 && ev->dev < MAX_NICS)
     atomic_store(&nic_state[ev->dev], (int)ev->state);
+  /* Counted here, where every transport's events pass, for tests that run
+   * without telemetry (the .prom file has them per NIC and peer). */
+  if (ev->kind == RR_HEV_FAILOVER) rr_counter_inc(RR_CTR_FAILOVERS);
+  else if (ev->kind == RR_HEV_FAILBACK) rr_counter_inc(RR_CTR_FAILBACKS);
+  else if (ev->kind == RR_HEV_ERROR) rr_counter_inc(RR_CTR_CONNECTION_ERRORS);
   /* Rail states change per connection (many of them per NIC): INFO. What an
    * operator must see is the NIC going down, the failover and a hard error. */
   int warn = ev->kind == RR_HEV_FAILOVER || ev->kind == RR_HEV_FAILBACK ||

@@ -3,11 +3,13 @@
  * together; no client-side timestamps (the collector refuses them). Every
  * series carries host and pid: several ranks on one host write one file each
  * and the collector rejects two identical series. */
+#include "rr_counters.h"
 #include "rr_tel_format.h"
 #include "rr_tel_internal.h"
 
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 
 static void family(rr_tel_buf *b, const char *name, const char *type, const char *help) {
   rr_tel_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
@@ -180,6 +182,21 @@ void rr_tel_prom_render(rr_tel_buf *b, const rr_tel_config *cfg, rr_tel_series *
     }
   }
   nic_info(b, cfg);
+  /* The process's engine counters (rr_counters.h), every one from the first
+   * export: a series that appears at 1 hides its first increment from rate(). */
+  const char *prev = NULL;
+  for (int c = 0; c < RR_CTR_COUNT; c++) {
+    const rr_counter_info *ci = rr_counter_info_of((rr_counter)c);
+    if (!ci->in_prom) continue;
+    char name[96];
+    snprintf(name, sizeof name, "rerail_%s", ci->name);
+    if (!prev || strcmp(ci->name, prev)) family(b, name, "counter", ci->help); /* a family's members are adjacent */
+    prev = ci->name;
+    rr_tel_buf_printf(b, "%s{", name);
+    proc_labels(b, cfg);
+    if (ci->label) label(b, ci->label, ci->value, 0);
+    rr_tel_buf_printf(b, "} %llu\n", (unsigned long long)rr_counter_get((rr_counter)c));
+  }
   if (t->npeers) {
     family(b, RR_TEL_M_ERRORS, "counter", "Connections to peer that failed for good (no rail left, peer dead).");
     for (int i = 0; i < t->npeers; i++) {

@@ -12,6 +12,7 @@
  * flood the log too. */
 #include "core_internal.h"
 #include "rr_clock.h"
+#include "rr_counters.h"
 #include "rr_log.h"
 #include "rr_params.h"
 
@@ -62,7 +63,10 @@ static void listen_warn(rr_listen_comm *l, const struct sockaddr_storage *peer, 
   w->suppressed = 0;
 }
 
-static void refuse(rr_listen_comm *l, pending_sock *ps, const char *why) {
+/* Counted by reason (rr_counters.h: tests and dashboards ask how many and
+ * why), logged once a minute per reason and source (listen_warn). */
+static void refuse(rr_listen_comm *l, pending_sock *ps, rr_counter reason, const char *why) {
+  rr_counter_inc(reason);
   listen_warn(l, &ps->peer, why);
   close(ps->fd);
   ps->fd = -1;
@@ -93,6 +97,15 @@ static uint64_t connect_timeout_ns(void) { return rr_params_get()->connect_timeo
 
 static int listen_crowded(const rr_listen_comm *l, uint64_t now) {
   return l->crowded_ns && now - l->crowded_ns < connect_timeout_ns();
+}
+
+/* The reason a handshake message that did not arrive whole and sound is
+ * counted under (st and why from RR_SETUP_RECV_MSG). */
+static rr_counter recv_refusal(rr_status st, const char *why) {
+  if (st == RR_ERR_UNSUPPORTED) return RR_CTR_REFUSED_SETUP_VERSION;
+  if (why == rr_hs_why_not_rerail) return RR_CTR_REFUSED_NOT_RERAIL;
+  if (st == RR_ERR_PROTOCOL) return RR_CTR_REFUSED_MALFORMED;
+  return RR_CTR_REFUSED_CLOSED; /* the connector closed, or its socket failed */
 }
 
 /* Why a pending socket is dropped now, or NULL while it may wait. */
@@ -367,7 +380,7 @@ static void on_hello(rr_listen_comm *l, pending_sock *ps) {
     return;
   }
   if (st != RR_OK) {
-    refuse(l, ps, why);
+    refuse(l, ps, recv_refusal(st, why), why);
     return;
   }
   /* The device the hello names is the peer's word: it must be one this
@@ -379,7 +392,7 @@ static void on_hello(rr_listen_comm *l, pending_sock *ps) {
     for (int i = 0; i < l->naddrs; i++)
       offered |= l->addr_dev[i] == ps->h.dev && same_ip(&l->entry_addr[i], &local);
   if (!offered) {
-    refuse(l, ps, "hello names a device this listener does not offer at that address");
+    refuse(l, ps, RR_CTR_REFUSED_OTHER, "hello names a device this listener does not offer at that address");
     return;
   }
   memcpy(ps->hello, ps->in, RR_HS_HELLO_LEN);
@@ -390,7 +403,7 @@ static void on_hello(rr_listen_comm *l, pending_sock *ps) {
   }
   rr_hs_challenge ch = {.gen_floor = ps->gen_floor};
   if (rr_hs_random(ch.nonce, sizeof ch.nonce) != RR_OK) {
-    refuse(l, ps, "no random numbers for a challenge");
+    refuse(l, ps, RR_CTR_REFUSED_OTHER, "no random numbers for a challenge");
     return;
   }
   memcpy(ps->snonce, ch.nonce, RR_HS_NONCE_LEN);
@@ -398,7 +411,7 @@ static void on_hello(rr_listen_comm *l, pending_sock *ps) {
   uint8_t out[RR_HS_CHALLENGE_LEN];
   rr_hs_challenge_encode(&ch, out);
   if (send_all(ps->fd, out, sizeof out) != RR_OK) {
-    refuse(l, ps, "cannot send the challenge");
+    refuse(l, ps, RR_CTR_REFUSED_OTHER, "cannot send the challenge");
     return;
   }
   ps->state = PS_PROOF;
@@ -494,13 +507,13 @@ static void on_proof(rr_listen_comm *l, pending_sock *ps) {
     return;
   }
   if (st != RR_OK) {
-    refuse(l, ps, why);
+    refuse(l, ps, recv_refusal(st, why), why);
     return;
   }
   uint8_t mac[RR_HS_MAC_LEN];
   rr_hs_mac_blob(RR_HS_PROOF, l->secret, ps->hello, ps->snonce, pr.blob, pr.blob_len, mac);
   if (!rr_hs_mac_equal(mac, pr.mac)) {
-    refuse(l, ps, "wrong secret (the peer does not hold this listener's handle)");
+    refuse(l, ps, RR_CTR_REFUSED_WRONG_SECRET, "wrong secret (the peer does not hold this listener's handle)");
     return;
   }
   /* Authenticated: what it names is now worth checking. */
@@ -508,26 +521,26 @@ static void on_proof(rr_listen_comm *l, pending_sock *ps) {
   rr_recv_comm *live = NULL;
   if (h->flags & RR_HS_FLAG_RECONNECT) {
     live = listen_comm_by_id(l, h->conn_id);
-    if (!live) { refuse(l, ps, "a reconnect for no live connection"); return; }
-    if (!(live->rails_mask & (1u << h->rail))) { refuse(l, ps, "a reconnect for a rail the connection does not have"); return; }
-    if (h->generation <= live->generation[h->rail]) { refuse(l, ps, "a reconnect older than the rail's sockets"); return; }
+    if (!live) { refuse(l, ps, RR_CTR_REFUSED_STALE_RECONNECT, "a reconnect for no live connection"); return; }
+    if (!(live->rails_mask & (1u << h->rail))) { refuse(l, ps, RR_CTR_REFUSED_STALE_RECONNECT, "a reconnect for a rail the connection does not have"); return; }
+    if (h->generation <= live->generation[h->rail]) { refuse(l, ps, RR_CTR_REFUSED_STALE_RECONNECT, "a reconnect older than the rail's sockets"); return; }
     if (h->generation - gen_floor(live, h->rail) > RR_HS_GEN_WINDOW && h->generation > gen_floor(live, h->rail)) {
-      refuse(l, ps, "a runaway reconnect generation (beyond the rail's window)");
+      refuse(l, ps, RR_CTR_REFUSED_RUNAWAY, "a runaway reconnect generation (beyond the rail's window)");
       return;
     }
     if (h->generation > live->gen_seen[h->rail]) live->gen_seen[h->rail] = h->generation;
   } else if (l->nccl_closed) {
-    refuse(l, ps, "a new connection after NCCL closed this listener");
+    refuse(l, ps, RR_CTR_REFUSED_OTHER, "a new connection after NCCL closed this listener");
     return;
   }
   pending_group *g = group_for(l, ps, live, &why);
-  if (!g) { refuse(l, ps, why); return; }
+  if (!g) { refuse(l, ps, RR_CTR_REFUSED_OTHER, why); return; }
   int r = h->rail;
   int first = 1;
   for (int i = 0; i < g->nstreams; i++) first &= g->fds[r][i] < 0;
   if (g->nstreams != h->nstreams || g->chunk_size != h->chunk_size || g->fds[r][h->stream] >= 0 ||
       (!first && g->dev[r] != h->dev)) {
-    refuse(l, ps, "hello inconsistent with its connection");
+    refuse(l, ps, RR_CTR_REFUSED_MALFORMED, "hello inconsistent with its connection");
     return;
   }
   if (first) {
@@ -538,26 +551,26 @@ static void on_proof(rr_listen_comm *l, pending_sock *ps) {
     uint8_t blob[RR_HS_BLOB_MAX];
     uint16_t blen = 0;
     if (rr_setup_ep_open(g->dev[r], g->engine, &g->ep[r], blob, &blen) != RR_OK) {
-      refuse(l, ps, "cannot open an endpoint for the rail");
+      refuse(l, ps, RR_CTR_REFUSED_OTHER, "cannot open an endpoint for the rail");
       return;
     }
     g->peer_blob_len[r] = pr.blob_len;
     memcpy(g->peer_blob[r], pr.blob, pr.blob_len);
   } else if (pr.blob_len != g->peer_blob_len[r] || memcmp(pr.blob, g->peer_blob[r], pr.blob_len)) {
-    refuse(l, ps, "two endpoint addresses for one rail");
+    refuse(l, ps, RR_CTR_REFUSED_MALFORMED, "two endpoint addresses for one rail");
     return;
   }
   rr_hs_proof acc;
   memset(&acc, 0, sizeof acc);
   if (rr_setup_ep_addr(g->ep[r], acc.blob, &acc.blob_len) != RR_OK || acc.blob_len > RR_HS_BLOB_MAX) {
-    refuse(l, ps, "our endpoint has no address");
+    refuse(l, ps, RR_CTR_REFUSED_OTHER, "our endpoint has no address");
     return;
   }
   rr_hs_mac_blob(RR_HS_ACCEPT, l->secret, ps->hello, ps->snonce, acc.blob, acc.blob_len, acc.mac);
   uint8_t out[RR_HS_MAX_LEN];
   size_t n = rr_hs_proof_encode(RR_HS_ACCEPT, &acc, out);
   if (send_all(ps->fd, out, n) != RR_OK) {
-    refuse(l, ps, "cannot send the accept");
+    refuse(l, ps, RR_CTR_REFUSED_OTHER, "cannot send the accept");
     return;
   }
   g->fds[r][h->stream] = ps->fd;
@@ -645,7 +658,7 @@ static void drop_stale(rr_listen_comm *l, uint64_t now) {
   for (int i = 0; i < l->nsocks;) {
     pending_sock *ps = &l->socks[i];
     const char *why = ps->fd >= 0 ? pending_expired(l, ps, now) : NULL;
-    if (why) refuse(l, ps, why);
+    if (why) refuse(l, ps, RR_CTR_REFUSED_NO_HANDSHAKE, why);
     if (ps->fd < 0) l->socks[i] = l->socks[--l->nsocks];
     else i++;
   }
@@ -838,7 +851,7 @@ static rr_status take_new(rr_listen_comm *l) {
       uint64_t now = rr_now_ns();
       if (same >= RR_LISTEN_PER_SOURCE) {
         l->crowded_ns = now;
-        refuse(l, &tmp, "too many unauthenticated connections from this address");
+        refuse(l, &tmp, RR_CTR_REFUSED_PER_SOURCE, "too many unauthenticated connections from this address");
         continue;
       }
       pending_sock *ps = NULL;
@@ -849,7 +862,7 @@ static rr_status take_new(rr_listen_comm *l) {
         ps = &l->socks[0];
         for (int i = 1; i < l->nsocks && ps->fd >= 0; i++)
           if (l->socks[i].fd < 0 || l->socks[i].since_ns < ps->since_ns) ps = &l->socks[i];
-        if (ps->fd >= 0) refuse(l, ps, "no handshake yet, and a newer connection needed the slot "
+        if (ps->fd >= 0) refuse(l, ps, RR_CTR_REFUSED_CROWDED_OUT, "no handshake yet, and a newer connection needed the slot "
                                        "(too many unauthenticated connections)");
       } else if (!slots_room((void **)&l->socks, &l->socks_cap, l->nsocks, RR_LISTEN_PENDING, sizeof *l->socks)) {
         close(fd);

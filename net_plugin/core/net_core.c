@@ -2,6 +2,7 @@
  * points, which check NCCL's pointers and hand over to the engine. */
 #include "connect_job.h"
 #include "core_internal.h"
+#include "rr_counters.h"
 #include "rr_health.h"
 #include "rr_health_table.h"
 #include "rr_log.h"
@@ -54,10 +55,11 @@ static void discover_devices(void) {
               p->socket_ifname);
   }
   if (n == 0) {
-    if (p->socket_ifname[0])
+    if (p->socket_ifname[0]) {
+      rr_counter_inc(RR_CTR_SETTINGS_REFUSED);
       RR_WARN("RERAIL_SOCKET_IFNAME=%s matches no interface that is up and has an address: "
               "rerail offers no devices, NCCL falls back to its own transports", p->socket_ifname);
-    else
+    } else
       RR_WARN("no network interface is up: rerail offers no devices");
   }
   for (int i = 0; i < n; i++) {

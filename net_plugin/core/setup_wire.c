@@ -38,6 +38,8 @@ static void put_hdr(uint8_t *p, int type) {
   p[7] = 0;
 }
 
+const char rr_hs_why_not_rerail[] = "not a rerail peer (bad magic)";
+
 /* Checks the header once its 8 bytes are in, then waits for the message's
  * fixed part (`fixed` bytes, header included): RR_AGAIN with *need set
  * until both are there. */
@@ -48,7 +50,7 @@ static rr_status check_hdr(const uint8_t *buf, size_t len, int type, size_t fixe
     return RR_AGAIN;
   }
   if (get32(buf) != RR_HS_MAGIC) {
-    *why = "not a rerail peer (bad magic)";
+    *why = rr_hs_why_not_rerail;
     return RR_ERR_PROTOCOL;
   }
   if (get16(buf + 4) != RR_HS_VERSION) {

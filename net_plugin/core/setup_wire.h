@@ -109,8 +109,11 @@ size_t rr_hs_proof_encode(int type, const rr_hs_proof *p, uint8_t out[RR_HS_MAX_
 size_t rr_hs_commit_encode(const rr_hs_commit *c, uint8_t out[RR_HS_COMMIT_LEN]);
 
 /* Decoders: RR_OK with *out filled; RR_AGAIN when more bytes are needed
- * (*need says how many in all); RR_ERR_PROTOCOL with *why otherwise.
+ * (*need says how many in all); RR_ERR_PROTOCOL with *why otherwise
+ * (rr_hs_why_not_rerail, the very pointer, when the bytes are not rerail's
+ * at all: the listener counts that apart from a malformed message).
  * RR_ERR_UNSUPPORTED: a rerail peer of another protocol version. */
+extern const char rr_hs_why_not_rerail[];
 rr_status rr_hs_hello_decode(const uint8_t *buf, size_t len, rr_hs_hello *out, size_t *need,
                              const char **why);
 rr_status rr_hs_challenge_decode(const uint8_t *buf, size_t len, rr_hs_challenge *out,

@@ -3,6 +3,7 @@
  * engine_send.c, engine_recv.c and engine_rails.c. */
 #include "engine.h"
 #include "rr_clock.h"
+#include "rr_counters.h"
 #include "rr_health.h"
 #include "rr_log.h"
 
@@ -36,6 +37,7 @@ rr_status engine_violation(rr_engine *e, int rail, const char *fmt, ...) {
   vsnprintf(why, sizeof why, fmt, ap);
   va_end(ap);
   e->stats.violations++;
+  rr_counter_inc(RR_CTR_PROTOCOL_VIOLATIONS);
   /* Logged once per connection: a hostile peer must not flood the log. */
   if (e->stats.violations == 1) {
     snprintf(e->violation_why, sizeof e->violation_why, "%s", why);

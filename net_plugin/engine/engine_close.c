@@ -22,6 +22,7 @@
  * once. docs/failover.md, "Orderly close". */
 #include "engine.h"
 #include "rr_clock.h"
+#include "rr_counters.h"
 #include "rr_log.h"
 
 #include <stdio.h>
@@ -93,6 +94,7 @@ rr_status rr_engine_close(rr_engine *e, uint64_t timeout_ns) {
   if (e->failed && !(e->failed == RR_ERR_PEER && e->peer_bye)) st = e->failed;
   if (st == RR_AGAIN) {
     e->stats.closes_owed++;
+    rr_counter_inc(RR_CTR_CLOSES_OWED);
     RR_INFO(RR_SUB_NET, "closing the %s connection to %s: what it owed the peer was not all delivered within %llu ms",
             e->cfg.role == RR_ENGINE_SEND ? "send" : "receive", e->cfg.peer,
             (unsigned long long)(timeout_ns / 1000000));

@@ -54,6 +54,7 @@
  * flap damping) bring traffic back. docs/failover.md, "Degraded rails". */
 #include "engine.h"
 #include "rr_clock.h"
+#include "rr_counters.h"
 #include "rr_health.h"
 #include "rr_log.h"
 
@@ -311,6 +312,7 @@ static void demote(rr_engine *e, int r, const gray_link *l, uint64_t now) {
     snprintf(why, sizeof why, "delivers %.0f %% of its level for %.1f s", rl->degraded_frac * 100.0,
              (double)rl->degraded_for_ns / 1e9);
   e->stats.demotions++;
+  rr_counter_inc(RR_CTR_DEMOTIONS);
   engine_rail_set_state(e, r, RR_RAIL_DEGRADED, why);
 }
 
@@ -456,6 +458,7 @@ void engine_gray_on_notice(rr_engine *e, const engine_msg *m) {
     engine_rail *rl = &e->rails[i];
     if ((m->u.fail.degraded_mask & bit) && rl->state == RR_RAIL_ACTIVE) {
       e->stats.demotions++;
+      rr_counter_inc(RR_CTR_DEMOTIONS);
       engine_rail_set_state(e, i, RR_RAIL_DEGRADED, "the sender demoted it");
     } else if (!(m->u.fail.down_mask & bit) && rl->state == RR_RAIL_DEGRADED) {
       engine_rail_set_state(e, i, RR_RAIL_ACTIVE, "the sender restored it");

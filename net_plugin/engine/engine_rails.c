@@ -15,6 +15,7 @@
  * to 64x), so a port flapping every 200 ms never gets traffic back. */
 #include "engine.h"
 #include "rr_clock.h"
+#include "rr_counters.h"
 #include "rr_health.h"
 #include "rr_log.h"
 #include "rr_params.h"
@@ -269,6 +270,7 @@ void engine_rail_swap(rr_engine *e, int r, rr_rail_ep *ep) {
   rl->fresh = 1; /* new sockets hold no stale bytes: any life is real */
   engine_gray_on_state(e, r, RR_RAIL_DOWN, RR_RAIL_DOWN, now);
   snprintf(rl->why, sizeof rl->why, "reconnected");
+  rr_counter_inc(RR_CTR_RAIL_RECONNECTS);
   RR_INFO(RR_SUB_NET, "%s %s: reconnected", e->cfg.role == RR_ENGINE_SEND ? "send" : "recv", rl->name);
 }
 

@@ -8,6 +8,7 @@
  * repeat) writes nothing and fails the rail that carried it. */
 #include "engine.h"
 #include "rr_clock.h"
+#include "rr_counters.h"
 #include "rr_log.h"
 
 #include <stdlib.h>
@@ -475,6 +476,7 @@ static void announce(rr_engine *e) {
 void engine_recv_rollback(rr_engine *e) {
   e->epoch++;
   e->stats.rollbacks++;
+  rr_counter_inc(RR_CTR_ROLLBACKS);
   for (int i = 0; i < e->nrails; i++) {
     engine_rail *rl = &e->rails[i];
     rl->need_drain = 0;
@@ -550,6 +552,7 @@ static rr_status on_placed(rr_engine *e, int rail, const engine_msg *m) {
   s->prefix = s->high = s->expected = n;
   s->size = (size_t)size;
   e->stats.claims_taken++;
+  rr_counter_inc(RR_CTR_PLACED_CLAIMS);
   if (++r->subs_done == r->n) {
     r->landed = 1;
     complete_landed(e);

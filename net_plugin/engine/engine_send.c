@@ -2,6 +2,7 @@
  * into chunks, place chunks on rails, and follow the receiver's rollbacks. */
 #include "engine.h"
 #include "rr_clock.h"
+#include "rr_counters.h"
 #include "rr_health.h"
 #include "rr_log.h"
 #include "rr_params.h"
@@ -231,6 +232,7 @@ rr_status engine_send_post(rr_engine *e, uint64_t now) {
       rr_status st = ep->ops->post_write(ep, &wr);
       if (st == RR_AGAIN) return RR_OK;
       if (st == RR_OK && len) forge_count();
+      if (st == RR_OK && forged) rr_counter_inc(RR_CTR_TEST_FORGED_WRITES);
       if (st == RR_OK && forged)
         RR_INFO(RR_SUB_NET, "test: write %llu to %s went with a forged immediate (RERAIL_TEST_FORGE_WRITE)",
                 (unsigned long long)rr_params_get()->test_forge_write, e->cfg.peer);
@@ -259,7 +261,10 @@ rr_status engine_send_on_write_done(rr_engine *e, uint64_t wr_id, int placed) {
   /* An older epoch's write, or an earlier round's: its chunk is replayed. */
   if (epoch != e->epoch || !r->in_use || gen != r->gen) return RR_OK;
   if (r->transmitted < r->posted) r->transmitted++;
-  if (placed && r->placed < r->posted && ++r->placed == r->nchunks && send_placed(r)) e->stats.placed_sends++;
+  if (placed && r->placed < r->posted && ++r->placed == r->nchunks && send_placed(r)) {
+    e->stats.placed_sends++;
+    rr_counter_inc(RR_CTR_PLACED_SENDS);
+  }
   return RR_OK;
 }
 
@@ -287,6 +292,7 @@ void engine_send_rail_lost(rr_engine *e) {
 static void adopt_epoch(rr_engine *e, uint32_t epoch) {
   e->epoch = epoch;
   e->stats.rollbacks++;
+  rr_counter_inc(RR_CTR_ROLLBACKS);
   for (int i = 0; i < e->nrails; i++) {
     if (e->rails[i].state != RR_RAIL_DEAD && engine_rail_fence_cheap(e, i)) e->rails[i].ep->ops->fence(e->rails[i].ep);
     e->rails[i].g_prev_ns = 0; /* the fence emptied its queue: that is no delivery */
@@ -388,6 +394,7 @@ static void park(rr_engine *e, rr_send_req *r) {
   r->resumed = 0;
   e->nparked++;
   e->stats.parked++;
+  rr_counter_inc(RR_CTR_PARKED_SENDS);
 }
 
 static rr_status place_by_cts(rr_engine *e, rr_send_req *r, engine_cts_slot *s, int sub);

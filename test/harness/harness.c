@@ -47,6 +47,10 @@ static hnet g_nets[H_MAX_CONTEXTS];
 #define g_net g_nets[0]
 static int g_nctx = 1;
 static unsigned long g_teardown_warnings;   /* plugin WARNs after both ends finished cleanly */
+/* The plugin's process-wide counters, read just before it is unloaded
+ * (hnet_plugin_counters); -1: the plugin exports none. */
+static char g_counters[HNET_COUNTERS_MAX];
+static int g_counters_len = -1;
 static int g_group = 1;
 static h_conn *g_send, *g_recv;
 static int g_nsend, g_nrecv;
@@ -608,6 +612,28 @@ static void dir_totals(h_conn *cs, int n, h_dir_stats *t) {
   }
 }
 
+/* The counters as JSON members of "counters" (null when the plugin has
+ * none) or as one text line: scripts assert on them, not on log text. */
+static void print_counters(int json) {
+  if (g_counters_len < 0) {
+    printf(json ? "\"counters\":null," : "");
+    return;
+  }
+  printf(json ? "\"counters\":{" : "  plugin counters:");
+  int n = 0;
+  for (const char *p = g_counters; *p;) {
+    char name[96];
+    unsigned long long v;
+    int used = 0;
+    if (sscanf(p, "%95[a-z_{}=] %llu\n%n", name, &v, &used) != 2 || used <= 0) break;
+    if (json) printf("%s\"%s\":%llu", n ? "," : "", name, v);
+    else printf(" %s %llu", name, v);
+    n++;
+    p += used;
+  }
+  printf(json ? "}," : "\n");
+}
+
 static void print_summary(int pass) {
   h_dir_stats s, r;
   dir_totals(g_send, g_nsend, &s);
@@ -639,6 +665,7 @@ static void print_summary(int pass) {
     printf("},");
     h_report_print_json(g_recv, g_nrecv);
     h_scale_print(1);
+    print_counters(1);
     printf("\"plugin_warnings\":%lu,\"teardown_warnings\":%lu,\"errors\":%llu,\"result\":\"%s\"}\n",
            hnet_log_count(2), g_teardown_warnings, errors,
            pass ? "pass" : "fail");
@@ -677,6 +704,7 @@ static void print_summary(int pass) {
   printf("\n");
   h_report_print_text(g_recv, g_nrecv);
   h_scale_print(0);
+  print_counters(0);
   printf("  plugin warnings: %lu (%lu during the orderly teardown); errors: %llu; result: %s\n",
          hnet_log_count(2), g_teardown_warnings, errors,
          pass ? "PASS" : "FAIL");
@@ -690,6 +718,8 @@ static void finish_plugin(void) {
     snprintf(g_info.path, sizeof g_info.path, "%s", g_net.path);
     g_info.version = g_net.version;
   }
+  for (int i = 0; i < g_nctx && g_counters_len < 0; i++)
+    if (g_nets[i].dl) g_counters_len = hnet_plugin_counters(&g_nets[i], g_counters, sizeof g_counters);
   /* NCCL finalizes each communicator's context, then dlclose()s the library
    * with the last one */
   for (int i = g_nctx - 1; i >= 0; i--) {
@@ -822,6 +852,7 @@ int main(int argc, char **argv) {
     hnet_last_warning(w, sizeof w);
     printf("devices: %d\nplugin warnings: %lu%s%s\n", ndev, hnet_log_count(2), w[0] ? "; last: " : "", w);
     finish_plugin();
+    print_counters(0);
     return H_EXIT_OK;
   }
   if (g_opt.dev >= ndev) {

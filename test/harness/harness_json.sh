@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# Sourced by the fault tests that read the harness's JSON summaries
-# (test/integration/resilience_lib.sh, test/lab/rxe/verbs_faults.sh).
+# Sourced by the tests that read the harness's summaries (JSON: resilience_lib.sh,
+# verbs_faults.sh; text: harness_lib.sh, verbs_harness.sh). No side effects.
 
 # jget FILE PYEXPR: a value from a harness JSON summary (d = the object); "?" when absent.
 jget() {
@@ -18,4 +18,12 @@ elif isinstance(v, float):
 else:
     print(v)
 EOF
+}
+
+# hcount LOG NAME: counter NAME (e.g. protocol_violations_total) from the
+# "plugin counters:" line of a text summary in LOG; "?" when absent. Tests
+# decide on these, never on log wording.
+hcount() {
+  awk -v n="$2" '/^  plugin counters:/ { for (i = 3; i < NF; i += 2) if ($i == n) v = $(i + 1) }
+                 END { print (v == "" ? "?" : v) }' "$1" 2>/dev/null || echo "?"
 }

@@ -18,6 +18,10 @@ export LD_LIBRARY_PATH="$PLUGIN_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export RERAIL_SOCKET_IFNAME=lo
 unset RERAIL_TRANSPORT NCCL_DEBUG
 
+# hcount: the plugin's counters from a summary
+# shellcheck source=harness_json.sh
+. "$(dirname "${BASH_SOURCE[0]}")/harness_json.sh"
+
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/rerail-harness.XXXXXX")
 FAILS=0
 RESULTS=()
@@ -77,3 +81,4 @@ rate() {
   r=$(grep -ho 'received: .*= [0-9.]* GB/s' "$d"/*.log 2>/dev/null | head -1 | sed 's/.*= //')
   echo "send ${s:-?}, recv ${r:-?}"
 }
+

@@ -110,6 +110,12 @@ typedef struct hnet {
  * libnccl.so.2 instead (see nccl_builtin_loader.h). */
 int hnet_load(const char *name_or_path, int version, hnet *out);
 void hnet_unload(hnet *n);
+/* The plugin's process-wide counters (rerail's rerailCounters_v1,
+ * include/rerail/counters.h) as "name value\n" lines into buf. Returns the
+ * length, or -1 when the plugin exports none (another plugin, NCCL's own
+ * transport) or buf is too small. Call it before hnet_unload(). */
+#define HNET_COUNTERS_MAX 4096 /* RERAIL_COUNTERS_MAX_TEXT */
+int hnet_plugin_counters(const hnet *n, char *buf, size_t len);
 
 /* The logger handed to init(): prints to stderr with the level, filtered by
  * NCCL_DEBUG (VERSION, WARN (default), INFO, TRACE; ABORT lines always print).

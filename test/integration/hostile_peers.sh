@@ -13,8 +13,9 @@
 #     any receive, huge length, truncated header, unknown type, flags,
 #     oversized control): only that rail fails, the real sender reopens it.
 # Passes when both harness processes exit 0 with zero errors, every attack
-# got the answer it should (rerail-hostile's RESULT lines), each refusal is
-# logged once, and the listeners bind the pooled rails' addresses only.
+# got the answer it should (rerail-hostile's RESULT lines), the server counted
+# each kind of refusal (its harness summary's counters), its warnings stay far
+# below the refusals, and the listeners bind the pooled rails' addresses only.
 #
 # usage: hostile_peers.sh PLUGIN_DIR HARNESS HOSTILE
 #   RERAIL_TEST_SCALE   scales the traffic time (default 1: 40 s; at least 30 s)
@@ -120,28 +121,38 @@ for k in 0 1 2 3 4 5 6 7; do
 done
 
 pair_wait $((SECS + 120))
-SLOG="$PAIR_DIR/server.log"
-# once REGEX WHAT: the server logged it exactly once
-once() {
-  local n
-  n=$(count_lines "$1" "$SLOG")
-  [ "$n" = 1 ] || BAD+=("$2 logged $n times (want once)")
+SJSON="$PAIR_DIR/server.json"
+# The server's counters decide (never its log wording): ctr NAME -> value, or -1.
+ctr() {
+  local v
+  v=$(jget "$SJSON" "d['counters']['$1']")
+  [[ "$v" =~ ^[0-9]+$ ]] && echo "$v" || echo -1
 }
-once "from ${SRC0}[^ ]*: too many unauthenticated connections from this address" "the per-source cap"
-once "from ${SRC0}[^ ]*: no handshake within 1 s" "dropping idle connections"
-once "from ${SRC1}[^ ]*: no handshake within 1 s" "dropping a truncated hello"
-once "from ${SRC1}[^ ]*: not a rerail peer" "garbage"
-once "from ${SRC1}[^ ]*: a rerail peer of another connection-setup version" "an old version"
-once "from ${SRC1}[^ ]*: wrong secret" "a wrong secret"
-once "from ${SRC1}[^ ]*: a runaway reconnect generation" "a runaway generation"
-# Forged frames: each connection's first violation is logged, later ones
-# counted (the engine); a frame the rail itself refuses is named by the rail.
-VIOL=$(count_lines "rail [0-9]+ broke the protocol" "$SLOG")
-[ "$VIOL" = 3 ] || BAD+=("forged frames: $VIOL engine violation warnings (want 3: key, outside and eager, once per connection)")
-for what in "an unknown frame type" "an oversized control frame" "a frame with unknown flags" \
-  "a drain marker with a payload"; do
-  once "TCP rail dev [0-9]+: $what" "$what"
+# least MIN NAME WHAT: the server counted NAME at least MIN times
+least() {
+  local n
+  n=$(ctr "$2")
+  [ "$n" -ge "$1" ] || BAD+=("$3: $2 = $n (want >= $1)")
+}
+least 1 'listener_refusals_total{reason=per_source_cap}' "the per-source cap"
+least 2 'listener_refusals_total{reason=no_handshake}' "dropping idle connections and a truncated hello"
+least 1 'listener_refusals_total{reason=not_rerail}' "garbage"
+least 1 'listener_refusals_total{reason=setup_version}' "an old version"
+least 1 'listener_refusals_total{reason=wrong_secret}' "a wrong secret"
+least 1 'listener_refusals_total{reason=runaway_generation}' "a runaway generation"
+# Forged frames: the engine refuses key, outside and eager (one connection
+# each, maybe more than one frame); the TCP rail refuses the rest itself.
+least 3 protocol_violations_total "forged frames the engine refuses"
+for k in unknown_type oversized_control unknown_flags drain_with_payload; do
+  least 1 "tcp_frames_refused_total{kind=$k}" "a forged frame the TCP rail refuses"
 done
+# Refusals are logged once a minute per reason and source: the ~1,000
+# refused connections of the flood must not each leave a warning.
+REFUSED=$(jget "$SJSON" "sum(v for k, v in d['counters'].items() if k.startswith('listener_refusals_total'))")
+WARNS=$(jget "$SJSON" 'd["plugin_warnings"]')
+if ! [[ "$REFUSED" =~ ^[0-9]+$ && "$WARNS" =~ ^[0-9]+$ ]] || [ "$WARNS" -gt 100 ]; then
+  BAD+=("the log is flooded: $WARNS plugin warnings for $REFUSED refused connections (want <= 100)")
+fi
 
 echo "traffic: $(what_moved)"
 if ! ok_pair; then
@@ -150,6 +161,6 @@ elif [ ${#BAD[@]} -gt 0 ]; then
   fail hostile "$(printf '%s; ' "${BAD[@]}")"
   cat "$ALOG"
 else
-  pass hostile "${SECS}s of checked traffic with rail flaps through 1,000 idle connections, 4 kinds of garbage, a wrong secret, a runaway generation and 8 kinds of forged frames; each refusal logged once"
+  pass hostile "${SECS}s of checked traffic with rail flaps through 1,000 idle connections, 4 kinds of garbage, a wrong secret, a runaway generation and 8 kinds of forged frames; every kind of refusal counted, $REFUSED refused connections in $WARNS warnings"
 fi
 finish

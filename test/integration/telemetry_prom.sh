@@ -309,10 +309,22 @@ if wait_for 30 both_moving; then
   wait "$SP"; src=$?
   wait "$CP"; crc=$?
   left=$(ls "$D3"/tel/rerail-*.prom 2>/dev/null | wc -l)
-  if [ $ok -eq 1 ] && [ "$dirs" = '"rx""tx"' ] && [ $src -eq 0 ] && [ $crc -eq 0 ] && [ "$left" -eq 0 ]; then
-    pass plugin "harness on loopback: tx and rx series, promtool clean, files gone at exit"
+  # The process counters are in both files from the start; a clean run on
+  # loopback refuses nothing and rolls nothing back.
+  ctr=ok
+  for f in "$D3"/tel/*.copy; do
+    for c in protocol_violations rollbacks closes_owed parked_sends placed_sends placed_claims \
+             rail_reconnects settings_refused; do
+      grep -qE "^rerail_${c}_total\{[^}]*\} [0-9]+\$" "$f" || ctr="no rerail_${c}_total in $(basename "$f")"
+    done
+    grep -qE '^rerail_(protocol_violations|rollbacks)_total\{[^}]*\} [1-9]' "$f" &&
+      ctr="violations or rollbacks on a clean loopback run in $(basename "$f")"
+  done
+  if [ $ok -eq 1 ] && [ "$dirs" = '"rx""tx"' ] && [ $src -eq 0 ] && [ $crc -eq 0 ] && [ "$left" -eq 0 ] &&
+     [ "$ctr" = ok ]; then
+    pass plugin "harness on loopback: tx and rx series, process counters at 0, promtool clean, files gone at exit"
   else
-    fail plugin "promtool ok=$ok directions=$dirs server=$src client=$crc .prom left=$left $(cat "$D3/promtool.out")"
+    fail plugin "promtool ok=$ok directions=$dirs counters: $ctr server=$src client=$crc .prom left=$left $(cat "$D3/promtool.out")"
   fi
 else
   fail plugin "no .prom with traffic from both processes: $(ls "$D3/tel" 2>&1); $(tail -3 "$D3"/*.log)"

@@ -16,6 +16,7 @@
  * nothing; the engine fails the rail over, never the job. */
 #include "rail_tcp.h"
 #include "rr_clock.h"
+#include "rr_counters.h"
 #include "rr_log.h"
 #include "rr_telemetry.h"
 #include "tcp_frame.h"
@@ -152,6 +153,13 @@ static rr_status ep_fail(tcp_ep *ep, rr_status st, const char *what, int err) {
       RR_INFO(RR_SUB_NET, "TCP rail dev %d: %s (%s)", ep->base.dev->index, what, rr_status_str(st));
   }
   return ep->failed;
+}
+
+/* A frame from the peer that breaks the framing: counted by kind (tests
+ * and dashboards ask what a hostile or broken peer sent), then the rail fails. */
+static rr_status refuse_frame(tcp_ep *ep, rr_counter kind, const char *what) {
+  rr_counter_inc(kind);
+  return ep_fail(ep, RR_ERR_PROTOCOL, what, 0);
 }
 
 /* Double a full queue (up to TX_DEPTH): RR_OK when there is room now. The
@@ -347,9 +355,10 @@ static rr_status parse_staging(tcp_ep *ep, tcp_stream *s) {
     const char *body = s->staging + s->stage_off + TCP_FRAME_BYTES;
     uint32_t body_avail = avail - TCP_FRAME_BYTES;
     if (h.flags & ~(h.type == TCP_FRAME_WRITE ? TCP_FRAME_F_EAGER | TCP_FRAME_F_PROBE : 0u))
-      return ep_fail(ep, RR_ERR_PROTOCOL, "a frame with unknown flags", 0);
+      return refuse_frame(ep, RR_CTR_TCP_BAD_FLAGS, "a frame with unknown flags");
     if (h.type == TCP_FRAME_CTRL) {
-      if (h.len > RR_RAIL_CTRL_MAX) return ep_fail(ep, RR_ERR_PROTOCOL, "an oversized control frame", 0);
+      if (h.len > RR_RAIL_CTRL_MAX)
+        return refuse_frame(ep, RR_CTR_TCP_BAD_CONTROL_SIZE, "an oversized control frame");
       if (body_avail < h.len) return RR_AGAIN;
       s->stage_off += TCP_FRAME_BYTES + h.len;
       rr_status st = ep->base.events->on_ctrl(&ep->base, body, h.len);
@@ -357,13 +366,14 @@ static rr_status parse_staging(tcp_ep *ep, tcp_stream *s) {
       continue;
     }
     if (h.type == TCP_FRAME_DRAIN) {
-      if (h.len) return ep_fail(ep, RR_ERR_PROTOCOL, "a drain marker with a payload", 0);
+      if (h.len) return refuse_frame(ep, RR_CTR_TCP_BAD_DRAIN, "a drain marker with a payload");
       s->stage_off += TCP_FRAME_BYTES;
       rr_status st = stream_drain(ep, s, h.imm);
       if (st != RR_OK) return st;
       continue;
     }
-    if (h.type != TCP_FRAME_WRITE) return ep_fail(ep, RR_ERR_PROTOCOL, "an unknown frame type", 0);
+    if (h.type != TCP_FRAME_WRITE)
+      return refuse_frame(ep, RR_CTR_TCP_BAD_TYPE, "an unknown frame type");
     /* The engine says where the payload goes: nowhere (a fenced epoch: read
      * and forget it), or exactly one place inside the posted receive (or its
      * early buffer, for an eager write ahead of its receive). A write it

@@ -199,7 +199,8 @@ case_all_down() {
   [ "$CRC" -eq 1 ] || why+="the sender did not end with a clean error (exit $CRC); "
   [ "$SRC" -eq 1 ] || why+="the receiver did not end with a clean error (exit $SRC); "
   for f in client server; do
-    grep -qE 'WARN.*(failed|error).*rail0.*rail1' "$DIR/$f.log" || why+="the $f's plugin error does not name rail0 and rail1; "
+    [ "$(jget "$DIR/$f.json" 'd["counters"]["connection_errors_total"]')" -ge 1 ] 2>/dev/null ||
+      why+="the $f's plugin counted no connection error; "
   done
   { [ "$cdt" != "?" ] && is_true "$cdt <= $limit"; } || late+="the sender's error came $cdt ms after (limit $limit); "
   { [ "$sdt" != "?" ] && is_true "$sdt <= $limit"; } || late+="the receiver's error came $sdt ms after (limit $limit); "
@@ -312,8 +313,10 @@ case_forged_write() {
   if ! started; then pair_wait 30; verdict forged_write "traffic never started (client $CRC, server $SRC)" ""; return; fi
   pair_wait 60
   [ "$CRC" -eq 0 ] && [ "$SRC" -eq 0 ] || why+="client exit $CRC, server exit $SRC; "
-  grep -q 'went with a forged immediate' "$DIR/client.log" || why+="the sender never forged a write (inconclusive); "
-  grep -q 'broke the protocol (chunk' "$DIR/server.log" || why+="the receiver did not refuse the forged write; "
+  [ "$(jget "$DIR/client.json" 'd["counters"]["test_forged_writes_total"]')" -ge 1 ] 2>/dev/null ||
+    why+="the sender never forged a write (inconclusive); "
+  [ "$(jget "$DIR/server.json" 'd["counters"]["protocol_violations_total"]')" -ge 1 ] 2>/dev/null ||
+    why+="the receiver did not refuse the forged write; "
   verdict forged_write "$why" "refused after the NIC placed it ($(grep -ho 'broke the protocol ([^)]*)' "$DIR/server.log" | head -1)), failed over, every byte checked"
 }
 

@@ -1,0 +1,86 @@
+/* Process-wide event counters (rr_counters.h). */
+#include "rr_counters.h"
+
+#include <stdio.h>
+
+_Atomic uint64_t rr_counter_values[RR_CTR_COUNT];
+
+#define LISTEN_HELP                                                                                  \
+  "Connections the process's listeners refused, by reason: per_source_cap, crowded_out, "            \
+  "no_handshake, closed, not_rerail, setup_version, malformed, wrong_secret, stale_reconnect, "      \
+  "runaway_generation, other."
+
+#define TCP_HELP                                                                                     \
+  "Frames the TCP rail refused from its peer, by kind (unknown_flags, oversized_control, "          \
+  "drain_with_payload, unknown_type); each failed the rail it came on over."
+
+static const rr_counter_info infos[] = {
+    [RR_CTR_PROTOCOL_VIOLATIONS] = {"protocol_violations_total",
+                                    "Peer input that broke the wire protocol; each failed the rail it came on over.", NULL, NULL, 1},
+    [RR_CTR_ROLLBACKS] = {"rollbacks_total",
+                          "Rollback epochs started (receiving connections) or adopted (sending connections).", NULL, NULL, 1},
+    [RR_CTR_CLOSES_OWED] = {"closes_owed_total",
+                            "Connection closes that gave up with data still owed to the peer undelivered.", NULL, NULL, 1},
+    [RR_CTR_PARKED_SENDS] = {"parked_sends_total",
+                             "Eager sends parked because the receive they reached did not post their tag.", NULL, NULL, 1},
+    [RR_CTR_PLACED_SENDS] = {"placed_sends_total",
+                             "Sends completed on their writes' placement in the receiver's memory, before any ack.", NULL, NULL, 1},
+    [RR_CTR_PLACED_CLAIMS] = {"placed_claims_total",
+                              "Sub-receives completed on the sender's claim that its writes were placed.", NULL, NULL, 1},
+    [RR_CTR_DEMOTIONS] = {"rail_demotions_total", "Rails demoted as degraded, every connection of the process.", NULL, NULL, 0},
+    [RR_CTR_RAIL_RECONNECTS] = {"rail_reconnects_total",
+                                "Rails of live connections given a fresh transport endpoint after a failure.", NULL, NULL, 1},
+    [RR_CTR_FAILOVERS] = {"failovers_total", "Failovers, every connection of the process.", NULL, NULL, 0},
+    [RR_CTR_FAILBACKS] = {"failbacks_total", "Fail-backs, every connection of the process.", NULL, NULL, 0},
+    [RR_CTR_CONNECTION_ERRORS] = {"connection_errors_total",
+                                  "Connections that failed for good, every peer of the process.", NULL, NULL, 0},
+    [RR_CTR_SETTINGS_REFUSED] = {"settings_refused_total",
+                                 "RERAIL_* settings refused (malformed, out of range, matching nothing); "
+                                 "a default was used instead.", NULL, NULL, 1},
+#define REFUSED(v) "listener_refusals_total", LISTEN_HELP, "reason", v, 1
+    [RR_CTR_REFUSED_PER_SOURCE] = {REFUSED("per_source_cap")},
+    [RR_CTR_REFUSED_CROWDED_OUT] = {REFUSED("crowded_out")},
+    [RR_CTR_REFUSED_NO_HANDSHAKE] = {REFUSED("no_handshake")},
+    [RR_CTR_REFUSED_CLOSED] = {REFUSED("closed")},
+    [RR_CTR_REFUSED_NOT_RERAIL] = {REFUSED("not_rerail")},
+    [RR_CTR_REFUSED_SETUP_VERSION] = {REFUSED("setup_version")},
+    [RR_CTR_REFUSED_MALFORMED] = {REFUSED("malformed")},
+    [RR_CTR_REFUSED_WRONG_SECRET] = {REFUSED("wrong_secret")},
+    [RR_CTR_REFUSED_STALE_RECONNECT] = {REFUSED("stale_reconnect")},
+    [RR_CTR_REFUSED_RUNAWAY] = {REFUSED("runaway_generation")},
+    [RR_CTR_REFUSED_OTHER] = {REFUSED("other")},
+#undef REFUSED
+#define TCP_BAD(v) "tcp_frames_refused_total", TCP_HELP, "kind", v, 1
+    [RR_CTR_TCP_BAD_FLAGS] = {TCP_BAD("unknown_flags")},
+    [RR_CTR_TCP_BAD_CONTROL_SIZE] = {TCP_BAD("oversized_control")},
+    [RR_CTR_TCP_BAD_DRAIN] = {TCP_BAD("drain_with_payload")},
+    [RR_CTR_TCP_BAD_TYPE] = {TCP_BAD("unknown_type")},
+#undef TCP_BAD
+    /* A test knob's: a test that forges a write must know it did (else it
+     * proves nothing); no dashboard wants it. */
+    [RR_CTR_TEST_FORGED_WRITES] = {"test_forged_writes_total",
+                                   "Writes sent with a forged immediate (RERAIL_TEST_FORGE_WRITE).", NULL, NULL, 0},
+};
+_Static_assert(sizeof infos / sizeof infos[0] == RR_CTR_COUNT, "one rr_counter_info per rr_counter");
+
+uint64_t rr_counter_get(rr_counter c) {
+  if ((unsigned)c >= RR_CTR_COUNT) return 0;
+  return atomic_load_explicit(&rr_counter_values[c], memory_order_relaxed);
+}
+
+const rr_counter_info *rr_counter_info_of(rr_counter c) {
+  return (unsigned)c < RR_CTR_COUNT ? &infos[c] : NULL;
+}
+
+int rr_counters_format(char *buf, size_t len) {
+  size_t at = 0;
+  for (int c = 0; c < RR_CTR_COUNT; c++) {
+    const rr_counter_info *ci = &infos[c];
+    unsigned long long v = (unsigned long long)rr_counter_get((rr_counter)c);
+    int n = ci->label ? snprintf(buf + at, len - at, "%s{%s=%s} %llu\n", ci->name, ci->label, ci->value, v)
+                      : snprintf(buf + at, len - at, "%s %llu\n", ci->name, v);
+    if (n < 0 || (size_t)n >= len - at) return -1;
+    at += (size_t)n;
+  }
+  return (int)at;
+}

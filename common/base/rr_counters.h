@@ -1,0 +1,79 @@
+/* Process-wide event counters: what happened in this process, summed over
+ * every connection, for the .prom file and for tests.
+ *
+ * Each connection's engine keeps its own counts (rr_engine_stats, which the
+ * simulation reads per engine); a connection ends, its counts go with it.
+ * These are the process's totals since load and never go back, which is what
+ * a Prometheus counter must be and what a test needs to ask "did the
+ * receiver refuse that write" without reading log wording.
+ *
+ * Counting is one relaxed atomic add: allowed anywhere, the data path
+ * included (every counted event is rare next to a chunk write). */
+#ifndef RERAIL_COMMON_COUNTERS_H
+#define RERAIL_COMMON_COUNTERS_H
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum rr_counter {
+  RR_CTR_PROTOCOL_VIOLATIONS = 0, /* peer input that broke the wire protocol (rail failed over) */
+  RR_CTR_ROLLBACKS,               /* epochs started (receiver) or adopted (sender) */
+  RR_CTR_CLOSES_OWED,             /* closes that gave up with something owed undelivered */
+  RR_CTR_PARKED_SENDS,            /* eager sends parked (no receive with their tag) */
+  RR_CTR_PLACED_SENDS,            /* sends completed on their writes' placement */
+  RR_CTR_PLACED_CLAIMS,           /* sub-receives completed on a PLACED claim */
+  RR_CTR_DEMOTIONS,               /* rails demoted as degraded */
+  RR_CTR_RAIL_RECONNECTS,         /* rails given a fresh transport endpoint */
+  RR_CTR_FAILOVERS,               /* health events: traffic moved off a rail */
+  RR_CTR_FAILBACKS,               /* health events: traffic returned to a healed rail */
+  RR_CTR_CONNECTION_ERRORS,       /* health events: a connection failed for good */
+  RR_CTR_SETTINGS_REFUSED,        /* RERAIL_* values refused or matching nothing: a default used */
+  /* Connections a listener refused, by reason (one family, label reason). */
+  RR_CTR_REFUSED_PER_SOURCE,      /* too many unauthenticated connections from one address */
+  RR_CTR_REFUSED_CROWDED_OUT,     /* a stranger evicted to make room for a newer one */
+  RR_CTR_REFUSED_NO_HANDSHAKE,    /* no complete handshake in time */
+  RR_CTR_REFUSED_CLOSED,          /* the connector closed before completing the handshake */
+  RR_CTR_REFUSED_NOT_RERAIL,      /* not a rerail peer (bad magic) */
+  RR_CTR_REFUSED_SETUP_VERSION,   /* a rerail peer of another connection-setup version */
+  RR_CTR_REFUSED_MALFORMED,       /* a malformed or unexpected handshake message */
+  RR_CTR_REFUSED_WRONG_SECRET,    /* the peer does not hold the listener's handle */
+  RR_CTR_REFUSED_STALE_RECONNECT, /* a reconnect for no live connection or rail, or older than its sockets */
+  RR_CTR_REFUSED_RUNAWAY,         /* a reconnect generation beyond the rail's window */
+  RR_CTR_REFUSED_OTHER,           /* the rest: device not offered, local failures, listener closed */
+  /* Frames the TCP rail refused before they reached the engine, by kind
+   * (one family, label kind); each failed its rail over. */
+  RR_CTR_TCP_BAD_FLAGS,           /* a frame with unknown flags */
+  RR_CTR_TCP_BAD_CONTROL_SIZE,    /* a control frame over the control message size */
+  RR_CTR_TCP_BAD_DRAIN,           /* a drain marker with a payload */
+  RR_CTR_TCP_BAD_TYPE,            /* an unknown frame type */
+  RR_CTR_TEST_FORGED_WRITES,      /* writes forged by RERAIL_TEST_FORGE_WRITE (tests only) */
+  RR_CTR_COUNT
+} rr_counter;
+
+typedef struct rr_counter_info {
+  const char *name; /* the .prom name without the rerail_ prefix, e.g. "rollbacks_total" */
+  const char *help; /* the .prom HELP text (of the family: same on every member) */
+  /* A family's members follow each other in the enum, with one label told
+   * apart by value (e.g. reason="wrong_secret"); NULL for a plain counter. */
+  const char *label, *value;
+  /* 0: the .prom file already has the family under this name per NIC or
+   * peer (from health events), whose sum this is; rr_counters_format() still
+   * gives it, for tests that run without telemetry. */
+  int in_prom;
+} rr_counter_info;
+
+extern _Atomic uint64_t rr_counter_values[RR_CTR_COUNT];
+
+static inline void rr_counter_inc(rr_counter c) {
+  atomic_fetch_add_explicit(&rr_counter_values[c], 1, memory_order_relaxed);
+}
+
+uint64_t rr_counter_get(rr_counter c);
+const rr_counter_info *rr_counter_info_of(rr_counter c);
+
+/* Every counter as "name value\n" lines, in enum order; a family member's
+ * name is "name{label=value}" (no quotes, no spaces). Returns the length written, or -1 when buf is too small (it
+ * then holds nothing useful). */
+int rr_counters_format(char *buf, size_t len);
+
+#endif
