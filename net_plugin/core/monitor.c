@@ -22,7 +22,11 @@
 #include <unistd.h>
 
 
+/* guards: starting and joining the thread; held across the join, so never taken with
+ * another lock held except a listener's (accept: rr_monitor_add). Before registry_lock. */
 static pthread_mutex_t lifecycle_lock = PTHREAD_MUTEX_INITIALIZER; /* start and stop */
+/* guards: engines, listeners (and their counts and capacities), started, stop_requested;
+ * the thread holds it while it tries each engine's and listener's lock (docs/locking.md). */
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;  /* the engine list */
 /* Both lists grow as needed: every connection and every listener that
  * reconnects come through is driven, however many there are. */

@@ -258,6 +258,8 @@ typedef struct rr_engine_config {
 
 struct rr_engine {
   rr_engine_config cfg;
+  /* guards: the whole engine (every field but last_progress_ns); NCCL's threads take it in
+   * every call, the monitor only tries it. Never two engines' at once (docs/locking.md). */
   pthread_mutex_t lock;     /* NCCL's threads and the background thread share the engine */
   rr_status failed;         /* sticky failure: every later call reports it */
   char failed_why[256];
