@@ -56,6 +56,7 @@ static int link_is_up(unsigned flags) { return (flags & IFF_UP) && (flags & IFF_
 /* Devices closed by a fatal event (rail.h, RR_RAIL_DEV_EV_FATAL): down
  * until their transport reports them reopened, whatever their interface
  * says (a Soft-RoCE device deleted under an interface that stays up). */
+/* Lock-free: the monitor writes, rr_monitor_read_links (init's thread too) reads. */
 static _Atomic int dev_closed[RR_MAX_NETIFS];
 
 static void set_link(int dev, int up, const char *why) {
