@@ -11,11 +11,15 @@
 #define MAX_SINKS 8
 #define MAX_NICS 64
 
+/* guards: sinks, nsinks; held while the sinks run, so a sink takes only a leaf lock.
+ * Taken under nearly every lock of the plugin (docs/locking.md). */
 static pthread_mutex_t sinks_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct { rr_health_sink_fn fn; void *arg; } sinks[MAX_SINKS];
 static int nsinks;
+/* Lock-free: each NIC's link state, written on a change, read by every engine's tick. */
 static _Atomic int nic_state[MAX_NICS];
 /* The pooled NICs' names (rr_health_nics_set); read by the telemetry exporter. */
+/* guards: nic_names, nnic_names, nic_transport; a leaf. */
 static pthread_mutex_t names_lock = PTHREAD_MUTEX_INITIALIZER;
 static char nic_names[MAX_NICS][16];
 static int nnic_names;

@@ -66,6 +66,7 @@ const char *rr_health_table_path(void) {
 uint64_t rr_health_table_stale_ns(void) {
   /* Readers ask on every snapshot: parse (and warn about a bad value) only
    * when the variable changed, not on every call. */
+  /* guards: seen, ms; a leaf. */
   static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
   static char seen[64] = "\1"; /* matches no value: the first call parses */
   static uint64_t ms;

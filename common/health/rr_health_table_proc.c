@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+/* guards: refs, writer (and its life); before sinks_lock, names_lock and the writer's lock. */
 static pthread_mutex_t proc_lock = PTHREAD_MUTEX_INITIALIZER;
 static int refs;
 static rr_ht_writer *writer;          /* under proc_lock */

@@ -53,6 +53,8 @@ typedef struct peer_slot {
 } peer_slot;
 
 struct rr_ht_writer {
+  /* guards: every field below but stopped (the mapping, slots, shadows); a leaf, held
+   * across pread and the row stores (process_vm_writev) of the table. */
   pthread_mutex_t lock;
   char path[PATH_MAX];
   int fd;             /* rows are scanned through it (pread) */

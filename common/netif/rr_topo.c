@@ -153,6 +153,7 @@ static int pci_distance(const pci_loc *a, const pci_loc *b) {
 /* libnuma builds its distance table lazily on first use without a lock; the
  * plugin calls in here from NCCL's proxy threads, so serialise. */
 #ifdef RERAIL_HAVE_LIBNUMA
+/* guards: libnuma's lazily built distance table (every numa_* call); a leaf. */
 static pthread_mutex_t numa_lock = PTHREAD_MUTEX_INITIALIZER;
 #endif
 

@@ -15,6 +15,8 @@
 
 /* ---- queue: sinks in, exporter out */
 
+/* guards: evq, evq_head, evq_n, evq_dropped; a leaf (the sink takes it under sinks_lock,
+ * the exporter under rr_tel_g.lock). */
 static pthread_mutex_t evq_lock = PTHREAD_MUTEX_INITIALIZER;
 static rr_health_event evq[RR_TEL_EVQ];
 static int evq_head, evq_n;

@@ -145,7 +145,11 @@ typedef struct rr_tel_devagg {
 } rr_tel_devagg;
 
 typedef struct rr_tel_global {
+  /* guards: running, shutdown, refs, the exporter thread's start and join (held across
+   * the join: the exporter never takes it). Before lock. */
   pthread_mutex_t life;
+  /* guards: cfg, stop, flush_req/flush_done, series, tables; the exporter computes under
+   * it and writes files after it. Before evq_lock. */
   pthread_mutex_t lock;
   pthread_cond_t wake;        /* with lock: stop, flush, events */
   pthread_cond_t flushed;     /* with lock */

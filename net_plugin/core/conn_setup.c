@@ -60,6 +60,8 @@ rr_status rr_sock_tune(int fd) {
   return RR_OK;
 }
 
+/* guards: connecting[], next_sweep_ns, and each listed comm until connect() hands it
+ * out; level 1 (device, telemetry and health locks under it; never the monitor's). */
 static pthread_mutex_t connect_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Send comms connect() is still building, hashed by NCCL's handle pointer:
  * NCCL calls connect() for each of its pending connections in turn, and a

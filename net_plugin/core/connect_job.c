@@ -47,8 +47,10 @@ typedef struct job_thread {
 } job_thread;
 
 static pthread_once_t threads_once = PTHREAD_ONCE_INIT;
+/* guards: threads and each entry's `through`; with threads_idle; joins only threads that
+ * are through. Taken under an engine's or a listener's lock (leaf in effect). */
 static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t threads_idle;
+static pthread_cond_t threads_idle; /* with threads_lock: a thread became through */
 static job_thread *threads;  /* started, not yet joined: after a reap, those not through */
 
 /* The bound of the wait is on the monotonic clock: a clock step at exit
@@ -77,6 +79,7 @@ static void threads_reap_locked(void) {
 }
 
 struct rr_connect_job {
+  /* guards: done, abandoned, result (the owner and the job thread); a leaf. */
   pthread_mutex_t lock;
   rr_rail_ep *ep;
   int dev;

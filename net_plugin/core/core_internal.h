@@ -14,6 +14,40 @@
 #include "rr_netif.h"
 #include "setup_wire.h"
 
+/* LOCKING (docs/locking.md has the map: who takes what, and why).
+ *
+ * Blocking order, outermost first; a thread holding one takes only later ones:
+ *   1. core_lock | connect_lock | a listener's lock (never two of them at once)
+ *   2. lifecycle_lock (monitor.c)   3. registry_lock (monitor.c)
+ *   4. an engine's lock (never two engines at once)
+ *   5. gray_lock (engine_gray.c)
+ *   6. a connect job's lock, threads_lock (connect_job.c)
+ *   7. a verbs device: gen_lock (rwlock) -> flush_lock -> its lock -> its mr cache's lock
+ *   8. telemetry: life -> lock -> evq_lock
+ *   9. proc_lock (health table) -> sinks_lock (rr_health) -> a sink's own (leaf) lock
+ *   leaves: names_lock, the health table writer's lock, numa_lock, the tuner's lock
+ * sinks_lock is reached from nearly every level (a health event is reported
+ * under an engine's, gray, listener or core lock): a sink takes a leaf lock
+ * only, never calls back into the plugin and never blocks.
+ *
+ * The exceptions are trylocks, on the monitor thread while it holds
+ * registry_lock: a listener's lock (rr_listen_service: accept() takes
+ * registry_lock under it, the one real inversion) and an engine's
+ * (rr_engine_background: in order, but the monitor never waits behind
+ * NCCL's thread). verbs_flush_poll's trylock only leaves a shared CQ to the
+ * thread already polling it.
+ *
+ * Never held across a sleep or a connect that may block (a reopened rail
+ * connects on a job thread), nor held by a caller of rr_monitor_remove (it
+ * joins the monitor). ibv_reg_mr runs without the mr cache's lock; under
+ * gen_lock (read) so the PD stays, and under an engine's lock once (its
+ * bounce arena). Exception: a first connection's rails connect inside
+ * NCCL's accept(), under that listener's lock; the monitor skips it then.
+ *
+ * Link-down events are polled, not pushed: each engine's 1 ms tick reads
+ * rr_health_nic_get() per rail (2 ns a call; docs/locking.md says why a
+ * push to the engines of a NIC is the worse trade). */
+
 /* Magic numbers at the head of every object NCCL holds, so a stale or foreign
  * pointer is reported instead of followed. */
 #define RR_MAGIC_SEND 0x52525353u
@@ -216,6 +250,9 @@ struct rr_listen_comm {
   struct sockaddr_storage entry_addr[RR_HANDLE_MAX_ADDRS]; /* ... and where its sockets arrive */
   int naddrs;
   uint8_t secret[RR_HS_SECRET_LEN];
+  /* guards: every field below, and its comms' generation[]; taken by accept(), closeListen,
+   * a recv comm's close and the monitor (trylock). Level 1: under it an engine's lock,
+   * the monitor's registry, device and telemetry locks (docs/locking.md). */
   pthread_mutex_t lock;
   /* Allocated while in use (a listener lives as long as its connections,
    * and is idle nearly all that time). */

@@ -22,7 +22,11 @@
 #include <unistd.h>
 
 
+/* guards: starting and joining the thread; held across the join, so never taken with
+ * another lock held except a listener's (accept: rr_monitor_add). Before registry_lock. */
 static pthread_mutex_t lifecycle_lock = PTHREAD_MUTEX_INITIALIZER; /* start and stop */
+/* guards: engines, listeners (and their counts and capacities), started, stop_requested;
+ * the thread holds it while it tries each engine's and listener's lock (docs/locking.md). */
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;  /* the engine list */
 /* Both lists grow as needed: every connection and every listener that
  * reconnects come through is driven, however many there are. */
@@ -52,6 +56,7 @@ static int link_is_up(unsigned flags) { return (flags & IFF_UP) && (flags & IFF_
 /* Devices closed by a fatal event (rail.h, RR_RAIL_DEV_EV_FATAL): down
  * until their transport reports them reopened, whatever their interface
  * says (a Soft-RoCE device deleted under an interface that stays up). */
+/* Lock-free: the monitor writes, rr_monitor_read_links (init's thread too) reads. */
 static _Atomic int dev_closed[RR_MAX_NETIFS];
 
 static void set_link(int dev, int up, const char *why) {

@@ -15,6 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
+/* guards: ctx_refs, default_ctx, default_ctx_live, device discovery (devices_ready);
+ * init, finalize and discovery take it, with no other lock held (level 1). */
 static pthread_mutex_t core_lock = PTHREAD_MUTEX_INITIALIZER;
 static int ctx_refs;
 static rr_net_ctx default_ctx;

@@ -258,10 +258,14 @@ typedef struct rr_engine_config {
 
 struct rr_engine {
   rr_engine_config cfg;
+  /* guards: the whole engine (every field but last_progress_ns); NCCL's threads take it in
+   * every call, the monitor only tries it. Never two engines' at once (docs/locking.md). */
   pthread_mutex_t lock;     /* NCCL's threads and the background thread share the engine */
   rr_status failed;         /* sticky failure: every later call reports it */
   char failed_why[256];
   uint32_t epoch;
+  /* Lock-free: stored by whoever drives the engine, read by the monitor without the lock
+   * to leave engines NCCL drives alone. */
   _Atomic uint64_t last_progress_ns; /* when anybody last drove this engine (read unlocked) */
   uint64_t last_tick_ns;    /* last health check (coarse clock) */
   uint64_t no_rail_since_ns;/* no ACTIVE rail since (0 = there is one) */

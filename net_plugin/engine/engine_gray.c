@@ -112,6 +112,9 @@ typedef struct gray_link {
   uint64_t probe_done_ns;   /* the last probe on this link ended */
 } gray_link;
 
+/* guards: gray_links[], gray_nlinks (every connection's verdicts on a NIC and peer
+ * address); taken under an engine's lock, never the other way round; health events are
+ * reported under it (sinks_lock after it). */
 static pthread_mutex_t gray_lock = PTHREAD_MUTEX_INITIALIZER;
 static gray_link gray_links[RR_GRAY_LINKS];
 static int gray_nlinks;

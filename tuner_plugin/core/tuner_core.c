@@ -17,6 +17,7 @@
  * the first context is made and dropped with the last. Init and finalize
  * are rare; the lock never touches the per-collective path. */
 static struct {
+  /* guards: live, rules (init and finalize only; reads the rules file under it); a leaf. */
   pthread_mutex_t lock;
   int live;
   rr_rules *rules;

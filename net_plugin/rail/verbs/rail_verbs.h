@@ -87,6 +87,7 @@ typedef struct verbs_hca {
   struct ibv_pd *pd;
   /* The endpoint list, for the events that concern all of them (a fatal
    * device). Never taken by an endpoint's progress or by a registration. */
+  /* guards: eps, neps, mr_handles, port (GID fields), ctx/pd/mrs/closed swaps; after flush_lock. */
   pthread_mutex_t lock;
   verbs_ep *eps;             /* attached endpoints (intrusive list) */
   int neps;
@@ -94,6 +95,7 @@ typedef struct verbs_hca {
   int port_down;             /* the last async event said so */
   /* The flush QP (verbs_flush.c): made on the first flush, shared by every
    * connection on the device, under its own lock (never the device lock). */
+  /* guards: flusher and its QP/CQ/slots; after gen_lock, before lock; polled by trylock. */
   pthread_mutex_t flush_lock;
   struct verbs_flusher *flusher;
   /* Reset (verbs_reset.c). A fatal event closes the device: ctx, pd and mrs
@@ -103,6 +105,7 @@ typedef struct verbs_hca {
    * held for reading by what uses ctx, pd and mrs from outside the monitor
    * thread (ep_open, reg_mr, dereg_mr), for writing by close and reopen;
    * never by an endpoint's progress. Order: gen_lock, flush_lock, lock. */
+  /* guards: ctx, pd, mrs, gen, closed (read: ep_open, reg_mr, dereg_mr; write: close, reopen). */
   pthread_rwlock_t gen_lock;
   verbs_gen *gen;            /* the current opening; NULL while closed (and in tests that make none) */
   int closed;

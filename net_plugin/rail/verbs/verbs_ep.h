@@ -100,6 +100,7 @@ struct verbs_ep {
   int connected;
   int fenced;
   rr_status failed;
+  /* Lock-free: the monitor marks (first error wins), the owner acts under its engine's lock. */
   _Atomic int async_event;        /* ibv_event_type + 1 of an async error, 0 when none */
   size_t backlog;                 /* bytes of writes posted and not completed */
   char *bufs;                     /* send slots, a credit word, receive slots (bufs_bytes) */

@@ -24,6 +24,7 @@ struct verbs_mr_entry {
 };
 
 struct verbs_mr_cache {
+  /* guards: bucket, nbuckets, count, every entry's refs; a leaf, never held across ibv_reg_mr. */
   pthread_mutex_t lock;
   verbs_mr_entry **bucket;
   size_t nbuckets; /* a power of two */
