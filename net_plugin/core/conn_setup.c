@@ -416,10 +416,28 @@ static rr_status connect_rail_step(connect_state *c, int r, uint64_t now) {
   return RR_OK;
 }
 
+/* The listener has answered the rail's attempt under way: some socket of
+ * it got the listener's CHALLENGE (a TCP connect alone says only that the
+ * peer's kernel is there; the process may not be listening to it). */
+static int rail_answered(const connect_state *c, const connect_rail *cr) {
+  for (int i = 0; i < c->nstreams; i++)
+    if (cr->s[i].fd >= 0 && cr->s[i].state > SS_CHALLENGE) return 1;
+  return 0;
+}
+
 static void connect_view(const connect_state *c, rr_connect_rail_view *v) {
   for (int r = 0; r < c->nrails; r++)
     v[r] = (rr_connect_rail_view){.status = (uint8_t)c->rails[r].status, .failed = c->rails[r].failed,
-                                  .base = c->rails[r].base};
+                                  .base = c->rails[r].base, .answered = (uint8_t)rail_answered(c, &c->rails[r])};
+}
+
+/* How long connect() waits for a rail whose listener is answering: a quarter
+ * of the connect timeout (7.5 s by default), at least the settle time. The
+ * connection commits well inside the timeout either way. */
+static uint64_t connect_patience_ns(void) {
+  const rr_params *p = rr_params_get();
+  uint64_t patience = p->connect_timeout_ms * 1000000ull / 4, settle = p->progress_timeout_ms * 1000000ull;
+  return patience > settle ? patience : settle;
 }
 
 /* Once enough is known (connect_plan.h): the rails up, the rails kept for
@@ -436,7 +454,9 @@ static rr_status connect_settle(rr_send_comm *s, uint64_t now) {
   }
   uint64_t settle = rr_params_get()->progress_timeout_ms * 1000000ull;
   uint32_t later = 0, dropped = 0;
-  enum rr_connect_verdict verdict = rr_connect_decide(v, c->nrails, now - c->start_ns > settle, &later, &dropped);
+  uint64_t age = now - c->start_ns;
+  enum rr_connect_verdict verdict =
+      rr_connect_decide(v, c->nrails, age > settle, age > connect_patience_ns(), &later, &dropped);
   if (verdict == RR_CONNECT_WAIT) return RR_AGAIN;
   if (verdict == RR_CONNECT_FAIL) {
     RR_WARN("connect: no rail reaches the peer (%s)", c->rails[0].why ? c->rails[0].why : "?");
@@ -525,8 +545,17 @@ static void reconnect_abandon(rr_send_comm *s, int rail) {
 
 /* An attempt the engine stopped driving (the old endpoint recovered, or the
  * connection went idle) is stale: its sockets may have connected long ago
- * through a path that has failed since. It is never resumed. */
-#define RECONNECT_STALE_NS 50000000ull
+ * through a path that has failed since. It is never resumed. The engine
+ * drives an attempt on every tick, and its ticks come from NCCL's calls and
+ * the monitor's sweep over every connection: with hundreds of connections
+ * on a loaded host those are tens of milliseconds apart, so a gap counts as
+ * a stop only past a quarter of the progress timeout (at least 50 ms). An
+ * attempt declared stale while still driven starts over, and under such
+ * load would never finish. */
+static uint64_t reconnect_stale_ns(void) {
+  uint64_t quarter = rr_params_get()->progress_timeout_ms * 1000000ull / 4;
+  return quarter > 50000000ull ? quarter : 50000000ull;
+}
 
 /* The reopened endpoint's connect (connect_job.c): RR_AGAIN while it runs
  * on its own thread, then the endpoint for the engine, or the failure. */
@@ -566,7 +595,7 @@ static rr_status send_comm_reconnect(void *arg, int rail, rr_rail_ep **ep) {
   int r = s->plan_of[rail];
   connect_rail *cr = &c->rails[r];
   uint64_t now = rr_now_ns();
-  if (s->reconnecting[rail] && now - s->attempt_seen_ns[rail] > RECONNECT_STALE_NS)
+  if (s->reconnecting[rail] && now - s->attempt_seen_ns[rail] > reconnect_stale_ns())
     reconnect_abandon(s, rail);
   s->attempt_seen_ns[rail] = now;
   if (!s->reconnecting[rail]) {
@@ -616,11 +645,15 @@ static rr_status send_comm_reconnect(void *arg, int rail, rr_rail_ep **ep) {
    * a second: a fresh attempt soon after is faster than waiting for it. Once
    * every socket is connected the path works, and the handshake's round
    * trips (each answered when the peer's listener is next serviced) get the
-   * progress timeout: restarting them would only start the wait over. */
+   * progress timeout: restarting them would only start the wait over. Once
+   * the listener has answered, it is alive and working through its sockets
+   * (slowly, when it serves hundreds of connections): the attempt gets
+   * connect()'s patience for a backup that is answered. */
   uint64_t limit = rr_params_get()->progress_timeout_ms * 1000000ull;
   int connected = 1;
   for (int i = 0; i < c->nstreams; i++) connected &= cr->s[i].fd >= 0 && cr->s[i].state != SS_CONNECTING;
   if (!connected && limit > 100000000ull) limit = 100000000ull;
+  if (rail_answered(c, cr)) limit = connect_patience_ns();
   if (st == RR_OK && cr->status != RAIL_FAILED && now - s->attempt_start_ns[rail] > limit)
     rail_give_up(c, cr, "timed out");
   if (st == RR_OK && cr->status != RAIL_FAILED) return RR_AGAIN;
