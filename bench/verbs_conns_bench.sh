@@ -12,11 +12,13 @@
 # It boots the lab itself (test/lab/rxe/rxelab.sh run) and prints one line per count.
 #   RERAIL_BENCH_LAB_MEM  the lab guest's memory in MiB (default 3072; 2,048 connections need
 #                         more: both ranks live in the one guest)
+#   RERAIL_BENCH_LAB_TIMEOUT  the lab's time limit in s (default 580; every count runs in one
+#                         boot, and 2,048 connections under TCG take minutes to set up)
 set -uo pipefail
 if [ "${RXELAB:-}" != 1 ]; then
   top="$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)"
   build=$(readlink -f "$1"); shift
-  exec "$top/test/lab/rxe/rxelab.sh" run --timeout 580 --mem "${RERAIL_BENCH_LAB_MEM:-3072}" -- \
+  exec "$top/test/lab/rxe/rxelab.sh" run --timeout "${RERAIL_BENCH_LAB_TIMEOUT:-580}" --mem "${RERAIL_BENCH_LAB_MEM:-3072}" -- \
     "$top/bench/verbs_conns_bench.sh" "$build" "${@:-16 64}"
 fi
 build=$1; shift
