@@ -40,6 +40,12 @@ _Static_assert(RR_MAX_RAILS <= RR_HS_MAX_RAILS, "rails per connection");
  * is down is resent by the kernel only after a second, then three. A healthy
  * path answers in well under a millisecond. */
 #define SETUP_STUCK_NS (250ull * 1000 * 1000)
+/* ... but a loaded host (thousands of connections set up at once, or an
+ * emulated one) may answer later than that: each attempt of a rail that met
+ * no answer waits twice as long as the one before, up to 16 times the
+ * bound, or a peer that answers in 300 ms would never be heard. */
+#define SETUP_STUCK_DOUBLINGS 4
+static const char no_answer[] = "no answer from the peer";
 
 rr_status rr_sock_tune(int fd) {
   int one = 1;
@@ -380,7 +386,7 @@ static rr_status rail_advance(connect_state *c, connect_rail *cr, int r, uint64_
     rr_status rs = stream_step(c, cr, r, i, why);
     if (rs == RR_OK && st->state == SS_CONNECTING && stuck_ns && now > st->opened_ns + stuck_ns) {
       rs = RR_ERR_RAIL;
-      *why = "no answer from the peer";
+      *why = no_answer;
     }
     if (rs != RR_OK) {
       stream_close(st);
@@ -399,7 +405,7 @@ static rr_status rail_advance(connect_state *c, connect_rail *cr, int r, uint64_
 static rr_status connect_rail_step(connect_state *c, int r, uint64_t now) {
   connect_rail *cr = &c->rails[r];
   const char *why = "?";
-  rr_status st = rail_advance(c, cr, r, now, SETUP_STUCK_NS, &why);
+  rr_status st = rail_advance(c, cr, r, now, SETUP_STUCK_NS << cr->unanswered, &why);
   if (st == RR_OK) return RR_OK;
   if (st == RR_ERR_PROTOCOL) {
     if (r > 0) {
@@ -410,6 +416,7 @@ static rr_status connect_rail_step(connect_state *c, int r, uint64_t now) {
     return RR_ERR_PEER;
   }
   if (cr->why != why) RR_TRACE("connect: rail %d: %s; trying again", r, why);
+  if (why == no_answer && cr->unanswered < SETUP_STUCK_DOUBLINGS) cr->unanswered++;
   cr->failed = 1;
   cr->why = why;
   cr->retry_at_ns = now + RETRY_DELAY_NS;
