@@ -12,11 +12,13 @@
 # It boots the lab itself (test/lab/rxe/rxelab.sh run) and prints one line per count.
 #   RERAIL_BENCH_LAB_MEM  the lab guest's memory in MiB (default 3072; 2,048 connections need
 #                         more: both ranks live in the one guest)
+#   RERAIL_BENCH_LAB_TIMEOUT  the lab's time limit in s (default 580; every count runs in one
+#                         boot, and 2,048 connections under TCG take minutes to set up)
 set -uo pipefail
 if [ "${RXELAB:-}" != 1 ]; then
   top="$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)"
   build=$(readlink -f "$1"); shift
-  exec "$top/test/lab/rxe/rxelab.sh" run --timeout 580 --mem "${RERAIL_BENCH_LAB_MEM:-3072}" -- \
+  exec "$top/test/lab/rxe/rxelab.sh" run --timeout "${RERAIL_BENCH_LAB_TIMEOUT:-580}" --mem "${RERAIL_BENCH_LAB_MEM:-3072}" -- \
     "$top/bench/verbs_conns_bench.sh" "$build" "${@:-16 64}"
 fi
 build=$1; shift
@@ -32,9 +34,11 @@ res() { # DEV KIND: how many the device holds
   rdma resource show 2>/dev/null | awk -v d="$1:" -v k="$2" '{for (i = 1; i < NF; i++) if ($2 == d && $i == k) print $(i + 1)}'
 }
 
-echo "conns  setup_s  A_rss_kib  A_pin_kib  B_rss_kib  B_pin_kib  rxe0_qp rxe0_cq rxe0_mr  rxe2_qp rxe2_cq rxe2_mr"
+echo "conns  setup_s  A_rss_kib  A_pin_kib  B_rss_kib  B_pin_kib  rxe0_qp rxe0_cq rxe0_mr  rxe2_qp rxe2_cq rxe2_mr  A_fds B_fds"
 for n in $counts; do
-  ulimit -n $((n * 4 + 256))
+  # Per connection and rank: a listener (server), each endpoint's setup socket, and the verbs
+  # objects' file descriptors; 8 per connection leaves room.
+  ulimit -n $((n * 8 + 256))
   work=$(mktemp -d /tmp/verbs-conns.XXXXXX)
   mkdir -p "$work/rdv"
   common=(--rendezvous "$work/rdv" --conns "$n" --duration 4 --min-size 0 --max-size 4K --inflight 1
@@ -49,10 +53,11 @@ for n in $counts; do
   while [ ! -e "$work/rdv/client.traffic" ] && kill -0 "$client" 2>/dev/null; do sleep 0.05; done
   t_up=$(date +%s.%N)
   sleep 1 # both ranks registered and moving data
-  line=$(printf '%5d  %7.1f  %9s  %9s  %9s  %9s  %7s %7s %7s  %7s %7s %7s' "$n" \
+  line=$(printf '%5d  %7.1f  %9s  %9s  %9s  %9s  %7s %7s %7s  %7s %7s %7s  %5s %5s' "$n" \
     "$(awk -v a="$t0" -v b="$t_up" 'BEGIN {print b - a}')" \
     "$(kib "$client" VmRSS)" "$(kib "$client" VmPin)" "$(kib "$server" VmRSS)" "$(kib "$server" VmPin)" \
-    "$(res rxe0 qp)" "$(res rxe0 cq)" "$(res rxe0 mr)" "$(res rxe2 qp)" "$(res rxe2 cq)" "$(res rxe2 mr)")
+    "$(res rxe0 qp)" "$(res rxe0 cq)" "$(res rxe0 mr)" "$(res rxe2 qp)" "$(res rxe2 cq)" "$(res rxe2 mr)" \
+    "$(ls "/proc/$client/fd" 2>/dev/null | wc -l)" "$(ls "/proc/$server/fd" 2>/dev/null | wc -l)")
   wait "$client"; crc=$?
   wait "$server"; src=$?
   [ "$crc" -eq 0 ] && [ "$src" -eq 0 ] || line="$line  FAILED (client $crc, server $src)"

@@ -40,6 +40,12 @@ _Static_assert(RR_MAX_RAILS <= RR_HS_MAX_RAILS, "rails per connection");
  * is down is resent by the kernel only after a second, then three. A healthy
  * path answers in well under a millisecond. */
 #define SETUP_STUCK_NS (250ull * 1000 * 1000)
+/* ... but a loaded host (thousands of connections set up at once, or an
+ * emulated one) may answer later than that: each attempt of a rail that met
+ * no answer waits twice as long as the one before, up to 16 times the
+ * bound, or a peer that answers in 300 ms would never be heard. */
+#define SETUP_STUCK_DOUBLINGS 4
+static const char no_answer[] = "no answer from the peer";
 
 rr_status rr_sock_tune(int fd) {
   int one = 1;
@@ -382,7 +388,7 @@ static rr_status rail_advance(connect_state *c, connect_rail *cr, int r, uint64_
     rr_status rs = stream_step(c, cr, r, i, why);
     if (rs == RR_OK && st->state == SS_CONNECTING && stuck_ns && now > st->opened_ns + stuck_ns) {
       rs = RR_ERR_RAIL;
-      *why = "no answer from the peer";
+      *why = no_answer;
     }
     if (rs != RR_OK) {
       stream_close(st);
@@ -401,7 +407,7 @@ static rr_status rail_advance(connect_state *c, connect_rail *cr, int r, uint64_
 static rr_status connect_rail_step(connect_state *c, int r, uint64_t now) {
   connect_rail *cr = &c->rails[r];
   const char *why = "?";
-  rr_status st = rail_advance(c, cr, r, now, SETUP_STUCK_NS, &why);
+  rr_status st = rail_advance(c, cr, r, now, SETUP_STUCK_NS << cr->unanswered, &why);
   if (st == RR_OK) return RR_OK;
   if (st == RR_ERR_PROTOCOL) {
     if (r > 0) {
@@ -412,16 +418,35 @@ static rr_status connect_rail_step(connect_state *c, int r, uint64_t now) {
     return RR_ERR_PEER;
   }
   if (cr->why != why) RR_TRACE("connect: rail %d: %s; trying again", r, why);
+  if (why == no_answer && cr->unanswered < SETUP_STUCK_DOUBLINGS) cr->unanswered++;
   cr->failed = 1;
   cr->why = why;
   cr->retry_at_ns = now + RETRY_DELAY_NS;
   return RR_OK;
 }
 
+/* The listener has answered the rail's attempt under way: some socket of
+ * it got the listener's CHALLENGE (a TCP connect alone says only that the
+ * peer's kernel is there; the process may not be listening to it). */
+static int rail_answered(const connect_state *c, const connect_rail *cr) {
+  for (int i = 0; i < c->nstreams; i++)
+    if (cr->s[i].fd >= 0 && cr->s[i].state > SS_CHALLENGE) return 1;
+  return 0;
+}
+
 static void connect_view(const connect_state *c, rr_connect_rail_view *v) {
   for (int r = 0; r < c->nrails; r++)
     v[r] = (rr_connect_rail_view){.status = (uint8_t)c->rails[r].status, .failed = c->rails[r].failed,
-                                  .base = c->rails[r].base};
+                                  .base = c->rails[r].base, .answered = (uint8_t)rail_answered(c, &c->rails[r])};
+}
+
+/* How long connect() waits for a rail whose listener is answering: a quarter
+ * of the connect timeout (7.5 s by default), at least the settle time. The
+ * connection commits well inside the timeout either way. */
+static uint64_t connect_patience_ns(void) {
+  const rr_params *p = rr_params_get();
+  uint64_t patience = p->connect_timeout_ms * 1000000ull / 4, settle = p->progress_timeout_ms * 1000000ull;
+  return patience > settle ? patience : settle;
 }
 
 /* Once enough is known (connect_plan.h): the rails up, the rails kept for
@@ -438,7 +463,9 @@ static rr_status connect_settle(rr_send_comm *s, uint64_t now) {
   }
   uint64_t settle = rr_params_get()->progress_timeout_ms * 1000000ull;
   uint32_t later = 0, dropped = 0;
-  enum rr_connect_verdict verdict = rr_connect_decide(v, c->nrails, now - c->start_ns > settle, &later, &dropped);
+  uint64_t age = now - c->start_ns;
+  enum rr_connect_verdict verdict =
+      rr_connect_decide(v, c->nrails, age > settle, age > connect_patience_ns(), &later, &dropped);
   if (verdict == RR_CONNECT_WAIT) return RR_AGAIN;
   if (verdict == RR_CONNECT_FAIL) {
     RR_WARN("connect: no rail reaches the peer (%s)", c->rails[0].why ? c->rails[0].why : "?");
@@ -527,8 +554,17 @@ static void reconnect_abandon(rr_send_comm *s, int rail) {
 
 /* An attempt the engine stopped driving (the old endpoint recovered, or the
  * connection went idle) is stale: its sockets may have connected long ago
- * through a path that has failed since. It is never resumed. */
-#define RECONNECT_STALE_NS 50000000ull
+ * through a path that has failed since. It is never resumed. The engine
+ * drives an attempt on every tick, and its ticks come from NCCL's calls and
+ * the monitor's sweep over every connection: with hundreds of connections
+ * on a loaded host those are tens of milliseconds apart, so a gap counts as
+ * a stop only past a quarter of the progress timeout (at least 50 ms). An
+ * attempt declared stale while still driven starts over, and under such
+ * load would never finish. */
+static uint64_t reconnect_stale_ns(void) {
+  uint64_t quarter = rr_params_get()->progress_timeout_ms * 1000000ull / 4;
+  return quarter > 50000000ull ? quarter : 50000000ull;
+}
 
 /* The reopened endpoint's connect (connect_job.c): RR_AGAIN while it runs
  * on its own thread, then the endpoint for the engine, or the failure. */
@@ -568,7 +604,7 @@ static rr_status send_comm_reconnect(void *arg, int rail, rr_rail_ep **ep) {
   int r = s->plan_of[rail];
   connect_rail *cr = &c->rails[r];
   uint64_t now = rr_now_ns();
-  if (s->reconnecting[rail] && now - s->attempt_seen_ns[rail] > RECONNECT_STALE_NS)
+  if (s->reconnecting[rail] && now - s->attempt_seen_ns[rail] > reconnect_stale_ns())
     reconnect_abandon(s, rail);
   s->attempt_seen_ns[rail] = now;
   if (!s->reconnecting[rail]) {
@@ -618,11 +654,15 @@ static rr_status send_comm_reconnect(void *arg, int rail, rr_rail_ep **ep) {
    * a second: a fresh attempt soon after is faster than waiting for it. Once
    * every socket is connected the path works, and the handshake's round
    * trips (each answered when the peer's listener is next serviced) get the
-   * progress timeout: restarting them would only start the wait over. */
+   * progress timeout: restarting them would only start the wait over. Once
+   * the listener has answered, it is alive and working through its sockets
+   * (slowly, when it serves hundreds of connections): the attempt gets
+   * connect()'s patience for a backup that is answered. */
   uint64_t limit = rr_params_get()->progress_timeout_ms * 1000000ull;
   int connected = 1;
   for (int i = 0; i < c->nstreams; i++) connected &= cr->s[i].fd >= 0 && cr->s[i].state != SS_CONNECTING;
   if (!connected && limit > 100000000ull) limit = 100000000ull;
+  if (rail_answered(c, cr)) limit = connect_patience_ns();
   if (st == RR_OK && cr->status != RAIL_FAILED && now - s->attempt_start_ns[rail] > limit)
     rail_give_up(c, cr, "timed out");
   if (st == RR_OK && cr->status != RAIL_FAILED) return RR_AGAIN;

@@ -1,7 +1,7 @@
 /* The rules of connect_plan.h. */
 #include "connect_plan.h"
 
-enum rr_connect_verdict rr_connect_decide(const rr_connect_rail_view *v, int n, int settled,
+enum rr_connect_verdict rr_connect_decide(const rr_connect_rail_view *v, int n, int settled, int patience_over,
                                           uint32_t *later, uint32_t *dropped) {
   *later = *dropped = 0;
   int ready = 0, alive = 0;
@@ -14,8 +14,12 @@ enum rr_connect_verdict rr_connect_decide(const rr_connect_rail_view *v, int n, 
   if (!ready) return alive ? RR_CONNECT_WAIT : RR_CONNECT_FAIL;
   for (int r = 0; r < n; r++) {
     if (v[r].status != RAIL_PENDING) continue;
-    /* A rail that has not failed may be about to come up: it gets the
-     * settle time. One that failed is down now; waiting is for nothing. */
+    /* A rail whose listener is answering the attempt under way is coming,
+     * slowly: it gets the patience bound, whatever earlier attempts met. A
+     * rail that has not failed may be about to come up: it gets the settle
+     * time. One that failed, with no answer since, is down now; waiting is
+     * for nothing. */
+    if (v[r].answered && !patience_over) return RR_CONNECT_WAIT;
     if (!v[r].failed && !settled) return RR_CONNECT_WAIT;
     if (v[r].base) *later |= 1u << r;
     else *dropped |= 1u << r;
@@ -23,8 +27,9 @@ enum rr_connect_verdict rr_connect_decide(const rr_connect_rail_view *v, int n, 
   return RR_CONNECT_COMMIT;
 }
 
+/* Up, or may be: no attempt failed yet, or the listener answers this one. */
 static int hoped(const rr_connect_rail_view *v) {
-  return v->status == RAIL_READY || (v->status == RAIL_PENDING && !v->failed);
+  return v->status == RAIL_READY || (v->status == RAIL_PENDING && (!v->failed || v->answered));
 }
 
 int rr_connect_backups_short(const rr_connect_rail_view *v, int n, int want) {

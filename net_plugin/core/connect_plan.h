@@ -11,7 +11,12 @@
  *    rail is up that lasts up to RERAIL_CONNECT_TIMEOUT (the caller's bound).
  *  - Once a rail is up, the connection goes on as soon as every other rail is
  *    up, failed at least once, or had the settle time (the progress timeout)
- *    since connect began.
+ *    since connect began. A rail whose listener has answered (its handshake
+ *    is under way: the peer is alive and reachable that way, merely slow, as
+ *    a listener sweeping hundreds of sockets under load is) is waited for
+ *    longer, up to the patience bound: giving it up would leave the
+ *    connection without that backup until a reopen, which the same slow
+ *    listener answers no sooner.
  *  - A rail of the first plan that is not up then belongs to the connection
  *    all the same, as a rail that failed ("later"): both ends hold it down and
  *    the connector reopens it once its path works. A rail added to replace a
@@ -31,6 +36,7 @@ typedef struct rr_connect_rail_view {
   uint8_t status;   /* RAIL_PENDING, RAIL_READY or RAIL_FAILED */
   uint8_t failed;   /* an attempt at it failed (it is being retried) */
   uint8_t base;     /* of the first plan: kept as a later rail when it is not up */
+  uint8_t answered; /* the listener has answered this attempt (its handshake is under way) */
 } rr_connect_rail_view;
 
 enum rr_connect_verdict {
@@ -39,14 +45,16 @@ enum rr_connect_verdict {
   RR_CONNECT_FAIL,          /* no rail can ever reach the peer */
 };
 
-/* v[0] is the primary. settled: the settle time since connect began is over.
- * On RR_CONNECT_COMMIT, *later: rails kept for later; *dropped: pending
- * rails left out (close them). Rails RAIL_FAILED are in neither. */
-enum rr_connect_verdict rr_connect_decide(const rr_connect_rail_view *v, int n, int settled,
+/* v[0] is the primary. settled: the settle time since connect began is
+ * over; patience_over: so is the longer bound for rails whose listener has
+ * answered. On RR_CONNECT_COMMIT, *later: rails kept for later; *dropped:
+ * pending rails left out (close them). Rails RAIL_FAILED are in neither. */
+enum rr_connect_verdict rr_connect_decide(const rr_connect_rail_view *v, int n, int settled, int patience_over,
                                           uint32_t *later, uint32_t *dropped);
 
 /* How many more backups to plan (0 or more): want minus the backups that
- * are up or still hoped for (pending, no attempt failed yet); with none
+ * are up or still hoped for (pending, and no attempt failed yet or the
+ * listener answers the one under way); with none
  * wanted (RERAIL_BACKUPS=0), one while no rail at all is up or hoped for. */
 int rr_connect_backups_short(const rr_connect_rail_view *v, int n, int want);
 

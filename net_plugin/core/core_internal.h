@@ -113,6 +113,7 @@ typedef struct connect_rail {
   int status;                /* RAIL_* */
   uint8_t failed;            /* connect(): an attempt failed; it is retried until the connection goes on */
   uint8_t base;              /* of the first plan: kept for later when it cannot be reached */
+  uint8_t unanswered;        /* connect(): attempts whose TCP connect got no answer (each waits longer) */
   const char *why;           /* the last failure (a static string) */
   uint64_t retry_at_ns;
   uint32_t generation;       /* the attempt the hellos announce (0: first connection) */

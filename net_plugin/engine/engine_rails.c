@@ -466,8 +466,15 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
       }
   }
   /* The sender repeats its list of rails down every δ while one is: a
-   * notice lost with a rail must not leave the receiver trusting it. */
-  if (e->cfg.role == RR_ENGINE_SEND && since(now, e->down_notice_ns) > delta && engine_given_up_mask(e, now)) {
+   * notice lost with a rail must not leave the receiver trusting it. Not
+   * before the peer has shown life on some rail: until its NCCL accepts the
+   * connection its endpoints are not connected (seconds, when it accepts
+   * hundreds in turn), and a message posted into one that does not take it
+   * can only break the rail it goes on (a verbs queue pair runs out of
+   * retries); the receiver holds the rails named for later at COMMIT down
+   * already. */
+  if (e->cfg.role == RR_ENGINE_SEND && since(now, e->down_notice_ns) > delta && engine_given_up_mask(e, now) &&
+      any_rail_heard(e)) {
     e->down_notice_pending = 1;
     e->down_notice_ns = now;
   }

@@ -19,10 +19,10 @@ static void test_nothing_up(void **state) {
   (void)state;
   uint32_t later, dropped;
   rr_connect_rail_view v[3] = {V(RAIL_PENDING, 1, 1), V(RAIL_PENDING, 1, 1), V(RAIL_FAILED, 0, 1)};
-  assert_int_equal(rr_connect_decide(v, 3, 1, &later, &dropped), RR_CONNECT_WAIT);
+  assert_int_equal(rr_connect_decide(v, 3, 1, 1, &later, &dropped), RR_CONNECT_WAIT);
   v[0] = V(RAIL_FAILED, 0, 1);
   v[1] = V(RAIL_FAILED, 0, 1);
-  assert_int_equal(rr_connect_decide(v, 3, 1, &later, &dropped), RR_CONNECT_FAIL);
+  assert_int_equal(rr_connect_decide(v, 3, 1, 1, &later, &dropped), RR_CONNECT_FAIL);
 }
 
 /* The primary's NIC is down (its attempts fail), a backup is up: go on at
@@ -31,7 +31,7 @@ static void test_primary_down_backup_up(void **state) {
   (void)state;
   uint32_t later, dropped;
   rr_connect_rail_view v[2] = {V(RAIL_PENDING, 1, 1), V(RAIL_READY, 0, 1)};
-  assert_int_equal(rr_connect_decide(v, 2, 0, &later, &dropped), RR_CONNECT_COMMIT);
+  assert_int_equal(rr_connect_decide(v, 2, 0, 0, &later, &dropped), RR_CONNECT_COMMIT);
   assert_int_equal(later, 0x1);
   assert_int_equal(dropped, 0);
 }
@@ -42,9 +42,31 @@ static void test_slow_rail_gets_settle_time(void **state) {
   (void)state;
   uint32_t later, dropped;
   rr_connect_rail_view v[3] = {V(RAIL_READY, 0, 1), V(RAIL_PENDING, 0, 1), V(RAIL_READY, 0, 1)};
-  assert_int_equal(rr_connect_decide(v, 3, 0, &later, &dropped), RR_CONNECT_WAIT);
-  assert_int_equal(rr_connect_decide(v, 3, 1, &later, &dropped), RR_CONNECT_COMMIT);
+  assert_int_equal(rr_connect_decide(v, 3, 0, 0, &later, &dropped), RR_CONNECT_WAIT);
+  assert_int_equal(rr_connect_decide(v, 3, 1, 1, &later, &dropped), RR_CONNECT_COMMIT);
   assert_int_equal(later, 0x2);
+}
+
+/* A backup whose listener answers (the handshake is under way, the peer is
+ * merely slow) is not given up after the settle time, even after an earlier
+ * attempt of it failed: it gets the patience bound, then is kept for later;
+ * meanwhile no replacement is planned for it. */
+static void test_answered_rail_gets_patience(void **state) {
+  (void)state;
+  uint32_t later, dropped;
+  rr_connect_rail_view v[2] = {V(RAIL_READY, 0, 1), V(RAIL_PENDING, 1, 1)};
+  v[1].answered = 1;
+  assert_int_equal(rr_connect_decide(v, 2, 0, 0, &later, &dropped), RR_CONNECT_WAIT);
+  assert_int_equal(rr_connect_decide(v, 2, 1, 0, &later, &dropped), RR_CONNECT_WAIT);
+  assert_int_equal(rr_connect_backups_short(v, 2, 1), 0);
+  assert_int_equal(rr_connect_decide(v, 2, 1, 1, &later, &dropped), RR_CONNECT_COMMIT);
+  assert_int_equal(later, 0x2);
+  assert_int_equal(dropped, 0);
+  /* Unanswered, the same rail is down now: no wait, and a replacement is due. */
+  v[1].answered = 0;
+  assert_int_equal(rr_connect_decide(v, 2, 0, 0, &later, &dropped), RR_CONNECT_COMMIT);
+  assert_int_equal(later, 0x2);
+  assert_int_equal(rr_connect_backups_short(v, 2, 1), 1);
 }
 
 /* A rail added to replace a backup joins only if it is up; the backups of
@@ -54,12 +76,12 @@ static void test_replacement_joins_only_when_up(void **state) {
   uint32_t later, dropped;
   rr_connect_rail_view v[4] = {V(RAIL_READY, 0, 1), V(RAIL_PENDING, 1, 1), V(RAIL_PENDING, 1, 0),
                                V(RAIL_READY, 0, 0)};
-  assert_int_equal(rr_connect_decide(v, 4, 0, &later, &dropped), RR_CONNECT_COMMIT);
+  assert_int_equal(rr_connect_decide(v, 4, 0, 0, &later, &dropped), RR_CONNECT_COMMIT);
   assert_int_equal(later, 0x2);
   assert_int_equal(dropped, 0x4);
   /* A backup that failed its listener's proof is neither. */
   v[1] = V(RAIL_FAILED, 0, 1);
-  assert_int_equal(rr_connect_decide(v, 4, 0, &later, &dropped), RR_CONNECT_COMMIT);
+  assert_int_equal(rr_connect_decide(v, 4, 0, 0, &later, &dropped), RR_CONNECT_COMMIT);
   assert_int_equal(later, 0);
   assert_int_equal(dropped, 0x4);
 }
@@ -96,6 +118,7 @@ int main(void) {
       cmocka_unit_test(test_nothing_up),
       cmocka_unit_test(test_primary_down_backup_up),
       cmocka_unit_test(test_slow_rail_gets_settle_time),
+      cmocka_unit_test(test_answered_rail_gets_patience),
       cmocka_unit_test(test_replacement_joins_only_when_up),
       cmocka_unit_test(test_backups_short),
   };
