@@ -594,51 +594,84 @@ static rr_status commit_check(const rr_listen_comm *l, const pending_group *g, c
   return RR_OK;
 }
 
-/* The connector's COMMIT (on stream 0 of one rail) names the final set of
- * rails, and those it reopens later; a reconnect's names its rail, once the
- * connector has swapped to the new endpoint. Exactly its bytes are read:
- * data follows it. */
+/* What stream 0 of a rail starts with, looked at without taking a byte:
+ * RR_OK with *cm when a whole COMMIT (taken by commit_take); RR_AGAIN while
+ * too little is there to tell; RR_ERR_PEER when the socket closed or failed;
+ * RR_ERR_PROTOCOL (or RR_ERR_UNSUPPORTED) with *why otherwise, *why being
+ * rr_hs_why_not_rerail when the bytes are not a setup message at all. */
+static rr_status commit_peek(int fd, rr_hs_commit *cm, const char **why) {
+  uint8_t buf[RR_HS_COMMIT_LEN];
+  ssize_t n;
+  do n = recv(fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+  while (n < 0 && errno == EINTR);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return RR_AGAIN;
+  if (n <= 0) return RR_ERR_PEER;
+  size_t need = 0;
+  return rr_hs_commit_decode(buf, (size_t)n, cm, &need, why);
+}
+
+/* Take the COMMIT commit_peek saw: exactly its bytes, never one of what
+ * follows (the data path's). They are queued, so one read takes them all. */
+static rr_status commit_take(int fd) {
+  uint8_t buf[RR_HS_COMMIT_LEN];
+  ssize_t n;
+  do n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+  while (n < 0 && errno == EINTR);
+  return n == (ssize_t)sizeof buf ? RR_OK : RR_ERR_PEER;
+}
+
+/* The connector's COMMIT names the final set of rails, and those it reopens
+ * later; a reconnect's names its rail, once the connector has swapped to the
+ * new endpoint.
+ *
+ * A first connection's COMMIT comes on stream 0 of the lowest rail that came
+ * up at the connector, which the listener cannot name: it may hold every
+ * socket of a lower rail the connector gave up on, whose close a failed path
+ * never delivers, so it looks at every rail's stream 0. The others carry the
+ * connection's frames as soon as the connector has gone on (a control
+ * message once the commit rail failed under it, an eager message in balance
+ * mode), and on another path those may come before the COMMIT: so each
+ * stream 0 is peeked at, and bytes that are not a setup message mark a rail
+ * that is not the commit rail, left as they are for its transport (a data
+ * frame never starts with RR_HS_MAGIC: TCP's first byte is its frame type).
+ * A reconnect has one rail, on which COMMIT comes first. */
 static void read_commits(rr_listen_comm *l) {
   for (int gi = 0; gi < l->ngroups;) {
     pending_group *g = &l->groups[gi];
     int drop = 0;
     for (int r = 0; r < RR_MAX_RAILS && !g->rails_mask && !drop; r++) {
       int fd = g->fds[r][0];
-      if (fd < 0) continue;
+      if (fd < 0 || (g->frames_first & (1u << r))) continue;
       const char *why = NULL;
       rr_hs_commit cm;
-      for (;;) {
-        size_t need = 0;
-        rr_status st = rr_hs_commit_decode(g->commit[r], g->commit_got[r], &cm, &need, &why);
-        if (st == RR_OK) st = commit_check(l, g, &cm, &why);
-        if (st == RR_OK) {
-          g->rails_mask = cm.rails;
-          g->later_mask = cm.later;
-          memcpy(g->later_addr, cm.later_addr, sizeof g->later_addr);
-          break;
-        }
-        if (st != RR_AGAIN) {
-          RR_WARN("accept: dropping a connection whose set of rails is garbled: %s", why);
-          drop = 1;
-          break;
-        }
-        ssize_t n = recv(fd, g->commit[r] + g->commit_got[r], need - g->commit_got[r], MSG_DONTWAIT);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-        if (n <= 0 && g->reconnect_rail >= 0) {
-          drop = 1; /* the connector gave this attempt up */
-          break;
-        }
-        if (n <= 0) {
-          /* The connector left this rail out (it closes sockets of rails it
-           * gave up on); COMMIT comes on another. */
-          for (int i = 0; i < RR_HS_MAX_STREAMS; i++)
-            if (g->fds[r][i] >= 0) close(g->fds[r][i]), g->fds[r][i] = -1;
-          rr_setup_ep_abandon(&g->ep[r]);
-          break;
-        }
-        g->commit_got[r] += (uint16_t)n;
+      rr_status st = commit_peek(fd, &cm, &why);
+      if (st == RR_AGAIN) continue;
+      if (st == RR_ERR_PEER && g->reconnect_rail < 0) {
+        /* The connector left this rail out (it closes sockets of rails it
+         * gave up on); COMMIT comes on another. */
+        for (int i = 0; i < RR_HS_MAX_STREAMS; i++)
+          if (g->fds[r][i] >= 0) close(g->fds[r][i]), g->fds[r][i] = -1;
+        rr_setup_ep_abandon(&g->ep[r]);
+        continue;
       }
+      if (st == RR_ERR_PEER) {
+        drop = 1; /* the connector gave this attempt up */
+        break;
+      }
+      if (st == RR_ERR_PROTOCOL && why == rr_hs_why_not_rerail && g->reconnect_rail < 0) {
+        g->frames_first |= 1u << r;
+        continue;
+      }
+      if (st == RR_OK) st = commit_check(l, g, &cm, &why);
+      if (st == RR_OK && commit_take(fd) != RR_OK) st = RR_ERR_PEER, why = "the COMMIT could not be read";
+      if (st != RR_OK) {
+        RR_WARN("accept: dropping a connection whose set of rails is garbled: %s", why);
+        drop = 1;
+        break;
+      }
+      g->rails_mask = cm.rails;
+      g->later_mask = cm.later;
+      memcpy(g->later_addr, cm.later_addr, sizeof g->later_addr);
     }
     if (drop) group_remove(l, gi);
     else gi++;

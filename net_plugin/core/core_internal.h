@@ -225,8 +225,7 @@ typedef struct pending_group {
   rr_rail_ep *ep[RR_MAX_RAILS];  /* our endpoint of each rail (its blob went out in ACCEPT) */
   uint16_t peer_blob_len[RR_MAX_RAILS];
   uint8_t peer_blob[RR_MAX_RAILS][RR_HS_BLOB_MAX];
-  uint16_t commit_got[RR_MAX_RAILS]; /* COMMIT read so far from each rail's stream 0 */
-  uint8_t commit[RR_MAX_RAILS][RR_HS_COMMIT_LEN];
+  uint32_t frames_first;     /* rails whose stream 0 starts with data, not COMMIT (read_commits) */
   rr_engine *engine;         /* the engine the endpoints report to */
   struct rr_recv_comm *rc;   /* first connections: the comm being built */
   rr_connect_job *install;   /* reconnects: the endpoint connecting before it is installed */

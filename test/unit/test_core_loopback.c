@@ -28,6 +28,8 @@
 #include "rr_health_table.h"
 #include "rr_params.h"
 #include "setup_wire.h"
+#include "engine_wire.h"
+#include "tcp_frame.h"
 
 typedef struct pair {
   rr_net_ctx *ctx;
@@ -1040,6 +1042,151 @@ static void test_strangers_dropped(void **state) {
   rr_net_finalize(ctx);
 }
 
+/* ---- A connector played by hand: the listener sees the interleavings the
+ * network may produce, in an order the test chooses. */
+
+/* Read n bytes of the listener's answer on fd, calling accept() (no
+ * connection may come out yet) while they have not all come. */
+static void read_driving(rr_listen_comm *l, int fd, uint8_t *buf, size_t n) {
+  size_t got = 0;
+  for (uint64_t t0 = rr_now_ns(); got < n && rr_now_ns() - t0 < 5000000000ull;) {
+    ssize_t k = recv(fd, buf + got, n - got, MSG_DONTWAIT);
+    if (k > 0) {
+      got += (size_t)k;
+      continue;
+    }
+    assert_true(k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+    rr_recv_comm *r = NULL;
+    assert_int_equal(rr_net_accept(l, &r), RR_OK);
+    assert_null(r);
+    usleep(1000);
+  }
+  assert_int_equal(got, n);
+}
+
+/* One authenticated setup socket of rail `rail` (stream 0 of 1) of a first
+ * connection conn_id, its endpoint a TCP one (an empty blob): the
+ * connector's whole handshake up to the listener's ACCEPT. */
+static int hand_dial(rr_listen_comm *l, const uint8_t *secret, uint64_t conn_id, int rail) {
+  int fd = dial_listener(l);
+  rr_hs_hello h = {.conn_id = conn_id, .rail = (uint8_t)rail, .stream = 0, .nstreams = 1,
+                   .chunk_size = 128 << 10, .dev = 0};
+  assert_int_equal(rr_hs_random(h.nonce, sizeof h.nonce), RR_OK);
+  uint8_t hello[RR_HS_HELLO_LEN], in[RR_HS_MAX_LEN], out[RR_HS_MAX_LEN];
+  rr_hs_hello_encode(&h, hello);
+  assert_int_equal(send(fd, hello, sizeof hello, 0), (ssize_t)sizeof hello);
+  read_driving(l, fd, in, RR_HS_CHALLENGE_LEN);
+  rr_hs_challenge ch;
+  size_t need = 0;
+  const char *why = NULL;
+  assert_int_equal(rr_hs_challenge_decode(in, RR_HS_CHALLENGE_LEN, &ch, &need, &why), RR_OK);
+  rr_hs_proof pr;
+  memset(&pr, 0, sizeof pr);
+  rr_hs_mac_blob(RR_HS_PROOF, secret, hello, ch.nonce, pr.blob, 0, pr.mac);
+  size_t n = rr_hs_proof_encode(RR_HS_PROOF, &pr, out);
+  assert_int_equal(send(fd, out, n, 0), (ssize_t)n);
+  read_driving(l, fd, in, RR_HS_ACCEPT_FIXED); /* the listener's TCP blob is empty too */
+  return fd;
+}
+
+static void hand_commit(int fd, uint32_t rails) {
+  rr_hs_commit cm = {.rails = rails};
+  uint8_t out[RR_HS_COMMIT_LEN];
+  rr_hs_commit_encode(&cm, out);
+  assert_int_equal(send(fd, out, sizeof out, 0), (ssize_t)sizeof out);
+}
+
+/* accept() until it hands out a connection (within 5 s). */
+static rr_recv_comm *accept_one(rr_listen_comm *l) {
+  rr_recv_comm *r = NULL;
+  for (uint64_t t0 = rr_now_ns(); !r && rr_now_ns() - t0 < 5000000000ull; usleep(1000))
+    assert_int_equal(rr_net_accept(l, &r), RR_OK);
+  assert_non_null(r);
+  return r;
+}
+
+/* The race the flapping lab case met: the connector sent its COMMIT on its
+ * lowest rail, went on, and its engine put a frame on stream 0 of the other
+ * rail (a control message once the commit rail failed under it, an eager
+ * message in balance mode), which came first: the COMMIT's segment was lost
+ * on the failing path. The listener takes that frame for neither a COMMIT
+ * nor garbage: it keeps the connection, takes the COMMIT when it comes, and
+ * leaves every byte of the frame to the rail's transport (one byte taken and
+ * the transport parses a garbled header: a protocol violation). */
+static void test_frames_before_commit_on_another_rail(void **state) {
+  (void)state;
+  rr_init_args args = {.traffic_class = -1};
+  rr_net_ctx *ctx;
+  assert_int_equal(rr_net_init(&args, &ctx), RR_OK);
+  char handle[RR_NET_HANDLE_SIZE];
+  rr_listen_comm *l;
+  assert_int_equal(rr_net_listen(ctx, 0, handle, &l), RR_OK);
+  rr_peer_addrs peer;
+  assert_int_equal(rr_handle_decode(handle, &peer), RR_OK);
+  int rail0 = hand_dial(l, peer.secret, 0xc0ffee, 0), rail1 = hand_dial(l, peer.secret, 0xc0ffee, 1);
+
+  /* Two probes (the peer ignores them): bytes enough that the transport
+   * parses a header wherever the listener left it off. */
+  engine_msg probe = {.type = ENGINE_CTRL_PROBE, .u.probe_rail = 1};
+  uint8_t frame[TCP_FRAME_BYTES + RR_RAIL_CTRL_MAX];
+  uint32_t len = engine_msg_encode(&probe, frame + TCP_FRAME_BYTES, RR_RAIL_CTRL_MAX);
+  assert_true(len > 0);
+  tcp_frame_hdr fh = {.type = TCP_FRAME_CTRL, .len = len};
+  tcp_frame_encode(&fh, frame);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(send(rail1, frame, TCP_FRAME_BYTES + len, 0), (ssize_t)(TCP_FRAME_BYTES + len));
+  accept_for(l, 50);
+  assert_int_equal(l->ngroups, 1); /* not dropped as garbled */
+  assert_true(l->groups[0].fds[1][0] >= 0);
+
+  hand_commit(rail0, 0x3);
+  rr_recv_comm *rc = accept_one(l);
+  rr_engine *e = &rc->engine;
+  assert_int_equal(e->nrails, 2);
+  for (int i = 0; i < 20; i++) {
+    pthread_mutex_lock(&e->lock);
+    engine_progress(e);
+    pthread_mutex_unlock(&e->lock);
+    usleep(1000);
+  }
+  pthread_mutex_lock(&e->lock);
+  uint64_t violations = e->stats.violations;
+  rr_rail_state s1 = e->rails[1].state;
+  pthread_mutex_unlock(&e->lock);
+  assert_int_equal(violations, 0);
+  assert_int_equal(s1, RR_RAIL_ACTIVE);
+  close(rail0);
+  close(rail1);
+  assert_int_equal(rr_net_close_recv(rc), RR_OK);
+  assert_int_equal(rr_net_close_listen(l), RR_OK);
+  assert_int_equal(rr_net_finalize(ctx), RR_OK);
+}
+
+/* COMMIT on a higher rail while every socket of a lower one is held and
+ * silent (the connector gave that rail up, and its close is lost on a dead
+ * path): the listener does not wait on the lower rail. */
+static void test_commit_on_higher_rail_lower_silent(void **state) {
+  (void)state;
+  rr_init_args args = {.traffic_class = -1};
+  rr_net_ctx *ctx;
+  assert_int_equal(rr_net_init(&args, &ctx), RR_OK);
+  char handle[RR_NET_HANDLE_SIZE];
+  rr_listen_comm *l;
+  assert_int_equal(rr_net_listen(ctx, 0, handle, &l), RR_OK);
+  rr_peer_addrs peer;
+  assert_int_equal(rr_handle_decode(handle, &peer), RR_OK);
+  int rail0 = hand_dial(l, peer.secret, 0xbeef, 0), rail1 = hand_dial(l, peer.secret, 0xbeef, 1);
+  hand_commit(rail1, 0x2);
+  rr_recv_comm *rc = accept_one(l);
+  assert_int_equal(rc->engine.nrails, 1);
+  assert_int_equal(rc->rails_mask, 0x2);
+  close(rail0);
+  close(rail1);
+  assert_int_equal(rr_net_close_recv(rc), RR_OK);
+  assert_int_equal(rr_net_close_listen(l), RR_OK);
+  assert_int_equal(rr_net_finalize(ctx), RR_OK);
+}
+
 /* RR_TEST_IFNAME pools other interfaces than lo (two_rails.sh: two NICs, so
  * every connection has two rails) and RR_TEST_FILTER picks the cases. */
 int main(void) {
@@ -1070,6 +1217,8 @@ int main(void) {
       cmocka_unit_test(test_unreachable_peer_retries_until_timeout),
       cmocka_unit_test(test_slow_connector_not_refused),
       cmocka_unit_test(test_strangers_dropped),
+      cmocka_unit_test(test_frames_before_commit_on_another_rail),
+      cmocka_unit_test(test_commit_on_higher_rail_lower_silent),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
