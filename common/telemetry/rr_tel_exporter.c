@@ -68,6 +68,11 @@ static void drain_series(exporter *x, rr_tel_series *s) {
     uint64_t d = rr_tel_ring_drops(&r->ring);
     s->drops += d - r->drops_seen;
     r->drops_seen = d;
+    for (int k = 0; k < RR_TEL_COST_COUNT; k++) {
+      uint64_t c = atomic_load_explicit(&r->cost[k], memory_order_relaxed);
+      s->cost.n[k] += c - r->cost_seen[k];
+      r->cost_seen[k] = c;
+    }
     uint32_t avail = atomic_load_explicit(&r->ring.head, memory_order_acquire) -
                      atomic_load_explicit(&r->ring.tail, memory_order_relaxed);
     if (!avail) continue;

@@ -33,6 +33,10 @@
 #define RR_TEL_M_BYTES "rerail_rail_bytes_total"
 #define RR_TEL_M_REQUESTS "rerail_rail_requests_total"
 #define RR_TEL_M_LATENCY "rerail_rail_latency_seconds"
+/* The host's work on the rail's queues (rr_tel_cost), label queue="send"|"recv". */
+#define RR_TEL_M_DOORBELLS "rerail_rail_doorbells_total"
+#define RR_TEL_M_WORK_REQUESTS "rerail_rail_work_requests_total"
+#define RR_TEL_M_COMPLETIONS "rerail_rail_completions_total"
 #define RR_TEL_M_ANOMALIES "rerail_rail_anomalies_total"
 #define RR_TEL_M_DROPPED "rerail_telemetry_dropped_samples_total"
 /* Keyed by what health events name: host, pid, nic, peer. */

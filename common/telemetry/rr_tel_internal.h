@@ -19,6 +19,7 @@
 #include "rr_telemetry.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -67,6 +68,10 @@ struct rr_tel_rail {
   rr_tel_series *series;
   rr_tel_rail *next;          /* in its series' list */
   uint64_t drops_seen;        /* exporter: ring drops already counted */
+  /* The endpoint's queue work (rr_tel_cost_publish): written by the data
+   * path's thread, read by the exporter, relaxed both ways. */
+  _Atomic uint64_t cost[RR_TEL_COST_COUNT];
+  uint64_t cost_seen[RR_TEL_COST_COUNT]; /* exporter: already added to the series */
   int closed;                 /* under lock: no more records; free after the last drain */
   rr_tel_ring ring;           /* last: the slots follow */
 };
@@ -92,6 +97,7 @@ struct rr_tel_series {
   int nrec;
   /* counters */
   uint64_t requests, bytes, drops, lat_sum_ns, anomalies;
+  rr_tel_cost cost;           /* queue work of every recorder it had (rr_tel_cost_kind) */
   /* window */
   rr_tel_window win;
   double thr;                 /* last window throughput, bytes/s */

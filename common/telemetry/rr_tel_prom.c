@@ -59,6 +59,19 @@ static void rail_u64(rr_tel_buf *b, const char *name, const rr_tel_config *cfg, 
   }
 }
 
+/* A queue-work family: one sample per rail and queue, every one from the
+ * first export (a transport without queues, TCP, reads 0). */
+static void rail_cost(rr_tel_buf *b, const char *name, const char *help, const rr_tel_config *cfg,
+                      rr_tel_series *const *ss, int n, int send_kind, int recv_kind) {
+  family(b, name, "counter", help);
+  for (int i = 0; i < n; i++) {
+    rail_head(b, name, cfg, ss[i], "queue", "send");
+    rr_tel_buf_printf(b, "%llu\n", (unsigned long long)ss[i]->cost.n[send_kind]);
+    rail_head(b, name, cfg, ss[i], "queue", "recv");
+    rr_tel_buf_printf(b, "%llu\n", (unsigned long long)ss[i]->cost.n[recv_kind]);
+  }
+}
+
 /* Which transport serves each pooled NIC (rr_health_nic_transport), an info
  * series per NIC whose transport the plugin set: dashboards join it on nic. */
 static void nic_info(rr_tel_buf *b, const rr_tel_config *cfg) {
@@ -123,6 +136,18 @@ void rr_tel_prom_render(rr_tel_buf *b, const rr_tel_config *cfg, rr_tel_series *
     family(b, RR_TEL_M_DROPPED, "counter",
            "Samples the data path dropped because the exporter had not drained the ring.");
     rail_u64(b, RR_TEL_M_DROPPED, cfg, ss, n, offsetof(rr_tel_series, drops));
+    rail_cost(b, RR_TEL_M_DOORBELLS,
+              "Doorbells the host rang on the rail's queue pairs: ibv_post_send (queue send) and "
+              "ibv_post_recv (queue recv) calls, a chained list counting once. 0 on TCP rails.",
+              cfg, ss, n, RR_TEL_COST_DOORBELLS_SEND, RR_TEL_COST_DOORBELLS_RECV);
+    rail_cost(b, RR_TEL_M_WORK_REQUESTS,
+              "Work requests posted on the rail's queue pairs (writes, ring writes, NOPs, drains; "
+              "receives). 0 on TCP rails.",
+              cfg, ss, n, RR_TEL_COST_WRS_SEND, RR_TEL_COST_WRS_RECV);
+    rail_cost(b, RR_TEL_M_COMPLETIONS,
+              "Work completions polled for the rail: signalled send requests (queue send) and "
+              "receives (queue recv). 0 on TCP rails.",
+              cfg, ss, n, RR_TEL_COST_CQES_SEND, RR_TEL_COST_CQES_RECV);
   }
 
   int nstate = 0;

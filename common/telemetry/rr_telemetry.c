@@ -149,6 +149,17 @@ void rr_tel_conn_rail_add(const char *ifname, const char *peer) {
   pthread_mutex_unlock(&g->life);
 }
 
+void rr_tel_cost_publish_slow(rr_tel_rail *t, const rr_tel_cost *total, rr_tel_cost *published) {
+  for (int k = 0; k < RR_TEL_COST_COUNT; k++) {
+    uint64_t d = total->n[k] - published->n[k];
+    if (!d) continue;
+    /* One writer (the endpoint's owner): load and store, no locked add. */
+    uint64_t v = atomic_load_explicit(&t->cost[k], memory_order_relaxed);
+    atomic_store_explicit(&t->cost[k], v + d, memory_order_relaxed);
+    published->n[k] = total->n[k];
+  }
+}
+
 void rr_tel_rail_close(rr_tel_rail *t) {
   if (!t) return;
   rr_tel_global *g = &rr_tel_g;
@@ -226,6 +237,7 @@ int rr_tel_rail_figures_get(const char *nic, const char *peer, int rail, int dir
     out->p50_ns = s->q_ns[0];
     out->p90_ns = s->q_ns[1];
     out->p99_ns = s->q_ns[2];
+    out->cost = s->cost;
     rc = 0;
     break;
   }

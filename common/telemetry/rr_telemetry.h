@@ -43,6 +43,36 @@ static inline void rr_tel_record(rr_tel_rail *t, uint64_t post_ns, uint64_t done
   if (t) rr_tel_record_slow(t, post_ns, done_ns, bytes);
 }
 
+/* The host's work on one endpoint's queues, as running totals the
+ * transport keeps (rr_rail_ep.cost): what a message costs the CPU and the
+ * NIC's doorbell beyond its bytes. Verbs: a doorbell is one ibv_post_send or
+ * ibv_post_recv call (a chained list is one), a work request one element of
+ * it, a completion one polled work completion (send: signalled requests
+ * only). Plain counters, written by the endpoint's owner alone. */
+enum rr_tel_cost_kind {
+  RR_TEL_COST_DOORBELLS_SEND = 0,
+  RR_TEL_COST_DOORBELLS_RECV,
+  RR_TEL_COST_WRS_SEND,
+  RR_TEL_COST_WRS_RECV,
+  RR_TEL_COST_CQES_SEND,
+  RR_TEL_COST_CQES_RECV,
+  RR_TEL_COST_COUNT
+};
+typedef struct rr_tel_cost {
+  uint64_t n[RR_TEL_COST_COUNT];
+} rr_tel_cost;
+
+/* Add what *total gained since *published to the recorder's totals and
+ * remember it in *published. Called by the one thread that owns the
+ * endpoint (from progress, and before the endpoint goes), so the exporter
+ * sees the totals at most one progress call late; a recorder handed to a
+ * new endpoint keeps counting from where the old one stopped. Relaxed
+ * stores only: no lock, no read-modify-write. */
+void rr_tel_cost_publish_slow(rr_tel_rail *t, const rr_tel_cost *total, rr_tel_cost *published);
+static inline void rr_tel_cost_publish(rr_tel_rail *t, const rr_tel_cost *total, rr_tel_cost *published) {
+  if (t) rr_tel_cost_publish_slow(t, total, published);
+}
+
 /* Keep the exporter running with no recorder open, e.g. from the net
  * plugin's init to its finalize, so that health events between connections
  * (a NIC going down before the first one) reach the event log and the .prom
@@ -67,6 +97,7 @@ typedef struct rr_tel_rail_figures {
   double throughput;          /* bytes/s over the last window */
   int have_latency;
   uint64_t p50_ns, p90_ns, p99_ns; /* of the last interval with traffic */
+  rr_tel_cost cost;           /* the queues' work (rr_tel_cost_publish) */
 } rr_tel_rail_figures;
 /* Returns 0, or -1 when the rail was never opened. */
 int rr_tel_rail_figures_get(const char *nic, const char *peer, int rail, int dir, rr_tel_rail_figures *out);

@@ -384,6 +384,14 @@ struct rr_rail_ep {
   /* Telemetry recorders the owner installs (NULL when off): the rail records
    * every write it sends and every write that lands, with rr_tel_record(). */
   rr_tel_rail *tel_tx, *tel_rx;
+  /* The host's work on the endpoint's queues (rr_tel_cost), running totals
+   * kept by a transport with work queues (verbs) as plain counters under
+   * the owner's thread, and published to its recorder from progress() and
+   * before destroy() (rr_tel_cost_publish): the .prom file's doorbells,
+   * work requests and completions. A transport without them (TCP: its cost
+   * is system calls per stream, not counted) leaves them 0. Tests read
+   * them directly. cost_published: what the recorder has of them. */
+  rr_tel_cost cost, cost_published;
 };
 
 #define rr_container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))

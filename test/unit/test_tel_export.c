@@ -266,6 +266,15 @@ static void prom_file(void **state) {
     rr_tel_record(b, 2 * k * T + T, 2 * k * T + 3 * T, MB);
   }
   for (uint64_t k = 0; k < 100; k++) rr_tel_record(c, k * T, k * T + (k + 1) * 1000, 4096); /* 1..100 us */
+  /* Queue work of both connections' endpoints adds up on the rail; a second
+   * publish adds only what grew since the first. c publishes nothing. */
+  rr_tel_cost ca = {{0}}, pa = {{0}}, cb = {{0}}, pb = {{0}};
+  ca.n[RR_TEL_COST_DOORBELLS_SEND] = 3, ca.n[RR_TEL_COST_CQES_RECV] = 5;
+  rr_tel_cost_publish(a, &ca, &pa);
+  ca.n[RR_TEL_COST_DOORBELLS_SEND] = 4;
+  rr_tel_cost_publish(a, &ca, &pa);
+  cb.n[RR_TEL_COST_DOORBELLS_SEND] = 10, cb.n[RR_TEL_COST_WRS_RECV] = 7;
+  rr_tel_cost_publish(b, &cb, &pb);
   assert_int_equal(rr_tel_flush(), 0);
   char *text = prom_text(g_dir);
   assert_non_null(text);
@@ -286,6 +295,14 @@ static void prom_file(void **state) {
   assert_true(must_sample(text, RAIL(RR_TEL_M_LATENCY "_sum", "eth0", "10.0.0.2", "1", "tx")) == 0.256);
   assert_int_equal(must_sample(text, RAIL(RR_TEL_M_LATENCY "_count", "eth0", "10.0.0.2", "1", "tx")), 128);
   assert_int_equal(must_sample(text, RAIL(RR_TEL_M_DROPPED, "eth0", "10.0.0.2", "1", "tx")), 0);
+  char cq[600];
+#define COST(name, nic, peer, rail, dir, queue) \
+  (snprintf(cq, sizeof cq, "%s,queue=\"%s\"}", RAIL(name, nic, peer, rail, dir), queue), cq)
+  assert_int_equal(must_sample(text, COST(RR_TEL_M_DOORBELLS, "eth0", "10.0.0.2", "1", "tx", "send")), 14);
+  assert_int_equal(must_sample(text, COST(RR_TEL_M_DOORBELLS, "eth0", "10.0.0.2", "1", "tx", "recv")), 0);
+  assert_int_equal(must_sample(text, COST(RR_TEL_M_WORK_REQUESTS, "eth0", "10.0.0.2", "1", "tx", "recv")), 7);
+  assert_int_equal(must_sample(text, COST(RR_TEL_M_COMPLETIONS, "eth0", "10.0.0.2", "1", "tx", "recv")), 5);
+  assert_int_equal(must_sample(text, COST(RR_TEL_M_COMPLETIONS, "eth0", "10.0.0.2", "1", "tx", "send")), 0);
   /* Label values escaped: backslash, quote, newline. */
   const char *peer = "we\\\"ird\\\\peer\\n";
   snprintf(q, sizeof q, "%s,quantile=\"0.99\"}", RAIL(RR_TEL_M_LATENCY, "eth1", peer, "0", "rx"));
@@ -293,6 +310,8 @@ static void prom_file(void **state) {
   snprintf(q, sizeof q, "%s,quantile=\"0.9\"}", RAIL(RR_TEL_M_LATENCY, "eth1", peer, "0", "rx"));
   assert_true(must_sample(text, q) == 90e-6);
   assert_int_equal(must_sample(text, RAIL(RR_TEL_M_BYTES, "eth1", peer, "0", "rx")), 409600);
+  /* A rail that published nothing (TCP) reads 0 from the first export. */
+  assert_int_equal(must_sample(text, COST(RR_TEL_M_DOORBELLS, "eth1", peer, "0", "rx", "send")), 0);
   snprintf(q, sizeof q, RR_TEL_M_WINDOW "{host=\"%s\",pid=\"%d\"}", g_host, pid);
   assert_int_equal(must_sample(text, q), 8);
   free(text);
@@ -300,6 +319,7 @@ static void prom_file(void **state) {
   rr_tel_rail_figures f;
   assert_int_equal(rr_tel_rail_figures_get("eth0", "10.0.0.2", 1, RR_TEL_TX, &f), 0);
   assert_int_equal(f.requests, 128);
+  assert_int_equal(f.cost.n[RR_TEL_COST_DOORBELLS_SEND], 14);
   assert_int_equal(f.p50_ns, 2 * T);
 
   /* An interval without traffic: throughput 0, counters and quantiles kept. */

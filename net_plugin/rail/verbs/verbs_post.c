@@ -9,7 +9,10 @@
 rr_status verbs_post_recv(verbs_ep *ep, int q, int i) {
   struct ibv_sge sge = {.addr = (uintptr_t)recv_slot(ep, q, i), .length = RECV_BYTES, .lkey = ep->bufs_mr->lkey};
   struct ibv_recv_wr wr = {.wr_id = RECV_ID(q, i), .sg_list = &sge, .num_sge = 1}, *bad;
-  return ibv_post_recv(ep->qps[q].qp, &wr, &bad) == 0 ? RR_OK : RR_ERR_RAIL;
+  if (ibv_post_recv(ep->qps[q].qp, &wr, &bad) != 0) return RR_ERR_RAIL;
+  ep->base.cost.n[RR_TEL_COST_DOORBELLS_RECV]++;
+  ep->base.cost.n[RR_TEL_COST_WRS_RECV]++;
+  return RR_OK;
 }
 
 /* Post one send-queue request on QP q; the caller reserved its credit. */
@@ -27,6 +30,9 @@ rr_status verbs_post_send(verbs_ep *ep, verbs_qp *q, struct ibv_send_wr *wr, uin
   wr->send_flags |= signaled ? IBV_SEND_SIGNALED : 0;
   struct ibv_send_wr *bad;
   if (ibv_post_send(q->qp, wr, &bad) != 0) return verbs_ep_fail(ep, RR_ERR_RAIL, "ibv_post_send failed");
+  /* One call is one doorbell, however many requests it chains. */
+  ep->base.cost.n[RR_TEL_COST_DOORBELLS_SEND]++;
+  ep->base.cost.n[RR_TEL_COST_WRS_SEND]++;
   q->sq[seq % VERBS_SQ_DEPTH] = (sq_entry){.wr_id = wr_id, .post_ns = post_ns, .len = len, .slot = slot,
                                           .signaled = (uint8_t)signaled};
   q->sq_tail++;
