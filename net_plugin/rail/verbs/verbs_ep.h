@@ -127,6 +127,11 @@ struct verbs_ep {
 };
 
 static inline verbs_ep *to_ep(rr_rail_ep *ep) { return rr_container_of(ep, verbs_ep, base); }
+/* Hand the queue counters' growth to the endpoint's telemetry recorder
+ * (either direction's: the exporter sums them per rail). */
+static inline void verbs_ep_publish_cost(rr_rail_ep *rep) {
+  rr_tel_cost_publish(rep->tel_tx ? rep->tel_tx : rep->tel_rx, &rep->cost, &rep->cost_published);
+}
 
 /* bufs: SEND_SLOTS send slots, the credit word we write from (8 bytes, so
  * the receive slots behind it stay 8-byte aligned), then VERBS_RQ_DEPTH

@@ -46,7 +46,7 @@ void verbs_destroy(rr_rail_ep *rep) {
   const rr_ibv_api *api = ep->hca->api;
   /* What the last progress did not publish (the recorder outlives us, or
    * went to the endpoint that replaces this one: then both are NULL). */
-  rr_tel_cost_publish(rep->tel_tx ? rep->tel_tx : rep->tel_rx, &rep->cost, &rep->cost_published);
+  verbs_ep_publish_cost(rep);
   if (ep->attached) verbs_hca_detach(ep->hca, ep);
   destroy_qps(ep, 0);
   if (ep->cq) api->destroy_cq(ep->cq); /* after its QPs: libibverbs refuses a CQ still in use */

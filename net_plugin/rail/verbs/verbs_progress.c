@@ -232,14 +232,14 @@ rr_status verbs_progress(rr_rail_ep *rep) {
   if (verbs_ep_check_async(ep)) return ep->failed;
   if (!ep->connected) return RR_OK;
   rr_status st = progress_once(ep);
-  rr_tel_cost_publish(rep->tel_tx ? rep->tel_tx : rep->tel_rx, &rep->cost, &rep->cost_published);
+  verbs_ep_publish_cost(rep);
   if (st != RR_OK || !peer_closed(ep)) return st;
   /* A peer closing in order waited for its last writes to complete, so
    * they were placed here before its socket closed; their completions may
    * have reached the CQ after the pass above: deliver them first (its
    * last acknowledgements may be among them), then report the close. */
   st = progress_once(ep);
-  rr_tel_cost_publish(rep->tel_tx ? rep->tel_tx : rep->tel_rx, &rep->cost, &rep->cost_published);
+  verbs_ep_publish_cost(rep);
   if (st != RR_OK) return st;
   return verbs_ep_fail(ep, RR_ERR_PEER, "the peer closed its end of the rail");
 }
