@@ -94,7 +94,6 @@ rr_status rr_engine_init(rr_engine *e, const rr_engine_config *cfg) {
   }
   for (int i = 0; i < RR_BOUNCE_COUNT; i++) e->bounce_free[i] = (int16_t)i;
   e->nbounce_free = RR_BOUNCE_COUNT;
-  e->resume_cursor = -1;
   atomic_store_explicit(&e->last_progress_ns, rr_now_ns(), memory_order_relaxed);
   return RR_OK;
 }

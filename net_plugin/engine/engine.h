@@ -65,6 +65,46 @@ typedef enum rr_rail_state {
   RR_RAIL_NSTATES
 } rr_rail_state;
 
+/* The rollback protocol's phases, one machine per end (engine_phase.c has
+ * the diagrams and the transitions; docs/protocol.md, "Rollback"). */
+typedef enum rr_send_phase {
+  RR_SEND_STREAMING = 0,    /* no rollback under way: sends are posted */
+  RR_SEND_ROLLBACK_ASKED,   /* a rail carrying traffic failed here in `epoch`: nothing is posted,
+                             * our FAIL{epoch} asks the receiver to roll back */
+  RR_SEND_AWAITING_RESUME,  /* the receiver's new epoch adopted, the sends rewound: nothing is
+                             * posted until its announcement is complete (RESUME_END) */
+  RR_SEND_NPHASES
+} rr_send_phase;
+typedef enum rr_send_cause {
+  RR_SEND_RAIL_LOST = 0,    /* a rail that carried traffic failed (engine_send_rail_lost) */
+  RR_SEND_NEW_EPOCH,        /* a message of a later epoch came from the receiver */
+  RR_SEND_NO_ANSWER,        /* δ/2 without the announcement: ask again */
+  RR_SEND_RESUME_END,       /* the announcement is complete: replay */
+  RR_SEND_NCAUSES
+} rr_send_cause;
+typedef enum rr_recv_phase {
+  RR_RECV_STREAMING = 0,    /* no announcement under way */
+  RR_RECV_ANNOUNCING,       /* RESUME_SLOTs being posted (after the FAIL): announce_slot is next */
+  RR_RECV_END_OWED,         /* every slot looked at: RESUME_END waits to be posted */
+  RR_RECV_NPHASES
+} rr_recv_phase;
+typedef enum rr_recv_cause {
+  RR_RECV_RAIL_LOST = 0,    /* a rail that carried traffic failed: a new epoch */
+  RR_RECV_SENDER_ASKED,     /* the sender's FAIL named our current epoch: a new epoch */
+  RR_RECV_SENDER_BEHIND,    /* its FAIL named an older epoch: announce the current one again */
+  RR_RECV_SLOTS_NAMED,      /* the announcement went past the last slot */
+  RR_RECV_END_POSTED,       /* RESUME_END is posted: the announcement is complete */
+  RR_RECV_NCAUSES
+} rr_recv_cause;
+/* One allowed transition: from --(cause)--> to. */
+typedef struct engine_phase_edge {
+  uint8_t from, cause, to;
+} engine_phase_edge;
+
+/* Who saw a rail fail, which decides whether its loss asks for a rollback
+ * (engine_send_rail_lost). */
+typedef enum engine_rail_seen { ENGINE_SEEN_HERE = 0, ENGINE_SEEN_BY_PEER } engine_rail_seen;
+
 typedef struct rr_engine rr_engine;
 
 typedef struct engine_rail {
@@ -209,6 +249,7 @@ typedef struct rr_engine_stats {
   /* Sends completed towards NCCL on their writes' placement, before any
    * ack (sender); sub-receives completed on a PLACED claim (receiver). */
   uint64_t placed_sends, claims_taken;
+  uint64_t bad_transitions; /* rollback phase changes not in engine_phase.c's tables (a bug: 0) */
 } rr_engine_stats;
 
 #define RR_SEND_POOL (RR_NET_MAX_REQUESTS * RR_NET_MAX_RECVS)
@@ -307,7 +348,7 @@ struct rr_engine {
   char *bounce;             /* RR_BOUNCE_COUNT * RR_BOUNCE_SIZE, allocated on first use */
   int16_t bounce_free[RR_BOUNCE_COUNT];
   int nbounce_free;
-  int resume_wait;          /* a rollback is under way: post nothing until RESUME_END */
+  rr_send_phase send_phase; /* the rollback's phase (engine_phase.c) */
   int claims_owed;          /* requests whose claim_owed is set */
   uint64_t resume_wait_since_ns;
   uint64_t stall_start_ns;  /* when the failure that caused the current rollback was seen */
@@ -330,15 +371,17 @@ struct rr_engine {
   int ack_flush;            /* the sender waits on one of them: acknowledge at once */
   uint64_t ack_due_ns;      /* one the sender waits on leaves by then (0: none waits) */
   uint32_t resume_recv_seq; /* recv_seq when the current rollback began */
-  int resume_cursor;        /* next slot to announce after a rollback; -1 = none, 32 = END */
-  int fail_notice_pending;  /* a FAIL message still has to be posted */
+  rr_recv_phase recv_phase; /* the announcement's phase (engine_phase.c) */
+  uint32_t announce_slot;   /* ANNOUNCING: the next slot to look at (< RR_NET_MAX_REQUESTS) */
+  /* A FAIL message still has to be posted: the sender's (rollback-asked, a
+   * re-ask), the receiver's (an announcement's first, or a reminder). */
+  int fail_notice_pending;
   int down_notice_pending;  /* sender: a rail that carried no traffic failed; tell the receiver */
   uint8_t restore_notice;   /* sender: a demoted rail is back: the next DOWN goes even if it names none */
   uint64_t down_notice_ns;  /* when the peer was last reminded of rails waiting to be reopened */
   uint32_t resume_mask;     /* receiver: slots this rollback's RESUME_SLOTs named so far */
   uint32_t resume_got;      /* sender: slots whose RESUME_SLOT of this epoch arrived */
   uint32_t fail_epoch;      /* sender: the epoch its FAIL names (lost in, or waits to leave) */
-  int peer_told;            /* rails being marked down on the peer's word: no rollback request */
   char *bounce_owner;       /* the bounce arena the registrations below cover */
   rr_rail_mr *bounce_reg[RR_MAX_RAILS]; /* the bounce arena on each rail's device */
 
@@ -450,6 +493,8 @@ void engine_report_unanswered(rr_engine *e, const char *what, uint32_t seq);
 /* engine_rails.c */
 void engine_rails_tick(rr_engine *e, uint64_t now);
 void engine_rail_set_state(rr_engine *e, int r, rr_rail_state st, const char *why);
+/* The same, for a rail the peer's notice names down (seen ENGINE_SEEN_BY_PEER). */
+void engine_rail_set_state_seen(rr_engine *e, int r, rr_rail_state st, const char *why, engine_rail_seen seen);
 void engine_rail_swap(rr_engine *e, int r, rr_rail_ep *ep); /* caller holds the lock */
 uint32_t engine_down_mask(const rr_engine *e);
 /* Rails given up on: DEAD, or DOWN and neither fresh nor reopened within δ
@@ -492,13 +537,28 @@ rr_status engine_gray_probe_begin(rr_engine *e, int rail, const rr_write_hdr *h)
 #define ENGINE_PROBE_WR_ID UINT64_MAX
 #define ENGINE_PROBE_MAX_WRITE (1u << 20)   /* the receiver refuses larger probe writes */
 
+/* engine_phase.c: the one place each end's rollback phase changes. A
+ * transition not in the tables fails the connection (RR_ERR_INTERNAL).
+ * now: the caller's clock reading (stall and re-ask timing). */
+void engine_send_set_phase(rr_engine *e, rr_send_phase to, rr_send_cause cause, uint64_t now);
+void engine_recv_set_phase(rr_engine *e, rr_recv_phase to, rr_recv_cause cause);
+/* Posting waits for a rollback's announcement. */
+static inline int engine_send_holding(const rr_engine *e) { return e->send_phase != RR_SEND_STREAMING; }
+/* For logs and the test that compares them with docs/protocol.md ("?" when out of range). */
+const char *engine_send_phase_name(int phase);
+const char *engine_send_cause_name(int cause);
+const char *engine_recv_phase_name(int phase);
+const char *engine_recv_cause_name(int cause);
+extern const engine_phase_edge engine_send_edges[], engine_recv_edges[];
+extern const int engine_send_nedges, engine_recv_nedges;
+
 /* engine_send.c */
 /* now: the caller's clock reading, or 0 to read it when a chunk is posted. */
 rr_status engine_send_post(rr_engine *e, uint64_t now);
 rr_status engine_send_on_msg(rr_engine *e, int rail, const engine_msg *m);
 /* placed: the rail has RR_RAIL_CAP_WRITE_DONE_PLACED. */
 rr_status engine_send_on_write_done(rr_engine *e, uint64_t wr_id, int placed);
-void engine_send_rail_lost(rr_engine *e);
+void engine_send_rail_lost(rr_engine *e, engine_rail_seen seen);
 rr_status engine_send_test(rr_send_req *r, int *done, size_t *sizes);
 
 /* engine_recv.c */
@@ -509,7 +569,8 @@ rr_status engine_recv_on_drain(rr_engine *e, int rail, uint32_t epoch);
 rr_status engine_recv_outbox(rr_engine *e);
 /* Complete the receives that wait only for drains that are no longer owed. */
 void engine_recv_check_landed(rr_engine *e);
-void engine_recv_rollback(rr_engine *e);
+/* cause: RR_RECV_RAIL_LOST or RR_RECV_SENDER_ASKED. */
+void engine_recv_rollback(rr_engine *e, rr_recv_cause cause);
 void engine_recv_free(rr_engine *e);
 rr_status engine_recv_test(rr_recv_req *r, int *done, size_t *sizes);
 

@@ -31,7 +31,7 @@
 /* Everything this end owes the peer has been posted on a rail. */
 static int owed_posted(const rr_engine *e) {
   if (e->cfg.role == RR_ENGINE_RECV) return e->ack_pending == 0;
-  if (e->resume_wait || e->fail_notice_pending) return 0; /* a rollback decides what goes again */
+  if (engine_send_holding(e) || e->fail_notice_pending) return 0; /* a rollback decides what goes again */
   for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
     const rr_send_req *r = engine_sreq(e, e->fifo[i % RR_SEND_POOL]);
     /* A send NCCL still waits on (not bounced, not acknowledged) is being

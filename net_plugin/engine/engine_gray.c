@@ -399,9 +399,9 @@ void engine_gray_tick(rr_engine *e, int r, uint64_t now) {
     return;
   }
   if (rl->state == RR_RAIL_ACTIVE) {
-    if (e->resume_wait) rl->g_prev_ns = 0; /* a rollback empties queues: no delivery */
+    if (engine_send_holding(e)) rl->g_prev_ns = 0; /* a rollback empties queues: no delivery */
     else measure(e, rl, l, now);
-    if (l->degraded && !e->resume_wait && other_rail_usable(e, r)) demote(e, r, l, now);
+    if (l->degraded && !engine_send_holding(e) && other_rail_usable(e, r)) demote(e, r, l, now);
   } else if (rl->state == RR_RAIL_DEGRADED) {
     probe_and_restore(e, r, l, now);
   }

@@ -177,6 +177,10 @@ static int classify(const rr_engine *e, int r) {
 }
 
 void engine_rail_set_state(rr_engine *e, int r, rr_rail_state st, const char *why) {
+  engine_rail_set_state_seen(e, r, st, why, ENGINE_SEEN_HERE);
+}
+
+void engine_rail_set_state_seen(rr_engine *e, int r, rr_rail_state st, const char *why, engine_rail_seen seen) {
   engine_rail *rl = &e->rails[r];
   rr_rail_state old = rl->state;
   if (old == st || old == RR_RAIL_DEAD) return;
@@ -223,8 +227,8 @@ void engine_rail_set_state(rr_engine *e, int r, rr_rail_state st, const char *wh
     report(e, r, RR_HEV_RAIL_STATE, -1);
   } else if (old == RR_RAIL_ACTIVE) {
     report(e, r, RR_HEV_RAIL_STATE, -1);
-    if (e->cfg.role == RR_ENGINE_RECV) engine_recv_rollback(e);
-    else engine_send_rail_lost(e);
+    if (e->cfg.role == RR_ENGINE_RECV) engine_recv_rollback(e, RR_RECV_RAIL_LOST);
+    else engine_send_rail_lost(e, seen);
   } else if (st == RR_RAIL_ACTIVE) {
     /* Balance: join at the others' share, not with a backlog of credit. */
     double vmin = -1;
@@ -480,8 +484,6 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
   }
   /* A rollback request that got no answer: ask again (it may have gone down
    * with a rail). */
-  if (e->resume_wait && since(now, e->resume_wait_since_ns) > delta / 2) {
-    e->fail_notice_pending = 1;
-    e->resume_wait_since_ns = now;
-  }
+  if (engine_send_holding(e) && since(now, e->resume_wait_since_ns) > delta / 2)
+    engine_send_set_phase(e, e->send_phase, RR_SEND_NO_ANSWER, now);
 }

@@ -425,7 +425,7 @@ rr_status engine_recv_outbox(rr_engine *e) {
     if (st != RR_OK) return st;
   }
   /* Acks first: whatever else leaves now carries them along. */
-  if (e->ack_pending && (acks_due(e) || e->fail_notice_pending || e->resume_cursor >= 0)) {
+  if (e->ack_pending && (acks_due(e) || e->fail_notice_pending || e->recv_phase != RR_RECV_STREAMING)) {
     rr_status st = acks_flush(e);
     if (st != RR_OK) return st;
   }
@@ -434,8 +434,8 @@ rr_status engine_recv_outbox(rr_engine *e) {
     if (engine_post_msg(e, &f) != RR_OK) return RR_OK;
     e->fail_notice_pending = 0;
   }
-  while (e->resume_cursor >= 0 && e->resume_cursor < RR_NET_MAX_REQUESTS) {
-    rr_recv_req *r = &e->rreq[e->resume_cursor];
+  while (e->recv_phase == RR_RECV_ANNOUNCING) {
+    rr_recv_req *r = &e->rreq[e->announce_slot];
     if (r->in_use && !r->complete && seq_before(r->seq, e->resume_recv_seq)) {
       engine_msg m;
       memset(&m, 0, sizeof m);
@@ -444,25 +444,17 @@ rr_status engine_recv_outbox(rr_engine *e) {
       for (int i = 0; i < r->n; i++) m.u.slot.prefix[i] = r->sub[i].prefix;
       m.u.slot.cts = r->cts;
       if (engine_post_msg(e, &m) != RR_OK) return RR_OK;
-      e->resume_mask |= 1u << e->resume_cursor;
+      e->resume_mask |= 1u << e->announce_slot;
     }
-    e->resume_cursor++;
+    if (++e->announce_slot == RR_NET_MAX_REQUESTS) engine_recv_set_phase(e, RR_RECV_END_OWED, RR_RECV_SLOTS_NAMED);
   }
-  if (e->resume_cursor == RR_NET_MAX_REQUESTS) {
+  if (e->recv_phase == RR_RECV_END_OWED) {
     engine_msg m = {.type = ENGINE_CTRL_RESUME_END,
                     .u.end = {.epoch = e->epoch, .recv_seq = e->resume_recv_seq, .slot_mask = e->resume_mask}};
     if (engine_post_msg(e, &m) != RR_OK) return RR_OK;
-    e->resume_cursor = -1;
+    engine_recv_set_phase(e, RR_RECV_STREAMING, RR_RECV_END_POSTED);
   }
   return RR_OK;
-}
-
-/* Announce the current epoch's rollback (again). */
-static void announce(rr_engine *e) {
-  e->fail_notice_pending = 1;
-  e->resume_cursor = 0;
-  e->resume_mask = 0;
-  e->urgent = 1;
 }
 
 /* --------------------------------------------------------------- rollback */
@@ -473,7 +465,7 @@ static void announce(rr_engine *e) {
  * are fenced; the others (verbs: a fence resets the QP) must deliver the
  * sender's drain barrier of the new epoch before any receive completes. The
  * failed rail itself was fenced by the state change. */
-void engine_recv_rollback(rr_engine *e) {
+void engine_recv_rollback(rr_engine *e, rr_recv_cause cause) {
   e->epoch++;
   e->stats.rollbacks++;
   rr_counter_inc(RR_CTR_ROLLBACKS);
@@ -518,8 +510,8 @@ void engine_recv_rollback(rr_engine *e) {
     /* Its RESUME_SLOT carries the clear-to-send. */
     cts_unhold(e, &e->rreq[slot]);
   }
-  e->resume_recv_seq = e->recv_seq;
-  announce(e);
+  /* Announce the new epoch (from the FAIL), naming the receives posted until now. */
+  engine_recv_set_phase(e, RR_RECV_ANNOUNCING, cause);
   /* Receives re-derived as landed may owe no drain at all. */
   complete_landed(e);
 }
@@ -569,7 +561,7 @@ rr_status engine_recv_on_msg(rr_engine *e, int rail, const engine_msg *m) {
     engine_notice_where(e, m);
     for (int i = 0; i < e->nrails; i++)
       if ((failed & (1u << i)) && e->rails[i].state != RR_RAIL_DOWN && e->rails[i].state != RR_RAIL_DEAD)
-        engine_rail_set_state(e, i, RR_RAIL_DOWN, "the sender sees it down");
+        engine_rail_set_state_seen(e, i, RR_RAIL_DOWN, "the sender sees it down", ENGINE_SEEN_BY_PEER);
     engine_gray_on_notice(e, m);
     return RR_OK;
   }
@@ -580,18 +572,18 @@ rr_status engine_recv_on_msg(rr_engine *e, int rail, const engine_msg *m) {
   engine_notice_where(e, m);
   for (int i = 0; i < e->nrails; i++)
     if ((failed & (1u << i)) && engine_rail_usable(e, i))
-      engine_rail_set_state(e, i, RR_RAIL_DOWN, "the sender sees it down");
+      engine_rail_set_state_seen(e, i, RR_RAIL_DOWN, "the sender sees it down", ENGINE_SEEN_BY_PEER);
   engine_gray_on_notice(e, m);
   if (e->epoch != before) return RR_OK; /* marking a rail down rolled back already */
   if (x == e->epoch) {
     /* The sender lost something in our current epoch: a new rollback. */
     RR_INFO(RR_SUB_NET, "recv from %s: the sender asks for a rollback (epoch %u)", e->cfg.peer, x);
-    engine_recv_rollback(e);
-  } else if (e->resume_cursor < 0 && !e->fail_notice_pending) {
+    engine_recv_rollback(e, RR_RECV_SENDER_ASKED);
+  } else if (e->recv_phase == RR_RECV_STREAMING && !e->fail_notice_pending) {
     /* The sender still waits to leave an older epoch: our announcement went
      * down with a rail, or crossed its request. Announce the same epoch
      * again: a new one would only restart the race. */
-    announce(e);
+    engine_recv_set_phase(e, RR_RECV_ANNOUNCING, RR_RECV_SENDER_BEHIND);
   }
   return RR_OK;
 }

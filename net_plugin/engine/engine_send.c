@@ -182,7 +182,7 @@ rr_status engine_send_post(rr_engine *e, uint64_t now) {
     if ((!mask && !e->restore_notice) || engine_post_msg(e, &msg) == RR_OK)
       e->down_notice_pending = e->restore_notice = 0;
   }
-  if (e->resume_wait) return RR_OK; /* the receiver has yet to say what it holds */
+  if (engine_send_holding(e)) return RR_OK; /* the receiver has yet to say what it holds */
   post_drains(e);
   if (e->claims_owed) post_claims(e);
   while (e->fifo_post != e->fifo_tail) {
@@ -239,7 +239,7 @@ rr_status engine_send_post(rr_engine *e, uint64_t now) {
       if (st != RR_OK) {
         e->rails[ri].cause = st;
         engine_rail_set_state(e, ri, RR_RAIL_DEAD, "cannot post a write");
-        if (e->resume_wait || e->failed) return RR_OK;
+        if (engine_send_holding(e) || e->failed) return RR_OK;
         continue;
       }
       r->posted++;
@@ -270,17 +270,13 @@ rr_status engine_send_on_write_done(rr_engine *e, uint64_t wr_id, int placed) {
 
 /* A rail under us went down: stop, ask the receiver to roll back, and wait
  * for it to say what it holds. */
-void engine_send_rail_lost(rr_engine *e) {
+void engine_send_rail_lost(rr_engine *e, engine_rail_seen seen) {
   /* A rail the receiver itself reported down while we wait for its
-   * announcement: the rollback it is announcing covers it. */
-  if (e->peer_told) return;
-  e->fail_epoch = e->epoch;
-  e->fail_notice_pending = 1;
-  if (!e->resume_wait) {
-    e->resume_wait = 1;
-    e->resume_wait_since_ns = rr_now_ns();
-    if (!e->stall_start_ns) e->stall_start_ns = e->resume_wait_since_ns;
-  }
+   * announcement: the rollback it is announcing covers it. Once we post
+   * again, a rail it reports down may have swallowed chunks of this epoch,
+   * and we ask for a new rollback. */
+  if (seen == ENGINE_SEEN_BY_PEER && engine_send_holding(e)) return;
+  engine_send_set_phase(e, RR_SEND_ROLLBACK_ASKED, RR_SEND_RAIL_LOST, rr_now_ns());
 }
 
 /* The receiver moved to epoch `epoch`: everything posted is of the old one
@@ -305,15 +301,7 @@ static void adopt_epoch(rr_engine *e, uint32_t epoch) {
     if (!r->acked && !send_placed(r)) rewind_to(r, 0);
   }
   e->fifo_post = e->fifo_head;
-  if (!e->resume_wait) {
-    e->resume_wait = 1;
-    e->resume_wait_since_ns = rr_now_ns();
-    if (!e->stall_start_ns) e->stall_start_ns = e->resume_wait_since_ns;
-  }
-  e->resume_got = 0;
-  /* Until the announcement is complete, a re-ask names the epoch we wait to
-   * leave, which makes the receiver announce again, not roll back again. */
-  e->fail_epoch = epoch - 1;
+  engine_send_set_phase(e, RR_SEND_AWAITING_RESUME, RR_SEND_NEW_EPOCH, rr_now_ns());
 }
 
 /* The sub-receive an isend with this tag takes: the first not yet taken
@@ -582,27 +570,25 @@ static void on_resume_end(rr_engine *e, uint32_t epoch, uint32_t recv_seq, uint3
   if (settle_assumed(e) != RR_OK) return;
   e->fifo_post = e->fifo_head;
   fifo_retire(e);
-  (void)epoch;
-  if (e->resume_wait) {
-    e->resume_wait = 0;
-    uint64_t stall = e->stall_start_ns ? rr_now_ns() - e->stall_start_ns : 0;
-    e->stall_start_ns = 0;
-    /* Traffic moved off the rail that failed last, onto the control rail
-     * (chain) or the others (balance). A chain backup failing moves nothing. */
-    int to = engine_control_rail(e), from = -1;
-    for (int i = 0; i < e->nrails; i++)
-      if (!engine_rail_usable(e, i) && (from < 0 || e->rails[i].state_since_ns > e->rails[from].state_since_ns))
-        from = i;
-    if (to < 0 || from < 0 || (e->cfg.failover_mode == RR_FAILOVER_CHAIN && from > to)) return;
-    rr_health_event ev = {.kind = RR_HEV_FAILOVER, .dev = e->rails[from].ep->dev->index,
-                          .to_dev = to >= 0 ? e->rails[to].ep->dev->index : -1, .stall_ns = stall};
-    snprintf(ev.ifname, sizeof ev.ifname, "%s", e->rails[from].ifname);
-    if (to >= 0) snprintf(ev.to_ifname, sizeof ev.to_ifname, "%s", e->rails[to].ifname);
-    snprintf(ev.peer, sizeof ev.peer, "%s", e->cfg.peer);
-    snprintf(ev.reason, sizeof ev.reason, "send side resumed in epoch %u on %.60s", epoch,
-             to >= 0 ? e->rails[to].name : "?");
-    rr_health_report(&ev);
-  }
+  /* Only the announcement awaited gets here (resume_current). */
+  uint64_t now = rr_now_ns();
+  uint64_t stall = e->stall_start_ns ? now - e->stall_start_ns : 0;
+  engine_send_set_phase(e, RR_SEND_STREAMING, RR_SEND_RESUME_END, now);
+  /* Traffic moved off the rail that failed last, onto the control rail
+   * (chain) or the others (balance). A chain backup failing moves nothing. */
+  int to = engine_control_rail(e), from = -1;
+  for (int i = 0; i < e->nrails; i++)
+    if (!engine_rail_usable(e, i) && (from < 0 || e->rails[i].state_since_ns > e->rails[from].state_since_ns))
+      from = i;
+  if (to < 0 || from < 0 || (e->cfg.failover_mode == RR_FAILOVER_CHAIN && from > to)) return;
+  rr_health_event ev = {.kind = RR_HEV_FAILOVER, .dev = e->rails[from].ep->dev->index,
+                        .to_dev = to >= 0 ? e->rails[to].ep->dev->index : -1, .stall_ns = stall};
+  snprintf(ev.ifname, sizeof ev.ifname, "%s", e->rails[from].ifname);
+  if (to >= 0) snprintf(ev.to_ifname, sizeof ev.to_ifname, "%s", e->rails[to].ifname);
+  snprintf(ev.peer, sizeof ev.peer, "%s", e->cfg.peer);
+  snprintf(ev.reason, sizeof ev.reason, "send side resumed in epoch %u on %.60s", epoch,
+           to >= 0 ? e->rails[to].name : "?");
+  rr_health_report(&ev);
 }
 
 /* A RESUME_SLOT or RESUME_END of epoch x: obeyed only while we wait for
@@ -613,7 +599,7 @@ static void on_resume_end(rr_engine *e, uint32_t epoch, uint32_t recv_seq, uint3
 static int resume_current(rr_engine *e, uint32_t x) {
   if (seq_before(x, e->epoch)) return 0;
   if (seq_before(e->epoch, x)) adopt_epoch(e, x);
-  return e->resume_wait && seq_before(e->fail_epoch, x);
+  return engine_send_holding(e) && seq_before(e->fail_epoch, x);
 }
 
 rr_status engine_send_on_msg(rr_engine *e, int rail, const engine_msg *m) {
@@ -627,13 +613,10 @@ rr_status engine_send_on_msg(rr_engine *e, int rail, const engine_msg *m) {
       if (more & 1) on_ack(e, m->u.ack.seq + 1 + i);
     return settle_assumed(e);
   case ENGINE_CTRL_FAIL:
-    /* The receiver's word: adopt its epoch first, then take its rails down.
-     * While we wait for an announcement nothing of this epoch has been
-     * posted, so the rollback the receiver made covers them; once we post
-     * again, a rail it reports down may have swallowed chunks of this epoch,
-     * and we ask for a new rollback. */
+    /* The receiver's word: adopt its epoch first, then take its rails down
+     * (on its word: engine_send_rail_lost decides whether that asks for a
+     * new rollback). */
     if (seq_before(e->epoch, m->u.fail.epoch)) adopt_epoch(e, m->u.fail.epoch);
-    e->peer_told = e->resume_wait;
     /* A notice may be older than a rail's fresh endpoint (it was sent before
      * we reopened the rail): a rail reopened within δ is not taken down on
      * it. The receiver repeats its list every δ while a rail stays down. */
@@ -643,8 +626,7 @@ rr_status engine_send_on_msg(rr_engine *e, int rail, const engine_msg *m) {
     for (int i = 0; i < e->nrails; i++)
       if ((m->u.fail.down_mask & ~m->u.fail.degraded_mask & (1u << i)) && engine_rail_usable(e, i) &&
           now - e->rails[i].swapped_ns >= e->cfg.progress_timeout_ns)
-        engine_rail_set_state(e, i, RR_RAIL_DOWN, "the receiver sees it down");
-    e->peer_told = 0;
+        engine_rail_set_state_seen(e, i, RR_RAIL_DOWN, "the receiver sees it down", ENGINE_SEEN_BY_PEER);
     return RR_OK;
   case ENGINE_CTRL_RESUME_SLOT: {
     if (!resume_current(e, m->u.slot.epoch)) return RR_OK;

@@ -9,4 +9,5 @@ set(RERAIL_ENGINE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/engine_gray.c
   ${CMAKE_CURRENT_LIST_DIR}/engine_wire.c
   ${CMAKE_CURRENT_LIST_DIR}/engine_close.c
+  ${CMAKE_CURRENT_LIST_DIR}/engine_phase.c
   ${CMAKE_CURRENT_LIST_DIR}/engine_prof.c)

@@ -324,6 +324,11 @@ static void run(sim_world *w) {
     sim_now_ns += dt;
   }
   w->st.vtime_ms += (sim_now_ns - SIM_START_NS) / SIM_MS;
+  /* A rollback phase change outside engine_phase.c's tables is the engine's
+   * bug, whatever the run made of the connection failure it caused. */
+  uint64_t bad = w->eng[0].stats.bad_transitions + w->eng[1].stats.bad_transitions;
+  if (bad) sim_fail(w, "%llu rollback phase change(s) not in the tables: %s / %s", (unsigned long long)bad,
+                    w->eng[SIM_SEND].failed_why, w->eng[SIM_RECV].failed_why);
   if (w->failed && w->verbose) dump_engines(w);
   if (!w->failed) {
     /* Honest peers never break the protocol: every violation must be one
@@ -339,9 +344,10 @@ static void run(sim_world *w) {
 static void dump_engines(sim_world *w) {
   for (int side = 0; side < 2; side++) {
     rr_engine *e = &w->eng[side];
-    printf("%s engine: epoch %u, failed %d (%s), resume_wait %d, fail_notice_pending %d, resume_cursor %d\n",
-           side == SIM_SEND ? "sender" : "receiver", e->epoch, e->failed, e->failed_why, e->resume_wait,
-           e->fail_notice_pending, e->resume_cursor);
+    printf("%s engine: epoch %u, failed %d (%s), rollback phase %s, fail_notice_pending %d, announce_slot %u\n",
+           side == SIM_SEND ? "sender" : "receiver", e->epoch, e->failed, e->failed_why,
+           side == SIM_SEND ? engine_send_phase_name(e->send_phase) : engine_recv_phase_name(e->recv_phase),
+           e->fail_notice_pending, e->announce_slot);
     for (int r = 0; r < e->nrails; r++)
       printf("  rail%d: state %d need_drain %d drain_posted %u backlog %zu why '%s'\n", r, e->rails[r].state,
              e->rails[r].need_drain, e->rails[r].drain_posted, e->rails[r].ep->ops->backlog(e->rails[r].ep),
