@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine_phase.h"
 #include "engine_wire.h"
 #include "rail.h"
 
@@ -64,46 +65,6 @@ typedef enum rr_rail_state {
   RR_RAIL_DEGRADED,
   RR_RAIL_NSTATES
 } rr_rail_state;
-
-/* The rollback protocol's phases, one machine per end (engine_phase.c has
- * the diagrams and the transitions; docs/protocol.md, "Rollback"). */
-typedef enum rr_send_phase {
-  RR_SEND_STREAMING = 0,    /* no rollback under way: sends are posted */
-  RR_SEND_ROLLBACK_ASKED,   /* a rail carrying traffic failed here in `epoch`: nothing is posted,
-                             * our FAIL{epoch} asks the receiver to roll back */
-  RR_SEND_AWAITING_RESUME,  /* the receiver's new epoch adopted, the sends rewound: nothing is
-                             * posted until its announcement is complete (RESUME_END) */
-  RR_SEND_NPHASES
-} rr_send_phase;
-typedef enum rr_send_cause {
-  RR_SEND_RAIL_LOST = 0,    /* a rail that carried traffic failed (engine_send_rail_lost) */
-  RR_SEND_NEW_EPOCH,        /* a message of a later epoch came from the receiver */
-  RR_SEND_NO_ANSWER,        /* δ/2 without the announcement: ask again */
-  RR_SEND_RESUME_END,       /* the announcement is complete: replay */
-  RR_SEND_NCAUSES
-} rr_send_cause;
-typedef enum rr_recv_phase {
-  RR_RECV_STREAMING = 0,    /* no announcement under way */
-  RR_RECV_ANNOUNCING,       /* RESUME_SLOTs being posted (after the FAIL): announce_slot is next */
-  RR_RECV_END_OWED,         /* every slot looked at: RESUME_END waits to be posted */
-  RR_RECV_NPHASES
-} rr_recv_phase;
-typedef enum rr_recv_cause {
-  RR_RECV_RAIL_LOST = 0,    /* a rail that carried traffic failed: a new epoch */
-  RR_RECV_SENDER_ASKED,     /* the sender's FAIL named our current epoch: a new epoch */
-  RR_RECV_SENDER_BEHIND,    /* its FAIL named an older epoch: announce the current one again */
-  RR_RECV_SLOTS_NAMED,      /* the announcement went past the last slot */
-  RR_RECV_END_POSTED,       /* RESUME_END is posted: the announcement is complete */
-  RR_RECV_NCAUSES
-} rr_recv_cause;
-/* One allowed transition: from --(cause)--> to. */
-typedef struct engine_phase_edge {
-  uint8_t from, cause, to;
-} engine_phase_edge;
-
-/* Who saw a rail fail, which decides whether its loss asks for a rollback
- * (engine_send_rail_lost). */
-typedef enum engine_rail_seen { ENGINE_SEEN_HERE = 0, ENGINE_SEEN_BY_PEER } engine_rail_seen;
 
 typedef struct rr_engine rr_engine;
 
@@ -249,7 +210,7 @@ typedef struct rr_engine_stats {
   /* Sends completed towards NCCL on their writes' placement, before any
    * ack (sender); sub-receives completed on a PLACED claim (receiver). */
   uint64_t placed_sends, claims_taken;
-  uint64_t bad_transitions; /* rollback phase changes not in engine_phase.c's tables (a bug: 0) */
+  uint64_t bad_transitions; /* rollback phase changes not in engine_phase.c's tables (a bug) */
 } rr_engine_stats;
 
 #define RR_SEND_POOL (RR_NET_MAX_REQUESTS * RR_NET_MAX_RECVS)
@@ -373,9 +334,7 @@ struct rr_engine {
   uint32_t resume_recv_seq; /* recv_seq when the current rollback began */
   rr_recv_phase recv_phase; /* the announcement's phase (engine_phase.c) */
   uint32_t announce_slot;   /* ANNOUNCING: the next slot to look at (< RR_NET_MAX_REQUESTS) */
-  /* A FAIL message still has to be posted: the sender's (rollback-asked, a
-   * re-ask), the receiver's (an announcement's first, or a reminder). */
-  int fail_notice_pending;
+  int fail_notice_pending;  /* a FAIL message still has to be posted (either end) */
   int down_notice_pending;  /* sender: a rail that carried no traffic failed; tell the receiver */
   uint8_t restore_notice;   /* sender: a demoted rail is back: the next DOWN goes even if it names none */
   uint64_t down_notice_ns;  /* when the peer was last reminded of rails waiting to be reopened */
@@ -493,7 +452,6 @@ void engine_report_unanswered(rr_engine *e, const char *what, uint32_t seq);
 /* engine_rails.c */
 void engine_rails_tick(rr_engine *e, uint64_t now);
 void engine_rail_set_state(rr_engine *e, int r, rr_rail_state st, const char *why);
-/* The same, for a rail the peer's notice names down (seen ENGINE_SEEN_BY_PEER). */
 void engine_rail_set_state_seen(rr_engine *e, int r, rr_rail_state st, const char *why, engine_rail_seen seen);
 void engine_rail_swap(rr_engine *e, int r, rr_rail_ep *ep); /* caller holds the lock */
 uint32_t engine_down_mask(const rr_engine *e);
@@ -537,22 +495,9 @@ rr_status engine_gray_probe_begin(rr_engine *e, int rail, const rr_write_hdr *h)
 #define ENGINE_PROBE_WR_ID UINT64_MAX
 #define ENGINE_PROBE_MAX_WRITE (1u << 20)   /* the receiver refuses larger probe writes */
 
-/* engine_phase.c: the one place each end's rollback phase changes. A
- * transition not in the tables fails the connection (RR_ERR_INTERNAL).
- * now: the caller's clock reading (stall and re-ask timing). */
-void engine_send_set_phase(rr_engine *e, rr_send_phase to, rr_send_cause cause, uint64_t now);
-void engine_recv_set_phase(rr_engine *e, rr_recv_phase to, rr_recv_cause cause);
+/* engine_send.c (engine_phase.h: the rollback's phases) */
 /* Posting waits for a rollback's announcement. */
 static inline int engine_send_holding(const rr_engine *e) { return e->send_phase != RR_SEND_STREAMING; }
-/* For logs and the test that compares them with docs/protocol.md ("?" when out of range). */
-const char *engine_send_phase_name(int phase);
-const char *engine_send_cause_name(int cause);
-const char *engine_recv_phase_name(int phase);
-const char *engine_recv_cause_name(int cause);
-extern const engine_phase_edge engine_send_edges[], engine_recv_edges[];
-extern const int engine_send_nedges, engine_recv_nedges;
-
-/* engine_send.c */
 /* now: the caller's clock reading, or 0 to read it when a chunk is posted. */
 rr_status engine_send_post(rr_engine *e, uint64_t now);
 rr_status engine_send_on_msg(rr_engine *e, int rail, const engine_msg *m);
@@ -569,7 +514,6 @@ rr_status engine_recv_on_drain(rr_engine *e, int rail, uint32_t epoch);
 rr_status engine_recv_outbox(rr_engine *e);
 /* Complete the receives that wait only for drains that are no longer owed. */
 void engine_recv_check_landed(rr_engine *e);
-/* cause: RR_RECV_RAIL_LOST or RR_RECV_SENDER_ASKED. */
 void engine_recv_rollback(rr_engine *e, rr_recv_cause cause);
 void engine_recv_free(rr_engine *e);
 rr_status engine_recv_test(rr_recv_req *r, int *done, size_t *sizes);
