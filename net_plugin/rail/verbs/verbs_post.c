@@ -6,13 +6,37 @@
 #include <arpa/inet.h>
 #include <endian.h>
 
-rr_status verbs_post_recv(verbs_ep *ep, int q, int i) {
-  struct ibv_sge sge = {.addr = (uintptr_t)recv_slot(ep, q, i), .length = RECV_BYTES, .lkey = ep->bufs_mr->lkey};
-  struct ibv_recv_wr wr = {.wr_id = RECV_ID(q, i), .sg_list = &sge, .num_sge = 1}, *bad;
-  if (ibv_post_recv(ep->qps[q].qp, &wr, &bad) != 0) return RR_ERR_RAIL;
-  ep->base.cost.n[RR_TEL_COST_DOORBELLS_RECV]++;
-  ep->base.cost.n[RR_TEL_COST_WRS_RECV]++;
+/* Receives for slots[0..n) of QP q, chained: one doorbell however many. */
+rr_status verbs_post_recvs(verbs_ep *ep, int q, const uint16_t *slots, int n) {
+  struct ibv_sge sge[VERBS_RECV_CHAIN];
+  struct ibv_recv_wr wr[VERBS_RECV_CHAIN], *bad;
+  while (n > 0) {
+    int m = n < VERBS_RECV_CHAIN ? n : VERBS_RECV_CHAIN;
+    for (int k = 0; k < m; k++) {
+      sge[k] = (struct ibv_sge){.addr = (uintptr_t)recv_slot(ep, q, slots[k]), .length = RECV_BYTES,
+                                .lkey = ep->bufs_mr->lkey};
+      wr[k] = (struct ibv_recv_wr){.wr_id = RECV_ID(q, slots[k]), .sg_list = &sge[k], .num_sge = 1,
+                                   .next = k + 1 < m ? &wr[k + 1] : NULL};
+    }
+    if (ibv_post_recv(ep->qps[q].qp, wr, &bad) != 0) return RR_ERR_RAIL;
+    ep->base.cost.n[RR_TEL_COST_DOORBELLS_RECV]++;
+    ep->base.cost.n[RR_TEL_COST_WRS_RECV] += (uint64_t)m;
+    slots += m;
+    n -= m;
+  }
   return RR_OK;
+}
+
+/* A receive of QP q consumed (its slot is free again): posted again with
+ * the next ones, VERBS_RECV_BATCH at a time (verbs_ep.h says why the
+ * queue never runs dry). */
+rr_status verbs_recv_consumed(verbs_ep *ep, int q, int i) {
+  verbs_qp *qp = &ep->qps[q];
+  qp->repost[qp->nrepost++] = (uint16_t)i;
+  if (qp->nrepost < VERBS_RECV_BATCH) return RR_OK;
+  rr_status st = verbs_post_recvs(ep, q, qp->repost, (int)qp->nrepost);
+  qp->nrepost = 0;
+  return st;
 }
 
 /* Post one send-queue request on QP q; the caller reserved its credit. */
