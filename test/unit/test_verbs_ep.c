@@ -962,6 +962,32 @@ static void test_traffic_class_and_sl(void **state) {
   assert_int_equal(rr_params_get()->ib_tc, -1);
 }
 
+/* Adaptive routing's knobs: NCCL's variables are honoured, ours win, and a
+ * bad value falls back to the default (NCCL's 8192; the port's rule). */
+static void test_adaptive_routing_params(void **state) {
+  (void)state;
+  unsetenv("RERAIL_IB_AR_THRESHOLD"), unsetenv("RERAIL_IB_ADAPTIVE_ROUTING");
+  unsetenv("NCCL_IB_AR_THRESHOLD"), unsetenv("NCCL_IB_ADAPTIVE_ROUTING");
+  rr_params_reload();
+  assert_int_equal(rr_params_get()->ib_ar_threshold, 8192);
+  assert_int_equal(rr_params_get()->ib_adaptive_routing, -1);
+  setenv("NCCL_IB_AR_THRESHOLD", "65536", 1), setenv("NCCL_IB_ADAPTIVE_ROUTING", "1", 1);
+  rr_params_reload();
+  assert_int_equal(rr_params_get()->ib_ar_threshold, 65536);
+  assert_int_equal(rr_params_get()->ib_adaptive_routing, 1);
+  setenv("RERAIL_IB_AR_THRESHOLD", "0", 1), setenv("RERAIL_IB_ADAPTIVE_ROUTING", "0", 1);
+  rr_params_reload();
+  assert_int_equal(rr_params_get()->ib_ar_threshold, 0);
+  assert_int_equal(rr_params_get()->ib_adaptive_routing, 0);
+  setenv("RERAIL_IB_AR_THRESHOLD", "8k", 1), setenv("RERAIL_IB_ADAPTIVE_ROUTING", "2", 1);
+  rr_params_reload();
+  assert_int_equal(rr_params_get()->ib_ar_threshold, 8192);
+  assert_int_equal(rr_params_get()->ib_adaptive_routing, -1);
+  unsetenv("RERAIL_IB_AR_THRESHOLD"), unsetenv("RERAIL_IB_ADAPTIVE_ROUTING");
+  unsetenv("NCCL_IB_AR_THRESHOLD"), unsetenv("NCCL_IB_ADAPTIVE_ROUTING");
+  rr_params_reload();
+}
+
 /* InfiniBand ports (LIDs, no netdev, no IP) as the fake HCA presents them:
  * two ends on two HCAs exchange their address blobs and reach RTR with the
  * attributes NCCL's ncclIbQpRtr uses: the peer's LID, SL from RERAIL_IB_SL,
@@ -1644,6 +1670,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_two_qps_fail_and_fence, setup_pair2, teardown),
       cmocka_unit_test(test_completion_errors_classified),
       cmocka_unit_test_setup_teardown(test_traffic_class_and_sl, setup, teardown),
+      cmocka_unit_test(test_adaptive_routing_params),
       cmocka_unit_test(test_infiniband_ports_connect_by_lid),
       cmocka_unit_test_setup_teardown(test_communicator_traffic_class, setup, teardown),
       cmocka_unit_test_setup_teardown(test_gid_change_rereads_the_gid, setup, teardown),
