@@ -123,6 +123,7 @@ static uint32_t group_chunks(rr_engine *e, rr_send_req *r, int ri) {
   uint32_t max = a->write_max > cs ? (uint32_t)(a->write_max / cs) : 1;
   /* A split group names at most IMM_SPLIT_MAX_FULL full chunks. */
   if ((a->caps & RR_RAIL_CAP_ADAPTIVE_ROUTING) && max > IMM_SPLIT_MAX_FULL) max = IMM_SPLIT_MAX_FULL;
+  if (max > 0xffff) max = 0xffff; /* the count rides in 16 bits of wr_id */
   if (max > room) max = room;
   if (r->eager || max < 2) return 1;
   if (e->cfg.failover_mode == RR_FAILOVER_CHAIN) return max;
@@ -277,6 +278,7 @@ rr_status engine_send_post(rr_engine *e, uint64_t now) {
       if (st == RR_AGAIN) return RR_OK;
       if (st == RR_OK && len) forge_count();
       if (st == RR_OK && forged) rr_counter_inc(RR_CTR_TEST_FORGED_WRITES);
+      if (st == RR_OK && bulk) rr_counter_inc(RR_CTR_SPLIT_WRITES);
       if (st == RR_OK && forged)
         RR_INFO(RR_SUB_NET, "test: write %llu to %s went with a forged immediate (RERAIL_TEST_FORGE_WRITE)",
                 (unsigned long long)rr_params_get()->test_forge_write, e->cfg.peer);
