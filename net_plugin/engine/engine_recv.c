@@ -126,10 +126,12 @@ static rr_status check_write(rr_engine *e, int rail, const rr_write_hdr *h, rr_r
     if (h->raddr != ce->addr + (uint64_t)f * chunk_size)
       return engine_violation(e, rail, "a write to an address chunk %u does not have", f);
   }
-  /* Every chunk but the message's last is full: a group that is not last
-   * is whole chunks; a last one ends inside the posted size. */
+  /* Every group ends inside the posted size (a full chunk that is not the
+   * last can pass the end of a buffer whose size is no multiple of the
+   * chunk), and every chunk but the message's last is full: a group that
+   * is not last is whole chunks. */
   size_t off = (size_t)f * chunk_size;
-  if (imm_last(imm) ? len > s->posted_size - off : len != (uint64_t)n * chunk_size)
+  if (len > s->posted_size - off || (!imm_last(imm) && len != (uint64_t)n * chunk_size))
     return engine_violation(e, rail, "chunks %u+%u of %llu bytes", f, n, (unsigned long long)len);
   if (r->complete || r->landed) return engine_violation(e, rail, "chunk %u again in one epoch", f);
   for (uint32_t k = f; k <= k_last; k++)
