@@ -28,8 +28,8 @@ rr_status verbs_post_recvs(verbs_ep *ep, int q, const uint16_t *slots, int n) {
 }
 
 /* A receive of QP q consumed (its slot is free again): posted again with
- * the next ones, VERBS_RECV_BATCH at a time (verbs_ep.h says why the
- * queue never runs dry). */
+ * the next ones, VERBS_RECV_BATCH at a time (verbs_ep.h: what holding
+ * them back costs the queue). */
 rr_status verbs_recv_consumed(verbs_ep *ep, int q, int i) {
   verbs_qp *qp = &ep->qps[q];
   qp->repost[qp->nrepost++] = (uint16_t)i;
