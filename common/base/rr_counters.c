@@ -27,6 +27,9 @@ static const rr_counter_info infos[] = {
                              "Sends completed on their writes' placement in the receiver's memory, before any ack.", NULL, NULL, 1},
     [RR_CTR_PLACED_CLAIMS] = {"placed_claims_total",
                               "Sub-receives completed on the sender's claim that its writes were placed.", NULL, NULL, 1},
+    [RR_CTR_SPLIT_WRITES] = {"split_writes_total",
+                             "Writes sent split for adaptive routing: the bulk as a plain RDMA write, the rest with "
+                             "the immediate.", NULL, NULL, 1},
     [RR_CTR_DEMOTIONS] = {"rail_demotions_total", "Rails demoted as degraded, every connection of the process.", NULL, NULL, 0},
     [RR_CTR_RAIL_RECONNECTS] = {"rail_reconnects_total",
                                 "Rails of live connections given a fresh transport endpoint after a failure.", NULL, NULL, 1},

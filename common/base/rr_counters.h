@@ -22,6 +22,7 @@ typedef enum rr_counter {
   RR_CTR_PARKED_SENDS,            /* eager sends parked (no receive with their tag) */
   RR_CTR_PLACED_SENDS,            /* sends completed on their writes' placement */
   RR_CTR_PLACED_CLAIMS,           /* sub-receives completed on a PLACED claim */
+  RR_CTR_SPLIT_WRITES,            /* writes sent split for adaptive routing (plain bulk + write with immediate) */
   RR_CTR_DEMOTIONS,               /* rails demoted as degraded */
   RR_CTR_RAIL_RECONNECTS,         /* rails given a fresh transport endpoint */
   RR_CTR_FAILOVERS,               /* health events: traffic moved off a rail */

@@ -66,6 +66,18 @@ static int param_int_or_nccl(const char *name, const char *nccl_name, uint64_t m
   return x == bad ? -1 : (int)x;
 }
 
+/* A number in [min, max]: `name` when set, else `nccl_name`, else dflt; a
+ * bad value warns (naming the variable that had it) and gives dflt. */
+static uint64_t param_u64_or_nccl(const char *name, const char *nccl_name, uint64_t dflt, uint64_t min,
+                                  uint64_t max) {
+  const char *v = getenv(name);
+  if (!v || !*v) {
+    v = getenv(nccl_name);
+    name = nccl_name;
+  }
+  return rr_param_parse_u64(name, v, dflt, min, max);
+}
+
 static void params_parse(void) {
   memset(&params, 0, sizeof params);
   const char *ifname = getenv("RERAIL_SOCKET_IFNAME");
@@ -171,6 +183,14 @@ static void params_parse(void) {
    * traffic class, service level): RERAIL_IB_* wins, NCCL_IB_* is the default. */
   params.ib_tc = param_int_or_nccl("RERAIL_IB_TC", "NCCL_IB_TC", 255);
   params.ib_sl = param_int_or_nccl("RERAIL_IB_SL", "NCCL_IB_SL", 15);
+  /* Adaptive routing (NCCL's net_ib rule): on for InfiniBand ports, off for
+   * RoCE, unless RERAIL_IB_ADAPTIVE_ROUTING (NCCL_IB_ADAPTIVE_ROUTING) says
+   * 0 or 1 (-1: by link layer). Where it is on, a write of more than
+   * RERAIL_IB_AR_THRESHOLD bytes (NCCL_IB_AR_THRESHOLD, default 8192 as
+   * NCCL's) goes as a plain write and a small write with immediate. */
+  params.ib_adaptive_routing = param_int_or_nccl("RERAIL_IB_ADAPTIVE_ROUTING", "NCCL_IB_ADAPTIVE_ROUTING", 1);
+  params.ib_ar_threshold = param_u64_or_nccl("RERAIL_IB_AR_THRESHOLD", "NCCL_IB_AR_THRESHOLD", 8192, 0,
+                                             (uint64_t)1 << 40);
   /* NCCL_GDR_FLUSH_DISABLE's meaning. The test knob makes receives into host
    * memory flushed as GPU memory would be (the Soft-RoCE lab has no GPU): it
    * only adds reads, never changes where bytes go. */

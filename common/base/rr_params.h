@@ -33,6 +33,10 @@ typedef struct rr_params {
   int ib_qps_per_rail;       /* RERAIL_IB_QPS_PER_RAIL: QPs per rail, 1..16 */
   int ib_tc;                 /* RERAIL_IB_TC (default NCCL_IB_TC): GRH traffic class, 0..255, -1 = unset */
   int ib_sl;                 /* RERAIL_IB_SL (default NCCL_IB_SL): service level, 0..15, -1 = unset */
+  int ib_adaptive_routing;   /* RERAIL_IB_ADAPTIVE_ROUTING (default NCCL_IB_ADAPTIVE_ROUTING): 0 off, 1 on,
+                              * -1 = NCCL's rule (on for InfiniBand ports, off for RoCE) */
+  uint64_t ib_ar_threshold;  /* RERAIL_IB_AR_THRESHOLD (default NCCL_IB_AR_THRESHOLD, else 8192): where
+                              * adaptive routing is on, writes above this go split */
   int gdr_flush_disable;     /* RERAIL_GDR_FLUSH_DISABLE: no RDMA-read flush after receives into GPU memory */
   int ib_relaxed_ordering;   /* RERAIL_IB_PCI_RELAXED_ORDERING (default NCCL_IB_PCI_RELAXED_ORDERING, else 2):
                               * 0 off, 1 on, 2 auto; on and auto both mean "where ibv_reg_mr_iova2 exists" */

@@ -137,6 +137,7 @@ void rr_core_engine_config(int role, size_t chunk_size, const struct sockaddr *p
   memset(cfg, 0, sizeof *cfg);
   cfg->role = role;
   cfg->chunk_size = chunk_size;
+  cfg->ar_threshold = p->ib_ar_threshold;
   cfg->failover_mode = p->failover;
   cfg->progress_timeout_ns = p->progress_timeout_ms * 1000000ull;
   cfg->failback_hold_ns = p->failback_hold_ms * 1000000ull;
@@ -251,8 +252,10 @@ rr_status rr_net_get_properties(int dev, rr_dev_props *props) {
    * that is down is failed over by the rails instead. */
   props->rail_id = rr_netif_rail_id(nif);
   props->max_recvs = RR_NET_MAX_RECVS;
-  /* A message may have IMM_MAX_CHUNKS chunks; above 4 MiB chunks that passes
-   * NCCL's limit, which NCCL would refuse at connection setup. */
+  /* A message may have IMM_MAX_CHUNKS chunks (2^17 since the immediate
+   * gave a bit to group writes: 16 GiB at the default 128 KiB chunk, 512 MiB
+   * at the smallest, 4 KiB; NCCL splits larger messages); above 8 MiB chunks
+   * that passes NCCL's limit, which NCCL would refuse at connection setup. */
   size_t max_bytes = p->chunk_size * (size_t)IMM_MAX_CHUNKS;
   if (max_bytes > RR_NET_MAX_BYTES) max_bytes = RR_NET_MAX_BYTES;
   props->max_p2p_bytes = max_bytes;

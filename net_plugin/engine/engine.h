@@ -221,6 +221,9 @@ typedef struct rr_engine_stats {
 typedef struct rr_engine_config {
   int role;
   size_t chunk_size;
+  /* Rails with RR_RAIL_CAP_ADAPTIVE_ROUTING: a write of more bytes than
+   * this goes split (rr_write_wr.bulk; RERAIL_IB_AR_THRESHOLD). */
+  uint64_t ar_threshold;
   int failover_mode;        /* enum rr_failover_mode */
   uint64_t progress_timeout_ns;  /* δ: silence before a rail is blamed */
   uint64_t failback_hold_ns;     /* healthy this long before traffic returns */

@@ -85,60 +85,77 @@ static void complete_landed(rr_engine *e) {
   }
 }
 
-/* Which chunk h is, and whether it may land: the checks every write passes
- * before (TCP) or right after (verbs) it lands. RR_OK with *sub_out NULL: a
- * write of another epoch, dropped without a word. */
+/* Which chunks h carries (a group: imm_group), and whether they may land:
+ * the checks every chunk of it passes before (TCP) or right after (verbs)
+ * it lands, as if each had come alone. RR_OK with *sub_out NULL: a write of
+ * another epoch, dropped without a word. */
 static rr_status check_write(rr_engine *e, int rail, const rr_write_hdr *h, rr_recv_req **req,
-                             rr_recv_sub **sub_out, uint32_t *chunk) {
+                             rr_recv_sub **sub_out, uint32_t *first, uint32_t *nchunks, uint64_t *bytes) {
   *sub_out = NULL;
   uint32_t imm = h->imm;
   /* The 4-bit epoch is what every rail carries; rails with fence tags also
    * carry the low 16 bits, because a frame can wait in the kernel buffer of
    * a failed rail through any number of failovers. */
   if (imm_epoch(imm) != (e->epoch & 0xf)) return RR_OK;
-  if ((e->rails[rail].ep->dev->attr.caps & RR_RAIL_CAP_WRITE_BEGIN) && h->fence != (uint16_t)e->epoch)
-    return RR_OK;
+  int sees_begin = (e->rails[rail].ep->dev->attr.caps & RR_RAIL_CAP_WRITE_BEGIN) != 0;
+  if (sees_begin && h->fence != (uint16_t)e->epoch) return RR_OK;
   rr_recv_req *r = &e->rreq[imm_slot(imm)];
-  uint32_t sub = imm_sub(imm), k = imm_chunk(imm);
+  uint32_t sub = imm_sub(imm), f, n;
+  uint64_t len;
   if (!r->in_use || sub >= r->n) return engine_violation(e, rail, "a write for no posted receive (slot %u)", imm_slot(imm));
   rr_recv_sub *s = &r->sub[sub];
   const engine_cts_entry *ce = &r->cts.e[sub];
   size_t chunk_size = e->cfg.chunk_size;
-  if (k >= s->max_chunks) return engine_violation(e, rail, "chunk %u outside a %zu-byte receive", k, s->posted_size);
+  /* A rail that sees writes before they land carries no plain write for a
+   * split one to complete. */
+  if (!imm_group(imm, h->len, chunk_size, &f, &n, &len) || (sees_begin && imm_split(imm)))
+    return engine_violation(e, rail, "a split write of %u bytes", h->len);
+  if (f >= s->max_chunks || n > s->max_chunks - f)
+    return engine_violation(e, rail, "chunks %u+%u outside a %zu-byte receive", f, n, s->posted_size);
+  uint32_t k_last = f + n - 1;
   /* A rail that sees the write before it lands reports the key and address
-   * the writer named: they must be this buffer's and this chunk's. (A NIC
+   * the writer named: they must be this buffer's and this group's. (A NIC
    * placing the bytes itself checked the key against its registrations and
    * reports neither.) */
-  if (e->rails[rail].ep->dev->attr.caps & RR_RAIL_CAP_WRITE_BEGIN) {
+  if (sees_begin) {
     /* Key 0: this rail's NIC did not register the buffer (GPU memory on a
      * TCP rail, whose recv() would have the CPU write it). */
     if (h->len && !ce->rkey[rail])
       return engine_violation(e, rail, "a write over a rail whose NIC did not register the buffer");
     if (h->rkey != ce->rkey[rail]) return engine_violation(e, rail, "a write with a key the receive does not have");
-    if (h->raddr != ce->addr + (uint64_t)k * chunk_size)
-      return engine_violation(e, rail, "a write to an address chunk %u does not have", k);
+    if (h->raddr != ce->addr + (uint64_t)f * chunk_size)
+      return engine_violation(e, rail, "a write to an address chunk %u does not have", f);
   }
-  size_t off = (size_t)k * chunk_size;
-  if (imm_last(imm) ? h->len > chunk_size || h->len > s->posted_size - off : h->len != chunk_size)
-    return engine_violation(e, rail, "chunk %u of %u bytes", k, h->len);
-  if (seen_test(s, k) || r->complete || r->landed) return engine_violation(e, rail, "chunk %u again in one epoch", k);
-  if (s->expected && k >= s->expected) return engine_violation(e, rail, "chunk %u past the last one", k);
-  if (imm_last(imm) && k + 1 < s->high) return engine_violation(e, rail, "a last chunk before others");
+  /* Every group ends inside the posted size (a full chunk that is not the
+   * last can pass the end of a buffer whose size is no multiple of the
+   * chunk), and every chunk but the message's last is full: a group that
+   * is not last is whole chunks. */
+  size_t off = (size_t)f * chunk_size;
+  if (len > s->posted_size - off || (!imm_last(imm) && len != (uint64_t)n * chunk_size))
+    return engine_violation(e, rail, "chunks %u+%u of %llu bytes", f, n, (unsigned long long)len);
+  if (r->complete || r->landed) return engine_violation(e, rail, "chunk %u again in one epoch", f);
+  for (uint32_t k = f; k <= k_last; k++)
+    if (seen_test(s, k)) return engine_violation(e, rail, "chunk %u again in one epoch", k);
+  if (s->expected && k_last >= s->expected) return engine_violation(e, rail, "chunk %u past the last one", k_last);
+  if (imm_last(imm) && k_last + 1 < s->high) return engine_violation(e, rail, "a last chunk before others");
   *req = r;
   *sub_out = s;
-  *chunk = k;
+  *first = f;
+  *nchunks = n;
+  *bytes = len;
   return RR_OK;
 }
 
-/* Chunk k of s (len bytes, sent with immediate imm) is in place. */
-static void chunk_landed(rr_engine *e, rr_recv_req *r, rr_recv_sub *s, uint32_t k, uint32_t len, uint32_t imm) {
-  seen_set(s, k);
-  if (k + 1 > s->high) s->high = k + 1;
+/* Chunks [f, f + n) of s (bytes in all, sent with immediate imm) are in place. */
+static void chunks_landed(rr_engine *e, rr_recv_req *r, rr_recv_sub *s, uint32_t f, uint32_t n, uint64_t bytes,
+                          uint32_t imm) {
+  for (uint32_t k = f; k < f + n; k++) seen_set(s, k);
+  if (f + n > s->high) s->high = f + n;
   while (s->prefix < s->max_chunks && seen_test(s, s->prefix)) s->prefix++;
   if (imm_ack_now(imm)) r->ack_now = 1;
   if (imm_last(imm)) {
-    s->expected = k + 1;
-    s->size = (size_t)k * e->cfg.chunk_size + len;
+    s->expected = f + n;
+    s->size = (size_t)f * e->cfg.chunk_size + (size_t)bytes;
   }
   if (s->expected && s->prefix >= s->expected && ++r->subs_done == r->n) {
     r->landed = 1;
@@ -216,7 +233,7 @@ static rr_status land_early(rr_engine *e, rr_recv_req *r) {
   if (x->len > r->sub[sub].posted_size) return eager_misfit(e, r, sub, x->tag, x->len);
   rr_recv_sub *s = &r->sub[sub];
   if (x->len) memcpy(s->data, early_data(e, slot, best), x->len);
-  chunk_landed(e, r, s, 0, x->len, imm_encode(e->epoch, slot, (uint32_t)sub, 1, 0, 0));
+  chunks_landed(e, r, s, 0, 1, x->len, imm_encode(e->epoch, slot, (uint32_t)sub, 1, 0, 0));
   return RR_OK;
 }
 
@@ -285,27 +302,29 @@ static rr_status eager_arrived(rr_engine *e, const rr_write_hdr *h) {
 rr_status engine_recv_write_begin(rr_engine *e, int rail, rr_write_hdr *h, void **dst) {
   rr_recv_req *r;
   rr_recv_sub *s;
-  uint32_t k;
+  uint32_t f, n;
+  uint64_t bytes;
   *dst = NULL;
   if (h->flags & RR_WRITE_EAGER) return eager_begin(e, rail, h, dst);
   if (h->flags & RR_WRITE_PROBE) return engine_gray_probe_begin(e, rail, h); /* read and forgotten */
-  rr_status st = check_write(e, rail, h, &r, &s, &k);
+  rr_status st = check_write(e, rail, h, &r, &s, &f, &n, &bytes);
   if (st != RR_OK || !s) return st;
-  *dst = s->data + (size_t)k * e->cfg.chunk_size;
+  *dst = s->data + (size_t)f * e->cfg.chunk_size;
   return RR_OK;
 }
 
 rr_status engine_recv_write(rr_engine *e, int rail, const rr_write_hdr *h) {
   rr_recv_req *r;
   rr_recv_sub *s;
-  uint32_t k;
+  uint32_t f, n;
+  uint64_t bytes;
   if (h->flags & RR_WRITE_EAGER) return eager_arrived(e, h);
-  rr_status st = check_write(e, rail, h, &r, &s, &k);
+  rr_status st = check_write(e, rail, h, &r, &s, &f, &n, &bytes);
   if (st != RR_OK || !s) return st;
   /* A message the sender did not copy (a large one) needs clear-to-sends:
    * hold none back for it. */
   if (imm_ack_now(h->imm)) e->peer_eager = 0;
-  chunk_landed(e, r, s, k, h->len, h->imm);
+  chunks_landed(e, r, s, f, n, bytes, h->imm);
   return RR_OK;
 }
 

@@ -12,12 +12,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* wr_id = request index | round << 16 | epoch << 32: completions of an
- * older epoch's writes, or of an earlier round of the request (rewound, or
- * the request slot reused), are recognised and ignored: a send must count
- * as placed only the writes of the round it completes on. */
-static uint64_t wr_id_make(uint32_t idx, uint16_t gen, uint32_t epoch) {
-  return idx | (uint64_t)gen << 16 | (uint64_t)epoch << 32;
+/* wr_id = request index | round << 16 | chunks << 32 | epoch << 48:
+ * completions of an older epoch's writes, or of an earlier round of the
+ * request (rewound, or the request slot reused), are recognised and
+ * ignored: a send must count as placed only the writes of the round it
+ * completes on. A write carries a group of chunks: its completion counts
+ * them all. (16 bits of epoch: a completion cannot trail 65,536 rollbacks,
+ * as each one fences or drains the rails it went on.) */
+static uint64_t wr_id_make(uint32_t idx, uint16_t gen, uint32_t nchunks, uint32_t epoch) {
+  return idx | (uint64_t)gen << 16 | (uint64_t)(nchunks & 0xffff) << 32 | (uint64_t)(epoch & 0xffff) << 48;
 }
 
 /* Every chunk of r is in the receiver's memory and no earlier write of it
@@ -105,6 +108,34 @@ static int pick_rail(rr_engine *e, rr_send_req *r) {
     if (best < 0 || e->rails[i].vtime < e->rails[best].vtime) best = i;
   }
   return best;
+}
+
+/* How many chunks of r, from its next, go in one write on rail ri (a
+ * group, docs/protocol.md): the chunks the engine would place on ri one by
+ * one in this pass anyway, up to what one write of the rail may carry.
+ * Chain mode keeps a message on its rail, so that is all the rest; balance
+ * mode places chunk by chunk on the rail given least so far, and a group is
+ * the run of them that would land on ri. An eager write stays one chunk. */
+static uint32_t group_chunks(rr_engine *e, rr_send_req *r, int ri) {
+  const rr_rail_dev_attr *a = &e->rails[ri].ep->dev->attr;
+  size_t cs = e->cfg.chunk_size;
+  uint32_t room = r->nchunks - r->posted;
+  uint32_t max = a->write_max > cs ? (uint32_t)(a->write_max / cs) : 1;
+  /* A split group names at most IMM_SPLIT_MAX_FULL full chunks. */
+  if ((a->caps & RR_RAIL_CAP_ADAPTIVE_ROUTING) && max > IMM_SPLIT_MAX_FULL) max = IMM_SPLIT_MAX_FULL;
+  if (max > 0xffff) max = 0xffff; /* the count rides in 16 bits of wr_id */
+  if (max > room) max = room;
+  if (r->eager || max < 2) return 1;
+  if (e->cfg.failover_mode == RR_FAILOVER_CHAIN) return max;
+  uint32_t n = 1;
+  double saved = e->rails[ri].vtime;
+  while (n < max) {
+    e->rails[ri].vtime += (double)cs / e->rails[ri].weight; /* chunk n - 1 is full: another follows */
+    if (pick_rail(e, r) != ri) break;
+    n++;
+  }
+  e->rails[ri].vtime = saved;
+  return n;
 }
 
 /* After a rollback every rail carries a drain barrier of the new epoch
@@ -195,29 +226,44 @@ rr_status engine_send_post(rr_engine *e, uint64_t now) {
       e->no_carrier_since_ns = 0;
       uint32_t k = r->posted;
       size_t off = (size_t)k * e->cfg.chunk_size;
-      size_t len = r->size - off < e->cfg.chunk_size ? r->size - off : e->cfg.chunk_size;
       if (!now) now = rr_now_ns();
       rr_rail_ep *ep = e->rails[ri].ep;
+      uint32_t caps = ep->dev->attr.caps;
       /* Only a rail whose receiver places writes itself can carry an eager
        * write; elsewhere it goes as an ordinary one once its place is known
        * (its receive is no longer assumed), and waits until then. */
-      if (r->eager && !(ep->dev->attr.caps & RR_RAIL_CAP_WRITE_BEGIN)) {
+      if (r->eager && !(caps & RR_RAIL_CAP_WRITE_BEGIN)) {
         if (!seq_before(r->seq, e->known_seq)) return RR_OK;
         r->eager = 0;
       }
+      /* A forged write is one chunk, whole: its immediate names one. */
+      int forged = r->size > off && forge_due();
+      uint32_t n = forged ? 1 : group_chunks(e, r, ri);
+      size_t len = r->size - off < (size_t)n * e->cfg.chunk_size ? r->size - off : (size_t)n * e->cfg.chunk_size;
+      int last = k + n == r->nchunks;
+      /* Ack now: we hold NCCL's buffer until the ack, unless the write's
+       * completion says it is placed. */
+      int ack_now = r->bounce < 0 && (r->ack_only || !(caps & RR_RAIL_CAP_WRITE_DONE_PLACED));
+      uint32_t imm = imm_encode(e->epoch, r->seq % RR_NET_MAX_REQUESTS, r->sub, last, ack_now, k);
+      /* Adaptive routing: the group's full chunks as a plain write, the
+       * rest (under a chunk) with the immediate that completes it. */
+      size_t full = len / e->cfg.chunk_size, bulk = 0;
+      if ((caps & RR_RAIL_CAP_ADAPTIVE_ROUTING) && !r->eager && !forged && len > e->cfg.ar_threshold && full &&
+          full <= IMM_SPLIT_MAX_FULL && k < IMM_SPLIT_MAX_FIRST) {
+        bulk = full * e->cfg.chunk_size;
+        imm = imm_encode_split(e->epoch, r->seq % RR_NET_MAX_REQUESTS, r->sub, last, ack_now, k, (uint32_t)full);
+      }
       rr_write_wr wr = {
-          .wr_id = wr_id_make(idx, r->gen, e->epoch),
+          .wr_id = wr_id_make(idx, r->gen, n, e->epoch),
           .local = r->data + off,
           .len = len,
           .local_mr = r->mr ? r->mr->reg[ep->dev->index] : e->bounce_reg[ri],
           .remote_addr = r->raddr + off,
           .rkey = r->rkey[ri],
-          /* Ack now: we hold NCCL's buffer until the ack, unless the
-           * write's completion says it is placed. */
-          .imm = imm_encode(e->epoch, r->seq % RR_NET_MAX_REQUESTS, r->sub, k + 1 == r->nchunks,
-                            r->bounce < 0 && (r->ack_only || !(ep->dev->attr.caps & RR_RAIL_CAP_WRITE_DONE_PLACED)), k),
+          .imm = imm,
           .fence = (uint16_t)e->epoch,
           .post_ns = now,
+          .bulk = bulk,
       };
       if (r->eager) {
         /* One chunk (at most the bounce size) naming its receive and what
@@ -227,12 +273,12 @@ rr_status engine_send_post(rr_engine *e, uint64_t now) {
         wr.imm = imm_encode(e->epoch, r->seq % RR_NET_MAX_REQUESTS, 0, 1, 0, 0);
         wr.flags = RR_WRITE_EAGER;
       }
-      int forged = len && forge_due();
       if (forged) wr.imm |= IMM_MAX_CHUNKS - 1;
       rr_status st = ep->ops->post_write(ep, &wr);
       if (st == RR_AGAIN) return RR_OK;
       if (st == RR_OK && len) forge_count();
       if (st == RR_OK && forged) rr_counter_inc(RR_CTR_TEST_FORGED_WRITES);
+      if (st == RR_OK && bulk) rr_counter_inc(RR_CTR_SPLIT_WRITES);
       if (st == RR_OK && forged)
         RR_INFO(RR_SUB_NET, "test: write %llu to %s went with a forged immediate (RERAIL_TEST_FORGE_WRITE)",
                 (unsigned long long)rr_params_get()->test_forge_write, e->cfg.peer);
@@ -242,7 +288,7 @@ rr_status engine_send_post(rr_engine *e, uint64_t now) {
         if (engine_send_holding(e) || e->failed) return RR_OK;
         continue;
       }
-      r->posted++;
+      r->posted += n;
       e->rails[ri].vtime += (double)(len ? len : 1) / e->rails[ri].weight;
       e->rails[ri].g_posted += len;
     }
@@ -255,15 +301,19 @@ rr_status engine_send_on_write_done(rr_engine *e, uint64_t wr_id, int placed) {
   if (wr_id == ENGINE_PROBE_WR_ID) return RR_OK; /* filler measuring a demoted rail */
   uint32_t idx = (uint32_t)(wr_id & 0xffff);
   uint16_t gen = (uint16_t)(wr_id >> 16);
-  uint32_t epoch = (uint32_t)(wr_id >> 32);
+  uint32_t n = (uint32_t)(wr_id >> 32) & 0xffff;
+  uint16_t epoch = (uint16_t)(wr_id >> 48);
   if (idx >= e->sreq_cap) return RR_ERR_INTERNAL;
   rr_send_req *r = engine_sreq(e, idx);
-  /* An older epoch's write, or an earlier round's: its chunk is replayed. */
-  if (epoch != e->epoch || !r->in_use || gen != r->gen) return RR_OK;
-  if (r->transmitted < r->posted) r->transmitted++;
-  if (placed && r->placed < r->posted && ++r->placed == r->nchunks && send_placed(r)) {
-    e->stats.placed_sends++;
-    rr_counter_inc(RR_CTR_PLACED_SENDS);
+  /* An older epoch's write, or an earlier round's: its chunks are replayed. */
+  if (epoch != (uint16_t)e->epoch || !r->in_use || gen != r->gen) return RR_OK;
+  r->transmitted = r->posted - r->transmitted > n ? r->transmitted + n : r->posted;
+  if (placed && r->placed < r->posted) {
+    r->placed = r->posted - r->placed > n ? r->placed + n : r->posted;
+    if (r->placed == r->nchunks && send_placed(r)) {
+      e->stats.placed_sends++;
+      rr_counter_inc(RR_CTR_PLACED_SENDS);
+    }
   }
   return RR_OK;
 }

@@ -138,31 +138,82 @@ rr_status engine_msg_decode(const void *buf, uint32_t len, int nrails, engine_ms
                         RR_NET_MAX_RECVS * ENGINE_CTS_ENTRY(RR_MAX_RAILS))
 _Static_assert(ENGINE_MSG_MAX <= 512, "every control message fits a rail control message");
 
-/* Immediate data of a chunk write:
- *   [31:28] epoch (low 4 bits)  [27:23] slot  [22:20] sub-receive  [19] last chunk
- *   [18] ack now   [17:0] chunk index
- * The receiver derives a message's size from its last chunk:
- * size = index * chunk_size + length of that chunk.
+/* Immediate data of a write of chunks (a group: consecutive chunks of one
+ * sub-receive that went on one rail in one pass, docs/protocol.md "Group
+ * writes"):
+ *   [31:28] epoch (low 4 bits)  [27:23] slot  [22:20] sub-receive
+ *   [19] last chunk  [18] ack now  [17] split  [16:0] where the group is
+ * Whole (split 0): the write carries the group's bytes itself, and [16:0]
+ *   is its first chunk f. Its length L says how many chunks it holds:
+ *   max(1, ceil(L / chunk_size)), every one full but the message's last.
+ *   One chunk per write is the case L <= chunk_size, as before groups.
+ * Split (split 1, adaptive routing): the group's q full chunks went first
+ *   as a plain RDMA write, which the receiver never sees complete; this
+ *   write carries what is left, r < chunk_size bytes (the message's partial
+ *   last chunk, or nothing), and completes the group. [16:11] is q - 1,
+ *   [10:0] f: a split group starts below chunk IMM_SPLIT_MAX_FIRST and holds
+ *   at most IMM_SPLIT_MAX_FULL full chunks (else it goes whole).
+ * Either way the receiver knows the group's chunks and bytes from the
+ * immediate and the length alone, and derives a message's size from its
+ * last group: size = f * chunk_size + bytes of the group.
  * "Ack now" is set when the sender holds NCCL's buffer until the ack (it did
  * not copy the message into a bounce buffer): the receiver then sends the ack
  * at once instead of letting it ride with its next control message.
  * The epoch fences replays: the receiver drops writes of any other epoch. A
  * write cannot be 16 epochs old: at each rollback the rails are fenced or
  * drained before a receive completes. */
-#define IMM_CHUNK_BITS 18
+#define IMM_CHUNK_BITS 17
 #define IMM_MAX_CHUNKS (1u << IMM_CHUNK_BITS)
+#define IMM_SPLIT (1u << 17)
+#define IMM_SPLIT_FIRST_BITS 11
+#define IMM_SPLIT_MAX_FIRST (1u << IMM_SPLIT_FIRST_BITS)
+#define IMM_SPLIT_MAX_FULL (1u << (IMM_CHUNK_BITS - IMM_SPLIT_FIRST_BITS))
 
 static inline uint32_t imm_encode(uint32_t epoch, uint32_t slot, uint32_t sub, int last,
                                   int ack_now, uint32_t chunk) {
   return (epoch & 0xf) << 28 | (slot & 0x1f) << 23 | (sub & 0x7) << 20 | (last ? 1u : 0u) << 19 |
          (ack_now ? 1u : 0u) << 18 | (chunk & (IMM_MAX_CHUNKS - 1));
 }
+/* A split group: q (1..IMM_SPLIT_MAX_FULL) full chunks from first
+ * (< IMM_SPLIT_MAX_FIRST) went before as a plain write. */
+static inline uint32_t imm_encode_split(uint32_t epoch, uint32_t slot, uint32_t sub, int last, int ack_now,
+                                        uint32_t first, uint32_t q) {
+  return imm_encode(epoch, slot, sub, last, ack_now, 0) | IMM_SPLIT |
+         ((q - 1) & (IMM_SPLIT_MAX_FULL - 1)) << IMM_SPLIT_FIRST_BITS | (first & (IMM_SPLIT_MAX_FIRST - 1));
+}
 static inline uint32_t imm_epoch(uint32_t imm) { return imm >> 28; }
 static inline uint32_t imm_slot(uint32_t imm) { return (imm >> 23) & 0x1f; }
 static inline uint32_t imm_sub(uint32_t imm) { return (imm >> 20) & 0x7; }
 static inline int imm_last(uint32_t imm) { return (imm >> 19) & 1; }
 static inline int imm_ack_now(uint32_t imm) { return (imm >> 18) & 1; }
-static inline uint32_t imm_chunk(uint32_t imm) { return imm & (IMM_MAX_CHUNKS - 1); }
+static inline int imm_split(uint32_t imm) { return (imm & IMM_SPLIT) != 0; }
+/* The group's first chunk, either shape. */
+static inline uint32_t imm_chunk(uint32_t imm) {
+  return imm_split(imm) ? imm & (IMM_SPLIT_MAX_FIRST - 1) : imm & (IMM_MAX_CHUNKS - 1);
+}
+/* Split only: the full chunks that went before as a plain write. */
+static inline uint32_t imm_split_full(uint32_t imm) {
+  return ((imm >> IMM_SPLIT_FIRST_BITS) & (IMM_SPLIT_MAX_FULL - 1)) + 1;
+}
+
+/* What a write of len bytes with immediate imm carries: chunks
+ * [*first, *first + *n) and *bytes bytes of them. 0 when the shape is
+ * impossible whatever was posted (a split write with a full chunk or more
+ * behind its bulk); the receiver checks the rest against its receive. */
+static inline int imm_group(uint32_t imm, uint32_t len, size_t chunk_size, uint32_t *first, uint32_t *n,
+                            uint64_t *bytes) {
+  *first = imm_chunk(imm);
+  if (imm_split(imm)) {
+    if (len >= chunk_size) return 0;
+    uint32_t q = imm_split_full(imm);
+    *n = q + (len > 0);
+    *bytes = (uint64_t)q * chunk_size + len;
+    return 1;
+  }
+  *n = len ? (uint32_t)((len + chunk_size - 1) / chunk_size) : 1;
+  *bytes = len;
+  return 1;
+}
 
 _Static_assert(RR_NET_MAX_REQUESTS == 32, "slot field is 5 bits; RESUME_END's slot mask is 32 bits");
 _Static_assert(RR_NET_MAX_RECVS == 8, "sub-receive field is 3 bits");

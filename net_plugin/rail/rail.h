@@ -75,6 +75,12 @@ enum rr_rail_cap {
                                         * Without it, on_write_done means only that the rail is
                                         * done reading the source (TCP: the local kernel holds
                                         * the bytes; the peer process may never get them) */
+  RR_RAIL_CAP_ADAPTIVE_ROUTING = 1u << 9, /* the fabric may route a write's packets over
+                                        * several paths (an InfiniBand port, by NCCL's rule):
+                                        * the engine sends a write above RERAIL_IB_AR_THRESHOLD
+                                        * split (rr_write_wr.bulk), its bulk as a plain write
+                                        * and a small write with immediate behind it. Only a
+                                        * rail that carries rr_write_wr.bulk reports it */
 };
 
 /* Memory kinds a device can register (rr_rail_dev_attr.mem_kinds). */
@@ -99,6 +105,12 @@ typedef struct rr_rail_dev_attr {
   uint32_t caps;                       /* enum rr_rail_cap */
   uint32_t mem_kinds;                  /* enum rr_mem_kind */
   uint32_t inline_max;                 /* bytes a write may carry inline (0: none) */
+  /* Most bytes one write may carry: the engine sends consecutive chunks of a
+   * message that go on one rail together as one write up to this (a group,
+   * docs/protocol.md), so the receiver sees one arrival for them. 0: one
+   * chunk per write (TCP: a write is a frame on one stream, and a chunk per
+   * frame lets a second stream take the next chunk). */
+  uint32_t write_max;
   uint32_t max_eps;                    /* endpoints the device supports (0: no limit) */
   uint32_t addr_len;                   /* bytes of an endpoint's address blob (0: none) */
   int speed_mbps;                      /* link speed, 0 when unknown */
@@ -169,6 +181,13 @@ typedef struct rr_write_wr {
    * it as the request's start (the engine reads the clock once per batch). */
   uint64_t post_ns;
   uint8_t flags;                       /* RR_WRITE_* */
+  /* RR_RAIL_CAP_ADAPTIVE_ROUTING rails only, else 0: the first `bulk` bytes
+   * go as a plain write the receiver is not told of, and the remaining
+   * len - bulk bytes (maybe none) as the write with immediate behind it,
+   * which the receiver's arrival (len - bulk bytes long) reports for both:
+   * RC places a write with immediate only after every write before it on
+   * the queue pair. */
+  size_t bulk;
 } rr_write_wr;
 
 /* An eager write names no buffer: the writer had no clear-to-send yet, and

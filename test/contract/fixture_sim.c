@@ -99,6 +99,7 @@ static rr_status sim_open(rc_env *env) {
   w->kind[0] = verbs ? SIM_VERBS : SIM_TCP;
   w->nstreams[0] = verbs ? 1 : SIM_MAX_STREAMS;
   w->placed[0] = verbs;
+  w->ar[0] = verbs; /* split writes: the bulk lands, the arrival reports the rest */
   w->rcq_lag_ns = 20 * SIM_US;
   w->lat_ns[0] = 10 * SIM_US;
   w->jitter_ns[0] = 30 * SIM_US; /* streams overtake each other */

@@ -32,6 +32,7 @@ typedef struct rc_write {
   const char *src;
   char *dst;
   uint32_t len;
+  uint32_t bulk; /* of len, bytes sent as a plain write ahead of the immediate (adaptive routing) */
   uint32_t imm;
   int done;      /* on_write_done seen */
 } rc_write;

@@ -136,7 +136,8 @@ typedef struct sim_event {
 
 typedef struct sim_stats {
   uint64_t seeds, failed, rollbacks, violations, reconnects, ctrl_dups, splits, mid_fences, errors_expected,
-      garbled, writes, ctrls, steps, vtime_ms, sink_writes, placed_sends, claims;
+      garbled, writes, ctrls, steps, vtime_ms, sink_writes, placed_sends, claims,
+      group_writes, split_writes; /* writes of several chunks; of which split (adaptive routing) */
 } sim_stats;
 
 typedef struct sim_world {
@@ -150,6 +151,12 @@ typedef struct sim_world {
   int kind[SIM_MAX_RAILS];
   int nstreams[SIM_MAX_RAILS];
   int placed[SIM_MAX_RAILS];    /* verbs-like: RR_RAIL_CAP_WRITE_DONE_PLACED (completion = placement) */
+  /* verbs-like: rr_rail_dev_attr.write_max (bytes one write may carry: a
+   * group of chunks; 0 one chunk) and RR_RAIL_CAP_ADAPTIVE_ROUTING (groups
+   * above ar_threshold go split: a plain write and a write with immediate). */
+  uint32_t write_max[SIM_MAX_RAILS];
+  int ar[SIM_MAX_RAILS];
+  uint64_t ar_threshold;
   uint64_t rcq_lag_ns;          /* longest a placed write's arrival waits to be polled */
   uint64_t lat_ns[SIM_MAX_RAILS], jitter_ns[SIM_MAX_RAILS];
   uint32_t sq_depth;            /* writes an endpoint queues before RR_AGAIN */

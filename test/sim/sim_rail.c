@@ -213,7 +213,8 @@ sim_dev *sim_dev_open(sim_world *w, int side, int rail, int kind) {
   uint32_t caps = RR_RAIL_CAP_WRITE | RR_RAIL_CAP_WRITE_IMM;
   caps |= kind == SIM_TCP ? RR_RAIL_CAP_WRITE_BEGIN : RR_RAIL_CAP_EP_ORDERED | RR_RAIL_CAP_REG_PER_DEV;
   if (kind == SIM_VERBS && w->placed[rail]) caps |= RR_RAIL_CAP_WRITE_DONE_PLACED;
-  d->base.attr = (rr_rail_dev_attr){.caps = caps, .mem_kinds = RR_MEM_HOST};
+  if (kind == SIM_VERBS && w->ar[rail]) caps |= RR_RAIL_CAP_ADAPTIVE_ROUTING;
+  d->base.attr = (rr_rail_dev_attr){.caps = caps, .mem_kinds = RR_MEM_HOST, .write_max = w->write_max[rail]};
   return d;
 }
 
@@ -270,9 +271,14 @@ static rr_status sim_post_write(rr_rail_ep *rep, const rr_write_wr *wr) {
       return RR_ERR_INVALID;
     }
   }
-  if (wr->len > w->eng[SIM_SEND].cfg.chunk_size) {
-    sim_fail(w, "rail %d: the engine posted a write of %zu bytes (chunks are %zu)", e->pair->rail, wr->len,
-             w->eng[SIM_SEND].cfg.chunk_size);
+  /* A write carries one chunk, or a group of them up to what the device
+   * says one write may carry; only a rail with adaptive routing carries a
+   * split one (its bulk as a plain write). */
+  size_t chunk = w->eng[SIM_SEND].cfg.chunk_size, wmax = rep->dev->attr.write_max;
+  if (wr->len > (wmax > chunk ? wmax : chunk) || wr->bulk > wr->len ||
+      (wr->bulk && !(rep->dev->attr.caps & RR_RAIL_CAP_ADAPTIVE_ROUTING))) {
+    sim_fail(w, "rail %d: the engine posted a write of %zu bytes, %zu of them bulk (chunks are %zu, writes at most %zu)",
+             e->pair->rail, wr->len, wr->bulk, chunk, wmax);
     return RR_ERR_INVALID;
   }
   if (e->pair->kind == SIM_VERBS && wr->len > 0) {
@@ -285,8 +291,12 @@ static rr_status sim_post_write(rr_rail_ep *rep, const rr_write_wr *wr) {
     }
   }
   sim_item *it = item_new('W', (uint32_t)wr->len);
+  /* A split write lands whole, and its arrival reports what came with the
+   * immediate (the bulk before it has no arrival of its own). */
+  if (wr->bulk) w->st.split_writes++;
+  if (wr->len > chunk) w->st.group_writes++;
   it->hdr = (rr_write_hdr){.imm = wr->imm,
-                           .len = (uint32_t)wr->len,
+                           .len = (uint32_t)(wr->len - wr->bulk),
                            .rkey = wr->rkey,
                            .raddr = wr->remote_addr,
                            .fence = e->pair->kind == SIM_TCP ? wr->fence : 0,

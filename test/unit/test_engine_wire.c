@@ -183,11 +183,60 @@ static void malformed_is_refused(void **state) {
   assert_int_equal(engine_msg_decode(buf, len, 2, &out, &why), RR_ERR_PROTOCOL);
 }
 
+/* The immediate of a group write: both shapes name their chunks and bytes
+ * without doubt, from the immediate and the arrival's length alone. */
+static void group_immediates(void **state) {
+  (void)state;
+  const size_t cs = 128u << 10;
+  uint32_t f, n;
+  uint64_t bytes;
+  /* Whole: first chunk 5, 512 KiB: four full chunks. */
+  uint32_t imm = imm_encode(3, 17, 2, 0, 1, 5);
+  assert_false(imm_split(imm));
+  assert_int_equal(imm_epoch(imm), 3);
+  assert_int_equal(imm_slot(imm), 17);
+  assert_int_equal(imm_sub(imm), 2);
+  assert_true(imm_ack_now(imm));
+  assert_true(imm_group(imm, 4 * cs, cs, &f, &n, &bytes));
+  assert_int_equal(f, 5);
+  assert_int_equal(n, 4);
+  assert_int_equal(bytes, 4 * cs);
+  /* Whole, the message's last: 2.5 chunks are three; an empty one is one. */
+  assert_true(imm_group(imm_encode(0, 0, 0, 1, 0, 7), (uint32_t)(2 * cs + cs / 2), cs, &f, &n, &bytes));
+  assert_int_equal(n, 3);
+  assert_true(imm_group(imm_encode(0, 0, 0, 1, 0, 0), 0, cs, &f, &n, &bytes));
+  assert_int_equal(n, 1);
+  assert_int_equal(bytes, 0);
+  /* The largest chunk index a whole write names. */
+  assert_int_equal(imm_chunk(imm_encode(0, 0, 0, 0, 0, IMM_MAX_CHUNKS - 1)), IMM_MAX_CHUNKS - 1);
+  assert_false(imm_split(imm_encode(0, 0, 0, 0, 0, IMM_MAX_CHUNKS - 1)));
+  /* Split: 32 full chunks from 1000 went before; 100 bytes come with it. */
+  imm = imm_encode_split(9, 31, 7, 1, 0, IMM_SPLIT_MAX_FIRST - 1, IMM_SPLIT_MAX_FULL);
+  assert_true(imm_split(imm));
+  assert_int_equal(imm_epoch(imm), 9);
+  assert_int_equal(imm_slot(imm), 31);
+  assert_int_equal(imm_sub(imm), 7);
+  assert_true(imm_last(imm));
+  assert_false(imm_ack_now(imm));
+  assert_true(imm_group(imm, 100, cs, &f, &n, &bytes));
+  assert_int_equal(f, IMM_SPLIT_MAX_FIRST - 1);
+  assert_int_equal(n, IMM_SPLIT_MAX_FULL + 1);
+  assert_int_equal(bytes, (uint64_t)IMM_SPLIT_MAX_FULL * cs + 100);
+  /* Split with nothing behind the bulk: exactly its full chunks. */
+  assert_true(imm_group(imm_encode_split(0, 0, 0, 0, 1, 2, 3), 0, cs, &f, &n, &bytes));
+  assert_int_equal(f, 2);
+  assert_int_equal(n, 3);
+  assert_int_equal(bytes, 3 * cs);
+  /* A split write carrying a whole chunk or more is no shape at all. */
+  assert_false(imm_group(imm_encode_split(0, 0, 0, 1, 0, 0, 1), (uint32_t)cs, cs, &f, &n, &bytes));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(every_type_roundtrips),
       cmocka_unit_test(little_endian_on_the_wire),
       cmocka_unit_test(malformed_is_refused),
+      cmocka_unit_test(group_immediates),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

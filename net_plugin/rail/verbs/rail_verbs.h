@@ -60,6 +60,8 @@ typedef struct verbs_ep verbs_ep;
  * two send queues' worth for that case, at twice the memory. */
 #define VERBS_SQ_DEPTH 255
 #define VERBS_RQ_DEPTH 255
+/* Most bytes one write carries (rr_rail_dev_attr.write_max). */
+#define VERBS_WRITE_MAX (4u << 20)
 
 struct verbs_mr_cache;
 /* NCCL's registration on one device: the handle the core holds. Its keys

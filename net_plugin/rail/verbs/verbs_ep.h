@@ -36,6 +36,23 @@
 #define SLOT_INTERNAL (-2)        /* sq_entry.slot of a request of the rail's own (a credit write) */
 #define SIGNAL_EVERY 16
 #define SIGNAL_BYTES (256u << 10) /* ... or as soon as this much was written unsignalled */
+/* Receives are posted again in chained batches of this many, one doorbell
+ * each, instead of one call per receive (NCCL posts one receive per irecv;
+ * rerail's engine consumes about one per message now that a message's chunks
+ * go as one write). What it costs the queue: a QP's receive queue holds
+ * VERBS_RQ_DEPTH receives at connect and gives one up only to a request the
+ * peer's NIC sent (a write with immediate, a drain, a NOP); progress posts
+ * each again once delivered, holding back fewer than VERBS_RECV_BATCH. So
+ * it holds VERBS_RQ_DEPTH - (VERBS_RECV_BATCH - 1) = 240, less the requests
+ * that arrived since the last progress pass: the peer's engine keeps at most
+ * 32 requests (NCCL's window) of up to 8 buffers in flight, each one write
+ * per VERBS_WRITE_MAX, so at NCCL's step sizes (512 KiB-4 MiB, mostly one
+ * buffer) that is far more than arrives between two passes. Should the
+ * queue still run empty (a burst of multi-buffer receives while progress is
+ * held up), the peer's NIC retries (rnr_retry 7: without limit) until
+ * progress posts more: a delay, never a failure or a loss. */
+#define VERBS_RECV_BATCH 16
+#define VERBS_RECV_CHAIN 64       /* receives chained in one call (the connect's 255 go in 4) */
 #define RECV_TAG (1ull << 63)
 #define RECV_ID(q, i) (RECV_TAG | (uint64_t)(q) << 32 | (uint64_t)(i))
 
@@ -74,6 +91,9 @@ typedef struct verbs_qp {
   /* Counted for ever, 64 bits: a 32-bit count would wrap where the depth
    * (not a power of two) does not divide 2^32, and reuse an entry. */
   uint64_t arr_head, arr_tail;
+  /* Receive slots consumed and not posted again yet (< VERBS_RECV_BATCH). */
+  uint16_t repost[VERBS_RECV_BATCH];
+  uint32_t nrepost;
 } verbs_qp;
 
 struct verbs_ep {
@@ -191,7 +211,8 @@ rr_status verbs_ep_connect(rr_rail_ep *rep, const rr_rail_connect_args *args);
 void verbs_destroy(rr_rail_ep *rep);
 
 /* verbs_post.c */
-rr_status verbs_post_recv(verbs_ep *ep, int q, int i);
+rr_status verbs_post_recvs(verbs_ep *ep, int q, const uint16_t *slots, int n);
+rr_status verbs_recv_consumed(verbs_ep *ep, int q, int i);
 rr_status verbs_post_send(verbs_ep *ep, verbs_qp *q, struct ibv_send_wr *wr, uint64_t wr_id, uint32_t len,
                           int16_t slot, uint64_t post_ns);
 rr_status verbs_post_msg(verbs_ep *ep, verbs_qp *q, uint8_t type, uint32_t value, int reserve_nop_credit);

@@ -89,8 +89,9 @@ static rr_status open_qp(verbs_ep *ep, int k) {
                           .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE};
   if (api->modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0)
     return RR_ERR_SYSTEM;
-  for (int i = 0; i < VERBS_RQ_DEPTH; i++)
-    if (verbs_post_recv(ep, k, i) != RR_OK) return RR_ERR_SYSTEM;
+  uint16_t slots[VERBS_RQ_DEPTH];
+  for (int i = 0; i < VERBS_RQ_DEPTH; i++) slots[i] = (uint16_t)i;
+  if (verbs_post_recvs(ep, k, slots, VERBS_RQ_DEPTH) != RR_OK) return RR_ERR_SYSTEM;
   return RR_OK;
 }
 

@@ -338,6 +338,10 @@ rr_status rr_verbs_dev_open(int index, const rr_verbs_port *port, rr_rail_dev **
               RR_RAIL_CAP_CONNECT_MAY_BLOCK | RR_RAIL_CAP_WRITE_DONE_PLACED, /* RC: a write completes once acknowledged */
       .mem_kinds = verbs_mem_kinds(api, h->ctx, rr_verbs_sysfs_root()),
       .inline_max = 0,
+      /* Chunks that go together leave as one write (one receive completion
+       * at the peer): up to NCCL's own step size and more (its buffer is
+       * 4 MiB per channel), small beside what a QP may write at once. */
+      .write_max = VERBS_WRITE_MAX,
       .max_eps = verbs_max_eps(h),
       .addr_len = RR_VERBS_ADDR_LEN,
       .speed_mbps = port->speed_mbps,
@@ -345,6 +349,11 @@ rr_status rr_verbs_dev_open(int index, const rr_verbs_port *port, rr_rail_dev **
   /* Test knob: host memory typed NCCL_PTR_CUDA is registered with the
    * ordinary call and treated as GPU memory everywhere else. */
   if (rr_params_get()->test_host_as_gpu) h->base.attr.mem_kinds |= RR_MEM_CUDA;
+  /* NCCL's rule for adaptive routing: InfiniBand ports have it, RoCE ports
+   * not, unless the operator says. */
+  int ar = rr_params_get()->ib_adaptive_routing;
+  if (ar < 0 ? port->link_layer == IBV_LINK_LAYER_INFINIBAND : ar == 1)
+    h->base.attr.caps |= RR_RAIL_CAP_ADAPTIVE_ROUTING;
   uint32_t k = h->base.attr.mem_kinds;
   RR_INFO(RR_SUB_INIT | RR_SUB_NET, "verbs %s: GPU memory by address (GPUDirect RDMA): %s; by DMA-BUF: %s",
           port->dev_name, k & RR_MEM_CUDA ? "yes" : "no (no nvidia-peermem)",

@@ -131,7 +131,7 @@ static rr_status on_arrival(verbs_ep *ep, int q, const struct ibv_wc *wc, uint64
     if (wc->byte_len != MSG_HDR || b[1] || b[2] || b[3] || (b[0] != MSG_DRAIN && b[0] != MSG_NOP))
       return verbs_ep_fail(ep, RR_ERR_PROTOCOL, "a malformed message");
     if (b[0] == MSG_NOP)
-      return verbs_post_recv(ep, q, (int)i) == RR_OK ? RR_OK : verbs_ep_fail(ep, RR_ERR_RAIL, "cannot repost a receive");
+      return verbs_recv_consumed(ep, q, (int)i) == RR_OK ? RR_OK : verbs_ep_fail(ep, RR_ERR_RAIL, "cannot repost a receive");
   } else if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
     if (ep->base.tel_rx) rr_tel_record(ep->base.tel_rx, now, now, wc->byte_len);
   } else {
@@ -167,7 +167,7 @@ static rr_status deliver(verbs_ep *ep, uint64_t now) {
     }
     if (st != RR_OK) return verbs_ep_fail(ep, st, "rejected by the engine");
     ep->rs.rx_ops++;
-    if (verbs_post_recv(ep, q, i) != RR_OK) return verbs_ep_fail(ep, RR_ERR_RAIL, "cannot repost a receive");
+    if (verbs_recv_consumed(ep, q, i) != RR_OK) return verbs_ep_fail(ep, RR_ERR_RAIL, "cannot repost a receive");
   }
 }
 

@@ -3,7 +3,8 @@
 # three times (verbs_harness.sh): across a NIC going down and up (the receiver flushing every
 # receive by RDMA reads, as for GPU memory), across a rail going silent (RoCE dropped, links and
 # ports up), then the NIC case again with two QPs per rail (RERAIL_IB_QPS_PER_RAIL=2: chunks
-# spread over both, put back in order); then orderly closes (verbs_close.sh: one side closes as
+# spread over both, put back in order) and adaptive routing forced on (RERAIL_IB_ADAPTIVE_ROUTING=1:
+# writes above 8 KiB go split, a plain RDMA WRITE and a write with immediate, on rxe); then orderly closes (verbs_close.sh: one side closes as
 # soon as its schedule is done, 10 runs each way, zero errors); then GPU memory
 # (verbs_gpu_mem.sh: buffers registered as NCCL_PTR_CUDA with RERAIL_TEST_HOST_AS_GPU=1 and
 # PROT_NONE while the plugin owns them, 0 B..4 MiB, pure verbs and a TCP+verbs pool: nothing
@@ -20,7 +21,7 @@ fi
 exec "$here/rxelab.sh" run --timeout 270 -- bash -c '
   "$0" "$1" "$2" "$3" link gpuflush; link=$?
   "$0" "$1" "$2" "$3" silent; silent=$?
-  RERAIL_IB_QPS_PER_RAIL=2 "$0" "$1" "$2" "$3" link; qps=$?
+  RERAIL_IB_QPS_PER_RAIL=2 RERAIL_IB_ADAPTIVE_ROUTING=1 "$0" "$1" "$2" "$3" link; qps=$?
   "$4" "$1" "$2" 10; close=$?
   "$5" "$1" "$2"; gpumem=$?
   "$6" "$1" "$2"; qos=$?

@@ -11,6 +11,9 @@
 #    if it had landed in GPU memory: real RDMA reads on its loopback flush QPs, each flush
 #    request done only when its read completed; without, no flush request at all.
 #  - with RERAIL_IB_QPS_PER_RAIL=N > 1 in the environment: both ends report N QPs per rail.
+#  - with RERAIL_IB_ADAPTIVE_ROUTING=1 in the environment, the sender sent writes split (a plain
+#    RDMA WRITE of the bulk, then a write with immediate); without it (RoCE: NCCL's rule says
+#    off), none.
 #
 # usage: verbs_harness.sh HARNESS PLUGIN_DIR [SECONDS [FAULT [FLUSH]]]
 #   FAULT: link (default: ip link set vethA0 down, then up) or silent (RoCE on rail 0 dropped by
@@ -71,6 +74,12 @@ if [ "$qps" -gt 1 ]; then
     else bad "$side: RERAIL_IB_QPS_PER_RAIL=$qps not in use"; fi
   done
 fi
+splits=$(hcount "$work/client.log" split_writes_total)
+if [ "${RERAIL_IB_ADAPTIVE_ROUTING:-}" = 1 ]; then
+  if [ "$splits" -ge 1 ] 2>/dev/null; then ok "adaptive routing: $splits write(s) sent split"
+  else bad "adaptive routing forced on, but no write sent split ($splits)"; fi
+elif [ "$splits" = 0 ]; then ok "RoCE: no write sent split"
+else bad "RoCE without adaptive routing, yet $splits write(s) sent split"; fi
 if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ]; then ok "traffic completed, every byte checked ($(grep -ho 'received: .*GB/s' "$work/server.log" | head -1))"
 else bad "client exit $crc, server exit $src"; fi
 fo=$(hcount "$work/client.log" failovers_total) fb=$(hcount "$work/client.log" failbacks_total)
