@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "rr_params.h"
-#include "verbs_dev.h"
+#include "verbs_ports.h"
 
 int main(int argc, char **argv) {
   int require_lib = argc > 1 && !strcmp(argv[1], "--require-lib");
