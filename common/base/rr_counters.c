@@ -5,6 +5,11 @@
 
 _Atomic uint64_t rr_counter_values[RR_CTR_COUNT];
 
+#define VIOLATION_HELP                                                                               \
+  "Peer input that broke the wire protocol, by kind (no_receive, chunk_index, length, duplicate, "  \
+  "key, address, malformed, window, claim, direction, epoch, overflow); each failed the rail it "   \
+  "came on over."
+
 #define LISTEN_HELP                                                                                  \
   "Connections the process's listeners refused, by reason: per_source_cap, crowded_out, "            \
   "no_handshake, closed, not_rerail, setup_version, malformed, wrong_secret, stale_reconnect, "      \
@@ -15,8 +20,20 @@ _Atomic uint64_t rr_counter_values[RR_CTR_COUNT];
   "drain_with_payload, unknown_type); each failed the rail it came on over."
 
 static const rr_counter_info infos[] = {
-    [RR_CTR_PROTOCOL_VIOLATIONS] = {"protocol_violations_total",
-                                    "Peer input that broke the wire protocol; each failed the rail it came on over.", NULL, NULL, 1},
+#define VIOLATION(v) "protocol_violations_total", VIOLATION_HELP, "kind", v, 1
+    [RR_CTR_VIOL_NO_RECEIVE] = {VIOLATION("no_receive")},
+    [RR_CTR_VIOL_CHUNK_INDEX] = {VIOLATION("chunk_index")},
+    [RR_CTR_VIOL_LENGTH] = {VIOLATION("length")},
+    [RR_CTR_VIOL_DUPLICATE] = {VIOLATION("duplicate")},
+    [RR_CTR_VIOL_KEY] = {VIOLATION("key")},
+    [RR_CTR_VIOL_ADDRESS] = {VIOLATION("address")},
+    [RR_CTR_VIOL_MALFORMED] = {VIOLATION("malformed")},
+    [RR_CTR_VIOL_WINDOW] = {VIOLATION("window")},
+    [RR_CTR_VIOL_CLAIM] = {VIOLATION("claim")},
+    [RR_CTR_VIOL_DIRECTION] = {VIOLATION("direction")},
+    [RR_CTR_VIOL_EPOCH] = {VIOLATION("epoch")},
+    [RR_CTR_VIOL_OVERFLOW] = {VIOLATION("overflow")},
+#undef VIOLATION
     [RR_CTR_ROLLBACKS] = {"rollbacks_total",
                           "Rollback epochs started (receiving connections) or adopted (sending connections).", NULL, NULL, 1},
     [RR_CTR_CLOSES_OWED] = {"closes_owed_total",

@@ -16,7 +16,21 @@
 #include <stdint.h>
 
 typedef enum rr_counter {
-  RR_CTR_PROTOCOL_VIOLATIONS = 0, /* peer input that broke the wire protocol (rail failed over) */
+  /* Peer input that broke the wire protocol, by kind (one family, label
+   * kind; engine.h's engine_violation_kind says what each is); each failed
+   * the rail it came on over. */
+  RR_CTR_VIOL_NO_RECEIVE = 0,     /* a write for no posted receive */
+  RR_CTR_VIOL_CHUNK_INDEX,        /* a chunk index the receive cannot have */
+  RR_CTR_VIOL_LENGTH,             /* a write of a length its place cannot have */
+  RR_CTR_VIOL_DUPLICATE,          /* a chunk or eager message twice in one epoch */
+  RR_CTR_VIOL_KEY,                /* a write with a key the receive does not have */
+  RR_CTR_VIOL_ADDRESS,            /* a write to an address its chunk does not have */
+  RR_CTR_VIOL_MALFORMED,          /* a message that does not decode */
+  RR_CTR_VIOL_WINDOW,             /* a sequence number outside the receive window */
+  RR_CTR_VIOL_CLAIM,              /* a placement claim that cannot be true */
+  RR_CTR_VIOL_DIRECTION,          /* data or control the connection's role never receives */
+  RR_CTR_VIOL_EPOCH,              /* a failure notice from a future epoch */
+  RR_CTR_VIOL_OVERFLOW,           /* more early copies than the early buffer holds */
   RR_CTR_ROLLBACKS,               /* epochs started (receiver) or adopted (sender) */
   RR_CTR_CLOSES_OWED,             /* closes that gave up with something owed undelivered */
   RR_CTR_PARKED_SENDS,            /* eager sends parked (no receive with their tag) */
