@@ -73,6 +73,27 @@ static const rr_counter_info infos[] = {
     [RR_CTR_TCP_BAD_DRAIN] = {TCP_BAD("drain_with_payload")},
     [RR_CTR_TCP_BAD_TYPE] = {TCP_BAD("unknown_type")},
 #undef TCP_BAD
+    [RR_CTR_VERBS_LIB_UNUSABLE] = {"verbs_library_unusable_total",
+                                   "1 when libibverbs could not be loaded: no verbs devices, every rail runs TCP.",
+                                   NULL, NULL, 1},
+    [RR_CTR_VERBS_DEVICES_OPENED] = {"verbs_devices_opened_total", "RDMA ports opened as devices on the verbs rail.",
+                                     NULL, NULL, 1},
+    [RR_CTR_VERBS_ENDPOINTS_CONNECTED] = {"verbs_endpoints_connected_total",
+                                          "Verbs rail endpoints connected to their peer (reconnects included).",
+                                          NULL, NULL, 1},
+    [RR_CTR_VERBS_QPS_CONNECTED] = {"verbs_queue_pairs_connected_total",
+                                    "Queue pairs of those endpoints: RERAIL_IB_QPS_PER_RAIL each when both ends offer it.",
+                                    NULL, NULL, 1},
+    [RR_CTR_VERBS_REGISTRATIONS] = {"verbs_registrations_total",
+                                    "Buffers registered with an RDMA NIC (each pins its pages).", NULL, NULL, 1},
+    [RR_CTR_VERBS_REGISTRATIONS_AFTER_DOWN] = {"verbs_registrations_after_down_total",
+                                               "Buffers registered with an RDMA NIC after a NIC or rail of the "
+                                               "process went down: 0 when every buffer was registered on every NIC "
+                                               "up front, as it should be.", NULL, NULL, 1},
+    [RR_CTR_VERBS_FLUSH_READS] = {"verbs_flush_reads_total",
+                                  "RDMA reads completed to flush receives into GPU memory.", NULL, NULL, 1},
+    [RR_CTR_FLUSH_REQUESTS] = {"flush_requests_total",
+                               "Flush requests handed to NCCL for receives into GPU memory.", NULL, NULL, 1},
     /* A test knob's: a test that forges a write must know it did (else it
      * proves nothing); no dashboard wants it. */
     [RR_CTR_TEST_FORGED_WRITES] = {"test_forged_writes_total",

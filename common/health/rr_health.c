@@ -18,6 +18,8 @@ static struct { rr_health_sink_fn fn; void *arg; } sinks[MAX_SINKS];
 static int nsinks;
 /* Lock-free: each NIC's link state, written on a change, read by every engine's tick. */
 static _Atomic int nic_state[MAX_NICS];
+/* Whether any NIC or rail of the process was reported down since load. */
+static _Atomic int down_seen;
 /* The pooled NICs' names (rr_health_nics_set); read by the telemetry exporter. */
 /* guards: nic_names, nnic_names, nic_transport; a leaf. */
 static pthread_mutex_t names_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -90,6 +92,8 @@ void rr_health_report(rr_health_event *ev) {
   }
   if (ev->kind == RR_HEV_NIC_STATE && ev->dev >= 0 && ev->dev < MAX_NICS)
     atomic_store(&nic_state[ev->dev], (int)ev->state);
+  if ((ev->kind == RR_HEV_NIC_STATE || ev->kind == RR_HEV_RAIL_STATE) && ev->state == RR_LINK_DOWN)
+    atomic_store(&down_seen, 1);
   /* Counted here, where every transport's events pass, for tests that run
    * without telemetry (the .prom file has them per NIC and peer). */
   if (ev->kind == RR_HEV_FAILOVER) rr_counter_inc(RR_CTR_FAILOVERS);
@@ -132,6 +136,8 @@ rr_link_state rr_health_nic_get(int dev) {
   if (dev < 0 || dev >= MAX_NICS) return RR_LINK_UP;
   return (rr_link_state)atomic_load(&nic_state[dev]);
 }
+
+int rr_health_down_seen(void) { return atomic_load(&down_seen); }
 
 void rr_health_nics_set(const char *const *names, int count) {
   if (count < 0 || !names) count = 0;

@@ -72,6 +72,11 @@ void rr_health_nic_state(int dev, const char *ifname, rr_link_state st, const ch
 /* This process's last known state of local NIC dev (RR_LINK_UP when never reported). */
 rr_link_state rr_health_nic_get(int dev);
 
+/* 1 once a NIC or a rail of this process was reported down (NIC_STATE or
+ * RAIL_STATE into RR_LINK_DOWN), for counting what happens after the first
+ * failure (verbs registrations: none should). */
+int rr_health_down_seen(void);
+
 /* The local NICs this process pools, by device index: dashboards must show a
  * healthy NIC's state too, not only the ones that reported a change. Set once
  * the plugin knows its devices (rr_health_table_start does it); a later call
