@@ -11,7 +11,7 @@
 #include "verbs_ep.h"
 #include "rr_clock.h"
 #include "rr_counters.h"
-#include "rr_health.h"
+#include "rr_nic_state.h"
 #include "rr_log.h"
 #include "rr_params.h"
 
