@@ -23,7 +23,7 @@
 #              and counts a failover; promtool clean; the run ends with zero
 #              errors (every byte checked)
 #   log_paths  the plugin names its sources in log lines relative to the
-#              project (common/rr_health.c), not by the build machine's path
+#              project (common/health/rr_health_bus.c), not by the build machine's path
 #
 # Needs root (the lab), promtool and prometheus-node-exporter
 # (tools/install-deps.sh). A lab named after $RERAIL_LAB (default rrts) and
