@@ -39,6 +39,7 @@
 #include "engine.h"
 #include "rail_verbs.h"
 #include "verbs_ep.h" /* RECV_TAG: a receive completion's wr_id */
+#include "rr_counters.h"
 #include "rr_params.h"
 #include "verbs_ring.h"
 
@@ -702,8 +703,12 @@ static uint8_t *ring_of(world *w, int i) {
 static int setup_pair2(void **state) {
   set_qps("1");
   int rc = setup(state);
+  uint64_t eps = rr_counter_get(RR_CTR_VERBS_ENDPOINTS_CONNECTED), qps = rr_counter_get(RR_CTR_VERBS_QPS_CONNECTED);
   open_pair(*state, "2");
   assert_int_equal(nqps, 4);
+  /* The counters the lab decides on (and an operator reads) say the same: two endpoints, two QPs each. */
+  assert_int_equal(rr_counter_get(RR_CTR_VERBS_ENDPOINTS_CONNECTED) - eps, 2);
+  assert_int_equal(rr_counter_get(RR_CTR_VERBS_QPS_CONNECTED) - qps, 4);
   return rc;
 }
 
