@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "rr_health.h"
+#include "rr_nic_state.h"
 
 static double now_ns(void) {
   struct timespec ts;

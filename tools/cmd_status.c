@@ -19,7 +19,7 @@
  * host (no table, or only rows of processes that are gone): that is a normal
  * state of a host, not an error. 1 when the table exists but cannot be read
  * or cannot be trusted; 2 for bad usage. */
-#include "rr_health.h"
+#include "rr_nic_state.h"
 #include "rr_health_table.h"
 #include "status_transport.h"
 #include "status_where.h"

@@ -5,6 +5,11 @@
 
 _Atomic uint64_t rr_counter_values[RR_CTR_COUNT];
 
+#define VIOLATION_HELP                                                                               \
+  "Peer input that broke the wire protocol, by kind (no_receive, chunk_index, length, duplicate, "  \
+  "key, address, malformed, window, claim, direction, epoch, overflow); each failed the rail it "   \
+  "came on over."
+
 #define LISTEN_HELP                                                                                  \
   "Connections the process's listeners refused, by reason: per_source_cap, crowded_out, "            \
   "no_handshake, closed, not_rerail, setup_version, malformed, wrong_secret, stale_reconnect, "      \
@@ -15,8 +20,20 @@ _Atomic uint64_t rr_counter_values[RR_CTR_COUNT];
   "drain_with_payload, unknown_type); each failed the rail it came on over."
 
 static const rr_counter_info infos[] = {
-    [RR_CTR_PROTOCOL_VIOLATIONS] = {"protocol_violations_total",
-                                    "Peer input that broke the wire protocol; each failed the rail it came on over.", NULL, NULL, 1},
+#define VIOLATION(v) "protocol_violations_total", VIOLATION_HELP, "kind", v, 1
+    [RR_CTR_VIOL_NO_RECEIVE] = {VIOLATION("no_receive")},
+    [RR_CTR_VIOL_CHUNK_INDEX] = {VIOLATION("chunk_index")},
+    [RR_CTR_VIOL_LENGTH] = {VIOLATION("length")},
+    [RR_CTR_VIOL_DUPLICATE] = {VIOLATION("duplicate")},
+    [RR_CTR_VIOL_KEY] = {VIOLATION("key")},
+    [RR_CTR_VIOL_ADDRESS] = {VIOLATION("address")},
+    [RR_CTR_VIOL_MALFORMED] = {VIOLATION("malformed")},
+    [RR_CTR_VIOL_WINDOW] = {VIOLATION("window")},
+    [RR_CTR_VIOL_CLAIM] = {VIOLATION("claim")},
+    [RR_CTR_VIOL_DIRECTION] = {VIOLATION("direction")},
+    [RR_CTR_VIOL_EPOCH] = {VIOLATION("epoch")},
+    [RR_CTR_VIOL_OVERFLOW] = {VIOLATION("overflow")},
+#undef VIOLATION
     [RR_CTR_ROLLBACKS] = {"rollbacks_total",
                           "Rollback epochs started (receiving connections) or adopted (sending connections).", NULL, NULL, 1},
     [RR_CTR_CLOSES_OWED] = {"closes_owed_total",
@@ -59,6 +76,27 @@ static const rr_counter_info infos[] = {
     [RR_CTR_TCP_BAD_DRAIN] = {TCP_BAD("drain_with_payload")},
     [RR_CTR_TCP_BAD_TYPE] = {TCP_BAD("unknown_type")},
 #undef TCP_BAD
+    [RR_CTR_VERBS_LIB_UNUSABLE] = {"verbs_library_unusable_total",
+                                   "1 when libibverbs could not be loaded: no verbs devices, every rail runs TCP.",
+                                   NULL, NULL, 1},
+    [RR_CTR_VERBS_DEVICES_OPENED] = {"verbs_devices_opened_total", "RDMA ports opened as devices on the verbs rail.",
+                                     NULL, NULL, 1},
+    [RR_CTR_VERBS_ENDPOINTS_CONNECTED] = {"verbs_endpoints_connected_total",
+                                          "Verbs rail endpoints connected to their peer (reconnects included).",
+                                          NULL, NULL, 1},
+    [RR_CTR_VERBS_QPS_CONNECTED] = {"verbs_queue_pairs_connected_total",
+                                    "Queue pairs of those endpoints: RERAIL_IB_QPS_PER_RAIL each when both ends offer it.",
+                                    NULL, NULL, 1},
+    [RR_CTR_VERBS_REGISTRATIONS] = {"verbs_registrations_total",
+                                    "Buffers registered with an RDMA NIC (each pins its pages).", NULL, NULL, 1},
+    [RR_CTR_VERBS_REGISTRATIONS_AFTER_DOWN] = {"verbs_registrations_after_down_total",
+                                               "Buffers registered with an RDMA NIC after a NIC or rail of the "
+                                               "process went down: 0 when every buffer was registered on every NIC "
+                                               "up front, as it should be.", NULL, NULL, 1},
+    [RR_CTR_VERBS_FLUSH_READS] = {"verbs_flush_reads_total",
+                                  "RDMA reads completed to flush receives into GPU memory.", NULL, NULL, 1},
+    [RR_CTR_FLUSH_REQUESTS] = {"flush_requests_total",
+                               "Flush requests handed to NCCL for receives into GPU memory.", NULL, NULL, 1},
     /* A test knob's: a test that forges a write must know it did (else it
      * proves nothing); no dashboard wants it. */
     [RR_CTR_TEST_FORGED_WRITES] = {"test_forged_writes_total",

@@ -16,7 +16,21 @@
 #include <stdint.h>
 
 typedef enum rr_counter {
-  RR_CTR_PROTOCOL_VIOLATIONS = 0, /* peer input that broke the wire protocol (rail failed over) */
+  /* Peer input that broke the wire protocol, by kind (one family, label
+   * kind; engine.h's engine_violation_kind says what each is); each failed
+   * the rail it came on over. */
+  RR_CTR_VIOL_NO_RECEIVE = 0,     /* a write for no posted receive */
+  RR_CTR_VIOL_CHUNK_INDEX,        /* a chunk index the receive cannot have */
+  RR_CTR_VIOL_LENGTH,             /* a write of a length its place cannot have */
+  RR_CTR_VIOL_DUPLICATE,          /* a chunk or eager message twice in one epoch */
+  RR_CTR_VIOL_KEY,                /* a write with a key the receive does not have */
+  RR_CTR_VIOL_ADDRESS,            /* a write to an address its chunk does not have */
+  RR_CTR_VIOL_MALFORMED,          /* a message that does not decode */
+  RR_CTR_VIOL_WINDOW,             /* a sequence number outside the receive window */
+  RR_CTR_VIOL_CLAIM,              /* a placement claim that cannot be true */
+  RR_CTR_VIOL_DIRECTION,          /* data or control the connection's role never receives */
+  RR_CTR_VIOL_EPOCH,              /* a failure notice from a future epoch */
+  RR_CTR_VIOL_OVERFLOW,           /* more early copies than the early buffer holds */
   RR_CTR_ROLLBACKS,               /* epochs started (receiver) or adopted (sender) */
   RR_CTR_CLOSES_OWED,             /* closes that gave up with something owed undelivered */
   RR_CTR_PARKED_SENDS,            /* eager sends parked (no receive with their tag) */
@@ -47,6 +61,16 @@ typedef enum rr_counter {
   RR_CTR_TCP_BAD_CONTROL_SIZE,    /* a control frame over the control message size */
   RR_CTR_TCP_BAD_DRAIN,           /* a drain marker with a payload */
   RR_CTR_TCP_BAD_TYPE,            /* an unknown frame type */
+  /* What the verbs rail did: facts an operator asks about (and the lab
+   * tests decide on) that were only in the log. */
+  RR_CTR_VERBS_LIB_UNUSABLE,      /* libibverbs could not be loaded (at most 1: tried once) */
+  RR_CTR_VERBS_DEVICES_OPENED,    /* RDMA ports opened as devices on the verbs rail */
+  RR_CTR_VERBS_ENDPOINTS_CONNECTED, /* verbs endpoints connected to their peer */
+  RR_CTR_VERBS_QPS_CONNECTED,     /* their queue pairs (RERAIL_IB_QPS_PER_RAIL each, when both ends agree) */
+  RR_CTR_VERBS_REGISTRATIONS,     /* buffers registered with a NIC (ibv_reg_mr and its variants) */
+  RR_CTR_VERBS_REGISTRATIONS_AFTER_DOWN, /* of those, registered after a NIC or rail of the process went down */
+  RR_CTR_VERBS_FLUSH_READS,       /* flush reads (RDMA reads behind a GPU receive) completed */
+  RR_CTR_FLUSH_REQUESTS,          /* flush requests handed to NCCL (receives into GPU memory) */
   RR_CTR_TEST_FORGED_WRITES,      /* writes forged by RERAIL_TEST_FORGE_WRITE (tests only) */
   RR_CTR_COUNT
 } rr_counter;
@@ -67,6 +91,10 @@ extern _Atomic uint64_t rr_counter_values[RR_CTR_COUNT];
 
 static inline void rr_counter_inc(rr_counter c) {
   atomic_fetch_add_explicit(&rr_counter_values[c], 1, memory_order_relaxed);
+}
+
+static inline void rr_counter_add(rr_counter c, uint64_t n) {
+  atomic_fetch_add_explicit(&rr_counter_values[c], n, memory_order_relaxed);
 }
 
 uint64_t rr_counter_get(rr_counter c);

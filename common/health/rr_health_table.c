@@ -114,23 +114,30 @@ uint64_t rr_ht_realtime_ns(void) {
 
 #define COPY_TRIES 256
 
-int rr_ht_pread_full(int fd, void *buf, size_t len, uint64_t off) {
+/* pread_full with the errno as the result (0: none), for row_pread's callers. */
+static int pread_errno(int fd, void *buf, size_t len, uint64_t off) {
   unsigned char *p = buf;
   while (len) {
     ssize_t n = pread(fd, p, len, (off_t)off);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return -errno;
-    if (n == 0) return -ENODATA; /* the file ends before the range does */
+    if (n < 0) return errno;
+    if (n == 0) return ENODATA; /* the file ends before the range does */
     p += n, off += (uint64_t)n, len -= (size_t)n;
   }
   return 0;
 }
 
+rr_status rr_ht_pread_full(int fd, void *buf, size_t len, uint64_t off, int *err) {
+  int e = pread_errno(fd, buf, len, off);
+  if (err) *err = e;
+  return e ? RR_ERR_SYSTEM : RR_OK;
+}
+
 int rr_ht_row_pread(int fd, uint64_t off, size_t nwords, uint64_t *out) {
   for (int t = 0; t < COPY_TRIES; t++) {
     uint64_t s1, s2;
-    int rc = rr_ht_pread_full(fd, &s1, sizeof s1, off);
-    if (rc) return rc;
+    int rc = pread_errno(fd, &s1, sizeof s1, off);
+    if (rc) return -rc;
     if (s1 & 1) {
       /* A writer is inside: it finishes in microseconds unless it was
        * preempted, so let it run rather than spin against it. */
@@ -138,9 +145,9 @@ int rr_ht_row_pread(int fd, uint64_t off, size_t nwords, uint64_t *out) {
       continue;
     }
     atomic_thread_fence(memory_order_acquire);
-    if ((rc = rr_ht_pread_full(fd, out, nwords * 8, off))) return rc;
+    if ((rc = pread_errno(fd, out, nwords * 8, off))) return -rc;
     atomic_thread_fence(memory_order_acquire);
-    if ((rc = rr_ht_pread_full(fd, &s2, sizeof s2, off))) return rc;
+    if ((rc = pread_errno(fd, &s2, sizeof s2, off))) return -rc;
     if (s1 == s2) {
       out[0] = s1;
       return 1;
@@ -164,9 +171,11 @@ static int vm_copy(void *dst, const void *src, size_t len, int to_map) {
   }
 }
 
-int rr_ht_map_safe_probe(const void *map) {
+rr_status rr_ht_map_safe_probe(const void *map, int *err) {
   uint64_t w;
-  return vm_copy(&w, map, sizeof w, 0);
+  int rc = vm_copy(&w, map, sizeof w, 0);
+  if (err) *err = -rc;
+  return rc ? RR_ERR_UNSUPPORTED : RR_OK;
 }
 
 int rr_ht_row_publish(rr_ht_word *row, size_t nwords, const uint64_t *src, uint64_t owner,
@@ -265,18 +274,18 @@ rr_ht_problem rr_ht_header_check(const rr_ht_header *h, uint64_t file_size, char
   return RR_HT_FINE;
 }
 
-int rr_ht_resolve_group(const char *g, gid_t *gid) {
+rr_status rr_ht_resolve_group(const char *g, gid_t *gid) {
   char *end;
   unsigned long v = strtoul(g, &end, 10);
   if (*g && !*end) {
     *gid = (gid_t)v;
-    return 0;
+    return RR_OK;
   }
   struct group grp, *res = NULL;
   char buf[4096];
-  if (getgrnam_r(g, &grp, buf, sizeof buf, &res) != 0 || !res) return -1;
+  if (getgrnam_r(g, &grp, buf, sizeof buf, &res) != 0 || !res) return RR_ERR_INVALID;
   *gid = res->gr_gid;
-  return 0;
+  return RR_OK;
 }
 
 /* ---- who may use a file ------------------------------------------------------ */
@@ -307,7 +316,7 @@ rr_ht_refusal rr_ht_trust(const struct stat *st, uid_t euid, const char *group) 
   if (st->st_mode & S_IWOTH) return RR_HT_REFUSED_OTHER_WRITABLE;
   if (st->st_uid == euid) return RR_HT_TRUSTED;
   gid_t gid;
-  if (!group || !*group || rr_ht_resolve_group(group, &gid) != 0 || st->st_gid != gid)
+  if (!group || !*group || rr_ht_resolve_group(group, &gid) != RR_OK || st->st_gid != gid)
     return RR_HT_REFUSED_OWNER;
   if ((st->st_mode & 07777) != RR_HT_GROUP_MODE) return RR_HT_REFUSED_GROUP_MODE;
   return RR_HT_TRUSTED;
@@ -358,32 +367,39 @@ rr_ht_problem rr_ht_fd_check(int fd, const char *group, uint64_t *size, char *de
 
 /* ---- process identity ------------------------------------------------------- */
 
-int rr_ht_proc_stat(pid_t pid, uint64_t *start_time, char *state) {
+/* proc_stat with the errno as the result (0: none). */
+static int proc_stat_errno(pid_t pid, uint64_t *start_time, char *state) {
   char path[64], buf[1024];
   snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -errno;
+  if (fd < 0) return errno;
   ssize_t n = read(fd, buf, sizeof buf - 1);
   int err = errno;
   close(fd);
-  if (n <= 0) return n < 0 ? -err : -EIO;
+  if (n <= 0) return n < 0 ? err : EIO;
   buf[n] = '\0';
   /* comm (field 2) may hold spaces and parentheses: fields restart after the
    * last ')'. There: state is field 3, starttime field 22. */
   char *p = strrchr(buf, ')');
-  if (!p || p[1] != ' ') return -EIO;
+  if (!p || p[1] != ' ') return EIO;
   p += 2;
   if (state) *state = *p;
   for (int field = 3; field < 22; field++) {
     p = strchr(p, ' ');
-    if (!p) return -EIO;
+    if (!p) return EIO;
     p++;
   }
   char *end;
   unsigned long long v = strtoull(p, &end, 10);
-  if (end == p) return -EIO;
+  if (end == p) return EIO;
   if (start_time) *start_time = v;
   return 0;
+}
+
+rr_status rr_ht_proc_stat(pid_t pid, uint64_t *start_time, char *state, int *err) {
+  int e = proc_stat_errno(pid, start_time, state);
+  if (err) *err = e;
+  return e ? RR_ERR_SYSTEM : RR_OK;
 }
 
 uint64_t rr_ht_self_pid_ns(void) {
@@ -397,9 +413,10 @@ int rr_ht_owner_alive(uint64_t owner) {
   if (kill(pid, 0) != 0 && errno == ESRCH) return 0;
   uint64_t start;
   char state;
-  int rc = rr_ht_proc_stat(pid, &start, &state);
-  if (rc == -ENOENT || rc == -ESRCH) return 0; /* exited between the two calls */
-  if (rc != 0) return -1;                      /* /proc hidden (hidepid): cannot tell */
+  int err;
+  if (rr_ht_proc_stat(pid, &start, &state, &err) != RR_OK)
+    return err == ENOENT || err == ESRCH ? 0 /* exited between the two calls */
+                                         : -1; /* /proc hidden (hidepid): cannot tell */
   if (state == 'Z' || state == 'X') return 0;  /* killed, not reaped yet */
   return (uint32_t)start == (uint32_t)(owner >> 32) ? 1 : 0;
 }

@@ -45,7 +45,7 @@
 #include <stdint.h>
 
 #include "rerail/health_table.h"
-#include "rr_health.h"
+#include "rr_health_bus.h"
 #include "rr_netif.h"
 #include "rr_status.h"
 

@@ -19,9 +19,9 @@ _Static_assert(sizeof(rr_ht_word) == 8, "rows are copied as 8-byte atomic words"
 #define RR_HT_NIC_WORDS (RR_HT_NIC_ROW_SIZE / 8)
 #define RR_HT_PEER_WORDS (RR_HT_PEER_ROW_SIZE / 8)
 
-/* pread exactly len bytes at off: 0, -ENODATA when the file ends first (it
- * shrank), or -errno. */
-int rr_ht_pread_full(int fd, void *buf, size_t len, uint64_t off);
+/* pread exactly len bytes at off: RR_OK, or RR_ERR_SYSTEM with *err (when
+ * err is not NULL) ENODATA when the file ends first (it shrank), else errno. */
+rr_status rr_ht_pread_full(int fd, void *buf, size_t len, uint64_t off, int *err);
 /* Copy the row of nwords words at file offset off into out under the
  * sequence lock. Returns 1 when the copy is consistent (no writer was inside
  * it), 0 when it stayed torn through every retry, or a negative errno
@@ -29,8 +29,9 @@ int rr_ht_pread_full(int fd, void *buf, size_t len, uint64_t off);
 int rr_ht_row_pread(int fd, uint64_t off, size_t nwords, uint64_t *out);
 /* Can this process store into its mapping of the table through the kernel
  * (process_vm_writev on itself), so that a truncated file is an error and
- * not SIGBUS? map: any mapped word. 0 yes, else -errno (seccomp: -EPERM). */
-int rr_ht_map_safe_probe(const void *map);
+ * not SIGBUS? map: any mapped word. RR_OK yes, else RR_ERR_UNSUPPORTED with
+ * the errno in *err (seccomp: EPERM). */
+rr_status rr_ht_map_safe_probe(const void *map, int *err);
 /* Publish words [2, nwords) of src into the mapped row, which must be owned
  * by owner. safe: through the kernel (see rr_ht_map_safe_probe), else plain
  * stores. Returns 0; 1 (nothing written) when the row's owner word is no
@@ -62,15 +63,17 @@ void rr_ht_count_refusal(rr_ht_refusal why);
  * fails (RR_HT_INSECURE). *size is the file's size. */
 rr_ht_problem rr_ht_fd_check(int fd, const char *group, uint64_t *size, char *detail, size_t len);
 
-/* RERAIL_HEALTH_GROUP's value, a group name or a gid: 0, or -1 when unknown. */
-int rr_ht_resolve_group(const char *g, gid_t *gid);
+/* RERAIL_HEALTH_GROUP's value, a group name or a gid: RR_OK, or
+ * RR_ERR_INVALID when no such group is known. */
+rr_status rr_ht_resolve_group(const char *g, gid_t *gid);
 
 /* CLOCK_REALTIME in nanoseconds: the clock of every *_ns field of the file. */
 uint64_t rr_ht_realtime_ns(void);
 
 /* Process identity: start time in clock ticks since boot (/proc/PID/stat field
- * 22) and state letter. Returns 0, or -errno (-ENOENT: no such process). */
-int rr_ht_proc_stat(pid_t pid, uint64_t *start_time, char *state);
+ * 22) and state letter. Returns RR_OK, or RR_ERR_SYSTEM with the errno in
+ * *err when err is not NULL (ENOENT: no such process; EIO: unreadable). */
+rr_status rr_ht_proc_stat(pid_t pid, uint64_t *start_time, char *state, int *err);
 /* Inode of this process's pid namespace, 0 when unknown. */
 uint64_t rr_ht_self_pid_ns(void);
 static inline uint64_t rr_ht_owner_word(uint32_t pid, uint64_t start_time) {

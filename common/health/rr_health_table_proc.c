@@ -33,7 +33,7 @@ void rr_health_table_start(const rr_netif *nifs, int count) {
     rr_ht_writer *w = NULL;
     if (rr_health_table_open_writer(NULL, NULL, &w, NULL) == RR_OK) {
       for (int i = 0; nifs && i < count; i++) rr_health_table_claim(w, i, nifs[i].name);
-      if (rr_health_subscribe(sink, w) != 0)
+      if (rr_health_subscribe(sink, w) != RR_OK)
         RR_WARN("health table: rr_health has no room for another sink; only figures and "
                 "heartbeats are published");
       writer = w;

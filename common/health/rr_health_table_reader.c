@@ -182,8 +182,8 @@ static int read_row(const rr_ht_reader *r, rr_ht_snapshot *snap, const row_copie
   }
   if (!ok) {
     uint64_t owner = 0;
-    int rc = rr_ht_pread_full(r->fd, &owner, sizeof owner, off + 8);
-    if (rc) return rc;
+    int err;
+    if (rr_ht_pread_full(r->fd, &owner, sizeof owner, off + 8, &err) != RR_OK) return -err;
     if (!torn_but_gone(owner)) {
       snap->torn_skipped++;
       return 0;
@@ -219,10 +219,10 @@ static rr_ht_problem still_same(const rr_ht_reader *r, char *why, size_t len) {
     return size < r->size ? RR_HT_TRUNCATED : RR_HT_CORRUPT;
   }
   rr_ht_header h;
-  int rc = rr_ht_pread_full(r->fd, &h, sizeof h, 0);
-  if (rc || memcmp(&h, &r->hdr, sizeof h)) {
-    snprintf(why, len, "%s", rc ? "shrank while being read" : "its header changed since it was opened");
-    return rc ? RR_HT_TRUNCATED : RR_HT_CORRUPT;
+  int shrank = rr_ht_pread_full(r->fd, &h, sizeof h, 0, NULL) != RR_OK;
+  if (shrank || memcmp(&h, &r->hdr, sizeof h)) {
+    snprintf(why, len, "%s", shrank ? "shrank while being read" : "its header changed since it was opened");
+    return shrank ? RR_HT_TRUNCATED : RR_HT_CORRUPT;
   }
   return RR_HT_FINE;
 }
@@ -235,7 +235,7 @@ static rr_ht_problem read_rows(rr_ht_reader *r, rr_ht_snapshot *snap, char *why,
   uint64_t *copy[3] = {r->copies, r->copies + words, r->copies + 2 * words};
   for (int k = 0; k < 3; k++) {
     if (k) atomic_thread_fence(memory_order_acquire);
-    if (rr_ht_pread_full(r->fd, copy[k], bytes, r->hdr.nic_offset)) goto shrank;
+    if (rr_ht_pread_full(r->fd, copy[k], bytes, r->hdr.nic_offset, NULL) != RR_OK) goto shrank;
   }
   row_copies c = {copy[0], copy[1], copy[2], r->hdr.nic_offset};
   uint64_t now = snap->taken_ns;

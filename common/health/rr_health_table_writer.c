@@ -108,7 +108,7 @@ static int still_whole(rr_ht_writer *w, int with_header) {
   }
   rr_ht_header h;
   if (with_header &&
-      (rr_ht_pread_full(w->fd, &h, sizeof h, 0) != 0 || memcmp(&h, &w->hdr, sizeof h))) {
+      (rr_ht_pread_full(w->fd, &h, sizeof h, 0, NULL) != RR_OK || memcmp(&h, &w->hdr, sizeof h))) {
     stop_publishing(w, "its header changed since it was opened: another process rewrote it");
     return 0;
   }
@@ -133,7 +133,7 @@ static void set_mode(int fd, const char *path, const char *group) {
   mode_t mode = 0600;
   if (group && *group) {
     gid_t gid;
-    if (rr_ht_resolve_group(group, &gid) != 0)
+    if (rr_ht_resolve_group(group, &gid) != RR_OK)
       rr_ht_warn_once(&rr_ht_warned_group, "health table %s: RERAIL_HEALTH_GROUP=%s is not a group; "
                       "the table is private to this user (0600)", path, group);
     else if (fchown(fd, (uid_t)-1, gid) != 0)
@@ -217,12 +217,12 @@ static rr_ht_problem open_and_map(rr_ht_writer *w, const rr_ht_writer_opts *opts
       w->size = (size_t)size;
       w->hdr = h;
       w->fd = fd;
-      int rc = rr_ht_map_safe_probe(m);
-      w->safe = rc == 0;
+      int err;
+      w->safe = rr_ht_map_safe_probe(m, &err) == RR_OK;
       if (!w->safe)
         RR_INFO(RR_SUB_INIT, "health table %s: process_vm_writev refused (%s): rows are stored "
                 "directly, and a truncation of the file by another process at the wrong moment "
-                "can raise SIGBUS", w->path, strerror(-rc));
+                "can raise SIGBUS", w->path, strerror(err));
       return RR_HT_FINE;
     }
   }
@@ -240,7 +240,7 @@ rr_status rr_health_table_open_writer(const char *path, const rr_ht_writer_opts 
   pthread_mutex_init(&w->lock, NULL);
   snprintf(w->path, sizeof w->path, "%s", path);
   w->pid = getpid();
-  if (rr_ht_proc_stat(w->pid, &w->start_time, NULL) != 0) w->start_time = 0;
+  if (rr_ht_proc_stat(w->pid, &w->start_time, NULL, NULL) != RR_OK) w->start_time = 0;
   w->pid_ns = rr_ht_self_pid_ns();
   w->owner = rr_ht_owner_word((uint32_t)w->pid, w->start_time);
   w->stale_ns = rr_health_table_stale_ns();
@@ -289,7 +289,7 @@ static int claim_row(rr_ht_writer *w, int peer) {
     for (uint32_t i = 0; i < rows; i++) {
       if (atomic_load_explicit(&w->stopped, memory_order_relaxed)) return -1;
       uint64_t off = row_off(w, peer, (int)i), owner;
-      if (rr_ht_pread_full(w->fd, &owner, sizeof owner, off + 8) != 0) {
+      if (rr_ht_pread_full(w->fd, &owner, sizeof owner, off + 8, NULL) != RR_OK) {
         still_whole(w, 0); /* a short read: the file shrank (stops publishing) */
         return -1;
       }

@@ -34,11 +34,12 @@ void rr_tel_anomaly_json(rr_tel_buf *b, const rr_tel_config *cfg, const rr_tel_s
   rr_tel_buf_put(b, "\n]}\n", 4);
 }
 
-int rr_tel_anomaly_write(const rr_tel_config *cfg, uint64_t seq, const rr_tel_buf *b, rr_tel_io_state *io) {
+rr_status rr_tel_anomaly_write(const rr_tel_config *cfg, uint64_t seq, const rr_tel_buf *b, rr_tel_io_state *io) {
   char name[128], path[2048];
   snprintf(name, sizeof name, RR_TEL_ANOMALY_PREFIX "%d-%llu.json", cfg->pid, (unsigned long long)seq);
   snprintf(path, sizeof path, "%s/%s", cfg->dir, name);
-  int err = b->oom ? ENOMEM : rr_tel_write_atomic(cfg->dir, name, b->p, b->len);
+  int err = ENOMEM;
+  rr_status st = b->oom ? RR_ERR_NOMEM : rr_tel_write_atomic(cfg->dir, name, b->p, b->len, &err);
   rr_tel_io_result(io, err, "anomaly snapshot", path);
   if (seq > RR_TEL_ANOMALY_KEEP) {
     /* Sequence numbers are dense, so the one to delete is known; one that
@@ -47,5 +48,5 @@ int rr_tel_anomaly_write(const rr_tel_config *cfg, uint64_t seq, const rr_tel_bu
              (unsigned long long)(seq - RR_TEL_ANOMALY_KEEP));
     unlink(path);
   }
-  return err;
+  return st;
 }

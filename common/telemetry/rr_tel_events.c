@@ -218,7 +218,7 @@ static int evfile_open(rr_tel_evfile *f, const char *path) {
   return 0;
 }
 
-int rr_tel_evfile_write(rr_tel_evfile *f, const rr_tel_config *cfg, const char *lines, size_t len) {
+rr_status rr_tel_evfile_write(rr_tel_evfile *f, const rr_tel_config *cfg, const char *lines, size_t len) {
   char name[256], path[2048], old[2060];
   rr_tel_events_name(cfg, name, sizeof name);
   snprintf(path, sizeof path, "%s/%s", cfg->dir, name);
@@ -239,9 +239,9 @@ int rr_tel_evfile_write(rr_tel_evfile *f, const rr_tel_config *cfg, const char *
       }
       if ((err = evfile_open(f, path))) break;
     }
-    err = rr_tel_append(&f->fd, path, lines + off, n, &f->size);
+    rr_tel_append(&f->fd, path, lines + off, n, &f->size, &err);
     off += n;
   }
   rr_tel_io_result(&f->io, err, "event log", path);
-  return err;
+  return err ? RR_ERR_SYSTEM : RR_OK;
 }

@@ -9,7 +9,7 @@
  * open() and close() never wait on a disk. A failing write is warned about
  * once (rr_tel_io_result) and retried at the next interval. */
 #include "rr_clock.h"
-#include "rr_health.h"
+#include "rr_health_bus.h"
 #include "rr_log.h"
 #include "rr_tel_format.h"
 #include "rr_tel_internal.h"
@@ -158,7 +158,7 @@ static void compute(exporter *x, int do_export, uint64_t wall) {
   for (int i = 0; i < g->ndevagg; i++) {
     rr_tel_devagg *a = &g->devagg[i];
     uint64_t v[2];
-    if (a->active && rr_tel_res_quantiles(&a->res, q, 2, v) == 0) {
+    if (a->active && rr_tel_res_quantiles(&a->res, q, 2, v) == RR_OK) {
       x->figs[x->nfigs].dev = a->dev;
       x->figs[x->nfigs].dir = a->dir;
       x->figs[x->nfigs].thr = a->thr;
@@ -181,9 +181,10 @@ static void write_trace(exporter *x, const rr_tel_config *cfg) {
     /* A new trace: the header first (an existing file keeps its own). */
     static const char hdr[] = "wall_ns,done_ns,post_ns,nic,peer,rail,direction,bytes,latency_ns,"
                               "window_bytes_per_s,window_n\n";
-    if (access(path, F_OK) != 0) rr_tel_append(&x->trace_fd, path, hdr, sizeof hdr - 1, &x->trace_size);
+    if (access(path, F_OK) != 0) rr_tel_append(&x->trace_fd, path, hdr, sizeof hdr - 1, &x->trace_size, NULL);
   }
-  int err = rr_tel_append(&x->trace_fd, path, x->cy.trace.p, x->cy.trace.len, &x->trace_size);
+  int err;
+  rr_tel_append(&x->trace_fd, path, x->cy.trace.p, x->cy.trace.len, &x->trace_size, &err);
   rr_tel_io_result(&x->trace_io, err, "trace", path);
   if ((uint64_t)x->trace_size >= RR_TEL_TRACE_MAX) {
     RR_WARN("telemetry: the trace %s reached %llu MiB; tracing stops", path,
@@ -195,23 +196,25 @@ static void write_trace(exporter *x, const rr_tel_config *cfg) {
 /* After the lock: files, the health table, anomaly events. */
 static void publish(exporter *x, int do_export) {
   const rr_tel_config *cfg = &x->g->cfg;
-  int dir_err = rr_tel_ensure_dir(cfg->dir);
+  int dir_err;
+  rr_status dir_st = rr_tel_ensure_dir(cfg->dir, &dir_err);
   rr_tel_io_result(&x->dir_io, dir_err, "telemetry directory", cfg->dir);
-  int ev_err = dir_err;
-  if (!dir_err) {
+  rr_status ev_st = dir_st;
+  if (dir_st == RR_OK) {
     write_trace(x, cfg);
-    if (x->evjson.len) ev_err = rr_tel_evfile_write(&x->evfile, cfg, x->evjson.p, x->evjson.len);
+    if (x->evjson.len) ev_st = rr_tel_evfile_write(&x->evfile, cfg, x->evjson.p, x->evjson.len);
     for (int i = 0; i < x->cy.nsnaps; i++)
       rr_tel_anomaly_write(cfg, x->cy.snaps[i].seq, &x->cy.snaps[i].json, &x->snap_io);
     if (do_export) {
       char name[256], path[2048];
       rr_tel_prom_name(cfg, name, sizeof name);
       snprintf(path, sizeof path, "%s/%s", cfg->dir, name);
-      int err = x->prom.oom ? ENOMEM : rr_tel_write_atomic(cfg->dir, name, x->prom.p, x->prom.len);
+      int err = ENOMEM;
+      if (!x->prom.oom) rr_tel_write_atomic(cfg->dir, name, x->prom.p, x->prom.len, &err);
       rr_tel_io_result(&x->prom_io, err, "metrics file", path);
     }
   }
-  if (ev_err && x->nevs) {
+  if (ev_st != RR_OK && x->nevs) {
     /* Counted, so the metrics say that the log misses some. */
     pthread_mutex_lock(&x->g->lock);
     x->g->t.events_dropped += (uint64_t)x->nevs;
@@ -260,7 +263,7 @@ void *rr_tel_exporter_main(void *arg) {
   x->g = g;
   x->trace_fd = -1;
   rr_tel_evfile_init(&x->evfile);
-  if (rr_tel_ensure_dir(g->cfg.dir) == 0) remove_stale(&g->cfg);
+  if (rr_tel_ensure_dir(g->cfg.dir, NULL) == RR_OK) remove_stale(&g->cfg);
 
   /* Lowest CPU weight: the ranks' progress threads spin on every core NCCL
    * gives them, and statistics must never slow the data down. */

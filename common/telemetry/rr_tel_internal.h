@@ -12,7 +12,7 @@
  * The data path takes none of them: it only pushes into its recorder's ring. */
 #ifndef RERAIL_COMMON_TEL_INTERNAL_H
 #define RERAIL_COMMON_TEL_INTERNAL_H
-#include "rr_health.h"
+#include "rr_health_bus.h"
 #include "rr_tel_io.h"
 #include "rr_tel_ring.h"
 #include "rr_tel_stats.h"
@@ -57,9 +57,10 @@ typedef struct rr_tel_config {
   int pid;
 } rr_tel_config;
 
-/* Reads the RERAIL_TELEMETRY_* variables. Returns 0 when telemetry is on
- * (a directory is set), -1 when off. */
-int rr_tel_config_read(rr_tel_config *c);
+/* Reads the RERAIL_TELEMETRY_* variables. Returns RR_OK when telemetry is
+ * on (a directory is set), RR_ERR_UNSUPPORTED when off (no directory, or
+ * one too long: warned). */
+rr_status rr_tel_config_read(rr_tel_config *c);
 
 typedef struct rr_tel_series rr_tel_series;
 
@@ -231,16 +232,17 @@ typedef struct rr_tel_evfile {
 } rr_tel_evfile;
 void rr_tel_evfile_init(rr_tel_evfile *f);
 void rr_tel_evfile_close(rr_tel_evfile *f);
-/* Append whole lines; 0 or an errno value (warned once per episode). */
-int rr_tel_evfile_write(rr_tel_evfile *f, const rr_tel_config *cfg, const char *lines, size_t len);
+/* Append whole lines; RR_OK, or RR_ERR_SYSTEM (warned once per episode). */
+rr_status rr_tel_evfile_write(rr_tel_evfile *f, const rr_tel_config *cfg, const char *lines, size_t len);
 void rr_tel_events_name(const rr_tel_config *cfg, char *buf, size_t len);
 
 /* ---- anomaly snapshots (rr_tel_anomaly.c) */
 void rr_tel_anomaly_json(rr_tel_buf *b, const rr_tel_config *cfg, const rr_tel_series *s,
                          const rr_tel_capture *c, uint64_t wall_off);
-/* Write the snapshot and delete the one RR_TEL_ANOMALY_KEEP older. */
-int rr_tel_anomaly_write(const rr_tel_config *cfg, uint64_t seq, const rr_tel_buf *b,
-                         rr_tel_io_state *io);
+/* Write the snapshot and delete the one RR_TEL_ANOMALY_KEEP older; a
+ * failure is warned once per episode (io). */
+rr_status rr_tel_anomaly_write(const rr_tel_config *cfg, uint64_t seq, const rr_tel_buf *b,
+                               rr_tel_io_state *io);
 
 /* ---- health table figures (rr_tel_health_feed.c) */
 void rr_tel_feed_health_table(int dev, int dir, double bytes_per_s, uint64_t p50_ns, uint64_t p99_ns);

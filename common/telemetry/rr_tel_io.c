@@ -103,7 +103,13 @@ void rr_tel_io_result(rr_tel_io_state *st, int err, const char *what, const char
   st->failing = 1;
 }
 
-int rr_tel_ensure_dir(const char *dir) {
+/* An errno value (0: none) as a status, kept in *err for the log. */
+static rr_status errno_status(int e, int *err) {
+  if (err) *err = e;
+  return e ? RR_ERR_SYSTEM : RR_OK;
+}
+
+static int ensure_dir(const char *dir) {
   struct stat sb;
   if (stat(dir, &sb) == 0) return S_ISDIR(sb.st_mode) ? 0 : ENOTDIR;
   if (mkdir(dir, 0755) == 0 || errno == EEXIST) return 0;
@@ -124,7 +130,9 @@ static int write_all(int fd, const char *p, size_t len, size_t *done) {
   return 0;
 }
 
-int rr_tel_write_atomic(const char *dir, const char *name, const void *data, size_t len) {
+rr_status rr_tel_ensure_dir(const char *dir, int *err) { return errno_status(ensure_dir(dir), err); }
+
+static int write_atomic(const char *dir, const char *name, const void *data, size_t len) {
   char tmp[4096], path[4096];
   if ((size_t)snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name) >= sizeof tmp ||
       (size_t)snprintf(path, sizeof path, "%s/%s", dir, name) >= sizeof path)
@@ -140,7 +148,11 @@ int rr_tel_write_atomic(const char *dir, const char *name, const void *data, siz
   return err;
 }
 
-int rr_tel_append(int *fd, const char *path, const void *data, size_t len, off_t *size) {
+rr_status rr_tel_write_atomic(const char *dir, const char *name, const void *data, size_t len, int *err) {
+  return errno_status(write_atomic(dir, name, data, len), err);
+}
+
+static int append(int *fd, const char *path, const void *data, size_t len, off_t *size) {
   if (*fd < 0) {
     *fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (*fd < 0) return errno;
@@ -160,6 +172,10 @@ int rr_tel_append(int *fd, const char *path, const void *data, size_t len, off_t
   close(*fd);
   *fd = -1;
   return err;
+}
+
+rr_status rr_tel_append(int *fd, const char *path, const void *data, size_t len, off_t *size, int *err) {
+  return errno_status(append(fd, path, data, len, size), err);
 }
 
 uint64_t rr_tel_wall_ns(void) {

@@ -4,6 +4,8 @@
  * only (never the data path). */
 #ifndef RERAIL_COMMON_TEL_IO_H
 #define RERAIL_COMMON_TEL_IO_H
+#include "rr_status.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -33,18 +35,21 @@ typedef struct rr_tel_io_state {
 } rr_tel_io_state;
 void rr_tel_io_result(rr_tel_io_state *st, int err, const char *what, const char *path);
 
-/* Create dir (one level) when missing. 0 or an errno value. */
-int rr_tel_ensure_dir(const char *dir);
+/* The file writers below return RR_OK, or RR_ERR_SYSTEM with the errno in
+ * *err (0 on success) for rr_tel_io_result to name in its warning. */
+
+/* Create dir (one level) when missing. */
+rr_status rr_tel_ensure_dir(const char *dir, int *err);
 
 /* Write data to dir/.name.tmp, then rename() it over dir/name, so a reader
- * sees the old file or the new one, never a part. 0 or an errno value. */
-int rr_tel_write_atomic(const char *dir, const char *name, const void *data, size_t len);
+ * sees the old file or the new one, never a part. */
+rr_status rr_tel_write_atomic(const char *dir, const char *name, const void *data, size_t len, int *err);
 
 /* Append to path through *fd (opened O_APPEND on first use; *fd < 0 means
  * closed). A short write is cut back off (ftruncate) so the file never holds
  * half a line; on error the fd is closed so the next call reopens. *size
- * tracks the file size. 0 or an errno value. */
-int rr_tel_append(int *fd, const char *path, const void *data, size_t len, off_t *size);
+ * tracks the file size. */
+rr_status rr_tel_append(int *fd, const char *path, const void *data, size_t len, off_t *size, int *err);
 
 uint64_t rr_tel_wall_ns(void);
 /* "2024-05-01T12:00:00.123456789Z" */

@@ -32,7 +32,7 @@ static int series_init_stats(rr_tel_series *s, uint32_t w) {
   s->raw_cap = raw_keep(w);
   s->raw_n = s->raw_pos = 0;
   s->raw = calloc(s->raw_cap, sizeof *s->raw);
-  if (!s->raw || rr_tel_window_init(&s->win, w) || rr_tel_drop_init(&s->det, w)) {
+  if (!s->raw || rr_tel_window_init(&s->win, w) != RR_OK || rr_tel_drop_init(&s->det, w) != RR_OK) {
     series_free_stats(s);
     return -1;
   }
@@ -46,7 +46,7 @@ static rr_tel_devagg *devagg_get(rr_tel_global *g, int dev, int dir) {
   if (g->ndevagg == (int)(sizeof g->devagg / sizeof g->devagg[0])) return NULL;
   rr_tel_devagg *a = &g->devagg[g->ndevagg];
   memset(a, 0, sizeof *a);
-  if (rr_tel_res_init(&a->res, RR_TEL_RESERVOIR, 0x5eed0000u + (uint64_t)g->ndevagg)) return NULL;
+  if (rr_tel_res_init(&a->res, RR_TEL_RESERVOIR, 0x5eed0000u + (uint64_t)g->ndevagg) != RR_OK) return NULL;
   a->dev = dev;
   a->dir = dir;
   g->ndevagg++;
@@ -84,7 +84,7 @@ rr_tel_series *rr_tel_series_get(rr_tel_global *g, int dev, const char *nic, con
   snprintf(s->nic, sizeof s->nic, "%s", nic);
   snprintf(s->peer, sizeof s->peer, "%s", peer);
   if (series_init_stats(s, g->cfg.window) ||
-      rr_tel_res_init(&s->res, RR_TEL_RESERVOIR, 0x1234567ull + (uint64_t)g->nseries)) {
+      rr_tel_res_init(&s->res, RR_TEL_RESERVOIR, 0x1234567ull + (uint64_t)g->nseries) != RR_OK) {
     series_free_stats(s);
     free(s);
     return NULL;
@@ -207,7 +207,7 @@ void rr_tel_series_feed(rr_tel_global *g, rr_tel_series *s, const rr_tel_sample 
 
 void rr_tel_series_interval(rr_tel_global *g, rr_tel_series *s, rr_tel_cycle *cy) {
   static const double q[3] = {0.5, 0.9, 0.99};
-  if (rr_tel_res_quantiles(&s->res, q, 3, s->q_ns) == 0) s->have_q = 1;
+  if (rr_tel_res_quantiles(&s->res, q, 3, s->q_ns) == RR_OK) s->have_q = 1;
   rr_tel_res_reset(&s->res);
   s->active = s->requests != s->requests_at_export;
   s->requests_at_export = s->requests;

@@ -5,13 +5,13 @@
 
 /* ---- window */
 
-int rr_tel_window_init(rr_tel_window *win, uint32_t w) {
+rr_status rr_tel_window_init(rr_tel_window *win, uint32_t w) {
   memset(win, 0, sizeof *win);
   if (w == 0) w = 1;
   win->e = calloc(w, sizeof *win->e);
-  if (!win->e) return -1;
+  if (!win->e) return RR_ERR_NOMEM;
   win->w = w;
-  return 0;
+  return RR_OK;
 }
 
 void rr_tel_window_fini(rr_tel_window *win) {
@@ -43,14 +43,14 @@ double rr_tel_window_add(rr_tel_window *win, uint64_t post_ns, uint64_t done_ns,
 
 /* ---- reservoir */
 
-int rr_tel_res_init(rr_tel_reservoir *r, uint32_t cap, uint64_t seed) {
+rr_status rr_tel_res_init(rr_tel_reservoir *r, uint32_t cap, uint64_t seed) {
   memset(r, 0, sizeof *r);
   if (cap == 0) cap = 1;
   r->v = malloc((size_t)cap * sizeof *r->v);
-  if (!r->v) return -1;
+  if (!r->v) return RR_ERR_NOMEM;
   r->cap = cap;
   r->rng = seed ? seed : 0x9e3779b97f4a7c15ull;
-  return 0;
+  return RR_OK;
 }
 
 void rr_tel_res_fini(rr_tel_reservoir *r) {
@@ -98,20 +98,20 @@ uint64_t rr_tel_quantile_sorted(const uint64_t *sorted, uint32_t n, double q) {
   return sorted[rank - 1];
 }
 
-int rr_tel_res_quantiles(rr_tel_reservoir *r, const double *q, int nq, uint64_t *out) {
-  if (r->n == 0) return -1;
+rr_status rr_tel_res_quantiles(rr_tel_reservoir *r, const double *q, int nq, uint64_t *out) {
+  if (r->n == 0) return RR_AGAIN;
   qsort(r->v, r->n, sizeof *r->v, cmp_u64);
   for (int i = 0; i < nq; i++) out[i] = rr_tel_quantile_sorted(r->v, r->n, q[i]);
-  return 0;
+  return RR_OK;
 }
 
 /* ---- drop detector */
 
-int rr_tel_drop_init(rr_tel_drop_detector *d, uint32_t w) {
+rr_status rr_tel_drop_init(rr_tel_drop_detector *d, uint32_t w) {
   memset(d, 0, sizeof *d);
   d->w = w ? w : 1;
   d->armed = 1;
-  return 0;
+  return RR_OK;
 }
 
 void rr_tel_drop_fini(rr_tel_drop_detector *d) { (void)d; }

@@ -6,6 +6,8 @@
 #define RERAIL_COMMON_TEL_STATS_H
 #include <stdint.h>
 
+#include "rr_status.h"
+
 /* ---- Sliding window: throughput of the last W requests of a rail.
  *
  * throughput = bytes of the last W / the time the rail was busy with them.
@@ -28,7 +30,7 @@ typedef struct rr_tel_window {
   struct rr_tel_win_entry { uint64_t busy; uint32_t bytes; } *e;
 } rr_tel_window;
 
-int rr_tel_window_init(rr_tel_window *win, uint32_t w); /* 0, or -1 out of memory */
+rr_status rr_tel_window_init(rr_tel_window *win, uint32_t w); /* RR_OK, or RR_ERR_NOMEM */
 void rr_tel_window_fini(rr_tel_window *win);
 /* Add one completed request; returns the window's throughput in bytes/s
  * (0 while the window holds no busy time). */
@@ -45,13 +47,13 @@ typedef struct rr_tel_reservoir {
   uint64_t *v;
 } rr_tel_reservoir;
 
-int rr_tel_res_init(rr_tel_reservoir *r, uint32_t cap, uint64_t seed);
+rr_status rr_tel_res_init(rr_tel_reservoir *r, uint32_t cap, uint64_t seed); /* RR_OK, or RR_ERR_NOMEM */
 void rr_tel_res_fini(rr_tel_reservoir *r);
 void rr_tel_res_add(rr_tel_reservoir *r, uint64_t x);
 void rr_tel_res_reset(rr_tel_reservoir *r);
 /* Sort the reservoir and write the nearest-rank quantile for each q (0 < q <= 1).
- * Returns 0, or -1 when the reservoir is empty (out untouched). */
-int rr_tel_res_quantiles(rr_tel_reservoir *r, const double *q, int nq, uint64_t *out);
+ * Returns RR_OK, or RR_AGAIN when the reservoir is empty (out untouched). */
+rr_status rr_tel_res_quantiles(rr_tel_reservoir *r, const double *q, int nq, uint64_t *out);
 /* Nearest rank on sorted values: the smallest x with at least q*n values <= x. */
 uint64_t rr_tel_quantile_sorted(const uint64_t *sorted, uint32_t n, double q);
 
@@ -80,7 +82,7 @@ typedef struct rr_tel_drop_detector {
   int armed;
 } rr_tel_drop_detector;
 
-int rr_tel_drop_init(rr_tel_drop_detector *d, uint32_t w);
+rr_status rr_tel_drop_init(rr_tel_drop_detector *d, uint32_t w); /* RR_OK */
 void rr_tel_drop_fini(rr_tel_drop_detector *d);
 /* Feed the throughput of each full window (one per request). Returns 1 when
  * a drop is confirmed (and writes the reference it fell from to *avg_out),

@@ -29,13 +29,13 @@ rr_tel_global rr_tel_g = {
     .flushed = PTHREAD_COND_INITIALIZER,
 };
 
-int rr_tel_config_read(rr_tel_config *c) {
+rr_status rr_tel_config_read(rr_tel_config *c) {
   const char *dir = getenv("RERAIL_TELEMETRY_DIR");
-  if (!dir || !*dir) return -1;
+  if (!dir || !*dir) return RR_ERR_UNSUPPORTED;
   memset(c, 0, sizeof *c);
   if (strlen(dir) >= sizeof c->dir) {
     RR_WARN("RERAIL_TELEMETRY_DIR is longer than %zu characters; telemetry stays off", sizeof c->dir - 1);
-    return -1;
+    return RR_ERR_UNSUPPORTED;
   }
   strcpy(c->dir, dir);
   c->interval_ms = rr_param_parse_u64("RERAIL_TELEMETRY_INTERVAL", getenv("RERAIL_TELEMETRY_INTERVAL"),
@@ -53,18 +53,18 @@ int rr_tel_config_read(rr_tel_config *c) {
   c->trace = (int)rr_param_parse_u64("RERAIL_TELEMETRY_TRACE", getenv("RERAIL_TELEMETRY_TRACE"), 0, 0, 1);
   rr_tel_hostname(c->host, sizeof c->host);
   c->pid = (int)getpid();
-  return 0;
+  return RR_OK;
 }
 
 /* life held. */
-static int exporter_start(rr_tel_global *g, const rr_tel_config *cfg) {
+static rr_status exporter_start(rr_tel_global *g, const rr_tel_config *cfg) {
   pthread_mutex_lock(&g->lock);
   g->cfg = *cfg;
   g->stop = 0;
   pthread_mutex_unlock(&g->lock);
   /* Subscribed before the thread runs, so no event reported after open()
    * returns is missed; unsubscribed after the join (exporter_stop). */
-  if (rr_health_subscribe(rr_tel_health_sink, NULL) != 0)
+  if (rr_health_subscribe(rr_tel_health_sink, NULL) != RR_OK)
     RR_WARN("telemetry: no room for another health sink; events are not logged");
   /* The thread takes no signal meant for the application. */
   sigset_t all, old;
@@ -75,13 +75,13 @@ static int exporter_start(rr_tel_global *g, const rr_tel_config *cfg) {
   if (rc != 0) {
     rr_health_unsubscribe(rr_tel_health_sink, NULL);
     RR_WARN("telemetry: cannot start the exporter thread (error %d); telemetry stays off", rc);
-    return -1;
+    return RR_ERR_SYSTEM;
   }
   pthread_setname_np(g->thread, "rerail-tel");
   g->running = 1;
   RR_INFO(RR_SUB_NET, "telemetry: writing to %s every %llu ms, window %u requests", cfg->dir,
           (unsigned long long)cfg->interval_ms, cfg->window);
-  return 0;
+  return RR_OK;
 }
 
 /* life held. The exporter's last cycle drains every ring, frees the closed
@@ -105,7 +105,7 @@ rr_tel_rail *rr_tel_rail_open(int dev, const char *ifname, const char *peer, int
   if (g->shutdown) goto out;
   if (!g->running) {
     rr_tel_config cfg;
-    if (rr_tel_config_read(&cfg) != 0 || exporter_start(g, &cfg) != 0) goto out;
+    if (rr_tel_config_read(&cfg) != RR_OK || exporter_start(g, &cfg) != RR_OK) goto out;
   }
   uint32_t slots = g->cfg.ring_slots;
   size_t size = offsetof(rr_tel_rail, ring) + rr_tel_ring_size(slots);
@@ -171,16 +171,15 @@ void rr_tel_rail_close(rr_tel_rail *t) {
   pthread_mutex_unlock(&g->life);
 }
 
-int rr_tel_retain(void) {
+rr_status rr_tel_retain(void) {
   rr_tel_global *g = &rr_tel_g;
-  int rc = -1;
+  rr_status rc = RR_ERR_UNSUPPORTED;
   pthread_mutex_lock(&g->life);
   if (!g->shutdown) {
     rr_tel_config cfg;
-    if (g->running || (rr_tel_config_read(&cfg) == 0 && exporter_start(g, &cfg) == 0)) {
-      g->refs++;
-      rc = 0;
-    }
+    rc = g->running ? RR_OK : rr_tel_config_read(&cfg);
+    if (rc == RR_OK && !g->running) rc = exporter_start(g, &cfg);
+    if (rc == RR_OK) g->refs++;
   }
   pthread_mutex_unlock(&g->life);
   return rc;
@@ -197,9 +196,9 @@ void rr_tel_record_slow(rr_tel_rail *t, uint64_t post_ns, uint64_t done_ns, uint
   rr_tel_ring_push(&t->ring, post_ns, done_ns, bytes);
 }
 
-int rr_tel_flush(void) {
+rr_status rr_tel_flush(void) {
   rr_tel_global *g = &rr_tel_g;
-  int rc = -1;
+  rr_status rc = RR_ERR_UNSUPPORTED;
   pthread_mutex_lock(&g->life);
   if (g->running) {
     pthread_mutex_lock(&g->lock);
@@ -207,7 +206,7 @@ int rr_tel_flush(void) {
     pthread_cond_broadcast(&g->wake);
     while (g->flush_done < req) pthread_cond_wait(&g->flushed, &g->lock);
     pthread_mutex_unlock(&g->lock);
-    rc = 0;
+    rc = RR_OK;
   }
   pthread_mutex_unlock(&g->life);
   return rc;
@@ -220,9 +219,9 @@ int rr_tel_running(void) {
   return r;
 }
 
-int rr_tel_rail_figures_get(const char *nic, const char *peer, int rail, int dir, rr_tel_rail_figures *out) {
+rr_status rr_tel_rail_figures_get(const char *nic, const char *peer, int rail, int dir, rr_tel_rail_figures *out) {
   rr_tel_global *g = &rr_tel_g;
-  int rc = -1;
+  rr_status rc = RR_ERR_INVALID;
   pthread_mutex_lock(&g->lock);
   for (int i = 0; i < g->nseries; i++) {
     const rr_tel_series *s = g->series[i];
@@ -238,7 +237,7 @@ int rr_tel_rail_figures_get(const char *nic, const char *peer, int rail, int dir
     out->p90_ns = s->q_ns[1];
     out->p99_ns = s->q_ns[2];
     out->cost = s->cost;
-    rc = 0;
+    rc = RR_OK;
     break;
   }
   pthread_mutex_unlock(&g->lock);

@@ -17,6 +17,8 @@
 #define RERAIL_COMMON_TELEMETRY_H
 #include <stdint.h>
 
+#include "rr_status.h"
+
 typedef struct rr_tel_rail rr_tel_rail;
 
 enum rr_tel_dir { RR_TEL_TX = 0, RR_TEL_RX = 1 };
@@ -77,16 +79,17 @@ static inline void rr_tel_cost_publish(rr_tel_rail *t, const rr_tel_cost *total,
  * plugin's init to its finalize, so that health events between connections
  * (a NIC going down before the first one) reach the event log and the .prom
  * file stays between communicators. Optional: recorders start and stop the
- * exporter by themselves. Returns 0 (call rr_tel_release() once), or -1 when
- * telemetry is off. */
-int rr_tel_retain(void);
+ * exporter by themselves. Returns RR_OK (call rr_tel_release() once),
+ * RR_ERR_UNSUPPORTED when telemetry is off, or RR_ERR_SYSTEM when the
+ * exporter thread cannot start (warned). */
+rr_status rr_tel_retain(void);
 void rr_tel_release(void);
 
 /* ---- For tests and tools (never the data path). */
 
 /* Run one full exporter cycle now (drain every ring, write every file) and
- * wait for it. Returns 0, or -1 when no exporter runs. */
-int rr_tel_flush(void);
+ * wait for it. Returns RR_OK, or RR_ERR_UNSUPPORTED when no exporter runs. */
+rr_status rr_tel_flush(void);
 
 /* 1 while the exporter thread runs. */
 int rr_tel_running(void);
@@ -99,8 +102,8 @@ typedef struct rr_tel_rail_figures {
   uint64_t p50_ns, p90_ns, p99_ns; /* of the last interval with traffic */
   rr_tel_cost cost;           /* the queues' work (rr_tel_cost_publish) */
 } rr_tel_rail_figures;
-/* Returns 0, or -1 when the rail was never opened. */
-int rr_tel_rail_figures_get(const char *nic, const char *peer, int rail, int dir, rr_tel_rail_figures *out);
+/* Returns RR_OK, or RR_ERR_INVALID when the rail was never opened. */
+rr_status rr_tel_rail_figures_get(const char *nic, const char *peer, int rail, int dir, rr_tel_rail_figures *out);
 
 /* Stop the exporter for good and remove this process's .prom file; later
  * opens return NULL. The library destructor does this. */

@@ -13,8 +13,10 @@
  * listener_refusals_total{reason=wrong_secret}, no quotes, no spaces;
  * value: decimal, never decreasing) and
  * returns the length written, or -1 when len is too small; 4096 bytes always
- * suffice. New counters may be added to the end under the same version; a
- * reader looks names up and must not rely on their order or number. */
+ * suffice. New counters may be added under the same version, and a counter
+ * may become a family (protocol_violations_total did, by kind): a reader
+ * looks names up, sums a family's members for its total, and must not rely
+ * on the order or number of lines. */
 #ifndef RERAIL_COUNTERS_H
 #define RERAIL_COUNTERS_H
 #include <stddef.h>

@@ -19,6 +19,7 @@
  * waits forever. */
 #include "core_internal.h"
 #include "rr_clock.h"
+#include "rr_counters.h"
 #include "rr_log.h"
 #include "rr_params.h"
 
@@ -134,6 +135,7 @@ rr_status rr_net_iflush(rr_recv_comm *comm, int n, void **data, const int *sizes
     return RR_OK;
   }
   *request = q;
+  rr_counter_inc(RR_CTR_FLUSH_REQUESTS);
   return RR_OK;
 }
 

@@ -5,7 +5,7 @@
  * is answered and a rollback completes even while NCCL waits elsewhere. */
 #include "core_internal.h"
 #include "rr_clock.h"
-#include "rr_health.h"
+#include "rr_health_bus.h"
 #include "rr_health_table.h"
 #include "rr_log.h"
 

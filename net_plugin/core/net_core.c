@@ -3,7 +3,7 @@
 #include "connect_job.h"
 #include "core_internal.h"
 #include "rr_counters.h"
-#include "rr_health.h"
+#include "rr_nic_state.h"
 #include "rr_health_table.h"
 #include "rr_log.h"
 #include "rr_params.h"
@@ -163,7 +163,7 @@ rr_status rr_net_init(const rr_init_args *args, rr_net_ctx **out) {
       ctx_refs++;
       rr_health_table_start(devices.nif, devices.count);
       /* events while no connection is open still get logged */
-      default_ctx.tel_held = rr_tel_retain() == 0;
+      default_ctx.tel_held = rr_tel_retain() == RR_OK;
     }
     default_ctx_live = 1;
   } else {
@@ -176,7 +176,7 @@ rr_status rr_net_init(const rr_init_args *args, rr_net_ctx **out) {
     /* Publish this host's NICs in the shared health table, and keep the
      * telemetry exporter up between connections (both refcounted). */
     rr_health_table_start(devices.nif, devices.count);
-    ctx->tel_held = rr_tel_retain() == 0;
+    ctx->tel_held = rr_tel_retain() == RR_OK;
   }
   ctx->comm_id = args->comm_id;
   ctx->traffic_class = args->traffic_class;

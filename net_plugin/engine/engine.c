@@ -4,7 +4,7 @@
 #include "engine.h"
 #include "rr_clock.h"
 #include "rr_counters.h"
-#include "rr_health.h"
+#include "rr_health_bus.h"
 #include "rr_log.h"
 
 #include <stdarg.h>
@@ -30,14 +30,26 @@ rr_status engine_fail(rr_engine *e, rr_status st, const char *fmt, ...) {
   return e->failed;
 }
 
-rr_status engine_violation(rr_engine *e, int rail, const char *fmt, ...) {
+/* Each kind's member of the protocol_violations_total family. */
+static const rr_counter violation_counter[ENGINE_VIOL_KINDS] = {
+    [ENGINE_VIOL_NO_RECEIVE] = RR_CTR_VIOL_NO_RECEIVE, [ENGINE_VIOL_CHUNK_INDEX] = RR_CTR_VIOL_CHUNK_INDEX,
+    [ENGINE_VIOL_LENGTH] = RR_CTR_VIOL_LENGTH,         [ENGINE_VIOL_DUPLICATE] = RR_CTR_VIOL_DUPLICATE,
+    [ENGINE_VIOL_KEY] = RR_CTR_VIOL_KEY,               [ENGINE_VIOL_ADDRESS] = RR_CTR_VIOL_ADDRESS,
+    [ENGINE_VIOL_MALFORMED] = RR_CTR_VIOL_MALFORMED,   [ENGINE_VIOL_WINDOW] = RR_CTR_VIOL_WINDOW,
+    [ENGINE_VIOL_CLAIM] = RR_CTR_VIOL_CLAIM,           [ENGINE_VIOL_DIRECTION] = RR_CTR_VIOL_DIRECTION,
+    [ENGINE_VIOL_EPOCH] = RR_CTR_VIOL_EPOCH,           [ENGINE_VIOL_OVERFLOW] = RR_CTR_VIOL_OVERFLOW,
+};
+_Static_assert(sizeof violation_counter / sizeof violation_counter[0] == ENGINE_VIOL_KINDS,
+               "one counter per violation kind");
+
+rr_status engine_violation(rr_engine *e, int rail, engine_violation_kind kind, const char *fmt, ...) {
   char why[96];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(why, sizeof why, fmt, ap);
   va_end(ap);
   e->stats.violations++;
-  rr_counter_inc(RR_CTR_PROTOCOL_VIOLATIONS);
+  rr_counter_inc((unsigned)kind < ENGINE_VIOL_KINDS ? violation_counter[kind] : RR_CTR_VIOL_MALFORMED);
   /* Logged once per connection: a hostile peer must not flood the log. */
   if (e->stats.violations == 1) {
     snprintf(e->violation_why, sizeof e->violation_why, "%s", why);
@@ -273,13 +285,13 @@ static rr_status ev_write_done(rr_rail_ep *ep, uint64_t wr_id) {
 static rr_status ev_write_begin(rr_rail_ep *ep, rr_write_hdr *h, void **dst) {
   rr_engine *e = ep_engine(ep);
   *dst = NULL;
-  if (e->cfg.role != RR_ENGINE_RECV) return engine_violation(e, ep->rail, "data arrived on a send connection");
+  if (e->cfg.role != RR_ENGINE_RECV) return engine_violation(e, ep->rail, ENGINE_VIOL_DIRECTION, "data arrived on a send connection");
   return engine_recv_write_begin(e, ep->rail, h, dst);
 }
 
 static rr_status ev_write_recv(rr_rail_ep *ep, const rr_write_hdr *h) {
   rr_engine *e = ep_engine(ep);
-  if (e->cfg.role != RR_ENGINE_RECV) return engine_violation(e, ep->rail, "data arrived on a send connection");
+  if (e->cfg.role != RR_ENGINE_RECV) return engine_violation(e, ep->rail, ENGINE_VIOL_DIRECTION, "data arrived on a send connection");
   return engine_recv_write(e, ep->rail, h);
 }
 
@@ -293,7 +305,7 @@ static rr_status ev_ctrl(rr_rail_ep *ep, const void *msg, uint32_t len) {
   engine_msg m;
   const char *why = NULL;
   if (engine_msg_decode(msg, len, e->nrails, &m, &why) != RR_OK)
-    return engine_violation(e, ep->rail, "%s (%u bytes)", why, len);
+    return engine_violation(e, ep->rail, ENGINE_VIOL_MALFORMED, "%s (%u bytes)", why, len);
   if (m.type == ENGINE_CTRL_PROBE) return RR_OK; /* its arrival was the point */
   if (m.type == ENGINE_CTRL_BYE) return engine_on_bye(e, &m);
   return e->cfg.role == RR_ENGINE_SEND ? engine_send_on_msg(e, ep->rail, &m)

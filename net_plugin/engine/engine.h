@@ -465,10 +465,30 @@ int engine_rail_usable(const rr_engine *e, int r);
 /* The fail-back hold of rail rl now: doubled for each recent failure. */
 uint64_t engine_rail_hold_ns(const rr_engine *e, const engine_rail *rl);
 
-/* A rail carried something that breaks the protocol: record it (the caller
- * returns RR_ERR_PROTOCOL, which fails that rail over, never the job). */
-rr_status engine_violation(rr_engine *e, int rail, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* What a peer broke, for the per-kind counter (rr_counters' family
+ * protocol_violations_total{kind}): an operator, or a test, sees which check
+ * refused without reading the log. */
+typedef enum engine_violation_kind {
+  ENGINE_VIOL_NO_RECEIVE,  /* a write for a slot with no posted receive */
+  ENGINE_VIOL_CHUNK_INDEX, /* a chunk index outside the receive, past its last, or a last one too early */
+  ENGINE_VIOL_LENGTH,      /* a chunk or probe write of a length its place cannot have */
+  ENGINE_VIOL_DUPLICATE,   /* a chunk or eager message twice in one epoch */
+  ENGINE_VIOL_KEY,         /* a write with a key the receive does not have on that rail */
+  ENGINE_VIOL_ADDRESS,     /* a write to an address its chunk does not have */
+  ENGINE_VIOL_MALFORMED,   /* a control message or eager write that does not decode */
+  ENGINE_VIOL_WINDOW,      /* a sequence number outside the window of receives (eager, clear-to-send, claim) */
+  ENGINE_VIOL_CLAIM,       /* a placement claim for no sub-receive, too large, or against what landed */
+  ENGINE_VIOL_DIRECTION,   /* data or a control message the connection's role never receives */
+  ENGINE_VIOL_EPOCH,       /* a failure notice from an epoch not yet begun */
+  ENGINE_VIOL_OVERFLOW,    /* more early copies of one message than the early buffer holds */
+  ENGINE_VIOL_KINDS
+} engine_violation_kind;
+
+/* A rail carried something that breaks the protocol: record it, counted by
+ * kind (the caller returns RR_ERR_PROTOCOL, which fails that rail over,
+ * never the job). */
+rr_status engine_violation(rr_engine *e, int rail, engine_violation_kind kind, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* Encode and post a control message on the control rail (the lowest
  * ACTIVE): RR_AGAIN when it cannot go now; a rail that refuses it for good
  * goes DEAD. engine_post_msg_on posts on one given endpoint. */

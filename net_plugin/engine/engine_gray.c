@@ -55,7 +55,7 @@
 #include "engine.h"
 #include "rr_clock.h"
 #include "rr_counters.h"
-#include "rr_health.h"
+#include "rr_health_bus.h"
 #include "rr_log.h"
 
 #include <pthread.h>
@@ -471,6 +471,6 @@ void engine_gray_on_notice(rr_engine *e, const engine_msg *m) {
 
 rr_status engine_gray_probe_begin(rr_engine *e, int rail, const rr_write_hdr *h) {
   if (h->len > ENGINE_PROBE_MAX_WRITE)
-    return engine_violation(e, rail, "a probe write of %u bytes", (unsigned)h->len);
+    return engine_violation(e, rail, ENGINE_VIOL_LENGTH, "a probe write of %u bytes", (unsigned)h->len);
   return RR_OK;
 }

@@ -16,7 +16,7 @@
 #include "engine.h"
 #include "rr_clock.h"
 #include "rr_counters.h"
-#include "rr_health.h"
+#include "rr_health_bus.h"
 #include "rr_log.h"
 #include "rr_params.h"
 

@@ -102,16 +102,16 @@ static rr_status check_write(rr_engine *e, int rail, const rr_write_hdr *h, rr_r
   rr_recv_req *r = &e->rreq[imm_slot(imm)];
   uint32_t sub = imm_sub(imm), f, n;
   uint64_t len;
-  if (!r->in_use || sub >= r->n) return engine_violation(e, rail, "a write for no posted receive (slot %u)", imm_slot(imm));
+  if (!r->in_use || sub >= r->n) return engine_violation(e, rail, ENGINE_VIOL_NO_RECEIVE, "a write for no posted receive (slot %u)", imm_slot(imm));
   rr_recv_sub *s = &r->sub[sub];
   const engine_cts_entry *ce = &r->cts.e[sub];
   size_t chunk_size = e->cfg.chunk_size;
   /* A rail that sees writes before they land carries no plain write for a
    * split one to complete. */
   if (!imm_group(imm, h->len, chunk_size, &f, &n, &len) || (sees_begin && imm_split(imm)))
-    return engine_violation(e, rail, "a split write of %u bytes", h->len);
+    return engine_violation(e, rail, ENGINE_VIOL_LENGTH, "a split write of %u bytes", h->len);
   if (f >= s->max_chunks || n > s->max_chunks - f)
-    return engine_violation(e, rail, "chunks %u+%u outside a %zu-byte receive", f, n, s->posted_size);
+    return engine_violation(e, rail, ENGINE_VIOL_CHUNK_INDEX, "chunks %u+%u outside a %zu-byte receive", f, n, s->posted_size);
   uint32_t k_last = f + n - 1;
   /* A rail that sees the write before it lands reports the key and address
    * the writer named: they must be this buffer's and this group's. (A NIC
@@ -121,10 +121,10 @@ static rr_status check_write(rr_engine *e, int rail, const rr_write_hdr *h, rr_r
     /* Key 0: this rail's NIC did not register the buffer (GPU memory on a
      * TCP rail, whose recv() would have the CPU write it). */
     if (h->len && !ce->rkey[rail])
-      return engine_violation(e, rail, "a write over a rail whose NIC did not register the buffer");
-    if (h->rkey != ce->rkey[rail]) return engine_violation(e, rail, "a write with a key the receive does not have");
+      return engine_violation(e, rail, ENGINE_VIOL_KEY, "a write over a rail whose NIC did not register the buffer");
+    if (h->rkey != ce->rkey[rail]) return engine_violation(e, rail, ENGINE_VIOL_KEY, "a write with a key the receive does not have");
     if (h->raddr != ce->addr + (uint64_t)f * chunk_size)
-      return engine_violation(e, rail, "a write to an address chunk %u does not have", f);
+      return engine_violation(e, rail, ENGINE_VIOL_ADDRESS, "a write to an address chunk %u does not have", f);
   }
   /* Every group ends inside the posted size (a full chunk that is not the
    * last can pass the end of a buffer whose size is no multiple of the
@@ -132,12 +132,12 @@ static rr_status check_write(rr_engine *e, int rail, const rr_write_hdr *h, rr_r
    * is not last is whole chunks. */
   size_t off = (size_t)f * chunk_size;
   if (len > s->posted_size - off || (!imm_last(imm) && len != (uint64_t)n * chunk_size))
-    return engine_violation(e, rail, "chunks %u+%u of %llu bytes", f, n, (unsigned long long)len);
-  if (r->complete || r->landed) return engine_violation(e, rail, "chunk %u again in one epoch", f);
+    return engine_violation(e, rail, ENGINE_VIOL_LENGTH, "chunks %u+%u of %llu bytes", f, n, (unsigned long long)len);
+  if (r->complete || r->landed) return engine_violation(e, rail, ENGINE_VIOL_DUPLICATE, "chunk %u again in one epoch", f);
   for (uint32_t k = f; k <= k_last; k++)
-    if (seen_test(s, k)) return engine_violation(e, rail, "chunk %u again in one epoch", k);
-  if (s->expected && k_last >= s->expected) return engine_violation(e, rail, "chunk %u past the last one", k_last);
-  if (imm_last(imm) && k_last + 1 < s->high) return engine_violation(e, rail, "a last chunk before others");
+    if (seen_test(s, k)) return engine_violation(e, rail, ENGINE_VIOL_DUPLICATE, "chunk %u again in one epoch", k);
+  if (s->expected && k_last >= s->expected) return engine_violation(e, rail, ENGINE_VIOL_CHUNK_INDEX, "chunk %u past the last one", k_last);
+  if (imm_last(imm) && k_last + 1 < s->high) return engine_violation(e, rail, ENGINE_VIOL_CHUNK_INDEX, "a last chunk before others");
   *req = r;
   *sub_out = s;
   *first = f;
@@ -246,7 +246,7 @@ static rr_status eager_begin(rr_engine *e, int rail, rr_write_hdr *h, void **dst
   uint32_t seq = (uint32_t)h->raddr, known = (uint32_t)(h->raddr >> 32), slot = seq % RR_NET_MAX_REQUESTS;
   if (seq - known >= RR_NET_MAX_REQUESTS || imm_slot(imm) != slot || imm_sub(imm) || !imm_last(imm) ||
       imm_ack_now(imm) || imm_chunk(imm) || h->len > RR_BOUNCE_SIZE)
-    return engine_violation(e, rail, "a malformed eager write (%u bytes)", h->len);
+    return engine_violation(e, rail, ENGINE_VIOL_MALFORMED, "a malformed eager write (%u bytes)", h->len);
   int tag = (int)h->rkey;
   rr_recv_req *r = &e->rreq[slot];
   if (r->in_use && r->seq == seq) {
@@ -261,7 +261,7 @@ static rr_status eager_begin(rr_engine *e, int rail, rr_write_hdr *h, void **dst
     return engine_recv_write_begin(e, rail, h, dst);
   }
   if (seq - e->recv_seq >= RR_NET_MAX_REQUESTS)
-    return engine_violation(e, rail, "an eager write for receive %u (the next to be posted is %u)", seq, e->recv_seq);
+    return engine_violation(e, rail, ENGINE_VIOL_WINDOW, "an eager write for receive %u (the next to be posted is %u)", seq, e->recv_seq);
   /* Copies for the same receive: the same assumption twice is a repeat; an
    * earlier assumption than one already here is stale (sink it); a later
    * one supersedes what is here and takes a free entry (an earlier copy
@@ -271,13 +271,13 @@ static rr_status eager_begin(rr_engine *e, int rail, rr_write_hdr *h, void **dst
     engine_early *x = early_at(e, slot, c);
     if (early_is(e, x, seq)) {
       if (seq_before(known, x->known)) return RR_OK;
-      if (known == x->known) return engine_violation(e, rail, "eager message %u again in one epoch", seq);
+      if (known == x->known) return engine_violation(e, rail, ENGINE_VIOL_DUPLICATE, "eager message %u again in one epoch", seq);
       if (x->state == EARLY_ARRIVING) continue;
     }
     if (free_copy < 0) free_copy = c;
   }
   if (free_copy < 0)
-    return engine_violation(e, rail, "eager message %u: more copies arriving at once than the early buffer holds", seq);
+    return engine_violation(e, rail, ENGINE_VIOL_OVERFLOW, "eager message %u: more copies arriving at once than the early buffer holds", seq);
   if (!e->early_buf && !(e->early_buf = malloc((size_t)RR_NET_MAX_REQUESTS * EARLY_COPIES * RR_BOUNCE_SIZE)))
     return engine_fail(e, RR_ERR_NOMEM, "no memory to hold messages that arrive before their receive");
   *early_at(e, slot, free_copy) = (engine_early){.state = EARLY_ARRIVING, .seq = seq, .epoch = e->epoch,
@@ -547,17 +547,17 @@ void engine_recv_rollback(rr_engine *e, rr_recv_cause cause) {
 static rr_status on_placed(rr_engine *e, int rail, const engine_msg *m) {
   uint32_t seq = m->u.placed.seq;
   uint64_t size = m->u.placed.size;
-  if (!seq_before(seq, e->recv_seq)) return engine_violation(e, rail, "a placement claim for receive %u, not posted", seq);
+  if (!seq_before(seq, e->recv_seq)) return engine_violation(e, rail, ENGINE_VIOL_WINDOW, "a placement claim for receive %u, not posted", seq);
   rr_recv_req *r = &e->rreq[seq % RR_NET_MAX_REQUESTS];
   if (!r->in_use || r->seq != seq || r->complete) return RR_OK;
-  if (m->u.placed.sub >= r->n) return engine_violation(e, rail, "a placement claim for no sub-receive");
+  if (m->u.placed.sub >= r->n) return engine_violation(e, rail, ENGINE_VIOL_CLAIM, "a placement claim for no sub-receive");
   rr_recv_sub *s = &r->sub[m->u.placed.sub];
   size_t chunk_size = e->cfg.chunk_size;
-  if (size > s->posted_size) return engine_violation(e, rail, "a placement claim of %llu bytes for a %zu-byte receive",
+  if (size > s->posted_size) return engine_violation(e, rail, ENGINE_VIOL_CLAIM, "a placement claim of %llu bytes for a %zu-byte receive",
                                                      (unsigned long long)size, s->posted_size);
   uint32_t n = size ? (uint32_t)((size + chunk_size - 1) / chunk_size) : 1;
   if (n > s->max_chunks || s->high > n || (s->expected && (s->expected != n || s->size != size)))
-    return engine_violation(e, rail, "a placement claim that contradicts the chunks that landed");
+    return engine_violation(e, rail, ENGINE_VIOL_CLAIM, "a placement claim that contradicts the chunks that landed");
   if (s->expected && s->prefix >= s->expected) return RR_OK; /* it knew already */
   for (uint32_t k = s->prefix; k < n; k++) seen_set(s, k);
   s->prefix = s->high = s->expected = n;
@@ -585,9 +585,9 @@ rr_status engine_recv_on_msg(rr_engine *e, int rail, const engine_msg *m) {
     return RR_OK;
   }
   if (m->type != ENGINE_CTRL_FAIL)
-    return engine_violation(e, rail, "control message %u sent to a receiver", m->type);
+    return engine_violation(e, rail, ENGINE_VIOL_DIRECTION, "control message %u sent to a receiver", m->type);
   uint32_t before = e->epoch, x = m->u.fail.epoch;
-  if (seq_before(before, x)) return engine_violation(e, rail, "a failure notice from a future epoch");
+  if (seq_before(before, x)) return engine_violation(e, rail, ENGINE_VIOL_EPOCH, "a failure notice from a future epoch");
   engine_notice_where(e, m);
   for (int i = 0; i < e->nrails; i++)
     if ((failed & (1u << i)) && engine_rail_usable(e, i))

@@ -3,7 +3,7 @@
 #include "engine.h"
 #include "rr_clock.h"
 #include "rr_counters.h"
-#include "rr_health.h"
+#include "rr_health_bus.h"
 #include "rr_log.h"
 #include "rr_params.h"
 
@@ -549,11 +549,11 @@ static rr_status settle_assumed(rr_engine *e) {
 static rr_status install_cts(rr_engine *e, int rail, const engine_cts *c) {
   if (seq_before(c->seq, e->known_seq)) return RR_OK; /* a repeat of one already used */
   if (!seq_before(c->seq, e->known_seq + RR_NET_MAX_REQUESTS))
-    return engine_violation(e, rail, "clear-to-send %u beyond the receive window", c->seq);
+    return engine_violation(e, rail, ENGINE_VIOL_WINDOW, "clear-to-send %u beyond the receive window", c->seq);
   engine_cts_slot *s = &e->cts[c->seq % RR_NET_MAX_REQUESTS];
   if (s->valid && s->cts.seq == c->seq) return RR_OK; /* a repeat */
   if (s->valid && s->matched != (1u << s->cts.n) - 1)
-    return engine_violation(e, rail, "clear-to-send %u over a receive still in use", c->seq);
+    return engine_violation(e, rail, ENGINE_VIOL_WINDOW, "clear-to-send %u over a receive still in use", c->seq);
   s->cts = *c;
   s->matched = 0;
   s->valid = 1;
@@ -689,7 +689,7 @@ rr_status engine_send_on_msg(rr_engine *e, int rail, const engine_msg *m) {
     if (resume_current(e, m->u.end.epoch)) on_resume_end(e, m->u.end.epoch, m->u.end.recv_seq, m->u.end.slot_mask);
     return RR_OK;
   default:
-    return engine_violation(e, rail, "control message %u sent to a sender", m->type);
+    return engine_violation(e, rail, ENGINE_VIOL_DIRECTION, "control message %u sent to a sender", m->type);
   }
 }
 

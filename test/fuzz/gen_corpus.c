@@ -18,7 +18,7 @@
 #include "rail.h"
 #include "setup_wire.h"
 #include "verbs_addr.h"
-#include "rr_health.h"
+#include "rr_health_bus.h"
 #include "rr_health_table.h"
 #include "rr_health_table_internal.h"
 

@@ -125,7 +125,8 @@ SJSON="$PAIR_DIR/server.json"
 # The server's counters decide (never its log wording): ctr NAME -> value, or -1.
 ctr() {
   local v
-  v=$(jget "$SJSON" "d['counters']['$1']")
+  # a family's bare name is the sum of its members (hcount's rule)
+  v=$(jget "$SJSON" "sum(v for k, v in d['counters'].items() if k == '$1' or ('{' not in '$1' and k.startswith('$1{')))")
   [[ "$v" =~ ^[0-9]+$ ]] && echo "$v" || echo -1
 }
 # least MIN NAME WHAT: the server counted NAME at least MIN times
@@ -143,6 +144,8 @@ least 1 'listener_refusals_total{reason=runaway_generation}' "a runaway generati
 # Forged frames: the engine refuses key, outside and eager (one connection
 # each, maybe more than one frame); the TCP rail refuses the rest itself.
 least 3 protocol_violations_total "forged frames the engine refuses"
+# The eager kind names a receive 3200 ahead of what it assumes: refused as malformed.
+least 1 'protocol_violations_total{kind=malformed}' "a forged eager write the engine cannot decode"
 for k in unknown_type oversized_control unknown_flags drain_with_payload; do
   least 1 "tcp_frames_refused_total{kind=$k}" "a forged frame the TCP rail refuses"
 done

@@ -9,7 +9,7 @@
  *
  * usage: ht_writer_helper [faults]  (RERAIL_HEALTH_PATH names the table) */
 #include "rr_clock.h"
-#include "rr_health.h"
+#include "rr_health_bus.h"
 #include "rr_health_table.h"
 
 #include <stdio.h>

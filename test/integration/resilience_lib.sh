@@ -327,13 +327,6 @@ prom_sum() {
     awk -v m="$2" -v f="${3:-}" '$1 ~ "^"m"[{]" && (f == "" || $1 ~ f) { s += $NF; n++ } END { print (n ? s + 0 : "?") }'
 }
 
-# count_lines PATTERN FILE...: lines matching (extended regex)
-count_lines() {
-  local p=$1
-  shift
-  cat "$@" 2>/dev/null | grep -cE "$p"
-}
-
 # ok_pair: both harness processes exited 0 and report zero errors.
 ok_pair() {
   [ "$SRC" -eq 0 ] && [ "$CRC" -eq 0 ] &&

@@ -14,7 +14,7 @@
  * Prints "ready" once the first metrics file exists, exits after --seconds
  * (the metrics file then goes away, as with any rerail job). */
 #include "rr_clock.h"
-#include "rr_health.h"
+#include "rr_health_bus.h"
 #include "rr_telemetry.h"
 
 #include <getopt.h>
@@ -114,7 +114,7 @@ int main(int argc, char **argv) {
       event(ev++);
       next_ev = now + (uint64_t)ev_ms * 1000000ull;
     }
-    if (!ready && rr_tel_flush() == 0) {
+    if (!ready && rr_tel_flush() == RR_OK) {
       printf("ready\n");
       fflush(stdout);
       ready = 1;

@@ -23,7 +23,7 @@
 #              and counts a failover; promtool clean; the run ends with zero
 #              errors (every byte checked)
 #   log_paths  the plugin names its sources in log lines relative to the
-#              project (common/rr_health.c), not by the build machine's path
+#              project (common/health/rr_health_bus.c), not by the build machine's path
 #
 # Needs root (the lab), promtool and prometheus-node-exporter
 # (tools/install-deps.sh). A lab named after $RERAIL_LAB (default rrts) and
@@ -54,10 +54,10 @@ trap 'stop_exporter; lab_cleanup' EXIT
 SO="$PLUGIN_DIR/libnccl-net-rerail.so"
 readelf -p .rodata "$SO" >"$WORK/rodata.txt" 2>&1
 rel=$(grep -cE '\]  (common|net_plugin)/[A-Za-z0-9_/]+\.c$' "$WORK/rodata.txt")
-if grep -qE '\]  common/([A-Za-z0-9_]+/)?rr_health\.c$' "$WORK/rodata.txt"; then
-  pass log_paths "$rel source names relative to the project, as common/rr_health.c"
+if grep -qE '\]  common/([A-Za-z0-9_]+/)?rr_health_bus\.c$' "$WORK/rodata.txt"; then
+  pass log_paths "$rel source names relative to the project, as common/health/rr_health_bus.c"
 else
-  fail log_paths "$SO does not name rr_health.c as common/...: $(grep -E 'rr_health\.c$' "$WORK/rodata.txt" | head -2)"
+  fail log_paths "$SO does not name rr_health_bus.c as common/...: $(grep -E 'rr_health_bus\.c$' "$WORK/rodata.txt" | head -2)"
 fi
 
 # ---- node_exporter on the telemetry directory

@@ -5,7 +5,7 @@
  * receiving end the listener installs a little later. */
 #include "sim.h"
 
-#include "rr_health.h"
+#include "rr_health_bus.h"
 
 #include <string.h>
 

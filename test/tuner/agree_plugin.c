@@ -30,7 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "rr_health.h"
+#include "rr_health_bus.h"
 #include "rr_health_table.h"
 #include "tuner_core.h"
 #include "tuner_ids.h"

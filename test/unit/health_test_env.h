@@ -55,7 +55,7 @@ static int ht_test_dir_setup(const char *prefix, int others_reach) {
 }
 
 /* The plugin started three times over with no table it may use: every
- * call it makes keeps working, doing nothing (needs cmocka and rr_health.h
+ * call it makes keeps working, doing nothing (needs cmocka and rr_health_bus.h
  * included first). */
 static void start_without_table(void) {
   rr_netif nif;

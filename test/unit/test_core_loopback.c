@@ -24,7 +24,7 @@
 #include "core_internal.h"
 #include "net_core.h"
 #include "rr_clock.h"
-#include "rr_health.h"
+#include "rr_health_bus.h"
 #include "rr_health_table.h"
 #include "rr_params.h"
 #include "setup_wire.h"

@@ -31,7 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "rr_health.h"
+#include "rr_health_bus.h"
 #include "health_test_env.h"
 #include "rr_health_table.h"
 #include "rr_health_table_internal.h"

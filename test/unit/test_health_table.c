@@ -27,7 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "rr_health.h"
+#include "rr_health_bus.h"
 #include "health_test_env.h"
 #include "rr_health_table.h"
 #include "rr_health_table_internal.h"
@@ -133,7 +133,7 @@ static void test_proc_stat(void **state) {
   (void)state;
   uint64_t start = 0;
   char st = 0;
-  assert_int_equal(rr_ht_proc_stat(getpid(), &start, &st), 0);
+  assert_int_equal(rr_ht_proc_stat(getpid(), &start, &st, NULL), RR_OK);
   assert_true(start > 0);
   assert_true(st == 'R' || st == 'S');
   uint64_t owner = rr_ht_owner_word((uint32_t)getpid(), start);
@@ -194,7 +194,7 @@ static void test_roundtrip(void **state) {
   assert_string_equal(e1->row.reason, "link down (netlink)");
   assert_true(e1->row.since_ns >= e1->row.claimed_ns);
   uint64_t start = 0;
-  assert_int_equal(rr_ht_proc_stat(getpid(), &start, NULL), 0);
+  assert_int_equal(rr_ht_proc_stat(getpid(), &start, NULL, NULL), RR_OK);
   assert_int_equal(e1->row.start_time, start);
   assert_true(e1->heartbeat_age_ns < 5000000000ull);
   assert_string_equal(s.peer[0].row.ifname, "eth1");
@@ -453,7 +453,7 @@ static void test_bad_rows(void **state) {
   rr_ht_header h;
   read_file(path, &h, sizeof h);
   uint64_t start;
-  assert_int_equal(rr_ht_proc_stat(getpid(), &start, NULL), 0);
+  assert_int_equal(rr_ht_proc_stat(getpid(), &start, NULL, NULL), RR_OK);
 
   /* A row that claims to be ours, with a state no writer writes. */
   rr_ht_nic_row bad;
@@ -689,7 +689,7 @@ static void test_dead_rows(void **state) {
   rr_ht_header h;
   read_file(path, &h, sizeof h);
   uint64_t start;
-  assert_int_equal(rr_ht_proc_stat(getpid(), &start, NULL), 0);
+  assert_int_equal(rr_ht_proc_stat(getpid(), &start, NULL, NULL), RR_OK);
   rr_ht_nic_row r;
   memset(&r, 0, sizeof r);
   r.owner = rr_ht_owner_word((uint32_t)getpid(), start - 1);

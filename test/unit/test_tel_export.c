@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "rr_health.h"
+#include "rr_health_bus.h"
 #include "rr_log.h"
 #include "rr_tel_format.h"
 #include "rr_tel_internal.h" /* a recorder's ring: when the exporter drains it */
@@ -193,8 +193,8 @@ static void lifecycle(void **state) {
   assert_null(off);
   rr_tel_record(off, 1, 2, 3); /* telemetry off: a no-op */
   assert_false(rr_tel_running());
-  assert_int_equal(rr_tel_flush(), -1);
-  assert_int_equal(rr_tel_retain(), -1);
+  assert_int_equal(rr_tel_flush(), RR_ERR_UNSUPPORTED);
+  assert_int_equal(rr_tel_retain(), RR_ERR_UNSUPPORTED);
 
   setenv("RERAIL_TELEMETRY_DIR", g_dir, 1);
   rr_tel_rail *a = rr_tel_rail_open(0, "eth0", "10.0.0.2", 0, RR_TEL_TX);
@@ -216,18 +216,18 @@ static void lifecycle(void **state) {
   a = rr_tel_rail_open(0, "eth0", "10.0.0.2", 0, RR_TEL_TX); /* starts again */
   assert_true(rr_tel_running());
   rr_tel_record(a, T, 2 * T, MB);
-  assert_int_equal(rr_tel_flush(), 0);
+  assert_int_equal(rr_tel_flush(), RR_OK);
   rr_tel_rail_figures f;
-  assert_int_equal(rr_tel_rail_figures_get("eth0", "10.0.0.2", 0, RR_TEL_TX, &f), 0);
+  assert_int_equal(rr_tel_rail_figures_get("eth0", "10.0.0.2", 0, RR_TEL_TX, &f), RR_OK);
   assert_int_equal(f.requests, 2); /* counters survive the restart */
 
   /* A retain (the plugin's init) keeps the exporter past the last close, and
    * the events in between are logged. */
-  assert_int_equal(rr_tel_retain(), 0);
+  assert_int_equal(rr_tel_retain(), RR_OK);
   rr_tel_rail_close(a);
   assert_true(rr_tel_running());
   report_nic_down("eth3");
-  assert_int_equal(rr_tel_flush(), 0);
+  assert_int_equal(rr_tel_flush(), RR_OK);
   char *ev = events_text(g_dir, "");
   assert_non_null(ev);
   assert_non_null(strstr(ev, "\"nic\":\"eth3\""));
@@ -242,7 +242,7 @@ static void lifecycle(void **state) {
   text = prom_text(g_dir);
   assert_null(text); /* out of the scrape */
   assert_null(rr_tel_rail_open(0, "eth0", "10.0.0.2", 1, RR_TEL_TX));
-  assert_int_equal(rr_tel_retain(), -1);
+  assert_int_equal(rr_tel_retain(), RR_ERR_UNSUPPORTED);
   rr_tel_record(a, 2 * T, 3 * T, MB); /* a late record after shutdown is harmless */
   rr_tel_rail_close(a);
 }
@@ -275,7 +275,7 @@ static void prom_file(void **state) {
   rr_tel_cost_publish(a, &ca, &pa);
   cb.n[RR_TEL_COST_DOORBELLS_SEND] = 10, cb.n[RR_TEL_COST_WRS_RECV] = 7;
   rr_tel_cost_publish(b, &cb, &pb);
-  assert_int_equal(rr_tel_flush(), 0);
+  assert_int_equal(rr_tel_flush(), RR_OK);
   char *text = prom_text(g_dir);
   assert_non_null(text);
   check_structure(text);
@@ -317,13 +317,13 @@ static void prom_file(void **state) {
   free(text);
 
   rr_tel_rail_figures f;
-  assert_int_equal(rr_tel_rail_figures_get("eth0", "10.0.0.2", 1, RR_TEL_TX, &f), 0);
+  assert_int_equal(rr_tel_rail_figures_get("eth0", "10.0.0.2", 1, RR_TEL_TX, &f), RR_OK);
   assert_int_equal(f.requests, 128);
   assert_int_equal(f.cost.n[RR_TEL_COST_DOORBELLS_SEND], 14);
   assert_int_equal(f.p50_ns, 2 * T);
 
   /* An interval without traffic: throughput 0, counters and quantiles kept. */
-  assert_int_equal(rr_tel_flush(), 0);
+  assert_int_equal(rr_tel_flush(), RR_OK);
   text = prom_text(g_dir);
   assert_true(must_sample(text, RAIL(RR_TEL_M_THROUGHPUT, "eth0", "10.0.0.2", "1", "tx")) == 0);
   assert_int_equal(must_sample(text, RAIL(RR_TEL_M_REQUESTS, "eth0", "10.0.0.2", "1", "tx")), 128);
@@ -351,9 +351,9 @@ static void ring_drops_counted(void **state) {
   (void)state;
   rr_tel_rail *a = open_tx_with_ring("64", "10.0.0.3");
   for (uint64_t k = 0; k < 100000; k++) rr_tel_record(a, k, k + 1, 1);
-  assert_int_equal(rr_tel_flush(), 0);
+  assert_int_equal(rr_tel_flush(), RR_OK);
   rr_tel_rail_figures f;
-  assert_int_equal(rr_tel_rail_figures_get("eth0", "10.0.0.3", 0, RR_TEL_TX, &f), 0);
+  assert_int_equal(rr_tel_rail_figures_get("eth0", "10.0.0.3", 0, RR_TEL_TX, &f), RR_OK);
   assert_int_equal(f.requests + f.dropped, 100000);
   assert_true(f.dropped > 0);
   char *text = prom_text(g_dir);
@@ -417,9 +417,9 @@ static void ring_keeps_up_with_fast_rail(void **state) {
   print_message("%d drains, %d of them under %llu ms after the one before, %llu samples\n", drains, early,
                 (unsigned long long)(early_ns / 1000000u), (unsigned long long)k);
   assert_true(early >= want_early);
-  assert_int_equal(rr_tel_flush(), 0);
+  assert_int_equal(rr_tel_flush(), RR_OK);
   rr_tel_rail_figures f;
-  assert_int_equal(rr_tel_rail_figures_get("eth0", "10.0.0.4", 0, RR_TEL_TX, &f), 0);
+  assert_int_equal(rr_tel_rail_figures_get("eth0", "10.0.0.4", 0, RR_TEL_TX, &f), RR_OK);
   /* Every sample is either counted or counted as dropped. */
   assert_int_equal(f.requests + f.dropped, k);
   rr_tel_rail_close(a);
@@ -453,7 +453,7 @@ static void nic_transport(void **state) {
   rr_health_event ev = {.kind = RR_HEV_NIC_STATE, .dev = 2, .to_dev = -1, .state = RR_LINK_DOWN};
   snprintf(ev.ifname, sizeof ev.ifname, "eth2");
   rr_health_report(&ev);
-  assert_int_equal(rr_tel_flush(), 0);
+  assert_int_equal(rr_tel_flush(), RR_OK);
   char *text = prom_text(g_dir);
   check_structure(text);
   char pre[256];
@@ -488,7 +488,7 @@ static void events_json(void **state) {
   report(RR_HEV_FAILOVER, "eth0", "eth1", "10.0.0.2", RR_LINK_UP, 12500000, "resumed in epoch 2");
   report(RR_HEV_FAILBACK, "eth1", "eth0", "10.0.0.2", RR_LINK_UP, 0, "healed");
   report(RR_HEV_ERROR, NULL, NULL, "10.0.0.9", RR_LINK_DOWN, 0, "no rail left");
-  assert_int_equal(rr_tel_flush(), 0);
+  assert_int_equal(rr_tel_flush(), RR_OK);
   char *text = events_text(g_dir, "");
   assert_non_null(text);
   char *line[8];
@@ -597,14 +597,14 @@ static void anomaly_snapshots(void **state) {
   for (int round = 0; round < 20; round++) {
     for (int i = 0; i < 200; i++, t += T) rr_tel_record(a, t, t + T, MB);         /* 1 GB/s */
     for (int i = 0; i < 40; i++, t += 5 * T) rr_tel_record(a, t, t + 5 * T, MB);  /* 0.2 GB/s */
-    assert_int_equal(rr_tel_flush(), 0);
+    assert_int_equal(rr_tel_flush(), RR_OK);
     t += 11000 * T; /* past the per-rail quiet period */
   }
   for (int i = 0; i < 100; i++, t += T) rr_tel_record(a, t, t + T, MB);
   rr_tel_flush();
   rr_tel_flush(); /* the anomaly events reported by the exporter reach the log */
   rr_tel_rail_figures f;
-  assert_int_equal(rr_tel_rail_figures_get("eth0", "10.0.0.4", 0, RR_TEL_RX, &f), 0);
+  assert_int_equal(rr_tel_rail_figures_get("eth0", "10.0.0.4", 0, RR_TEL_RX, &f), RR_OK);
   assert_int_equal(f.anomalies, 20);
   int lo, hi;
   assert_int_equal(count_snapshots(&lo, &hi), 16); /* capped: the oldest went */
@@ -645,21 +645,21 @@ static void anomaly_not_small_or_single(void **state) {
   uint64_t t = 0;
   /* (a flush after each phase: the ring holds 1024) */
   for (int i = 0; i < 300; i++, t += T) rr_tel_record(a, t, t + T, MB);           /* 1 GB/s bulk */
-  assert_int_equal(rr_tel_flush(), 0);
+  assert_int_equal(rr_tel_flush(), RR_OK);
   for (int i = 0; i < 300; i++, t += T / 10) rr_tel_record(a, t, t + T / 10, 1000); /* 10 MB/s small */
-  assert_int_equal(rr_tel_flush(), 0);
+  assert_int_equal(rr_tel_flush(), RR_OK);
   for (int i = 0; i < 300; i++, t += T) rr_tel_record(a, t, t + T, MB);
   rr_tel_record(a, t, t + 50 * T, MB); /* one request stalls 50 ms */
   t += 50 * T;
   for (int i = 0; i < 300; i++, t += T) rr_tel_record(a, t, t + T, MB);
-  assert_int_equal(rr_tel_flush(), 0);
+  assert_int_equal(rr_tel_flush(), RR_OK);
   rr_tel_rail_figures f;
-  assert_int_equal(rr_tel_rail_figures_get("eth0", "10.0.0.8", 0, RR_TEL_TX, &f), 0);
+  assert_int_equal(rr_tel_rail_figures_get("eth0", "10.0.0.8", 0, RR_TEL_TX, &f), RR_OK);
   assert_int_equal(f.requests, 1201);
   assert_int_equal(f.anomalies, 0);
   for (int i = 0; i < 100; i++, t += 5 * T) rr_tel_record(a, t, t + 5 * T, MB); /* a real drop */
-  assert_int_equal(rr_tel_flush(), 0);
-  assert_int_equal(rr_tel_rail_figures_get("eth0", "10.0.0.8", 0, RR_TEL_TX, &f), 0);
+  assert_int_equal(rr_tel_flush(), RR_OK);
+  assert_int_equal(rr_tel_rail_figures_get("eth0", "10.0.0.8", 0, RR_TEL_TX, &f), RR_OK);
   assert_int_equal(f.anomalies, 1);
   rr_tel_rail_close(a);
 }
@@ -683,16 +683,16 @@ static void dir_not_creatable(void **state) {
   for (int i = 0; i < 5; i++) {
     record_some(a, &t, 10);
     report(RR_HEV_RAIL_STATE, "eth0", NULL, "10.0.0.5", RR_LINK_DOWN, 0, "x");
-    assert_int_equal(rr_tel_flush(), 0);
+    assert_int_equal(rr_tel_flush(), RR_OK);
   }
   assert_int_equal(g_warn_io, 1); /* once */
   rr_tel_rail_figures f;
-  assert_int_equal(rr_tel_rail_figures_get("eth0", "10.0.0.5", 0, RR_TEL_TX, &f), 0);
+  assert_int_equal(rr_tel_rail_figures_get("eth0", "10.0.0.5", 0, RR_TEL_TX, &f), RR_OK);
   assert_int_equal(f.requests, 50); /* recording went on */
   /* The operator fixes it: the files appear with everything recorded. */
   assert_int_equal(run("rm %s && mkdir %s", file, file), 0);
   record_some(a, &t, 10);
-  assert_int_equal(rr_tel_flush(), 0);
+  assert_int_equal(rr_tel_flush(), RR_OK);
   char *text = prom_text(bad);
   assert_non_null(text);
   char pre[256];
@@ -716,17 +716,17 @@ static void dir_read_only(void **state) {
   uint64_t t = 0;
   for (int i = 0; i < 5; i++) {
     record_some(a, &t, 10);
-    assert_int_equal(rr_tel_flush(), 0);
+    assert_int_equal(rr_tel_flush(), RR_OK);
   }
   assert_int_equal(g_warn_io, 1); /* the metrics file, once */
   report(RR_HEV_FAILOVER, "eth0", "eth1", "10.0.0.6", RR_LINK_UP, 1000, "x");
   report(RR_HEV_FAILOVER, "eth0", "eth1", "10.0.0.6", RR_LINK_UP, 1000, "y");
-  assert_int_equal(rr_tel_flush(), 0);
-  assert_int_equal(rr_tel_flush(), 0);
+  assert_int_equal(rr_tel_flush(), RR_OK);
+  assert_int_equal(rr_tel_flush(), RR_OK);
   assert_int_equal(g_warn_io, 2); /* plus the event log, once */
   assert_int_equal(run("mount -o remount,rw %s", mnt), 0);
   record_some(a, &t, 10);
-  assert_int_equal(rr_tel_flush(), 0);
+  assert_int_equal(rr_tel_flush(), RR_OK);
   char *text = prom_text(mnt);
   assert_non_null(text);
   char pre[256];
@@ -755,14 +755,14 @@ static void disk_full(void **state) {
   }
   uint64_t t = 0;
   record_some(r[0], &t, 10);
-  assert_int_equal(rr_tel_flush(), 0);
+  assert_int_equal(rr_tel_flush(), RR_OK);
   assert_int_equal(g_warn_io, 0);
   /* Fill the disk. */
   run("dd if=/dev/zero of=%s/filler bs=4k >/dev/null 2>&1", mnt);
   for (int i = 0; i < 6; i++) {
     record_some(r[0], &t, 10);
     report(RR_HEV_RAIL_STATE, "eth0", NULL, "10.0.0.7", RR_LINK_DEGRADED, 0, "slow");
-    assert_int_equal(rr_tel_flush(), 0);
+    assert_int_equal(rr_tel_flush(), RR_OK);
   }
   /* One warning per kind of file (metrics, events), not one per attempt. */
   assert_int_equal(g_warn_io, 2);
@@ -785,7 +785,7 @@ static void disk_full(void **state) {
   assert_int_equal(run("rm %s/filler", mnt), 0);
   record_some(r[0], &t, 10);
   report(RR_HEV_RAIL_STATE, "eth0", NULL, "10.0.0.7", RR_LINK_UP, 0, "fast again");
-  assert_int_equal(rr_tel_flush(), 0);
+  assert_int_equal(rr_tel_flush(), RR_OK);
   text = prom_text(mnt);
   assert_non_null(text);
   check_structure(text);

@@ -33,7 +33,7 @@ static void assert_near(double got, double want, double rel) {
 static void window_back_to_back(void **state) {
   (void)state;
   rr_tel_window w;
-  assert_int_equal(rr_tel_window_init(&w, 8), 0);
+  assert_int_equal(rr_tel_window_init(&w, 8), RR_OK);
   double thr = 0;
   for (uint64_t i = 0; i < 20; i++) thr = rr_tel_window_add(&w, i * T, (i + 1) * T, B);
   assert_near(thr, 1e9, 1e-9);
@@ -136,9 +136,9 @@ static void quantiles_exact(void **state) {
   rr_tel_res_init(&r, 1024, 1);
   uint64_t out[3];
   static const double q[3] = {0.5, 0.9, 0.99};
-  assert_int_equal(rr_tel_res_quantiles(&r, q, 3, out), -1); /* empty */
+  assert_int_equal(rr_tel_res_quantiles(&r, q, 3, out), RR_AGAIN); /* empty */
   for (int i = 1000; i >= 1; i--) rr_tel_res_add(&r, (uint64_t)i); /* fits: exact */
-  assert_int_equal(rr_tel_res_quantiles(&r, q, 3, out), 0);
+  assert_int_equal(rr_tel_res_quantiles(&r, q, 3, out), RR_OK);
   assert_int_equal(out[0], 500);
   assert_int_equal(out[1], 900);
   assert_int_equal(out[2], 990);
@@ -327,7 +327,7 @@ static void record_cost(void **state) {
   for (int i = 0; i < 1000000; i++) (void)rr_now_ns();
   double clk = (double)(rr_now_ns() - c0) / 1e6;
   rr_tel_rail_figures f;
-  assert_int_equal(rr_tel_rail_figures_get("cost0", "10.0.0.1", 0, RR_TEL_TX, &f), 0);
+  assert_int_equal(rr_tel_rail_figures_get("cost0", "10.0.0.1", 0, RR_TEL_TX, &f), RR_OK);
   /* The exporter's side: CPU per sample drained and digested (window,
    * reservoir, drop detector), wake-ups included; no file written meanwhile. */
   uint64_t cpu0 = exporter_cpu_ns(), base = f.requests;

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "rr_params.h"
-#include "verbs_dev.h"
+#include "verbs_ports.h"
 #include "verbs_lib.h"
 #include "verbs_select.h"
 

@@ -39,6 +39,8 @@
 #include "engine.h"
 #include "rail_verbs.h"
 #include "verbs_ep.h" /* RECV_TAG: a receive completion's wr_id */
+#include "rr_counters.h"
+#include "rr_health_bus.h"
 #include "rr_params.h"
 #include "verbs_ring.h"
 
@@ -706,8 +708,12 @@ static uint8_t *ring_of(world *w, int i) {
 static int setup_pair2(void **state) {
   set_qps("1");
   int rc = setup(state);
+  uint64_t eps = rr_counter_get(RR_CTR_VERBS_ENDPOINTS_CONNECTED), qps = rr_counter_get(RR_CTR_VERBS_QPS_CONNECTED);
   open_pair(*state, "2");
   assert_int_equal(nqps, 4);
+  /* The counters the lab decides on (and an operator reads) say the same: two endpoints, two QPs each. */
+  assert_int_equal(rr_counter_get(RR_CTR_VERBS_ENDPOINTS_CONNECTED) - eps, 2);
+  assert_int_equal(rr_counter_get(RR_CTR_VERBS_QPS_CONNECTED) - qps, 4);
   return rc;
 }
 
@@ -1593,6 +1599,31 @@ static void test_registration_never_stalls_progress(void **state) {
   assert_int_equal(verbs_mr_cache_count(w->h->mrs), 0);
 }
 
+/* Registrations are counted, and those after a NIC or rail of the process went down apart
+ * (the lab asserts none happen then); a cached buffer registers nothing. */
+static void test_registrations_counted_apart_after_a_down(void **state) {
+  world *w = *state;
+  reg_reset();
+  uint64_t regs = rr_counter_get(RR_CTR_VERBS_REGISTRATIONS), late = rr_counter_get(RR_CTR_VERBS_REGISTRATIONS_AFTER_DOWN);
+  rr_rail_mr *a = NULL, *again = NULL, *b = NULL;
+  if (!rr_health_down_seen()) {
+    assert_int_equal(verbs_reg_mr(&w->h->base, user_buf[0], 4096, RR_MEM_HOST, -1, 0, &a), RR_OK);
+    assert_int_equal(verbs_reg_mr(&w->h->base, user_buf[0], 4096, RR_MEM_HOST, -1, 0, &again), RR_OK);
+    assert_int_equal(rr_counter_get(RR_CTR_VERBS_REGISTRATIONS), regs + 1);
+    assert_int_equal(rr_counter_get(RR_CTR_VERBS_REGISTRATIONS_AFTER_DOWN), late);
+    rr_health_nic_state(0, "test0", RR_LINK_DOWN, "unit test"); /* the process's first down */
+  }
+  assert_true(rr_health_down_seen());
+  regs = rr_counter_get(RR_CTR_VERBS_REGISTRATIONS);
+  assert_int_equal(verbs_reg_mr(&w->h->base, user_buf[2], 4096, RR_MEM_HOST, -1, 0, &b), RR_OK);
+  assert_int_equal(rr_counter_get(RR_CTR_VERBS_REGISTRATIONS), regs);
+  assert_int_equal(rr_counter_get(RR_CTR_VERBS_REGISTRATIONS_AFTER_DOWN), late + 1);
+  rr_health_nic_state(0, "test0", RR_LINK_UP, "unit test");
+  if (a) verbs_dereg_mr(a);
+  if (again) verbs_dereg_mr(again);
+  verbs_dereg_mr(b);
+}
+
 /* The cache keys on (base, len, kind) and finds each of many buffers again. */
 static void test_registration_cache_many(void **state) {
   (void)state;
@@ -1678,6 +1709,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_device_reset_and_reopen, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stray_completion_counted, setup, teardown),
       cmocka_unit_test_setup_teardown(test_registration_never_stalls_progress, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_registrations_counted_apart_after_a_down, setup, teardown),
       cmocka_unit_test(test_registration_cache_many),
       cmocka_unit_test(test_max_eps_honest),
   };

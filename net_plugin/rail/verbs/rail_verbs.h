@@ -10,7 +10,7 @@
  * verbs_hca.c the device layer (protection domain, registration, async
  * events), verbs_mr_cache.c the registration cache, verbs_lib.c the
  * run-time binding of libibverbs,
- * verbs_dev.c/verbs_select.c the discovery of usable ports. */
+ * verbs_ports.c/verbs_select.c the discovery of usable ports. */
 #ifndef RERAIL_RAIL_VERBS_H
 #define RERAIL_RAIL_VERBS_H
 #include <pthread.h>
@@ -18,7 +18,7 @@
 
 #include "rail.h"
 #include "verbs_addr.h"
-#include "verbs_dev.h"
+#include "verbs_ports.h"
 #include "verbs_lib.h"
 
 extern const rr_rail_ops rr_verbs_rail_ops;

@@ -16,6 +16,7 @@
  * RESULTS.md (verbs: connections per process). */
 #include "verbs_ep.h"
 #include "rr_clock.h"
+#include "rr_counters.h"
 #include "rr_log.h"
 #include "rr_params.h"
 
@@ -263,6 +264,8 @@ rr_status verbs_ep_connect(rr_rail_ep *rep, const rr_rail_connect_args *args) {
   ep->peer_ring = peer.ring_addr;
   ep->peer_ring_rkey = peer.ring_rkey;
   ep->connected = 1;
+  rr_counter_inc(RR_CTR_VERBS_ENDPOINTS_CONNECTED);
+  rr_counter_add(RR_CTR_VERBS_QPS_CONNECTED, (uint64_t)n);
   ep->last_rx_ns = ep->last_tx_ns = rr_now_ns();
   if (args->nfds >= 1 && args->fds[0] >= 0) {
     ep->watch_fd = args->fds[0];

@@ -19,6 +19,7 @@
  * QP here (every flush still on it FAILS; the next flush makes a new one). */
 #include "rail_verbs.h"
 #include "rr_clock.h"
+#include "rr_counters.h"
 #include "rr_log.h"
 #include "rr_params.h"
 
@@ -140,6 +141,7 @@ static void flusher_poll(verbs_hca *h) {
         if (f->reads++ == 0)
           RR_INFO(RR_SUB_NET, "verbs %s: first flush read completed", h->port.dev_name);
         atomic_fetch_add(&flush_reads, 1);
+        rr_counter_inc(RR_CTR_VERBS_FLUSH_READS);
         if (fl) fl->state = RR_FLUSH_DONE;
       } else {
         if (!f->broken)

@@ -10,6 +10,8 @@
 #include "rail_verbs.h"
 #include "verbs_ep.h"
 #include "rr_clock.h"
+#include "rr_counters.h"
+#include "rr_nic_state.h"
 #include "rr_log.h"
 #include "rr_params.h"
 
@@ -60,6 +62,7 @@ rr_status verbs_mr_register(verbs_hca *h, verbs_mr *m) {
   if (!e) {
     uint64_t nth = atomic_fetch_add(&reg_calls, 1) + 1;
     RR_INFO(RR_SUB_NET, "verbs %s: ibv_reg_mr #%llu: %zu bytes", h->port.dev_name, (unsigned long long)nth, len);
+    rr_counter_inc(rr_health_down_seen() ? RR_CTR_VERBS_REGISTRATIONS_AFTER_DOWN : RR_CTR_VERBS_REGISTRATIONS);
     struct ibv_mr *mr = register_now(h, base, len, m->kind, m->dmabuf_fd, m->dmabuf_offset);
     if (!mr) {
       int err = errno;

@@ -1,4 +1,5 @@
 #include "verbs_lib.h"
+#include "rr_counters.h"
 #include "rr_log.h"
 #include "rr_params.h"
 
@@ -102,6 +103,7 @@ static void load(void) {
             RR_IBV_SONAME, rr_ibv_relaxed_ordering(&the_api) ? "on" : "off");
     return;
   }
+  rr_counter_inc(RR_CTR_VERBS_LIB_UNUSABLE);
   RR_INFO(RR_SUB_INIT | RR_SUB_NET, "rerail: %s unusable (%s): no verbs devices, rails use TCP",
           RR_IBV_SONAME, why ? why : "unknown reason");
 }

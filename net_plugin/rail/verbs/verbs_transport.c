@@ -4,6 +4,7 @@
  * RERAIL_TRANSPORT=tcp never looks for verbs; libibverbs is opened at run
  * time, and without rdma-core there are no verbs devices (not an error). */
 #include "rail_verbs.h"
+#include "rr_counters.h"
 #include "rr_log.h"
 #include "rr_params.h"
 
@@ -62,6 +63,7 @@ static rr_status verbs_open_found(int which, int index, rr_rail_dev **out) {
   a->gid_index = vp->gid_index;
   memcpy(a->gid, vp->gid.raw, sizeof a->gid);
   a->lid = vp->link_layer == IBV_LINK_LAYER_INFINIBAND ? vp->lid : 0;
+  rr_counter_inc(RR_CTR_VERBS_DEVICES_OPENED);
   RR_INFO(RR_SUB_INIT | RR_SUB_NET, "device %d: %s on the verbs rail (%s)", index, a->name,
           vp->link_layer == IBV_LINK_LAYER_INFINIBAND ? "InfiniBand" : "RoCE");
   return RR_OK;

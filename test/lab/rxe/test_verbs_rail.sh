@@ -11,7 +11,8 @@
 # faults, every byte arrives; NCCL's own IB transport passes the same, NCCL's socket transport
 # must fail it); then the traffic class on the wire (verbs_qos.sh: RERAIL_IB_TC, NCCL_IB_TC or
 # the communicator's trafficClass 106 put DSCP 26 on every RoCE packet). Root, as every lab test.
-#   usage: test_verbs_rail.sh HARNESS PLUGIN_DIR [SECONDS per case]
+#   usage: test_verbs_rail.sh HARNESS PLUGIN_DIR [SECONDS per case [RERAIL_TOOL]]
+#   (the rerail tool: verbs_harness.sh reads the devices' ptrSupport from `rerail devices --json`)
 set -euo pipefail
 here="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
 if [[ $(id -u) -ne 0 ]]; then
@@ -19,6 +20,7 @@ if [[ $(id -u) -ne 0 ]]; then
   exit 1
 fi
 exec "$here/rxelab.sh" run --timeout 270 -- bash -c '
+  export RERAIL_CLI="$7"
   "$0" "$1" "$2" "$3" link gpuflush; link=$?
   "$0" "$1" "$2" "$3" silent; silent=$?
   RERAIL_IB_QPS_PER_RAIL=2 RERAIL_IB_ADAPTIVE_ROUTING=1 "$0" "$1" "$2" "$3" link; qps=$?
@@ -26,4 +28,4 @@ exec "$here/rxelab.sh" run --timeout 270 -- bash -c '
   "$5" "$1" "$2"; gpumem=$?
   "$6" "$1" "$2"; qos=$?
   exit $((link || silent || qps || close || gpumem || qos))' "$here/verbs_harness.sh" "$1" "$2" "${3:-12}" "$here/verbs_close.sh" \
-  "$here/verbs_gpu_mem.sh" "$here/verbs_qos.sh"
+  "$here/verbs_gpu_mem.sh" "$here/verbs_qos.sh" "${4:-}"

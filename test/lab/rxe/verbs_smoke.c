@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "rr_params.h"
-#include "verbs_dev.h"
+#include "verbs_ports.h"
 
 typedef struct side {
   const char *name;

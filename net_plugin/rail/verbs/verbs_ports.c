@@ -1,4 +1,4 @@
-#include "verbs_dev.h"
+#include "verbs_ports.h"
 #include "rail.h"
 #include "rr_log.h"
 

@@ -1,7 +1,7 @@
 /* Verbs devices and ports rerail can use: ACTIVE InfiniBand and RoCE ports that RERAIL_IB_HCA
  * selects, each with the GID it addresses peers with and the properties NCCL asks for. */
-#ifndef RERAIL_VERBS_DEV_H
-#define RERAIL_VERBS_DEV_H
+#ifndef RERAIL_VERBS_PORTS_H
+#define RERAIL_VERBS_PORTS_H
 #include <limits.h>
 #include <net/if.h>
 #include <stdint.h>
