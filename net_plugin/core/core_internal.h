@@ -18,7 +18,7 @@
  *
  * Blocking order, outermost first; a thread holding one takes only later ones:
  *   1. core_lock | connect_lock | a listener's lock (never two of them at once)
- *   2. lifecycle_lock (monitor.c)   3. registry_lock (monitor.c)
+ *   2. lifecycle_lock (monitor.c)   3. registry_lock -> incoming_lock (monitor.c)
  *   4. an engine's lock (never two engines at once)
  *   5. gray_lock (engine_gray.c)
  *   6. a connect job's lock, threads_lock (connect_job.c)
