@@ -574,6 +574,7 @@ static void on_proof(rr_listen_comm *l, pending_sock *ps) {
     return;
   }
   g->fds[r][h->stream] = ps->fd;
+  if (h->stream == 0) g->readable |= 1u << r; /* its COMMIT may be there already */
   ps->fd = -1;
 }
 
@@ -641,7 +642,8 @@ static void read_commits(rr_listen_comm *l) {
     int drop = 0;
     for (int r = 0; r < RR_MAX_RAILS && !g->rails_mask && !drop; r++) {
       int fd = g->fds[r][0];
-      if (fd < 0 || (g->frames_first & (1u << r))) continue;
+      if (fd < 0 || (g->frames_first & (1u << r)) || !(g->readable & (1u << r))) continue;
+      g->readable &= ~(1u << r);
       const char *why = NULL;
       rr_hs_commit cm;
       rr_status st = commit_peek(fd, &cm, &why);
@@ -849,15 +851,9 @@ static int net_error_pending(int err) {
 
 /* Take every new socket the kernel has: a pending slot each, or closed at
  * once when its source (or everyone) has too many unauthenticated ones. */
-static rr_status take_new(rr_listen_comm *l) {
-  /* Most calls find nothing new: one poll of the listening sockets costs
-   * less than an accept(2) that fails (the kernel makes, then drops, a
-   * socket file for each), and NCCL calls accept() on every pending
-   * connection in turn, as the monitor services every live listener. */
-  struct pollfd pfd[RR_LISTEN_FDS];
-  for (int k = 0; k < l->nfds; k++) pfd[k] = (struct pollfd){.fd = l->fds[k], .events = POLLIN};
-  if (l->nfds > 0 && poll(pfd, (nfds_t)l->nfds, 0) == 0) return RR_OK;
+static rr_status take_new(rr_listen_comm *l, const struct pollfd *pfd) {
   for (int k = 0; k < l->nfds; k++) {
+    if (!pfd[k].revents) continue;
     for (int n = 0; n < ACCEPTS_PER_CALL; n++) {
       struct sockaddr_storage peer;
       socklen_t alen = sizeof peer;
@@ -909,6 +905,7 @@ static rr_status take_new(rr_listen_comm *l) {
       ps->peer = peer;
       ps->state = PS_HELLO;
       ps->since_ns = now;
+      ps->readable = 1; /* its HELLO may be there already */
     }
   }
   return RR_OK;
@@ -922,8 +919,45 @@ static void release_idle(rr_listen_comm *l) {
   if (!l->ngroups) free(l->groups), l->groups = NULL, l->groups_cap = 0;
 }
 
+/* Which of the listener's sockets have something for us: one poll(2) over
+ * the listening sockets, the pending ones and each group's streams 0 that
+ * may still carry a COMMIT. Most calls find nothing: NCCL calls accept() on
+ * every pending connection in turn, and the monitor services every live
+ * listener, so a failing accept(2), recv(2) or peek per socket and call was
+ * most of what setting up thousands of connections cost a listener (and an
+ * accept(2) that fails costs more: the kernel makes and drops a socket
+ * file). pfd[0..nfds-1] are the listening sockets. */
+static void poll_listener(rr_listen_comm *l, struct pollfd *pfd) {
+  struct pollfd all[RR_LISTEN_FDS + RR_LISTEN_PENDING + RR_LISTEN_GROUPS * RR_MAX_RAILS];
+  int n = 0;
+  for (int k = 0; k < l->nfds; k++) all[n++] = (struct pollfd){.fd = l->fds[k], .events = POLLIN};
+  for (int i = 0; i < l->nsocks; i++)
+    if (l->socks[i].fd >= 0) all[n++] = (struct pollfd){.fd = l->socks[i].fd, .events = POLLIN};
+  for (int gi = 0; gi < l->ngroups; gi++) {
+    const pending_group *g = &l->groups[gi];
+    for (int r = 0; r < RR_MAX_RAILS && !g->rails_mask; r++)
+      if (g->fds[r][0] >= 0 && !(g->frames_first & (1u << r)))
+        all[n++] = (struct pollfd){.fd = g->fds[r][0], .events = POLLIN};
+  }
+  int ready = n ? poll(all, (nfds_t)n, 0) : 0;
+  /* A poll that fails (EINTR, ENOMEM) tells nothing: look at everything. */
+  if (ready < 0)
+    for (int k = 0; k < n; k++) all[k].revents = POLLIN;
+  n = 0;
+  for (int k = 0; k < l->nfds; k++) pfd[k] = all[n++];
+  for (int i = 0; i < l->nsocks; i++)
+    if (l->socks[i].fd >= 0) l->socks[i].readable = all[n++].revents != 0;
+  for (int gi = 0; gi < l->ngroups; gi++) {
+    pending_group *g = &l->groups[gi];
+    for (int r = 0; r < RR_MAX_RAILS && !g->rails_mask; r++)
+      if (g->fds[r][0] >= 0 && !(g->frames_first & (1u << r)) && all[n++].revents) g->readable |= 1u << r;
+  }
+}
+
 static rr_status accept_locked(rr_listen_comm *l, rr_recv_comm **out) {
-  rr_status st = take_new(l);
+  struct pollfd pfd[RR_LISTEN_FDS];
+  poll_listener(l, pfd);
+  rr_status st = take_new(l, pfd);
   if (st == RR_OK) st = advance_locked(l, out);
   release_idle(l);
   return st;
@@ -932,8 +966,12 @@ static rr_status accept_locked(rr_listen_comm *l, rr_recv_comm **out) {
 static rr_status advance_locked(rr_listen_comm *l, rr_recv_comm **out) {
   for (int i = 0; i < l->nsocks; i++) {
     pending_sock *ps = &l->socks[i];
+    if (!ps->readable) continue;
+    ps->readable = 0;
+    /* One message a call: a PROOF cannot be there before our CHALLENGE
+     * went out. */
     if (ps->fd >= 0 && ps->state == PS_HELLO) on_hello(l, ps);
-    if (ps->fd >= 0 && ps->state == PS_PROOF) on_proof(l, ps);
+    else if (ps->fd >= 0 && ps->state == PS_PROOF) on_proof(l, ps);
   }
   read_commits(l);
   drop_stale(l, rr_now_ns());

@@ -366,6 +366,30 @@ static rr_status stream_step(connect_state *c, connect_rail *cr, int r, int i, c
   }
 }
 
+/* Which of a rail's setup sockets can move: one poll(2) for all of them.
+ * connect() is called again and again for every connection under way, and
+ * most calls find nothing new: a failing recv(2) per socket and call was
+ * most of what a connector spent setting up thousands of connections. A
+ * socket waits to send (connecting, or a message not all sent) or to
+ * receive (the listener's next message). */
+static void rail_poll(const connect_state *c, connect_rail *cr) {
+  struct pollfd p[RR_HS_MAX_STREAMS];
+  int n = 0;
+  for (int i = 0; i < c->nstreams; i++) {
+    const setup_stream *st = &cr->s[i];
+    if (st->fd < 0 || st->state == SS_DONE) continue;
+    int out = st->state == SS_CONNECTING || st->state == SS_HELLO || st->state == SS_PROOF;
+    p[n++] = (struct pollfd){.fd = st->fd, .events = out ? POLLOUT : POLLIN};
+  }
+  int ready = n ? poll(p, (nfds_t)n, 0) : 0;
+  n = 0;
+  for (int i = 0; i < c->nstreams; i++) {
+    setup_stream *st = &cr->s[i];
+    if (st->fd < 0 || st->state == SS_DONE) continue;
+    st->ready = ready < 0 || p[n++].revents != 0; /* a poll that failed tells nothing: try */
+  }
+}
+
 /* Advance one rail's attempt: open its sockets (once its retry time has
  * come), run their handshakes. RAIL_READY once every socket is authenticated
  * and the listener's endpoint is known. A socket that fails is closed and
@@ -376,6 +400,7 @@ static rr_status stream_step(connect_state *c, connect_rail *cr, int r, int i, c
 static rr_status rail_advance(connect_state *c, connect_rail *cr, int r, uint64_t now, uint64_t stuck_ns,
                               const char **why) {
   int done = 0;
+  rail_poll(c, cr);
   for (int i = 0; i < c->nstreams && cr->status == RAIL_PENDING; i++) {
     setup_stream *st = &cr->s[i];
     if (st->fd < 0) {
@@ -384,8 +409,10 @@ static rr_status rail_advance(connect_state *c, connect_rail *cr, int r, uint64_
         *why = strerror(errno);
         return RR_ERR_RAIL;
       }
+      st->ready = 1; /* on loopback it is connected already */
     }
-    rr_status rs = stream_step(c, cr, r, i, why);
+    rr_status rs = st->ready ? stream_step(c, cr, r, i, why) : RR_OK;
+    st->ready = 0;
     if (rs == RR_OK && st->state == SS_CONNECTING && stuck_ns && now > st->opened_ns + stuck_ns) {
       rs = RR_ERR_RAIL;
       *why = no_answer;

@@ -105,6 +105,7 @@ typedef struct setup_stream {
   uint8_t state;             /* SS_* */
   setup_hs *hs;              /* while the handshake runs */
   uint64_t opened_ns;        /* when its socket began connecting */
+  uint8_t ready;             /* rail_poll saw it ready (or it is new): worth a step */
 } setup_stream;
 
 typedef struct connect_rail {
@@ -190,6 +191,7 @@ typedef struct pending_sock {
   uint32_t gen_floor;
   uint64_t since_ns;          /* accepted then */
   uint64_t partial_ns;        /* the first byte of a message not yet whole came then (0: none) */
+  uint8_t readable;          /* this accept() call: bytes (or its end) came, or it is new */
   rr_hs_hello h;
   uint8_t hello[RR_HS_HELLO_LEN];
   uint8_t snonce[RR_HS_NONCE_LEN];
@@ -226,6 +228,7 @@ typedef struct pending_group {
   uint16_t peer_blob_len[RR_MAX_RAILS];
   uint8_t peer_blob[RR_MAX_RAILS][RR_HS_BLOB_MAX];
   uint32_t frames_first;     /* rails whose stream 0 starts with data, not COMMIT (read_commits) */
+  uint32_t readable;         /* rails whose stream 0 has bytes (or its end) this accept() call */
   rr_engine *engine;         /* the engine the endpoints report to */
   struct rr_recv_comm *rc;   /* first connections: the comm being built */
   rr_connect_job *install;   /* reconnects: the endpoint connecting before it is installed */
