@@ -680,12 +680,34 @@ static void read_commits(rr_listen_comm *l) {
   }
 }
 
+/* The rails whose every socket the group holds. */
+static uint32_t group_whole(const pending_group *g) {
+  uint32_t whole = 0;
+  for (int r = 0; r < RR_MAX_RAILS; r++) {
+    int all = 1;
+    for (int i = 0; i < g->nstreams; i++) all &= g->fds[r][i] >= 0;
+    if (all) whole |= 1u << r;
+  }
+  return whole;
+}
+
 static int group_complete(const pending_group *g) {
-  if (!g->rails_mask) return 0;
-  for (int r = 0; r < RR_MAX_RAILS; r++)
-    if (g->rails_mask & (1u << r))
-      for (int i = 0; i < g->nstreams; i++)
-        if (g->fds[r][i] < 0) return 0;
+  return g->rails_mask && (g->rails_mask & ~group_whole(g)) == 0;
+}
+
+/* A first connection's COMMIT is in: the rails it names that were lost
+ * since (read_commits saw their sockets end before it came) join as failed
+ * rails, and the connection goes on over the others (connect_plan.h,
+ * rr_commit_resolve). 0: none of its rails is here, the group is over. */
+static int group_settle_commit(pending_group *g) {
+  uint32_t up, lost;
+  if (rr_commit_resolve(g->rails_mask, group_whole(g), &up, &lost) == RR_COMMIT_DROP) return 0;
+  if (lost)
+    RR_INFO(RR_SUB_NET, "accept: connection %016llx: rail(s) 0x%x closed after they were accepted: "
+            "held down until the connector reopens them", (unsigned long long)g->conn_id, lost);
+  g->rails_mask = up;
+  g->later_mask |= lost;
+  g->lost_mask = lost;
   return 1;
 }
 
@@ -762,7 +784,8 @@ static rr_status add_rail_up(pending_group *g, int r, rr_engine *e) {
  * rail is named after the peer host. */
 static rr_status add_rail_later(const rr_listen_comm *l, const pending_group *g, int r, rr_engine *e) {
   const rr_devices *d = rr_core_devices();
-  int dev = l->addr_dev[g->later_addr[r]];
+  /* A rail lost after it arrived comes back where it came. */
+  int dev = (g->lost_mask & (1u << r)) ? g->dev[r] : l->addr_dev[g->later_addr[r]];
   rr_rail_ep *ep = NULL;
   uint8_t blob[RR_HS_BLOB_MAX];
   uint16_t blen = 0;
@@ -985,7 +1008,12 @@ static rr_status advance_locked(rr_listen_comm *l, rr_recv_comm **out) {
   }
   /* Hand out one complete connection (only NCCL's accept() asks). */
   for (int i = 0; i < l->ngroups && out; i++) {
-    if (l->groups[i].reconnect_rail >= 0 || !group_complete(&l->groups[i])) continue;
+    if (l->groups[i].reconnect_rail >= 0 || !l->groups[i].rails_mask) continue;
+    if (!group_settle_commit(&l->groups[i])) {
+      RR_WARN("accept: dropping a connection whose every rail closed before it was handed out");
+      group_remove(l, i--);
+      continue;
+    }
     pending_group g = l->groups[i];
     l->groups[i] = l->groups[--l->ngroups];
     return make_recv_comm(l, &g, out);

@@ -476,6 +476,33 @@ static uint64_t connect_patience_ns(void) {
   return patience > settle ? patience : settle;
 }
 
+/* Rails up whose sockets ended since their ACCEPT: the listener sends
+ * nothing more on a first connection's sockets before the COMMIT, so any
+ * byte, end or error there means the rail is gone (its listener dropped it,
+ * or its path reset it). Committing it would put the COMMIT, or the
+ * connection's first frames, on a dead socket and leave the listener
+ * waiting for them until the connect timeout. Such a rail is failed now: it
+ * is retried like any rail that failed, and joins as one to reopen later if
+ * the connection goes on without it. 1 when one was. */
+static int ready_rails_lost(connect_state *c, uint64_t now) {
+  int any = 0;
+  for (int r = 0; r < c->nrails; r++) {
+    connect_rail *cr = &c->rails[r];
+    if (cr->status != RAIL_READY) continue;
+    struct pollfd p[RR_HS_MAX_STREAMS];
+    for (int i = 0; i < c->nstreams; i++) p[i] = (struct pollfd){.fd = cr->s[i].fd, .events = POLLIN | POLLRDHUP};
+    if (poll(p, (nfds_t)c->nstreams, 0) == 0) continue;
+    RR_INFO(RR_SUB_NET, "connect: rail %d closed after the listener accepted it; going on without it", r);
+    for (int i = 0; i < c->nstreams; i++) stream_close(&cr->s[i]);
+    cr->status = RAIL_PENDING;
+    cr->failed = 1;
+    cr->why = "its sockets closed after the listener accepted them";
+    cr->retry_at_ns = now + RETRY_DELAY_NS;
+    any = 1;
+  }
+  return any;
+}
+
 /* Once enough is known (connect_plan.h): the rails up, the rails kept for
  * later (sockets closed, endpoint kept), the others closed; and the COMMIT
  * that tells the listener so. RR_AGAIN while it waits. */
@@ -498,6 +525,7 @@ static rr_status connect_settle(rr_send_comm *s, uint64_t now) {
     RR_WARN("connect: no rail reaches the peer (%s)", c->rails[0].why ? c->rails[0].why : "?");
     return RR_ERR_PEER;
   }
+  if (ready_rails_lost(c, now)) return connect_settle(s, now); /* decided again without them */
   rr_hs_commit commit = {0};
   for (int r = 0; r < c->nrails; r++) {
     connect_rail *cr = &c->rails[r];
@@ -761,6 +789,15 @@ static rr_status send_comm_add(rr_send_comm *s, int r) {
     int fds[RR_HS_MAX_STREAMS];
     for (int i = 0; i < c->nstreams; i++) fds[i] = cr->s[i].fd, cr->s[i].fd = -1;
     st = rr_setup_ep_connect(&cr->ep, cr->dev, &s->engine, cr->peer_blob, cr->peer_blob_len, fds, c->nstreams);
+    /* The COMMIT named it, and the listener holds it: a rail whose
+     * endpoint does not connect now joins as one to reopen (the listener
+     * sees its sockets end, and installs the reopened rail), not as the
+     * end of a connection whose other rails work. */
+    if (st != RR_OK && st != RR_ERR_NOMEM && rail_open_ep(s, cr) == RR_OK) {
+      cr->status = RAIL_LATER;
+      cr->why = "its endpoint did not connect";
+      st = RR_OK;
+    }
   }
   rr_rail_ep *ep = cr->ep;
   cr->ep = NULL;
@@ -788,6 +825,12 @@ static rr_status send_comm_finish(rr_send_comm *s) {
     rail_close(c, cr); /* what is left: sockets of rails left out, or of a failed connect */
   }
   c->handle = NULL;
+  int up = 0;
+  for (int r = 0; r < c->nrails; r++) up |= c->rails[r].status == RAIL_READY;
+  if (st == RR_OK && !up) {
+    RR_WARN("connect: no rail's endpoint connected");
+    st = RR_ERR_PEER;
+  }
   if (st != RR_OK) return st;
   s->magic = RR_MAGIC_SEND;
   RR_INFO(RR_SUB_NET, "connected to %s over %d rail(s), %d more to reopen once reachable", s->engine.cfg.peer,

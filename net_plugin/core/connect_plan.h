@@ -58,4 +58,17 @@ enum rr_connect_verdict rr_connect_decide(const rr_connect_rail_view *v, int n, 
  * wanted (RERAIL_BACKUPS=0), one while no rail at all is up or hoped for. */
 int rr_connect_backups_short(const rr_connect_rail_view *v, int n, int want);
 
+/* The listener's side: what a first connection's COMMIT makes of the rails
+ * that arrived. The connector commits only rails whose every socket got our
+ * ACCEPT, so a rail the COMMIT names whose sockets are not all here any more
+ * was lost since (its connector closed it, or its path reset it). Such a
+ * rail joins as a failed one (*lost: held down, reopened by the connector
+ * like any failed rail) and the connection goes on over the others (*up)
+ * at once: waiting would be for sockets that never come back. The primary
+ * lost falls to the next rail up. RR_COMMIT_DROP: no rail it names is
+ * here, the connection is over. whole: the rails whose every socket the
+ * listener holds. */
+enum rr_commit_verdict { RR_COMMIT_GO = 0, RR_COMMIT_DROP };
+enum rr_commit_verdict rr_commit_resolve(uint32_t committed, uint32_t whole, uint32_t *up, uint32_t *lost);
+
 #endif

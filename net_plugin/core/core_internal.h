@@ -222,6 +222,7 @@ typedef struct pending_group {
   uint32_t rails_mask;       /* from COMMIT (first connections) or the reconnect's rail; 0 before */
   uint32_t later_mask;       /* from COMMIT: rails the connector reopens once they work */
   uint8_t later_addr[RR_MAX_RAILS]; /* ... and the handle address each will reach */
+  uint32_t lost_mask;        /* of later_mask: rails committed, then lost here (on dev[r]) */
   int fds[RR_MAX_RAILS][RR_HS_MAX_STREAMS];
   int dev[RR_MAX_RAILS];     /* our device each rail arrived on */
   rr_rail_ep *ep[RR_MAX_RAILS];  /* our endpoint of each rail (its blob went out in ACCEPT) */
