@@ -118,6 +118,20 @@ static int pair_peer_addr(int dev, const rr_peer_addrs *peer, const int *used) {
   return -1;
 }
 
+/* Room for one more planned rail, its sockets none yet: 0 when out of
+ * memory. The plan holds only the rails planned (a send comm keeps it for
+ * reconnects, and most connections have one or two): room for every rail a
+ * connection may have cost each connection end ~4 KB. */
+static int rail_room(connect_state *c) {
+  connect_rail *more = realloc(c->rails, (size_t)(c->nrails + 1) * sizeof *c->rails);
+  if (!more) return 0;
+  c->rails = more;
+  connect_rail *cr = &c->rails[c->nrails];
+  memset(cr, 0, sizeof *cr);
+  for (int i = 0; i < RR_HS_MAX_STREAMS; i++) cr->s[i].fd = -1;
+  return 1;
+}
+
 /* Plan the next NIC of the chain that can be paired with a peer address;
  * its index, or -1 when none is left. */
 static int plan_next_rail(connect_state *c) {
@@ -125,6 +139,7 @@ static int plan_next_rail(connect_state *c) {
     int dev = c->cand[c->cand_next++];
     int j = pair_peer_addr(dev, &c->peer, c->addr_used);
     if (j < 0) continue;
+    if (!rail_room(c)) return -1;
     c->addr_used[j] = 1;
     connect_rail *cr = &c->rails[c->nrails];
     cr->dev = dev;
@@ -153,10 +168,11 @@ static void plan_candidates(connect_state *c, int dev) {
 /* Primary rail first (the NIC NCCL named, to the listener's first address,
  * whatever their state), then backups along the failover chain (every other
  * NIC in balance mode), each paired with a peer address it can reach. */
-static void plan_rails(connect_state *c, int dev) {
+static rr_status plan_rails(connect_state *c, int dev) {
   const rr_params *p = rr_params_get();
   memset(c->addr_used, 0, sizeof c->addr_used);
   c->addr_used[0] = 1;
+  if (!rail_room(c)) return RR_ERR_NOMEM;
   c->rails[0].dev = dev;
   c->rails[0].peer_addr = 0;
   c->nrails = 1;
@@ -165,6 +181,7 @@ static void plan_rails(connect_state *c, int dev) {
   while (c->nrails <= c->want && plan_next_rail(c) >= 0) {
   }
   for (int r = 0; r < c->nrails; r++) c->rails[r].base = 1;
+  return RR_OK;
 }
 
 static rr_status rail_open_ep(rr_send_comm *s, connect_rail *cr);
@@ -585,8 +602,10 @@ static void job_drop(rr_send_comm *s, int rail) {
 
 void rr_connect_release(rr_send_comm *s) {
   connect_state *c = &s->conn;
-  for (int r = 0; r < c->nrails; r++) rail_close(c, &c->rails[r]);
+  for (int r = 0; r < c->nrails && c->rails; r++) rail_close(c, &c->rails[r]);
   for (int r = 0; r < RR_MAX_RAILS; r++) job_drop(s, r);
+  free(c->rails);
+  c->rails = NULL;
 }
 
 /* A rail's endpoint, opened through the seam before its handshake: its
@@ -745,13 +764,11 @@ static rr_send_comm *send_comm_new(const void *handle, int dev, const rr_peer_ad
   c->nstreams = p->tcp_streams;
   c->chunk_size = (uint32_t)p->chunk_size;
   c->start_ns = rr_now_ns();
-  if (rr_hs_random(&c->conn_id, sizeof c->conn_id) != RR_OK) {
+  if (rr_hs_random(&c->conn_id, sizeof c->conn_id) != RR_OK || plan_rails(c, dev) != RR_OK) {
+    free(c->rails);
     free(s);
     return NULL;
   }
-  plan_rails(c, dev);
-  for (int r = 0; r < RR_MAX_RAILS; r++)
-    for (int i = 0; i < RR_HS_MAX_STREAMS; i++) c->rails[r].s[i].fd = -1;
   s->dev = dev;
   rr_engine_config cfg;
   rr_core_engine_config(RR_ENGINE_SEND, c->chunk_size, (const struct sockaddr *)&c->peer.addrs[0],
@@ -761,6 +778,7 @@ static rr_send_comm *send_comm_new(const void *handle, int dev, const rr_peer_ad
   cfg.reopens = 1;
   cfg.traffic_class = traffic_class;
   if (rr_engine_init(&s->engine, &cfg) != RR_OK) {
+    free(c->rails);
     free(s);
     return NULL;
   }

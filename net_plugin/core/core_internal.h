@@ -146,7 +146,7 @@ typedef struct connect_state {
   int commit_rail;           /* the rail whose stream 0 carries COMMIT */
   uint16_t commit_sent;
   uint8_t commit[RR_HS_COMMIT_LEN];
-  connect_rail rails[RR_MAX_RAILS];
+  connect_rail *rails;        /* nrails of them (grown as rails are planned) */
 } connect_state;
 
 struct rr_send_comm {
@@ -166,7 +166,8 @@ struct rr_send_comm {
 };
 
 /* Release what a send comm's setup state holds (sockets and endpoints of
- * an attempt under way); its engine must be finished or never started. */
+ * an attempt under way, the plan itself); its engine must be finished or
+ * never started. */
 void rr_connect_release(rr_send_comm *s);
 
 struct rr_recv_comm {
