@@ -595,6 +595,59 @@ static rr_status commit_check(const rr_listen_comm *l, const pending_group *g, c
   return RR_OK;
 }
 
+/* The rails whose every socket the group holds. */
+static uint32_t group_whole(const pending_group *g) {
+  uint32_t whole = 0;
+  for (int r = 0; r < RR_MAX_RAILS; r++) {
+    int all = 1;
+    for (int i = 0; i < g->nstreams; i++) all &= g->fds[r][i] >= 0;
+    if (all) whole |= 1u << r;
+  }
+  return whole;
+}
+
+/* The sockets of a group worth watching (poll_listener), or -1: before its
+ * COMMIT, each rail's stream 0 (the COMMIT comes on one of them; another
+ * ending means the connector left that rail out); after an early COMMIT,
+ * while a rail it names still waits for a PROOF, that rail's sockets here
+ * (one ending means the rail is lost: rr_commit_resolve). */
+static int watched_fd(const pending_group *g, int r, int i, uint32_t whole) {
+  int fd = g->fds[r][i];
+  uint32_t bit = 1u << r;
+  if (fd < 0) return -1;
+  if (!g->rails_mask) return i == 0 && !(g->frames_first & bit) ? fd : -1;
+  if (g->reconnect_rail >= 0 || !(g->rails_mask & bit) || (whole & bit) || (g->lost_seen & bit)) return -1;
+  return fd;
+}
+
+/* A rail's sockets at the listener end: closed, its endpoint gone. */
+static void rail_lost(pending_group *g, int r) {
+  for (int i = 0; i < RR_HS_MAX_STREAMS; i++)
+    if (g->fds[r][i] >= 0) close(g->fds[r][i]), g->fds[r][i] = -1;
+  rr_setup_ep_abandon(&g->ep[r]);
+  g->lost_seen |= 1u << r;
+}
+
+/* After an early COMMIT: a rail it names that waits for a PROOF, and one of
+ * whose sockets here ended (a byte there is the connection's first frames,
+ * left for the transport). */
+static void watch_committed(pending_group *g) {
+  for (int r = 0; r < RR_MAX_RAILS; r++) {
+    if (!(g->readable & (1u << r))) continue;
+    g->readable &= ~(1u << r);
+    int ended = 0;
+    for (int i = 0; i < RR_HS_MAX_STREAMS; i++) {
+      if (g->fds[r][i] < 0) continue;
+      uint8_t b;
+      ssize_t n;
+      do n = recv(g->fds[r][i], &b, 1, MSG_PEEK | MSG_DONTWAIT);
+      while (n < 0 && errno == EINTR);
+      ended |= n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+    }
+    if (ended) rail_lost(g, r);
+  }
+}
+
 /* What stream 0 of a rail starts with, looked at without taking a byte:
  * RR_OK with *cm when a whole COMMIT (taken by commit_take); RR_AGAIN while
  * too little is there to tell; RR_ERR_PEER when the socket closed or failed;
@@ -640,6 +693,7 @@ static void read_commits(rr_listen_comm *l) {
   for (int gi = 0; gi < l->ngroups;) {
     pending_group *g = &l->groups[gi];
     int drop = 0;
+    if (g->rails_mask && g->reconnect_rail < 0) watch_committed(g);
     for (int r = 0; r < RR_MAX_RAILS && !g->rails_mask && !drop; r++) {
       int fd = g->fds[r][0];
       if (fd < 0 || (g->frames_first & (1u << r)) || !(g->readable & (1u << r))) continue;
@@ -650,10 +704,8 @@ static void read_commits(rr_listen_comm *l) {
       if (st == RR_AGAIN) continue;
       if (st == RR_ERR_PEER && g->reconnect_rail < 0) {
         /* The connector left this rail out (it closes sockets of rails it
-         * gave up on); COMMIT comes on another. */
-        for (int i = 0; i < RR_HS_MAX_STREAMS; i++)
-          if (g->fds[r][i] >= 0) close(g->fds[r][i]), g->fds[r][i] = -1;
-        rr_setup_ep_abandon(&g->ep[r]);
+         * gave up on), or it was lost; COMMIT comes on another. */
+        rail_lost(g, r);
         continue;
       }
       if (st == RR_ERR_PEER) {
@@ -680,35 +732,25 @@ static void read_commits(rr_listen_comm *l) {
   }
 }
 
-/* The rails whose every socket the group holds. */
-static uint32_t group_whole(const pending_group *g) {
-  uint32_t whole = 0;
-  for (int r = 0; r < RR_MAX_RAILS; r++) {
-    int all = 1;
-    for (int i = 0; i < g->nstreams; i++) all &= g->fds[r][i] >= 0;
-    if (all) whole |= 1u << r;
-  }
-  return whole;
-}
-
 static int group_complete(const pending_group *g) {
   return g->rails_mask && (g->rails_mask & ~group_whole(g)) == 0;
 }
 
-/* A first connection's COMMIT is in: the rails it names that were lost
- * since (read_commits saw their sockets end before it came) join as failed
- * rails, and the connection goes on over the others (connect_plan.h,
- * rr_commit_resolve). 0: none of its rails is here, the group is over. */
-static int group_settle_commit(pending_group *g) {
+/* A first connection's COMMIT is in: the rails it names still waiting for
+ * a PROOF are waited for; those lost (read_commits saw their sockets end)
+ * join as failed rails, and the connection goes on over the others
+ * (connect_plan.h, rr_commit_resolve). */
+static enum rr_commit_verdict group_settle_commit(pending_group *g) {
   uint32_t up, lost;
-  if (rr_commit_resolve(g->rails_mask, group_whole(g), &up, &lost) == RR_COMMIT_DROP) return 0;
+  enum rr_commit_verdict v = rr_commit_resolve(g->rails_mask, group_whole(g), g->lost_seen, &up, &lost);
+  if (v != RR_COMMIT_GO) return v;
   if (lost)
     RR_INFO(RR_SUB_NET, "accept: connection %016llx: rail(s) 0x%x closed after they were accepted: "
             "held down until the connector reopens them", (unsigned long long)g->conn_id, lost);
   g->rails_mask = up;
   g->later_mask |= lost;
   g->lost_mask = lost;
-  return 1;
+  return RR_COMMIT_GO;
 }
 
 static void drop_stale(rr_listen_comm *l, uint64_t now) {
@@ -951,16 +993,17 @@ static void release_idle(rr_listen_comm *l) {
  * accept(2) that fails costs more: the kernel makes and drops a socket
  * file). pfd[0..nfds-1] are the listening sockets. */
 static void poll_listener(rr_listen_comm *l, struct pollfd *pfd) {
-  struct pollfd all[RR_LISTEN_FDS + RR_LISTEN_PENDING + RR_LISTEN_GROUPS * RR_MAX_RAILS];
+  struct pollfd all[RR_LISTEN_FDS + RR_LISTEN_PENDING + RR_LISTEN_GROUPS * RR_MAX_RAILS * RR_HS_MAX_STREAMS];
   int n = 0;
   for (int k = 0; k < l->nfds; k++) all[n++] = (struct pollfd){.fd = l->fds[k], .events = POLLIN};
   for (int i = 0; i < l->nsocks; i++)
     if (l->socks[i].fd >= 0) all[n++] = (struct pollfd){.fd = l->socks[i].fd, .events = POLLIN};
   for (int gi = 0; gi < l->ngroups; gi++) {
     const pending_group *g = &l->groups[gi];
-    for (int r = 0; r < RR_MAX_RAILS && !g->rails_mask; r++)
-      if (g->fds[r][0] >= 0 && !(g->frames_first & (1u << r)))
-        all[n++] = (struct pollfd){.fd = g->fds[r][0], .events = POLLIN};
+    uint32_t whole = group_whole(g);
+    for (int r = 0; r < RR_MAX_RAILS; r++)
+      for (int i = 0; i < RR_HS_MAX_STREAMS; i++)
+        if (watched_fd(g, r, i, whole) >= 0) all[n++] = (struct pollfd){.fd = g->fds[r][i], .events = POLLIN};
   }
   int ready = n ? poll(all, (nfds_t)n, 0) : 0;
   /* A poll that fails (EINTR, ENOMEM) tells nothing: look at everything. */
@@ -972,8 +1015,10 @@ static void poll_listener(rr_listen_comm *l, struct pollfd *pfd) {
     if (l->socks[i].fd >= 0) l->socks[i].readable = all[n++].revents != 0;
   for (int gi = 0; gi < l->ngroups; gi++) {
     pending_group *g = &l->groups[gi];
-    for (int r = 0; r < RR_MAX_RAILS && !g->rails_mask; r++)
-      if (g->fds[r][0] >= 0 && !(g->frames_first & (1u << r)) && all[n++].revents) g->readable |= 1u << r;
+    uint32_t whole = group_whole(g);
+    for (int r = 0; r < RR_MAX_RAILS; r++)
+      for (int i = 0; i < RR_HS_MAX_STREAMS; i++)
+        if (watched_fd(g, r, i, whole) >= 0 && all[n++].revents) g->readable |= 1u << r;
   }
 }
 
@@ -1009,8 +1054,10 @@ static rr_status advance_locked(rr_listen_comm *l, rr_recv_comm **out) {
   /* Hand out one complete connection (only NCCL's accept() asks). */
   for (int i = 0; i < l->ngroups && out; i++) {
     if (l->groups[i].reconnect_rail >= 0 || !l->groups[i].rails_mask) continue;
-    if (!group_settle_commit(&l->groups[i])) {
-      RR_WARN("accept: dropping a connection whose every rail closed before it was handed out");
+    enum rr_commit_verdict v = group_settle_commit(&l->groups[i]);
+    if (v == RR_COMMIT_WAIT) continue;
+    if (v == RR_COMMIT_DROP) {
+      RR_INFO(RR_SUB_NET, "accept: dropping a connection whose every rail closed before it was handed out");
       group_remove(l, i--);
       continue;
     }

@@ -8,7 +8,9 @@
  * secret, then we do, and the endpoint address blobs are exchanged. Once
  * a rail is up and every other is up or known down (connect_plan.h), a
  * COMMIT names the rails up and those that belong to the connection but wait
- * for their NIC (a reconnect's COMMIT names its one rail, and installs it).
+ * for their NIC (a reconnect's COMMIT names its one rail, and installs it);
+ * when nothing but a failure can change the set, the COMMIT goes out behind
+ * the PROOFs, without waiting for the ACCEPTs (early_commit_due).
  * A NIC that is down never fails connect() while another rail works: its rail
  * joins as a failed one and is reopened when the NIC heals. NCCL calls
  * connect() again and again until it returns a comm, so the state in between
@@ -453,6 +455,7 @@ static rr_status connect_rail_step(connect_state *c, int r, uint64_t now) {
   const char *why = "?";
   rr_status st = rail_advance(c, cr, r, now, SETUP_STUCK_NS << cr->unanswered, &why);
   if (st == RR_OK) return RR_OK;
+  if (c->early) c->early_broken = 1; /* the listener holds a COMMIT this attempt cannot keep */
   if (st == RR_ERR_PROTOCOL) {
     if (r > 0) {
       rail_give_up(c, cr, why);
@@ -493,10 +496,10 @@ static uint64_t connect_patience_ns(void) {
   return patience > settle ? patience : settle;
 }
 
-/* Rails up whose sockets ended since their ACCEPT: the listener sends
- * nothing more on a first connection's sockets before the COMMIT, so any
- * byte, end or error there means the rail is gone (its listener dropped it,
- * or its path reset it). Committing it would put the COMMIT, or the
+/* Rails up whose sockets ended since their ACCEPT (its listener dropped
+ * it, or its path reset it): an end or an error, not bytes (after an early
+ * COMMIT the listener may have handed the connection out, and its first
+ * frames be on their way). Committing it would put the COMMIT, or the
  * connection's first frames, on a dead socket and leave the listener
  * waiting for them until the connect timeout. Such a rail is failed now: it
  * is retried like any rail that failed, and joins as one to reopen later if
@@ -507,9 +510,10 @@ static int ready_rails_lost(connect_state *c, uint64_t now) {
     connect_rail *cr = &c->rails[r];
     if (cr->status != RAIL_READY) continue;
     struct pollfd p[RR_HS_MAX_STREAMS];
-    for (int i = 0; i < c->nstreams; i++) p[i] = (struct pollfd){.fd = cr->s[i].fd, .events = POLLIN | POLLRDHUP};
-    if (poll(p, (nfds_t)c->nstreams, 0) == 0) continue;
+    for (int i = 0; i < c->nstreams; i++) p[i] = (struct pollfd){.fd = cr->s[i].fd, .events = POLLRDHUP};
+    if (poll(p, (nfds_t)c->nstreams, 0) == 0) continue; /* POLLHUP and POLLERR come unasked */
     RR_INFO(RR_SUB_NET, "connect: rail %d closed after the listener accepted it; going on without it", r);
+    if (c->early) c->early_broken = 1;
     for (int i = 0; i < c->nstreams; i++) stream_close(&cr->s[i]);
     cr->status = RAIL_PENDING;
     cr->failed = 1;
@@ -523,8 +527,25 @@ static int ready_rails_lost(connect_state *c, uint64_t now) {
 /* Once enough is known (connect_plan.h): the rails up, the rails kept for
  * later (sockets closed, endpoint kept), the others closed; and the COMMIT
  * that tells the listener so. RR_AGAIN while it waits. */
+/* The COMMIT to send, on stream 0 of the lowest rail it names. */
+static void commit_prepare(const rr_hs_commit *commit, connect_state *c) {
+  c->commit_rail = __builtin_ctz(commit->rails);
+  c->commit_sent = 0;
+  rr_hs_commit_encode(commit, c->commit);
+}
+
 static rr_status connect_settle(rr_send_comm *s, uint64_t now) {
   connect_state *c = &s->conn;
+  if (c->early) {
+    /* The COMMIT went out naming every rail: the connection goes on once
+     * each is up (a failure starts the attempt over, connect_advance). */
+    uint32_t all = (1u << c->nrails) - 1, up = 0;
+    for (int r = 0; r < c->nrails; r++) up |= (uint32_t)(c->rails[r].status == RAIL_READY) << r;
+    if (up != all || ready_rails_lost(c, now)) return RR_AGAIN;
+    c->rails_mask = all;
+    c->later_mask = 0;
+    return RR_OK;
+  }
   rr_connect_rail_view v[RR_MAX_RAILS];
   connect_view(c, v);
   if (rr_connect_backups_short(v, c->nrails, c->want) > 0) {
@@ -556,27 +577,64 @@ static rr_status connect_settle(rr_send_comm *s, uint64_t now) {
   }
   c->rails_mask = commit.rails;
   c->later_mask = commit.later;
-  c->commit_rail = __builtin_ctz(commit.rails);
-  c->commit_sent = 0;
-  rr_hs_commit_encode(&commit, c->commit);
+  commit_prepare(&commit, c);
   return RR_OK;
 }
 
-/* RR_OK when the connection is ready, RR_AGAIN while it is not. First every
- * rail runs its attempts until the connection can go on (connect_settle);
- * then COMMIT tells the listener the rails up and those for later. */
-static rr_status connect_advance(rr_send_comm *s) {
-  connect_state *c = &s->conn;
-  uint64_t now = rr_now_ns();
-  if (!c->rails_mask) {
-    for (int r = 0; r < c->nrails; r++) {
-      if (c->rails[r].status != RAIL_PENDING) continue;
-      rr_status st = connect_rail_step(c, r, now);
-      if (st != RR_OK) return st;
-    }
-    rr_status st = connect_settle(s, now);
-    if (st != RR_OK) return st;
+/* The COMMIT may go out before the ACCEPTs, right behind the PROOFs, when
+ * the set of rails can no longer change but by a failure: every rail of the
+ * plan has sent the PROOF on every socket (its listener answered, and
+ * proved it holds the secret), and no other rail is due. The listener then
+ * hands the connection out as soon as it has taken the last PROOF, one pass
+ * of its accept() calls earlier than after a COMMIT that waited for the
+ * ACCEPTs, while we still wait for them (they carry its endpoints, and say
+ * that it took every socket). Setting up thousands of connections at once,
+ * NCCL calls accept() and connect() for each in turn: each message that
+ * waits for the other side's turn costs a pass over all of them
+ * (bench/RESULTS.md, "Thousands of connections"). */
+static int early_commit_due(const connect_state *c) {
+  if (c->early || c->rails_mask) return 0;
+  rr_connect_rail_view v[RR_MAX_RAILS];
+  connect_view(c, v);
+  if (rr_connect_backups_short(v, c->nrails, c->want) > 0 && c->cand_next < c->ncand && c->nrails < RR_MAX_RAILS)
+    return 0; /* another NIC may be planned yet */
+  for (int r = 0; r < c->nrails; r++) {
+    const connect_rail *cr = &c->rails[r];
+    if (cr->status != RAIL_PENDING && cr->status != RAIL_READY) return 0;
+    for (int i = 0; i < c->nstreams; i++)
+      if (cr->s[i].fd < 0 || cr->s[i].state < SS_ACCEPT) return 0;
   }
+  return 1;
+}
+
+/* A socket failed after an early COMMIT: the listener may hold that
+ * COMMIT (or may not: a PROOF it refused took it down unread), so no
+ * later message can say which rails the connection has. The attempt starts
+ * over as a new connection (a fresh id: the listener drops the old group
+ * once it sees its sockets end, or at the connect timeout), every rail
+ * with a fresh endpoint. Without the early COMMIT, a failure costs only
+ * that socket's retry; it is rare, and the early COMMIT saves a pass on
+ * every connection. */
+static void connect_start_over(rr_send_comm *s, uint64_t now) {
+  connect_state *c = &s->conn;
+  RR_INFO(RR_SUB_NET, "connect: a setup socket failed after the set of rails was sent; starting over");
+  uint64_t id;
+  if (rr_hs_random(&id, sizeof id) == RR_OK) c->conn_id = id;
+  for (int r = 0; r < c->nrails; r++) {
+    connect_rail *cr = &c->rails[r];
+    if (cr->status == RAIL_FAILED) continue;
+    rail_close(c, cr);
+    cr->status = RAIL_PENDING;
+    cr->failed = 1;
+    cr->retry_at_ns = now + RETRY_DELAY_NS;
+    if (rail_open_ep(s, cr) != RR_OK) rail_give_up(c, cr, "cannot open an endpoint");
+  }
+  c->early = c->early_broken = 0;
+  c->commit_sent = 0;
+}
+
+/* Send what is left of the COMMIT. */
+static rr_status commit_send(connect_state *c) {
   int fd = c->rails[c->commit_rail].s[0].fd;
   while (c->commit_sent < RR_HS_COMMIT_LEN) {
     ssize_t n = send(fd, c->commit + c->commit_sent, RR_HS_COMMIT_LEN - c->commit_sent,
@@ -590,6 +648,37 @@ static rr_status connect_advance(rr_send_comm *s) {
     c->commit_sent += (uint16_t)n;
   }
   return RR_OK;
+}
+
+/* RR_OK when the connection is ready, RR_AGAIN while it is not. First every
+ * rail runs its attempts until the connection can go on (connect_settle);
+ * then COMMIT tells the listener the rails up and those for later (or it
+ * went out early, above). */
+static rr_status connect_advance(rr_send_comm *s) {
+  connect_state *c = &s->conn;
+  uint64_t now = rr_now_ns();
+  if (!c->rails_mask) {
+    for (int r = 0; r < c->nrails; r++) {
+      if (c->rails[r].status != RAIL_PENDING) continue;
+      rr_status st = connect_rail_step(c, r, now);
+      if (st != RR_OK) return st;
+    }
+    if (c->early && !c->early_broken && commit_send(c) == RR_ERR_PEER) c->early_broken = 1;
+    if (c->early_broken) {
+      connect_start_over(s, now);
+      return RR_AGAIN;
+    }
+    if (early_commit_due(c)) {
+      rr_hs_commit commit = {.rails = (1u << c->nrails) - 1};
+      commit_prepare(&commit, c);
+      c->early = 1;
+      if (commit_send(c) == RR_ERR_PEER) c->early_broken = 1; /* found by the next call */
+      return RR_AGAIN; /* the ACCEPTs come with the listener's next pass */
+    }
+    rr_status st = connect_settle(s, now);
+    if (st != RR_OK) return st;
+  }
+  return commit_send(c);
 }
 
 /* A reopened endpoint still connecting, given up on. */

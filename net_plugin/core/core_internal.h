@@ -144,6 +144,8 @@ typedef struct connect_state {
   uint32_t rails_mask;       /* the rails up when the connection went on (0 before) */
   uint32_t later_mask;       /* ... and those that belong to it, to be reopened */
   int commit_rail;           /* the rail whose stream 0 carries COMMIT */
+  uint8_t early;             /* COMMIT sent behind the PROOFs, before the ACCEPTs (conn_setup.c) */
+  uint8_t early_broken;      /* ... and a socket failed since: the attempt starts over */
   uint16_t commit_sent;
   uint8_t commit[RR_HS_COMMIT_LEN];
   connect_rail *rails;        /* nrails of them (grown as rails are planned) */
@@ -223,6 +225,7 @@ typedef struct pending_group {
   uint32_t rails_mask;       /* from COMMIT (first connections) or the reconnect's rail; 0 before */
   uint32_t later_mask;       /* from COMMIT: rails the connector reopens once they work */
   uint8_t later_addr[RR_MAX_RAILS]; /* ... and the handle address each will reach */
+  uint32_t lost_seen;        /* rails whose sockets were seen to end (read_commits) */
   uint32_t lost_mask;        /* of later_mask: rails committed, then lost here (on dev[r]) */
   int fds[RR_MAX_RAILS][RR_HS_MAX_STREAMS];
   int dev[RR_MAX_RAILS];     /* our device each rail arrived on */
