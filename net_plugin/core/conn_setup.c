@@ -538,10 +538,14 @@ static rr_status connect_settle(rr_send_comm *s, uint64_t now) {
   connect_state *c = &s->conn;
   if (c->early) {
     /* The COMMIT went out naming every rail: the connection goes on once
-     * each is up (a failure starts the attempt over, connect_advance). */
+     * each is up (a failure before starts the attempt over, connect_advance).
+     * Sockets that end after their ACCEPT say nothing here: the listener
+     * may have handed the connection out already, and closed the setup
+     * sockets of an RDMA rail, whose data path is its queue pair (a TCP
+     * rail's end is the engine's to see, as any rail failing). */
     uint32_t all = (1u << c->nrails) - 1, up = 0;
     for (int r = 0; r < c->nrails; r++) up |= (uint32_t)(c->rails[r].status == RAIL_READY) << r;
-    if (up != all || ready_rails_lost(c, now)) return RR_AGAIN;
+    if (up != all) return RR_AGAIN;
     c->rails_mask = all;
     c->later_mask = 0;
     return RR_OK;
