@@ -513,7 +513,6 @@ static int ready_rails_lost(connect_state *c, uint64_t now) {
     for (int i = 0; i < c->nstreams; i++) p[i] = (struct pollfd){.fd = cr->s[i].fd, .events = POLLRDHUP};
     if (poll(p, (nfds_t)c->nstreams, 0) == 0) continue; /* POLLHUP and POLLERR come unasked */
     RR_INFO(RR_SUB_NET, "connect: rail %d closed after the listener accepted it; going on without it", r);
-    if (c->early) c->early_broken = 1;
     for (int i = 0; i < c->nstreams; i++) stream_close(&cr->s[i]);
     cr->status = RAIL_PENDING;
     cr->failed = 1;
