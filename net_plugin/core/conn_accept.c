@@ -574,6 +574,7 @@ static void on_proof(rr_listen_comm *l, pending_sock *ps) {
     return;
   }
   g->fds[r][h->stream] = ps->fd;
+  if (h->stream == 0) g->readable |= 1u << r; /* its COMMIT may be there already */
   ps->fd = -1;
 }
 
@@ -592,6 +593,59 @@ static rr_status commit_check(const rr_listen_comm *l, const pending_group *g, c
       return RR_ERR_PROTOCOL;
     }
   return RR_OK;
+}
+
+/* The rails whose every socket the group holds. */
+static uint32_t group_whole(const pending_group *g) {
+  uint32_t whole = 0;
+  for (int r = 0; r < RR_MAX_RAILS; r++) {
+    int all = 1;
+    for (int i = 0; i < g->nstreams; i++) all &= g->fds[r][i] >= 0;
+    if (all) whole |= 1u << r;
+  }
+  return whole;
+}
+
+/* The sockets of a group worth watching (poll_listener), or -1: before its
+ * COMMIT, each rail's stream 0 (the COMMIT comes on one of them; another
+ * ending means the connector left that rail out); after an early COMMIT,
+ * while a rail it names still waits for a PROOF, that rail's sockets here
+ * (one ending means the rail is lost: rr_commit_resolve). */
+static int watched_fd(const pending_group *g, int r, int i, uint32_t whole) {
+  int fd = g->fds[r][i];
+  uint32_t bit = 1u << r;
+  if (fd < 0) return -1;
+  if (!g->rails_mask) return i == 0 && !(g->frames_first & bit) ? fd : -1;
+  if (g->reconnect_rail >= 0 || !(g->rails_mask & bit) || (whole & bit) || (g->lost_seen & bit)) return -1;
+  return fd;
+}
+
+/* A rail's sockets at the listener end: closed, its endpoint gone. */
+static void rail_lost(pending_group *g, int r) {
+  for (int i = 0; i < RR_HS_MAX_STREAMS; i++)
+    if (g->fds[r][i] >= 0) close(g->fds[r][i]), g->fds[r][i] = -1;
+  rr_setup_ep_abandon(&g->ep[r]);
+  g->lost_seen |= 1u << r;
+}
+
+/* After an early COMMIT: a rail it names that waits for a PROOF, and one of
+ * whose sockets here ended (a byte there is the connection's first frames,
+ * left for the transport). */
+static void watch_committed(pending_group *g) {
+  for (int r = 0; r < RR_MAX_RAILS; r++) {
+    if (!(g->readable & (1u << r))) continue;
+    g->readable &= ~(1u << r);
+    int ended = 0;
+    for (int i = 0; i < RR_HS_MAX_STREAMS; i++) {
+      if (g->fds[r][i] < 0) continue;
+      uint8_t b;
+      ssize_t n;
+      do n = recv(g->fds[r][i], &b, 1, MSG_PEEK | MSG_DONTWAIT);
+      while (n < 0 && errno == EINTR);
+      ended |= n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+    }
+    if (ended) rail_lost(g, r);
+  }
 }
 
 /* What stream 0 of a rail starts with, looked at without taking a byte:
@@ -639,19 +693,19 @@ static void read_commits(rr_listen_comm *l) {
   for (int gi = 0; gi < l->ngroups;) {
     pending_group *g = &l->groups[gi];
     int drop = 0;
+    if (g->rails_mask && g->reconnect_rail < 0) watch_committed(g);
     for (int r = 0; r < RR_MAX_RAILS && !g->rails_mask && !drop; r++) {
       int fd = g->fds[r][0];
-      if (fd < 0 || (g->frames_first & (1u << r))) continue;
+      if (fd < 0 || (g->frames_first & (1u << r)) || !(g->readable & (1u << r))) continue;
+      g->readable &= ~(1u << r);
       const char *why = NULL;
       rr_hs_commit cm;
       rr_status st = commit_peek(fd, &cm, &why);
       if (st == RR_AGAIN) continue;
       if (st == RR_ERR_PEER && g->reconnect_rail < 0) {
         /* The connector left this rail out (it closes sockets of rails it
-         * gave up on); COMMIT comes on another. */
-        for (int i = 0; i < RR_HS_MAX_STREAMS; i++)
-          if (g->fds[r][i] >= 0) close(g->fds[r][i]), g->fds[r][i] = -1;
-        rr_setup_ep_abandon(&g->ep[r]);
+         * gave up on), or it was lost; COMMIT comes on another. */
+        rail_lost(g, r);
         continue;
       }
       if (st == RR_ERR_PEER) {
@@ -679,12 +733,24 @@ static void read_commits(rr_listen_comm *l) {
 }
 
 static int group_complete(const pending_group *g) {
-  if (!g->rails_mask) return 0;
-  for (int r = 0; r < RR_MAX_RAILS; r++)
-    if (g->rails_mask & (1u << r))
-      for (int i = 0; i < g->nstreams; i++)
-        if (g->fds[r][i] < 0) return 0;
-  return 1;
+  return g->rails_mask && (g->rails_mask & ~group_whole(g)) == 0;
+}
+
+/* A first connection's COMMIT is in: the rails it names still waiting for
+ * a PROOF are waited for; those lost (read_commits saw their sockets end)
+ * join as failed rails, and the connection goes on over the others
+ * (connect_plan.h, rr_commit_resolve). */
+static enum rr_commit_verdict group_settle_commit(pending_group *g) {
+  uint32_t up, lost;
+  enum rr_commit_verdict v = rr_commit_resolve(g->rails_mask, group_whole(g), g->lost_seen, &up, &lost);
+  if (v != RR_COMMIT_GO) return v;
+  if (lost)
+    RR_INFO(RR_SUB_NET, "accept: connection %016llx: rail(s) 0x%x closed after they were accepted: "
+            "held down until the connector reopens them", (unsigned long long)g->conn_id, lost);
+  g->rails_mask = up;
+  g->later_mask |= lost;
+  g->lost_mask = lost;
+  return RR_COMMIT_GO;
 }
 
 static void drop_stale(rr_listen_comm *l, uint64_t now) {
@@ -760,7 +826,8 @@ static rr_status add_rail_up(pending_group *g, int r, rr_engine *e) {
  * rail is named after the peer host. */
 static rr_status add_rail_later(const rr_listen_comm *l, const pending_group *g, int r, rr_engine *e) {
   const rr_devices *d = rr_core_devices();
-  int dev = l->addr_dev[g->later_addr[r]];
+  /* A rail lost after it arrived comes back where it came. */
+  int dev = (g->lost_mask & (1u << r)) ? g->dev[r] : l->addr_dev[g->later_addr[r]];
   rr_rail_ep *ep = NULL;
   uint8_t blob[RR_HS_BLOB_MAX];
   uint16_t blen = 0;
@@ -849,15 +916,9 @@ static int net_error_pending(int err) {
 
 /* Take every new socket the kernel has: a pending slot each, or closed at
  * once when its source (or everyone) has too many unauthenticated ones. */
-static rr_status take_new(rr_listen_comm *l) {
-  /* Most calls find nothing new: one poll of the listening sockets costs
-   * less than an accept(2) that fails (the kernel makes, then drops, a
-   * socket file for each), and NCCL calls accept() on every pending
-   * connection in turn, as the monitor services every live listener. */
-  struct pollfd pfd[RR_LISTEN_FDS];
-  for (int k = 0; k < l->nfds; k++) pfd[k] = (struct pollfd){.fd = l->fds[k], .events = POLLIN};
-  if (l->nfds > 0 && poll(pfd, (nfds_t)l->nfds, 0) == 0) return RR_OK;
+static rr_status take_new(rr_listen_comm *l, const struct pollfd *pfd) {
   for (int k = 0; k < l->nfds; k++) {
+    if (!pfd[k].revents) continue;
     for (int n = 0; n < ACCEPTS_PER_CALL; n++) {
       struct sockaddr_storage peer;
       socklen_t alen = sizeof peer;
@@ -909,6 +970,7 @@ static rr_status take_new(rr_listen_comm *l) {
       ps->peer = peer;
       ps->state = PS_HELLO;
       ps->since_ns = now;
+      ps->readable = 1; /* its HELLO may be there already */
     }
   }
   return RR_OK;
@@ -922,8 +984,48 @@ static void release_idle(rr_listen_comm *l) {
   if (!l->ngroups) free(l->groups), l->groups = NULL, l->groups_cap = 0;
 }
 
+/* Which of the listener's sockets have something for us: one poll(2) over
+ * the listening sockets, the pending ones and each group's streams 0 that
+ * may still carry a COMMIT. Most calls find nothing: NCCL calls accept() on
+ * every pending connection in turn, and the monitor services every live
+ * listener, so a failing accept(2), recv(2) or peek per socket and call was
+ * most of what setting up thousands of connections cost a listener (and an
+ * accept(2) that fails costs more: the kernel makes and drops a socket
+ * file). pfd[0..nfds-1] are the listening sockets. */
+static void poll_listener(rr_listen_comm *l, struct pollfd *pfd) {
+  struct pollfd all[RR_LISTEN_FDS + RR_LISTEN_PENDING + RR_LISTEN_GROUPS * RR_MAX_RAILS * RR_HS_MAX_STREAMS];
+  int n = 0;
+  for (int k = 0; k < l->nfds; k++) all[n++] = (struct pollfd){.fd = l->fds[k], .events = POLLIN};
+  for (int i = 0; i < l->nsocks; i++)
+    if (l->socks[i].fd >= 0) all[n++] = (struct pollfd){.fd = l->socks[i].fd, .events = POLLIN};
+  for (int gi = 0; gi < l->ngroups; gi++) {
+    const pending_group *g = &l->groups[gi];
+    uint32_t whole = group_whole(g);
+    for (int r = 0; r < RR_MAX_RAILS; r++)
+      for (int i = 0; i < RR_HS_MAX_STREAMS; i++)
+        if (watched_fd(g, r, i, whole) >= 0) all[n++] = (struct pollfd){.fd = g->fds[r][i], .events = POLLIN};
+  }
+  int ready = n ? poll(all, (nfds_t)n, 0) : 0;
+  /* A poll that fails (EINTR, ENOMEM) tells nothing: look at everything. */
+  if (ready < 0)
+    for (int k = 0; k < n; k++) all[k].revents = POLLIN;
+  n = 0;
+  for (int k = 0; k < l->nfds; k++) pfd[k] = all[n++];
+  for (int i = 0; i < l->nsocks; i++)
+    if (l->socks[i].fd >= 0) l->socks[i].readable = all[n++].revents != 0;
+  for (int gi = 0; gi < l->ngroups; gi++) {
+    pending_group *g = &l->groups[gi];
+    uint32_t whole = group_whole(g);
+    for (int r = 0; r < RR_MAX_RAILS; r++)
+      for (int i = 0; i < RR_HS_MAX_STREAMS; i++)
+        if (watched_fd(g, r, i, whole) >= 0 && all[n++].revents) g->readable |= 1u << r;
+  }
+}
+
 static rr_status accept_locked(rr_listen_comm *l, rr_recv_comm **out) {
-  rr_status st = take_new(l);
+  struct pollfd pfd[RR_LISTEN_FDS];
+  poll_listener(l, pfd);
+  rr_status st = take_new(l, pfd);
   if (st == RR_OK) st = advance_locked(l, out);
   release_idle(l);
   return st;
@@ -932,8 +1034,12 @@ static rr_status accept_locked(rr_listen_comm *l, rr_recv_comm **out) {
 static rr_status advance_locked(rr_listen_comm *l, rr_recv_comm **out) {
   for (int i = 0; i < l->nsocks; i++) {
     pending_sock *ps = &l->socks[i];
+    if (!ps->readable) continue;
+    ps->readable = 0;
+    /* One message a call: a PROOF cannot be there before our CHALLENGE
+     * went out. */
     if (ps->fd >= 0 && ps->state == PS_HELLO) on_hello(l, ps);
-    if (ps->fd >= 0 && ps->state == PS_PROOF) on_proof(l, ps);
+    else if (ps->fd >= 0 && ps->state == PS_PROOF) on_proof(l, ps);
   }
   read_commits(l);
   drop_stale(l, rr_now_ns());
@@ -947,7 +1053,14 @@ static rr_status advance_locked(rr_listen_comm *l, rr_recv_comm **out) {
   }
   /* Hand out one complete connection (only NCCL's accept() asks). */
   for (int i = 0; i < l->ngroups && out; i++) {
-    if (l->groups[i].reconnect_rail >= 0 || !group_complete(&l->groups[i])) continue;
+    if (l->groups[i].reconnect_rail >= 0 || !l->groups[i].rails_mask) continue;
+    enum rr_commit_verdict v = group_settle_commit(&l->groups[i]);
+    if (v == RR_COMMIT_WAIT) continue;
+    if (v == RR_COMMIT_DROP) {
+      RR_INFO(RR_SUB_NET, "accept: dropping a connection whose every rail closed before it was handed out");
+      group_remove(l, i--);
+      continue;
+    }
     pending_group g = l->groups[i];
     l->groups[i] = l->groups[--l->ngroups];
     return make_recv_comm(l, &g, out);

@@ -8,7 +8,9 @@
  * secret, then we do, and the endpoint address blobs are exchanged. Once
  * a rail is up and every other is up or known down (connect_plan.h), a
  * COMMIT names the rails up and those that belong to the connection but wait
- * for their NIC (a reconnect's COMMIT names its one rail, and installs it).
+ * for their NIC (a reconnect's COMMIT names its one rail, and installs it);
+ * when nothing but a failure can change the set, the COMMIT goes out behind
+ * the PROOFs, without waiting for the ACCEPTs (early_commit_due).
  * A NIC that is down never fails connect() while another rail works: its rail
  * joins as a failed one and is reopened when the NIC heals. NCCL calls
  * connect() again and again until it returns a comm, so the state in between
@@ -118,6 +120,20 @@ static int pair_peer_addr(int dev, const rr_peer_addrs *peer, const int *used) {
   return -1;
 }
 
+/* Room for one more planned rail, its sockets none yet: 0 when out of
+ * memory. The plan holds only the rails planned (a send comm keeps it for
+ * reconnects, and most connections have one or two): room for every rail a
+ * connection may have cost each connection end ~4 KB. */
+static int rail_room(connect_state *c) {
+  connect_rail *more = realloc(c->rails, (size_t)(c->nrails + 1) * sizeof *c->rails);
+  if (!more) return 0;
+  c->rails = more;
+  connect_rail *cr = &c->rails[c->nrails];
+  memset(cr, 0, sizeof *cr);
+  for (int i = 0; i < RR_HS_MAX_STREAMS; i++) cr->s[i].fd = -1;
+  return 1;
+}
+
 /* Plan the next NIC of the chain that can be paired with a peer address;
  * its index, or -1 when none is left. */
 static int plan_next_rail(connect_state *c) {
@@ -125,6 +141,7 @@ static int plan_next_rail(connect_state *c) {
     int dev = c->cand[c->cand_next++];
     int j = pair_peer_addr(dev, &c->peer, c->addr_used);
     if (j < 0) continue;
+    if (!rail_room(c)) return -1;
     c->addr_used[j] = 1;
     connect_rail *cr = &c->rails[c->nrails];
     cr->dev = dev;
@@ -153,10 +170,11 @@ static void plan_candidates(connect_state *c, int dev) {
 /* Primary rail first (the NIC NCCL named, to the listener's first address,
  * whatever their state), then backups along the failover chain (every other
  * NIC in balance mode), each paired with a peer address it can reach. */
-static void plan_rails(connect_state *c, int dev) {
+static rr_status plan_rails(connect_state *c, int dev) {
   const rr_params *p = rr_params_get();
   memset(c->addr_used, 0, sizeof c->addr_used);
   c->addr_used[0] = 1;
+  if (!rail_room(c)) return RR_ERR_NOMEM;
   c->rails[0].dev = dev;
   c->rails[0].peer_addr = 0;
   c->nrails = 1;
@@ -165,6 +183,7 @@ static void plan_rails(connect_state *c, int dev) {
   while (c->nrails <= c->want && plan_next_rail(c) >= 0) {
   }
   for (int r = 0; r < c->nrails; r++) c->rails[r].base = 1;
+  return RR_OK;
 }
 
 static rr_status rail_open_ep(rr_send_comm *s, connect_rail *cr);
@@ -366,6 +385,30 @@ static rr_status stream_step(connect_state *c, connect_rail *cr, int r, int i, c
   }
 }
 
+/* Which of a rail's setup sockets can move: one poll(2) for all of them.
+ * connect() is called again and again for every connection under way, and
+ * most calls find nothing new: a failing recv(2) per socket and call was
+ * most of what a connector spent setting up thousands of connections. A
+ * socket waits to send (connecting, or a message not all sent) or to
+ * receive (the listener's next message). */
+static void rail_poll(const connect_state *c, connect_rail *cr) {
+  struct pollfd p[RR_HS_MAX_STREAMS];
+  int n = 0;
+  for (int i = 0; i < c->nstreams; i++) {
+    const setup_stream *st = &cr->s[i];
+    if (st->fd < 0 || st->state == SS_DONE) continue;
+    int out = st->state == SS_CONNECTING || st->state == SS_HELLO || st->state == SS_PROOF;
+    p[n++] = (struct pollfd){.fd = st->fd, .events = out ? POLLOUT : POLLIN};
+  }
+  int ready = n ? poll(p, (nfds_t)n, 0) : 0;
+  n = 0;
+  for (int i = 0; i < c->nstreams; i++) {
+    setup_stream *st = &cr->s[i];
+    if (st->fd < 0 || st->state == SS_DONE) continue;
+    st->ready = ready < 0 || p[n++].revents != 0; /* a poll that failed tells nothing: try */
+  }
+}
+
 /* Advance one rail's attempt: open its sockets (once its retry time has
  * come), run their handshakes. RAIL_READY once every socket is authenticated
  * and the listener's endpoint is known. A socket that fails is closed and
@@ -376,6 +419,7 @@ static rr_status stream_step(connect_state *c, connect_rail *cr, int r, int i, c
 static rr_status rail_advance(connect_state *c, connect_rail *cr, int r, uint64_t now, uint64_t stuck_ns,
                               const char **why) {
   int done = 0;
+  rail_poll(c, cr);
   for (int i = 0; i < c->nstreams && cr->status == RAIL_PENDING; i++) {
     setup_stream *st = &cr->s[i];
     if (st->fd < 0) {
@@ -384,8 +428,10 @@ static rr_status rail_advance(connect_state *c, connect_rail *cr, int r, uint64_
         *why = strerror(errno);
         return RR_ERR_RAIL;
       }
+      st->ready = 1; /* on loopback it is connected already */
     }
-    rr_status rs = stream_step(c, cr, r, i, why);
+    rr_status rs = st->ready ? stream_step(c, cr, r, i, why) : RR_OK;
+    st->ready = 0;
     if (rs == RR_OK && st->state == SS_CONNECTING && stuck_ns && now > st->opened_ns + stuck_ns) {
       rs = RR_ERR_RAIL;
       *why = no_answer;
@@ -409,6 +455,7 @@ static rr_status connect_rail_step(connect_state *c, int r, uint64_t now) {
   const char *why = "?";
   rr_status st = rail_advance(c, cr, r, now, SETUP_STUCK_NS << cr->unanswered, &why);
   if (st == RR_OK) return RR_OK;
+  if (c->early) c->early_broken = 1; /* the listener holds a COMMIT this attempt cannot keep */
   if (st == RR_ERR_PROTOCOL) {
     if (r > 0) {
       rail_give_up(c, cr, why);
@@ -449,11 +496,59 @@ static uint64_t connect_patience_ns(void) {
   return patience > settle ? patience : settle;
 }
 
+/* Rails up whose sockets ended since their ACCEPT (its listener dropped
+ * it, or its path reset it): an end or an error, not bytes (after an early
+ * COMMIT the listener may have handed the connection out, and its first
+ * frames be on their way). Committing it would put the COMMIT, or the
+ * connection's first frames, on a dead socket and leave the listener
+ * waiting for them until the connect timeout. Such a rail is failed now: it
+ * is retried like any rail that failed, and joins as one to reopen later if
+ * the connection goes on without it. 1 when one was. */
+static int ready_rails_lost(connect_state *c, uint64_t now) {
+  int any = 0;
+  for (int r = 0; r < c->nrails; r++) {
+    connect_rail *cr = &c->rails[r];
+    if (cr->status != RAIL_READY) continue;
+    struct pollfd p[RR_HS_MAX_STREAMS];
+    for (int i = 0; i < c->nstreams; i++) p[i] = (struct pollfd){.fd = cr->s[i].fd, .events = POLLRDHUP};
+    if (poll(p, (nfds_t)c->nstreams, 0) == 0) continue; /* POLLHUP and POLLERR come unasked */
+    RR_INFO(RR_SUB_NET, "connect: rail %d closed after the listener accepted it; going on without it", r);
+    for (int i = 0; i < c->nstreams; i++) stream_close(&cr->s[i]);
+    cr->status = RAIL_PENDING;
+    cr->failed = 1;
+    cr->why = "its sockets closed after the listener accepted them";
+    cr->retry_at_ns = now + RETRY_DELAY_NS;
+    any = 1;
+  }
+  return any;
+}
+
 /* Once enough is known (connect_plan.h): the rails up, the rails kept for
  * later (sockets closed, endpoint kept), the others closed; and the COMMIT
  * that tells the listener so. RR_AGAIN while it waits. */
+/* The COMMIT to send, on stream 0 of the lowest rail it names. */
+static void commit_prepare(const rr_hs_commit *commit, connect_state *c) {
+  c->commit_rail = __builtin_ctz(commit->rails);
+  c->commit_sent = 0;
+  rr_hs_commit_encode(commit, c->commit);
+}
+
 static rr_status connect_settle(rr_send_comm *s, uint64_t now) {
   connect_state *c = &s->conn;
+  if (c->early) {
+    /* The COMMIT went out naming every rail: the connection goes on once
+     * each is up (a failure before starts the attempt over, connect_advance).
+     * Sockets that end after their ACCEPT say nothing here: the listener
+     * may have handed the connection out already, and closed the setup
+     * sockets of an RDMA rail, whose data path is its queue pair (a TCP
+     * rail's end is the engine's to see, as any rail failing). */
+    uint32_t all = (1u << c->nrails) - 1, up = 0;
+    for (int r = 0; r < c->nrails; r++) up |= (uint32_t)(c->rails[r].status == RAIL_READY) << r;
+    if (up != all) return RR_AGAIN;
+    c->rails_mask = all;
+    c->later_mask = 0;
+    return RR_OK;
+  }
   rr_connect_rail_view v[RR_MAX_RAILS];
   connect_view(c, v);
   if (rr_connect_backups_short(v, c->nrails, c->want) > 0) {
@@ -471,6 +566,7 @@ static rr_status connect_settle(rr_send_comm *s, uint64_t now) {
     RR_WARN("connect: no rail reaches the peer (%s)", c->rails[0].why ? c->rails[0].why : "?");
     return RR_ERR_PEER;
   }
+  if (ready_rails_lost(c, now)) return connect_settle(s, now); /* decided again without them */
   rr_hs_commit commit = {0};
   for (int r = 0; r < c->nrails; r++) {
     connect_rail *cr = &c->rails[r];
@@ -484,27 +580,64 @@ static rr_status connect_settle(rr_send_comm *s, uint64_t now) {
   }
   c->rails_mask = commit.rails;
   c->later_mask = commit.later;
-  c->commit_rail = __builtin_ctz(commit.rails);
-  c->commit_sent = 0;
-  rr_hs_commit_encode(&commit, c->commit);
+  commit_prepare(&commit, c);
   return RR_OK;
 }
 
-/* RR_OK when the connection is ready, RR_AGAIN while it is not. First every
- * rail runs its attempts until the connection can go on (connect_settle);
- * then COMMIT tells the listener the rails up and those for later. */
-static rr_status connect_advance(rr_send_comm *s) {
-  connect_state *c = &s->conn;
-  uint64_t now = rr_now_ns();
-  if (!c->rails_mask) {
-    for (int r = 0; r < c->nrails; r++) {
-      if (c->rails[r].status != RAIL_PENDING) continue;
-      rr_status st = connect_rail_step(c, r, now);
-      if (st != RR_OK) return st;
-    }
-    rr_status st = connect_settle(s, now);
-    if (st != RR_OK) return st;
+/* The COMMIT may go out before the ACCEPTs, right behind the PROOFs, when
+ * the set of rails can no longer change but by a failure: every rail of the
+ * plan has sent the PROOF on every socket (its listener answered, and
+ * proved it holds the secret), and no other rail is due. The listener then
+ * hands the connection out as soon as it has taken the last PROOF, one pass
+ * of its accept() calls earlier than after a COMMIT that waited for the
+ * ACCEPTs, while we still wait for them (they carry its endpoints, and say
+ * that it took every socket). Setting up thousands of connections at once,
+ * NCCL calls accept() and connect() for each in turn: each message that
+ * waits for the other side's turn costs a pass over all of them
+ * (bench/RESULTS.md, "Thousands of connections"). */
+static int early_commit_due(const connect_state *c) {
+  if (c->early || c->rails_mask) return 0;
+  rr_connect_rail_view v[RR_MAX_RAILS];
+  connect_view(c, v);
+  if (rr_connect_backups_short(v, c->nrails, c->want) > 0 && c->cand_next < c->ncand && c->nrails < RR_MAX_RAILS)
+    return 0; /* another NIC may be planned yet */
+  for (int r = 0; r < c->nrails; r++) {
+    const connect_rail *cr = &c->rails[r];
+    if (cr->status != RAIL_PENDING && cr->status != RAIL_READY) return 0;
+    for (int i = 0; i < c->nstreams; i++)
+      if (cr->s[i].fd < 0 || cr->s[i].state < SS_ACCEPT) return 0;
   }
+  return 1;
+}
+
+/* A socket failed after an early COMMIT: the listener may hold that
+ * COMMIT (or may not: a PROOF it refused took it down unread), so no
+ * later message can say which rails the connection has. The attempt starts
+ * over as a new connection (a fresh id: the listener drops the old group
+ * once it sees its sockets end, or at the connect timeout), every rail
+ * with a fresh endpoint. Without the early COMMIT, a failure costs only
+ * that socket's retry; it is rare, and the early COMMIT saves a pass on
+ * every connection. */
+static void connect_start_over(rr_send_comm *s, uint64_t now) {
+  connect_state *c = &s->conn;
+  RR_INFO(RR_SUB_NET, "connect: a setup socket failed after the set of rails was sent; starting over");
+  uint64_t id;
+  if (rr_hs_random(&id, sizeof id) == RR_OK) c->conn_id = id;
+  for (int r = 0; r < c->nrails; r++) {
+    connect_rail *cr = &c->rails[r];
+    if (cr->status == RAIL_FAILED) continue;
+    rail_close(c, cr);
+    cr->status = RAIL_PENDING;
+    cr->failed = 1;
+    cr->retry_at_ns = now + RETRY_DELAY_NS;
+    if (rail_open_ep(s, cr) != RR_OK) rail_give_up(c, cr, "cannot open an endpoint");
+  }
+  c->early = c->early_broken = 0;
+  c->commit_sent = 0;
+}
+
+/* Send what is left of the COMMIT. */
+static rr_status commit_send(connect_state *c) {
   int fd = c->rails[c->commit_rail].s[0].fd;
   while (c->commit_sent < RR_HS_COMMIT_LEN) {
     ssize_t n = send(fd, c->commit + c->commit_sent, RR_HS_COMMIT_LEN - c->commit_sent,
@@ -520,6 +653,37 @@ static rr_status connect_advance(rr_send_comm *s) {
   return RR_OK;
 }
 
+/* RR_OK when the connection is ready, RR_AGAIN while it is not. First every
+ * rail runs its attempts until the connection can go on (connect_settle);
+ * then COMMIT tells the listener the rails up and those for later (or it
+ * went out early, above). */
+static rr_status connect_advance(rr_send_comm *s) {
+  connect_state *c = &s->conn;
+  uint64_t now = rr_now_ns();
+  if (!c->rails_mask) {
+    for (int r = 0; r < c->nrails; r++) {
+      if (c->rails[r].status != RAIL_PENDING) continue;
+      rr_status st = connect_rail_step(c, r, now);
+      if (st != RR_OK) return st;
+    }
+    if (c->early && !c->early_broken && commit_send(c) == RR_ERR_PEER) c->early_broken = 1;
+    if (c->early_broken) {
+      connect_start_over(s, now);
+      return RR_AGAIN;
+    }
+    if (early_commit_due(c)) {
+      rr_hs_commit commit = {.rails = (1u << c->nrails) - 1};
+      commit_prepare(&commit, c);
+      c->early = 1;
+      if (commit_send(c) == RR_ERR_PEER) c->early_broken = 1; /* found by the next call */
+      return RR_AGAIN; /* the ACCEPTs come with the listener's next pass */
+    }
+    rr_status st = connect_settle(s, now);
+    if (st != RR_OK) return st;
+  }
+  return commit_send(c);
+}
+
 /* A reopened endpoint still connecting, given up on. */
 static void job_drop(rr_send_comm *s, int rail) {
   if (!s->conn_job[rail]) return;
@@ -530,8 +694,10 @@ static void job_drop(rr_send_comm *s, int rail) {
 
 void rr_connect_release(rr_send_comm *s) {
   connect_state *c = &s->conn;
-  for (int r = 0; r < c->nrails; r++) rail_close(c, &c->rails[r]);
+  for (int r = 0; r < c->nrails && c->rails; r++) rail_close(c, &c->rails[r]);
   for (int r = 0; r < RR_MAX_RAILS; r++) job_drop(s, r);
+  free(c->rails);
+  c->rails = NULL;
 }
 
 /* A rail's endpoint, opened through the seam before its handshake: its
@@ -690,13 +856,11 @@ static rr_send_comm *send_comm_new(const void *handle, int dev, const rr_peer_ad
   c->nstreams = p->tcp_streams;
   c->chunk_size = (uint32_t)p->chunk_size;
   c->start_ns = rr_now_ns();
-  if (rr_hs_random(&c->conn_id, sizeof c->conn_id) != RR_OK) {
+  if (rr_hs_random(&c->conn_id, sizeof c->conn_id) != RR_OK || plan_rails(c, dev) != RR_OK) {
+    free(c->rails);
     free(s);
     return NULL;
   }
-  plan_rails(c, dev);
-  for (int r = 0; r < RR_MAX_RAILS; r++)
-    for (int i = 0; i < RR_HS_MAX_STREAMS; i++) c->rails[r].s[i].fd = -1;
   s->dev = dev;
   rr_engine_config cfg;
   rr_core_engine_config(RR_ENGINE_SEND, c->chunk_size, (const struct sockaddr *)&c->peer.addrs[0],
@@ -706,6 +870,7 @@ static rr_send_comm *send_comm_new(const void *handle, int dev, const rr_peer_ad
   cfg.reopens = 1;
   cfg.traffic_class = traffic_class;
   if (rr_engine_init(&s->engine, &cfg) != RR_OK) {
+    free(c->rails);
     free(s);
     return NULL;
   }
@@ -734,6 +899,15 @@ static rr_status send_comm_add(rr_send_comm *s, int r) {
     int fds[RR_HS_MAX_STREAMS];
     for (int i = 0; i < c->nstreams; i++) fds[i] = cr->s[i].fd, cr->s[i].fd = -1;
     st = rr_setup_ep_connect(&cr->ep, cr->dev, &s->engine, cr->peer_blob, cr->peer_blob_len, fds, c->nstreams);
+    /* The COMMIT named it, and the listener holds it: a rail whose
+     * endpoint does not connect now joins as one to reopen (the listener
+     * sees its sockets end, and installs the reopened rail), not as the
+     * end of a connection whose other rails work. */
+    if (st != RR_OK && st != RR_ERR_NOMEM && rail_open_ep(s, cr) == RR_OK) {
+      cr->status = RAIL_LATER;
+      cr->why = "its endpoint did not connect";
+      st = RR_OK;
+    }
   }
   rr_rail_ep *ep = cr->ep;
   cr->ep = NULL;
@@ -761,6 +935,12 @@ static rr_status send_comm_finish(rr_send_comm *s) {
     rail_close(c, cr); /* what is left: sockets of rails left out, or of a failed connect */
   }
   c->handle = NULL;
+  int up = 0;
+  for (int r = 0; r < c->nrails; r++) up |= c->rails[r].status == RAIL_READY;
+  if (st == RR_OK && !up) {
+    RR_WARN("connect: no rail's endpoint connected");
+    st = RR_ERR_PEER;
+  }
   if (st != RR_OK) return st;
   s->magic = RR_MAGIC_SEND;
   RR_INFO(RR_SUB_NET, "connected to %s over %d rail(s), %d more to reopen once reachable", s->engine.cfg.peer,

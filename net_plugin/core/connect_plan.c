@@ -40,3 +40,11 @@ int rr_connect_backups_short(const rr_connect_rail_view *v, int n, int want) {
    * reaches its peer over another NIC rather than not at all. */
   return !backups && (n < 1 || !hoped(&v[0]));
 }
+
+enum rr_commit_verdict rr_commit_resolve(uint32_t committed, uint32_t whole, uint32_t lost_seen, uint32_t *up,
+                                         uint32_t *lost) {
+  *up = committed & whole;
+  *lost = committed & ~whole & lost_seen;
+  if (committed & ~whole & ~lost_seen) return RR_COMMIT_WAIT; /* a PROOF still to come */
+  return *up ? RR_COMMIT_GO : RR_COMMIT_DROP;
+}

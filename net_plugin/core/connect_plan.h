@@ -58,4 +58,20 @@ enum rr_connect_verdict rr_connect_decide(const rr_connect_rail_view *v, int n, 
  * wanted (RERAIL_BACKUPS=0), one while no rail at all is up or hoped for. */
 int rr_connect_backups_short(const rr_connect_rail_view *v, int n, int want);
 
+/* The listener's side: what a first connection's COMMIT makes of the rails
+ * that arrived. The COMMIT may come before the last PROOFs of the rails it
+ * names (the connector sends it behind its PROOFs when the set of rails can
+ * only change by a failure): a rail not whole yet is waited for. A rail
+ * whose sockets were lost (the listener saw its stream end: its connector
+ * closed it, or its path reset it) is not: it joins as a failed one (*lost:
+ * held down, reopened by the connector like any failed rail) and the
+ * connection goes on over the others (*up) at once; waiting would be for
+ * sockets that never come back. The primary lost falls to the next rail
+ * up. RR_COMMIT_DROP: none of the rails it names is left, the connection is
+ * over. whole: the rails whose every socket the listener holds; lost_seen:
+ * the rails whose sockets it saw end. */
+enum rr_commit_verdict { RR_COMMIT_WAIT = 0, RR_COMMIT_GO, RR_COMMIT_DROP };
+enum rr_commit_verdict rr_commit_resolve(uint32_t committed, uint32_t whole, uint32_t lost_seen, uint32_t *up,
+                                         uint32_t *lost);
+
 #endif

@@ -18,7 +18,7 @@
  *
  * Blocking order, outermost first; a thread holding one takes only later ones:
  *   1. core_lock | connect_lock | a listener's lock (never two of them at once)
- *   2. lifecycle_lock (monitor.c)   3. registry_lock (monitor.c)
+ *   2. lifecycle_lock (monitor.c)   3. registry_lock -> incoming_lock (monitor.c)
  *   4. an engine's lock (never two engines at once)
  *   5. gray_lock (engine_gray.c)
  *   6. a connect job's lock, threads_lock (connect_job.c)
@@ -105,6 +105,7 @@ typedef struct setup_stream {
   uint8_t state;             /* SS_* */
   setup_hs *hs;              /* while the handshake runs */
   uint64_t opened_ns;        /* when its socket began connecting */
+  uint8_t ready;             /* rail_poll saw it ready (or it is new): worth a step */
 } setup_stream;
 
 typedef struct connect_rail {
@@ -143,9 +144,11 @@ typedef struct connect_state {
   uint32_t rails_mask;       /* the rails up when the connection went on (0 before) */
   uint32_t later_mask;       /* ... and those that belong to it, to be reopened */
   int commit_rail;           /* the rail whose stream 0 carries COMMIT */
+  uint8_t early;             /* COMMIT sent behind the PROOFs, before the ACCEPTs (conn_setup.c) */
+  uint8_t early_broken;      /* ... and a socket failed since: the attempt starts over */
   uint16_t commit_sent;
   uint8_t commit[RR_HS_COMMIT_LEN];
-  connect_rail rails[RR_MAX_RAILS];
+  connect_rail *rails;        /* nrails of them (grown as rails are planned) */
 } connect_state;
 
 struct rr_send_comm {
@@ -165,7 +168,8 @@ struct rr_send_comm {
 };
 
 /* Release what a send comm's setup state holds (sockets and endpoints of
- * an attempt under way); its engine must be finished or never started. */
+ * an attempt under way, the plan itself); its engine must be finished or
+ * never started. */
 void rr_connect_release(rr_send_comm *s);
 
 struct rr_recv_comm {
@@ -190,6 +194,7 @@ typedef struct pending_sock {
   uint32_t gen_floor;
   uint64_t since_ns;          /* accepted then */
   uint64_t partial_ns;        /* the first byte of a message not yet whole came then (0: none) */
+  uint8_t readable;          /* this accept() call: bytes (or its end) came, or it is new */
   rr_hs_hello h;
   uint8_t hello[RR_HS_HELLO_LEN];
   uint8_t snonce[RR_HS_NONCE_LEN];
@@ -220,12 +225,15 @@ typedef struct pending_group {
   uint32_t rails_mask;       /* from COMMIT (first connections) or the reconnect's rail; 0 before */
   uint32_t later_mask;       /* from COMMIT: rails the connector reopens once they work */
   uint8_t later_addr[RR_MAX_RAILS]; /* ... and the handle address each will reach */
+  uint32_t lost_seen;        /* rails whose sockets were seen to end (read_commits) */
+  uint32_t lost_mask;        /* of later_mask: rails committed, then lost here (on dev[r]) */
   int fds[RR_MAX_RAILS][RR_HS_MAX_STREAMS];
   int dev[RR_MAX_RAILS];     /* our device each rail arrived on */
   rr_rail_ep *ep[RR_MAX_RAILS];  /* our endpoint of each rail (its blob went out in ACCEPT) */
   uint16_t peer_blob_len[RR_MAX_RAILS];
   uint8_t peer_blob[RR_MAX_RAILS][RR_HS_BLOB_MAX];
   uint32_t frames_first;     /* rails whose stream 0 starts with data, not COMMIT (read_commits) */
+  uint32_t readable;         /* rails whose stream 0 has bytes (or its end) this accept() call */
   rr_engine *engine;         /* the engine the endpoints report to */
   struct rr_recv_comm *rc;   /* first connections: the comm being built */
   rr_connect_job *install;   /* reconnects: the endpoint connecting before it is installed */

@@ -34,6 +34,19 @@ static rr_engine **engines;
 static int nengines, engines_cap;
 static rr_listen_comm **listeners;
 static int nlisteners, listeners_cap;
+/* guards: the incoming lists; a leaf under registry_lock (level 3b), held
+ * only to append or move a few pointers. A comm that connect() or accept()
+ * completes is queued here, not in the lists above: those are held for a
+ * whole round, which drives every idle connection (thousands of syscalls
+ * with thousands of connections, longer than the 5 ms between rounds), and
+ * setting up N connections at once made each of them wait for a round to
+ * end (bench/RESULTS.md, "Thousands of connections"). The monitor moves
+ * them into its lists at the start of its next round. */
+static pthread_mutex_t incoming_lock = PTHREAD_MUTEX_INITIALIZER;
+static rr_engine **incoming_engines;
+static int nincoming_engines, incoming_engines_cap;
+static rr_listen_comm **incoming_listeners;
+static int nincoming_listeners, incoming_listeners_cap;
 
 /* Room for one more entry in a list (caller holds registry_lock). */
 #define GROW(list, n, cap)                                                   \
@@ -137,6 +150,27 @@ static void poll_devices(void) {
   }
 }
 
+/* The comms registered since the last round join the lists (caller holds
+ * registry_lock). One that cannot (out of memory) stays queued for the
+ * next round. */
+static void take_incoming(void) {
+  pthread_mutex_lock(&incoming_lock);
+  while (nincoming_engines && GROW(engines, nengines, engines_cap))
+    engines[nengines++] = incoming_engines[--nincoming_engines];
+  while (nincoming_listeners && GROW(listeners, nlisteners, listeners_cap))
+    listeners[nlisteners++] = incoming_listeners[--nincoming_listeners];
+  pthread_mutex_unlock(&incoming_lock);
+}
+
+/* Take p out of list (n entries): 1 when it was there. */
+#define LIST_REMOVE(list, n, p)                                              \
+  ({                                                                         \
+    int _found = 0;                                                          \
+    for (int _i = 0; _i < (n) && !_found; _i++)                              \
+      if ((list)[_i] == (p)) (list)[_i] = (list)[--(n)], _found = 1;         \
+    _found;                                                                  \
+  })
+
 static void *monitor_main(void *arg) {
   (void)arg;
   int nl = netlink_open();
@@ -144,6 +178,7 @@ static void *monitor_main(void *arg) {
   rr_monitor_read_links("link state when monitoring began");
   for (;;) {
     pthread_mutex_lock(&registry_lock);
+    take_incoming();
     int busy = nengines > 0;
     pthread_mutex_unlock(&registry_lock);
     struct pollfd p = {.fd = nl, .events = POLLIN};
@@ -154,6 +189,7 @@ static void *monitor_main(void *arg) {
     poll_devices();
     uint64_t now = rr_now_ns();
     pthread_mutex_lock(&registry_lock);
+    take_incoming();
     int stop = stop_requested;
     for (int i = 0; i < nengines && !stop; i++) rr_engine_background(engines[i], now);
     /* Reconnected rails arrive at listeners NCCL no longer calls accept() on. */
@@ -183,25 +219,29 @@ static void monitor_stop_locked(void) {
   if (join) pthread_join(thread, NULL);
 }
 
+/* started changes only under lifecycle_lock (and registry_lock): read
+ * under the first, it needs the second only to start the thread. */
 void rr_monitor_add(rr_engine *e) {
   pthread_mutex_lock(&lifecycle_lock);
-  pthread_mutex_lock(&registry_lock);
-  if (!started) monitor_start_locked();
-  if (GROW(engines, nengines, engines_cap)) engines[nengines++] = e;
+  if (!started) {
+    pthread_mutex_lock(&registry_lock);
+    monitor_start_locked();
+    pthread_mutex_unlock(&registry_lock);
+  }
+  pthread_mutex_lock(&incoming_lock);
+  if (GROW(incoming_engines, nincoming_engines, incoming_engines_cap)) incoming_engines[nincoming_engines++] = e;
   else RR_WARN("monitor: out of memory: a connection is driven only while NCCL calls into it");
-  pthread_mutex_unlock(&registry_lock);
+  pthread_mutex_unlock(&incoming_lock);
   pthread_mutex_unlock(&lifecycle_lock);
 }
 
 void rr_monitor_remove(rr_engine *e) {
   pthread_mutex_lock(&lifecycle_lock);
   pthread_mutex_lock(&registry_lock);
-  for (int i = 0; i < nengines; i++)
-    if (engines[i] == e) {
-      engines[i] = engines[--nengines];
-      break;
-    }
-  int last = nengines == 0;
+  pthread_mutex_lock(&incoming_lock);
+  if (!LIST_REMOVE(engines, nengines, e)) LIST_REMOVE(incoming_engines, nincoming_engines, e);
+  int last = nengines == 0 && nincoming_engines == 0;
+  pthread_mutex_unlock(&incoming_lock);
   pthread_mutex_unlock(&registry_lock);
   if (last) monitor_stop_locked();
   pthread_mutex_unlock(&lifecycle_lock);
@@ -222,22 +262,27 @@ __attribute__((destructor)) static void monitor_unload(void) {
   free(listeners);
   listeners = NULL;
   nlisteners = listeners_cap = 0;
+  free(incoming_engines);
+  incoming_engines = NULL;
+  nincoming_engines = incoming_engines_cap = 0;
+  free(incoming_listeners);
+  incoming_listeners = NULL;
+  nincoming_listeners = incoming_listeners_cap = 0;
   pthread_mutex_unlock(&lifecycle_lock);
 }
 
 void rr_monitor_add_listener(rr_listen_comm *l) {
-  pthread_mutex_lock(&registry_lock);
-  if (GROW(listeners, nlisteners, listeners_cap)) listeners[nlisteners++] = l;
+  pthread_mutex_lock(&incoming_lock);
+  if (GROW(incoming_listeners, nincoming_listeners, incoming_listeners_cap))
+    incoming_listeners[nincoming_listeners++] = l;
   else RR_WARN("monitor: out of memory: reconnects reach a listener only while NCCL calls accept()");
-  pthread_mutex_unlock(&registry_lock);
+  pthread_mutex_unlock(&incoming_lock);
 }
 
 void rr_monitor_remove_listener(rr_listen_comm *l) {
   pthread_mutex_lock(&registry_lock);
-  for (int i = 0; i < nlisteners; i++)
-    if (listeners[i] == l) {
-      listeners[i] = listeners[--nlisteners];
-      break;
-    }
+  pthread_mutex_lock(&incoming_lock);
+  if (!LIST_REMOVE(listeners, nlisteners, l)) LIST_REMOVE(incoming_listeners, nincoming_listeners, l);
+  pthread_mutex_unlock(&incoming_lock);
   pthread_mutex_unlock(&registry_lock);
 }

@@ -113,6 +113,38 @@ static void test_backups_short(void **state) {
   assert_int_equal(rr_connect_backups_short(v, 2, 0), 0);  /* the one planned is still hoped for */
 }
 
+/* The listener has a first connection's COMMIT: every rail it names whose
+ * sockets are all here connects; one whose sockets it saw end since (a
+ * backup, or the primary) joins as a failed rail, at once, instead of the
+ * connection waiting for sockets that never come back; with none left the
+ * connection is over at once. A rail whose last PROOF has not come yet (the
+ * COMMIT came early, behind the first) is waited for. */
+static void test_commit_with_a_rail_lost(void **state) {
+  (void)state;
+  uint32_t up, lost;
+  assert_int_equal(rr_commit_resolve(0x3, 0x3, 0, &up, &lost), RR_COMMIT_GO);
+  assert_int_equal(up, 0x3);
+  assert_int_equal(lost, 0);
+  /* The backup closed between its ACCEPT and the COMMIT. */
+  assert_int_equal(rr_commit_resolve(0x3, 0x1, 0x2, &up, &lost), RR_COMMIT_GO);
+  assert_int_equal(up, 0x1);
+  assert_int_equal(lost, 0x2);
+  /* The primary did: the next rail carries the connection. */
+  assert_int_equal(rr_commit_resolve(0x3, 0x2, 0x1, &up, &lost), RR_COMMIT_GO);
+  assert_int_equal(up, 0x2);
+  assert_int_equal(lost, 0x1);
+  /* Rails here that the COMMIT does not name (left out, or lost) are neither. */
+  assert_int_equal(rr_commit_resolve(0x2, 0x7, 0x8, &up, &lost), RR_COMMIT_GO);
+  assert_int_equal(up, 0x2);
+  assert_int_equal(lost, 0);
+  assert_int_equal(rr_commit_resolve(0x3, 0x4, 0x3, &up, &lost), RR_COMMIT_DROP);
+  /* An early COMMIT: rail 1's last PROOF is still on its way. */
+  assert_int_equal(rr_commit_resolve(0x3, 0x1, 0, &up, &lost), RR_COMMIT_WAIT);
+  assert_int_equal(rr_commit_resolve(0x1, 0x0, 0, &up, &lost), RR_COMMIT_WAIT);
+  /* ... and rail 0 was lost meanwhile: rail 1 is still awaited. */
+  assert_int_equal(rr_commit_resolve(0x3, 0x0, 0x1, &up, &lost), RR_COMMIT_WAIT);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_nothing_up),
@@ -121,6 +153,7 @@ int main(void) {
       cmocka_unit_test(test_answered_rail_gets_patience),
       cmocka_unit_test(test_replacement_joins_only_when_up),
       cmocka_unit_test(test_backups_short),
+      cmocka_unit_test(test_commit_with_a_rail_lost),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -38,11 +38,19 @@
  * "Thousands of connections"). Both powers of two, so the free-running
  * indices stay valid across the growth. */
 #define TX_DEPTH 256
-#define TX_INITIAL 16
+#define TX_INITIAL 8
 #define CTRL_SLOTS 96         /* control messages queued per stream (engine needs <= 2*32) */
 #define WRITE_DEPTH (TX_DEPTH - CTRL_SLOTS)
 #define IOV_BATCH 32          /* iovecs per sendmsg */
-#define STAGING_SIZE 8192     /* receive staging: headers and small payloads */
+/* Receive staging (headers and small payloads) starts at STAGING_MIN and
+ * doubles, up to STAGING_MAX, each time a read fills it: a receiver of small
+ * messages reads several per system call, while a sender, which receives only
+ * clear-to-sends and acknowledgements, keeps 1 KiB instead of 8
+ * (bench/RESULTS.md, "Thousands of connections"). A control message must
+ * fit whole. */
+#define STAGING_MIN 1024
+#define STAGING_MAX 8192
+_Static_assert(STAGING_MIN >= TCP_FRAME_BYTES + RR_RAIL_CTRL_MAX, "a control frame fits the smallest staging");
 #define SINK_SIZE 65536       /* discarded payloads are read this much at a time */
 /* Bytes one progress call moves per stream and direction: enough to keep a
  * fast link busy, small enough that no NCCL call is held for long. */
@@ -82,17 +90,12 @@ typedef struct tcp_stream {
   uint32_t tx_head, tx_tail;  /* free-running; tail - head = queued */
   uint32_t writes_queued;
   size_t queued_bytes;        /* header+payload bytes not yet handed to the kernel */
-  /* Control messages wait here (stream 0 only carries them). A slot's
-   * buffer is allocated when first used; the free list is a stack, so only
-   * as many exist as were ever queued at once (a handful). */
-  char *ctrl_buf[CTRL_SLOTS];
-  int16_t ctrl_free[CTRL_SLOTS];
-  int nctrl_free;
   /* receive */
   rx_state rx;
   /* Allocated when the stream first carries a byte: the streams past the
    * first carry only bulk writes, which many connections never send. */
   char *staging;
+  uint32_t stage_cap;             /* its size: STAGING_MIN .. STAGING_MAX */
   uint32_t stage_off, stage_len;  /* unread bytes are [stage_off, stage_len) */
   char *direct_dst;               /* RX_DIRECT: where the rest of the payload goes */
   uint32_t direct_left;
@@ -113,7 +116,19 @@ typedef struct tcp_ep {
   rr_status failed;         /* sticky: first failure */
   uint64_t last_rx_ns;      /* last time any byte arrived */
   tcp_stream *streams[RR_TCP_MAX_STREAMS];
+  struct tcp_ctrl *ctrl;    /* allocated with the first control message */
 } tcp_ep;
+
+/* Control messages wait here (stream 0 alone carries them). Slots 0..fresh-1
+ * have been used and have their buffer; those free again are on a stack, so
+ * only as many buffers exist as were ever queued at once (a handful), and
+ * only as much of this as was used is ever written. */
+typedef struct tcp_ctrl {
+  int16_t fresh;
+  int16_t nfree;
+  int16_t free_slot[CTRL_SLOTS];
+  char *buf[CTRL_SLOTS];
+} tcp_ctrl;
 
 /* Discarded payloads (a fenced epoch's, and what a closing socket still
  * holds) are read into this and never looked at. One per thread rather than
@@ -226,17 +241,30 @@ static rr_status tcp_post_ctrl(rr_rail_ep *rep, const void *msg, uint32_t len) {
   if (!ep->connected) return RR_ERR_INVALID;
   if (len > RR_RAIL_CTRL_MAX) return RR_ERR_INVALID;
   tcp_stream *s = ep->streams[0];
-  if (s->nctrl_free == 0) return RR_AGAIN;
-  int16_t slot = s->ctrl_free[s->nctrl_free - 1];
-  if (!s->ctrl_buf[slot] && !(s->ctrl_buf[slot] = malloc(RR_RAIL_CTRL_MAX))) return RR_AGAIN;
+  tcp_ctrl *cs = ep->ctrl;
+  if (!cs) {
+    if (!(cs = malloc(sizeof *cs))) return RR_AGAIN;
+    cs->fresh = cs->nfree = 0;
+    ep->ctrl = cs;
+  }
+  int16_t slot;
+  if (cs->nfree) {
+    slot = cs->free_slot[cs->nfree - 1];
+  } else {
+    if (cs->fresh == CTRL_SLOTS) return RR_AGAIN;
+    slot = cs->fresh;
+    if (!(cs->buf[slot] = malloc(RR_RAIL_CTRL_MAX))) return RR_AGAIN;
+    cs->fresh++; /* its buffer stays with the slot */
+    cs->free_slot[cs->nfree++] = slot;
+  }
   tcp_tx *t = tx_push(s);
-  if (!t) return RR_AGAIN;
-  s->nctrl_free--;
-  memcpy(s->ctrl_buf[slot], msg, len);
+  if (!t) return RR_AGAIN; /* the slot stays free */
+  cs->nfree--;
+  memcpy(cs->buf[slot], msg, len);
   tcp_frame_hdr h = {.type = TCP_FRAME_CTRL, .len = len};
   tcp_frame_encode(&h, t->wire);
   t->len = len;
-  t->payload = s->ctrl_buf[slot];
+  t->payload = cs->buf[slot];
   t->sent = 0;
   t->ctrl_slot = slot;
   t->wr_id = 0;
@@ -309,7 +337,7 @@ static rr_status stream_transmit(tcp_ep *ep, tcp_stream *s) {
       left -= rest;
       s->tx_head++;
       if (t->ctrl_slot >= 0) {
-        s->ctrl_free[s->nctrl_free++] = t->ctrl_slot;
+        ep->ctrl->free_slot[ep->ctrl->nfree++] = t->ctrl_slot;
       } else if (t->ctrl_slot == -1) {
         s->writes_queued--;
         if (ep->base.tel_tx) {
@@ -444,7 +472,8 @@ static rr_status staging_alloc(tcp_ep *ep, tcp_stream *s) {
   ssize_t n;
   rr_status st = stream_recv(ep, s, &byte, 1, &n, MSG_PEEK);
   if (st != RR_OK) return st;
-  s->staging = malloc(STAGING_SIZE);
+  s->staging = malloc(STAGING_MIN);
+  s->stage_cap = STAGING_MIN;
   return s->staging ? RR_OK : ep_fail(ep, RR_ERR_NOMEM, "no memory for a receive buffer", 0);
 }
 
@@ -486,10 +515,16 @@ static rr_status stream_receive(tcp_ep *ep, tcp_stream *s) {
       s->stage_len -= s->stage_off;
       s->stage_off = 0;
     }
-    size_t room = STAGING_SIZE - s->stage_len;
+    size_t room = s->stage_cap - s->stage_len;
     st = stream_recv(ep, s, s->staging + s->stage_len, room, &n, 0);
     if (st != RR_OK) return st == RR_AGAIN ? RR_OK : st;
     s->stage_len += (uint32_t)n;
+    if ((size_t)n == room && s->stage_cap < STAGING_MAX) {
+      /* More may wait: read more at a time from now on. (No memory: the
+       * staging as it is still works.) */
+      char *bigger = realloc(s->staging, 2 * s->stage_cap);
+      if (bigger) s->staging = bigger, s->stage_cap *= 2;
+    }
     /* A short read emptied the socket: parse what came and stop, rather
      * than ask again and find nothing (a system call on the path of every
      * small message). */
@@ -558,7 +593,7 @@ static void tcp_fence(rr_rail_ep *rep) {
     for (uint32_t j = keep; j != s->tx_tail; j++) {
       tcp_tx *t = &s->tx[j % s->tx_cap];
       s->queued_bytes -= TCP_FRAME_BYTES + t->len - t->sent;
-      if (t->ctrl_slot >= 0) s->ctrl_free[s->nctrl_free++] = t->ctrl_slot;
+      if (t->ctrl_slot >= 0) ep->ctrl->free_slot[ep->ctrl->nfree++] = t->ctrl_slot;
       else if (t->ctrl_slot == -1) s->writes_queued--;
     }
     s->tx_tail = keep;
@@ -644,11 +679,12 @@ static void tcp_destroy(rr_rail_ep *rep) {
   for (int i = 0; i < ep->nstreams; i++) {
     tcp_stream *s = ep->streams[i];
     if (s->fd >= 0) close_quietly(s->fd);
-    for (int c = 0; c < CTRL_SLOTS; c++) free(s->ctrl_buf[c]);
     free(s->tx);
     free(s->staging);
     free(s);
   }
+  for (int c = 0; ep->ctrl && c < ep->ctrl->fresh; c++) free(ep->ctrl->buf[c]);
+  free(ep->ctrl);
   free(ep);
 }
 
@@ -683,10 +719,10 @@ static rr_status tcp_ep_connect(rr_rail_ep *rep, const rr_rail_connect_args *arg
     if (!s) return RR_ERR_NOMEM; /* streams made so far go with destroy() */
     ep->streams[ep->nstreams++] = s;
     s->fd = -1;
-    /* stream 0 carries the control messages: it reads from the start */
-    if (tx_room(s) != RR_OK || (i == 0 && !(s->staging = malloc(STAGING_SIZE)))) return RR_ERR_NOMEM;
-    for (int c = 0; c < CTRL_SLOTS; c++) s->ctrl_free[c] = (int16_t)c;
-    s->nctrl_free = CTRL_SLOTS;
+    /* Stream 0 carries the control messages: it reads and sends from the
+     * start. The others get their queue and staging when first used. */
+    if (i == 0 && (tx_room(s) != RR_OK || !(s->staging = malloc(STAGING_MIN)))) return RR_ERR_NOMEM;
+    if (i == 0) s->stage_cap = STAGING_MIN;
   }
   for (int i = 0; i < args->nfds; i++) {
     ep->streams[i]->fd = args->fds[i];
