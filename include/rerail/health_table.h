@@ -94,7 +94,7 @@
 #define RR_HT_HEARTBEAT_MS 1000u
 #define RR_HT_STALE_MS 10000u
 
-/* Row states: the values of rr_link_state (common/health/rr_health.h). */
+/* Row states: the values of rr_link_state (common/health/rr_nic_state.h). */
 enum rr_ht_state { RR_HT_UP = 0, RR_HT_DEGRADED = 1, RR_HT_DOWN = 2, RR_HT_RECOVERING = 3 };
 
 typedef struct rr_ht_header {

@@ -144,7 +144,7 @@ typedef struct connect_state {
   uint32_t rails_mask;       /* the rails up when the connection went on (0 before) */
   uint32_t later_mask;       /* ... and those that belong to it, to be reopened */
   int commit_rail;           /* the rail whose stream 0 carries COMMIT */
-  uint8_t early;             /* COMMIT sent behind the PROOFs, before the ACCEPTs (conn_setup.c) */
+  uint8_t early;             /* COMMIT sent behind the PROOFs, before the ACCEPTs (conn_connect.c) */
   uint8_t early_broken;      /* ... and a socket failed since: the attempt starts over */
   uint16_t commit_sent;
   uint8_t commit[RR_HS_COMMIT_LEN];
@@ -310,7 +310,7 @@ rr_status rr_setup_ep_connect(rr_rail_ep **ep, int dev, rr_engine *e, const uint
                               uint16_t peer_blob_len, int *fds, int nfds);
 void rr_setup_ep_abandon(rr_rail_ep **ep);
 
-/* Socket helpers (conn_setup.c). */
+/* Socket helpers (conn_connect.c). */
 rr_status rr_sock_tune(int fd);
 
 /* The engine settings every new connection gets. */
@@ -331,7 +331,7 @@ void rr_monitor_shutdown(void);
 void rr_monitor_remove_listener(rr_listen_comm *l);
 
 /* Take new sockets on a listener NCCL no longer calls accept() on: hands
- * reconnected rails to their connections (conn_setup.c; monitor thread). */
+ * reconnected rails to their connections (conn_connect.c; monitor thread). */
 void rr_listen_service(rr_listen_comm *l);
 /* A receive comm is closing: let go of its listener (frees it when NCCL
  * closed it too). */

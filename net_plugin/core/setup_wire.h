@@ -17,7 +17,7 @@
  *                                     its one rail, and the word to install it);
  *                                     or early, behind the PROOF, when the set
  *                                     can change only by a failure
- *                                     (conn_setup.c, early_commit_due)
+ *                                     (conn_connect.c, early_commit_due)
  *
  * Each socket authenticates on its own as soon as it connects, so a rail that
  * is slow to come up never holds another rail's socket past the listener's

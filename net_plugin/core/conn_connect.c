@@ -17,7 +17,8 @@
  * lives in a send comm under construction, keyed by NCCL's handle. */
 #include "core_internal.h"
 #include "rr_clock.h"
-#include "rr_health.h"
+#include "rr_health_bus.h"
+#include "rr_nic_state.h"
 #include "rr_log.h"
 #include "rr_params.h"
 #include "rr_topo.h"
