@@ -16,7 +16,9 @@
 #   (d) send completion: isend to test()=done per send, 8 in flight (rerail-net-bench --send-lat),
 #       from the same bandwidth run, and for rerail beside it its telemetry's post-to-completion
 #       time of the chunk writes (rerail_rail_latency_seconds, tx, over the whole run: one export
-#       interval), i.e. what a send would take with nothing but its writes on its path.
+#       interval), i.e. what a send would take with nothing but its writes on its path; and the
+#       same with one send in flight (RERAIL_COSTLAB_SOLO, "64K 200": size and messages), where
+#       no queue of earlier sends hides what else is on a send's path (a receiver's ack would be).
 # Per-message figures are differences between two runs of N1 and N2 messages (plus the driver's
 # warm-up, max(2, N/8)) divided by the difference in messages, so that connection setup
 # (registrations, the receive queue posted at connect, the first clear-to-sends) cancels out.
@@ -41,6 +43,7 @@ read -r -a sizes <<<"${RERAIL_COSTLAB_SIZES:-64K 512K 4M}"
 read -r n1 n2 <<<"${RERAIL_COSTLAB_MSGS:-16 48}"
 read -r l1 l2 <<<"${RERAIL_COSTLAB_MSGS_LARGE:-8 24}"
 lat_iters=${RERAIL_COSTLAB_LAT_ITERS:-1000}
+read -r solo_size solo_n <<<"${RERAIL_COSTLAB_SOLO:-64K 200}"
 work=$(mktemp -d /tmp/verbs-cost-lab.XXXXXX)
 export LD_LIBRARY_PATH="$build/net_plugin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fails=0
@@ -150,6 +153,9 @@ for size in "${sizes[@]}"; do
   cost[$size,dm]=$dm
 done
 for net in rerail nccl-ib; do
+  run_pair "$net" "$net-solo" tel --sizes "$solo_size" --min-msgs "$solo_n" --max-msgs "$solo_n" --bytes 1 --no-lat \
+    --send-lat --depth 1
+  slat[$net,solo]="$(csv_field "$work/$net-solo-a.csv" sendlat 5) $(csv_field "$work/$net-solo-a.csv" sendlat 6)"
   run_pair "$net" "$net-lat" plain --no-bw --lat-iters "$lat_iters" --lat-warmup 100
   lat[$net]="$(csv_field "$work/$net-lat-a.csv" lat 5) $(csv_field "$work/$net-lat-a.csv" lat 6)"
 done
@@ -188,6 +194,12 @@ for size in "${sizes[@]}"; do
   echo "| $size | ${bw[rerail,$size]} | ${bw[nccl-ib,$size]} | $(ratio "${bw[rerail,$size]}" "${bw[nccl-ib,$size]}") |" \
     "$rp50 / $rp99 | $np50 / $np99 | $(ratio "$rp50" "$np50") | ${wlat[$size]% *} / ${wlat[$size]#* } |"
 done
+read -r rp50 rp99 <<<"${slat[rerail,solo]}"
+read -r np50 np99 <<<"${slat[nccl-ib,solo]}"
+wsolo="$(prom_q "$work/tel-rerail-solo-a" 0.5) / $(prom_q "$work/tel-rerail-solo-a" 0.99)"
+echo
+echo "send completion with 1 in flight ($solo_size, $solo_n sends): rerail p50 / p99 $rp50 / $rp99 µs (its writes: $wsolo)," \
+  "NCCL IB $np50 / $np99 µs, p50 ratio $(ratio "$rp50" "$np50")"
 read -r rl50 rl99 <<<"${lat[rerail]}"
 read -r nl50 nl99 <<<"${lat[nccl-ib]}"
 echo
