@@ -23,6 +23,7 @@
 # warm-up, max(2, N/8)) divided by the difference in messages, so that connection setup
 # (registrations, the receive queue posted at connect, the first clear-to-sends) cancels out.
 # Emulated (rdma_rxe in a TCG guest): the counts are exact, times are the emulator's.
+# Figures and how to read them: bench/RESULTS.md section 17.
 # Run inside the Soft-RoCE lab:
 #   test/lab/rxe/rxelab.sh run --timeout 900 -- bench/verbs_cost_lab.sh BUILD_DIR
 # From the environment: RERAIL_COSTLAB_SIZES ("64K 512K 4M"), RERAIL_COSTLAB_MSGS ("16 48"; at 4M and above
@@ -171,7 +172,8 @@ for size in "${sizes[@]}"; do
   done
   echo "$row |"
   [[ ${cost[$size,a,msgs]} == "${cost[$size,dm]}" && ${cost[$size,b,msgs]} == "${cost[$size,dm]}" ]] ||
-    echo "verbs_cost_lab: $size: the plugin counted ${cost[$size,a,msgs]}/${cost[$size,b,msgs]} messages, the driver sent ${cost[$size,dm]}" >&2
+    { echo "verbs_cost_lab: $size: the plugin counted ${cost[$size,a,msgs]}/${cost[$size,b,msgs]} messages, the driver sent ${cost[$size,dm]}" >&2
+      fails=$((fails + 1)); }
 done
 echo
 echo "(b) system calls on the uverbs device per message (strace -c, write = rxe's send doorbell)"
@@ -209,5 +211,5 @@ echo "ib_write_bw rxe2 -> rxe0 (bytes, iterations, peak MB/s, average MB/s):"
 ib_sizes=()
 for size in "${sizes[@]}"; do ib_sizes+=("$(bytes_of "$size")"); done
 ITERS=${RERAIL_COSTLAB_IB_ITERS:-50} "$here/../test/lab/rxe/bw_baseline.sh" "${ib_sizes[@]}" | sed 1d
-echo "verbs_cost_lab: raw files in $work; $fails run(s) failed"
+echo "verbs_cost_lab: raw files in $work; $fails failure(s)"
 exit $((fails != 0))
