@@ -118,7 +118,7 @@ csv_field() { awk -F, -v t="$2" -v c="$3" '$1 == t {v = $c} END {print (v == "" 
 
 echo "verbs_cost_lab: rxe0 (A, sends) -> rxe2 (B, receives), MTU $(cat /sys/class/net/vethA0/mtu), $(nproc) vCPUs;" \
   "NCCL $(libnccl_version "$NCCL_LIB"); sizes ${sizes[*]}; messages $n1/$n2 ($l1/$l2 from 4M) + warm-up"
-declare -A cost sys bw slat lat wlat
+declare -A cost sys bw slat lat wlat placed
 for size in "${sizes[@]}"; do
   b=$(bytes_of "$size") a=$n1 z=$n2
   ((b >= 4 << 20)) && a=$l1 z=$l2
@@ -149,7 +149,10 @@ for size in "${sizes[@]}"; do
     run_pair "$net" "$net-$size-bw" tel --sizes "$size" --min-msgs "$z" --max-msgs "$z" --bytes 1 --no-lat --send-lat
     bw[$net,$size]=$(csv_field "$work/$net-$size-bw-a.csv" bw 4)
     slat[$net,$size]="$(csv_field "$work/$net-$size-bw-a.csv" sendlat 5) $(csv_field "$work/$net-$size-bw-a.csv" sendlat 6)"
-    [[ $net == rerail ]] && wlat[$size]="$(prom_q "$work/tel-$net-$size-bw-a" 0.5) $(prom_q "$work/tel-$net-$size-bw-a" 0.99)"
+    if [[ $net == rerail ]]; then
+      wlat[$size]="$(prom_q "$work/tel-$net-$size-bw-a" 0.5) $(prom_q "$work/tel-$net-$size-bw-a" 0.99)"
+      placed[$size]="$(prom_sum "$work/tel-$net-$size-bw-a" rerail_placed_sends_total)/$(prom_sum "$work/tel-$net-$size-bw-a" rerail_rail_messages_total)"
+    fi
   done
   cost[$size,dm]=$dm
 done
@@ -188,20 +191,21 @@ for size in "${sizes[@]}"; do
 done
 echo
 echo "(c, d) bandwidth and send completion (isend to test()=done, 8 in flight), one run each, no strace"
-echo "| size | rerail GB/s | NCCL IB GB/s | rerail / NCCL | rerail send done p50 / p99 µs | NCCL IB send done p50 / p99 µs | p50 rerail / NCCL | rerail writes p50 / p99 µs (telemetry) |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+echo "| size | rerail GB/s | NCCL IB GB/s | rerail / NCCL | rerail send done p50 / p99 µs | NCCL IB send done p50 / p99 µs | p50 rerail / NCCL | rerail writes p50 / p99 µs (telemetry) | rerail sends done on placement / sends |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 for size in "${sizes[@]}"; do
   read -r rp50 rp99 <<<"${slat[rerail,$size]}"
   read -r np50 np99 <<<"${slat[nccl-ib,$size]}"
   echo "| $size | ${bw[rerail,$size]} | ${bw[nccl-ib,$size]} | $(ratio "${bw[rerail,$size]}" "${bw[nccl-ib,$size]}") |" \
-    "$rp50 / $rp99 | $np50 / $np99 | $(ratio "$rp50" "$np50") | ${wlat[$size]% *} / ${wlat[$size]#* } |"
+    "$rp50 / $rp99 | $np50 / $np99 | $(ratio "$rp50" "$np50") | ${wlat[$size]% *} / ${wlat[$size]#* } | ${placed[$size]} |"
 done
 read -r rp50 rp99 <<<"${slat[rerail,solo]}"
 read -r np50 np99 <<<"${slat[nccl-ib,solo]}"
 wsolo="$(prom_q "$work/tel-rerail-solo-a" 0.5) / $(prom_q "$work/tel-rerail-solo-a" 0.99)"
 echo
 echo "send completion with 1 in flight ($solo_size, $solo_n sends): rerail p50 / p99 $rp50 / $rp99 µs (its writes: $wsolo)," \
-  "NCCL IB $np50 / $np99 µs, p50 ratio $(ratio "$rp50" "$np50")"
+  "NCCL IB $np50 / $np99 µs, p50 ratio $(ratio "$rp50" "$np50"); rerail sends done on placement / sends:" \
+  "$(prom_sum "$work/tel-rerail-solo-a" rerail_placed_sends_total)/$(prom_sum "$work/tel-rerail-solo-a" rerail_rail_messages_total)"
 read -r rl50 rl99 <<<"${lat[rerail]}"
 read -r nl50 nl99 <<<"${lat[nccl-ib]}"
 echo
