@@ -68,6 +68,7 @@ typedef struct options {
   size_t multi_size, multi_bytes;
   bool do_bw, do_lat, do_multi;
   bool send_lat;       /* --send-lat: time isend to test()=done in the bw runs */
+  int send_depth;      /* --send-depth: sends in flight, at most depth (receives stay depth ahead) */
   bool csv, json;
   int rank;            /* -1: --fork */
   const char *oob_dir;
@@ -296,7 +297,8 @@ static void send_run(xconn *cs, int nc, size_t size, uint64_t msgs, int depth) {
     for (int i = 0; i < nc; i++) {
       xconn *c = &cs[i];
       if (c->done == msgs) continue;
-      while (c->posted < msgs && c->posted - c->done < (uint64_t)depth) {
+      while (c->posted < msgs && c->posted - c->done < (uint64_t)depth &&
+             (!g_opt.send_depth || c->posted - c->done < (uint64_t)g_opt.send_depth)) {
         int slot = (int)(c->posted % (uint64_t)depth);
         char *buf = c->base + (size_t)slot * c->stride;
         bc_stamp(buf, size, c->posted);
@@ -769,6 +771,8 @@ static void usage(FILE *f) {
           "  --multi-bytes S      bytes in the many-connection test, all connections (default 1G)\n"
           "  --no-bw | --no-lat | --no-multi   skip a test\n"
           "  --send-lat           also time each send of the bandwidth runs, isend to test()=done\n"
+          "  --send-depth N       sends in flight (default: --depth); the receiver stays --depth ahead,\n"
+          "                       so with N < depth every send finds its receive posted\n"
           "  --timeout S          fail after S seconds without progress (default 120)\n"
           "  --csv | --json       machine-readable output on stdout\n",
           MAX_DEPTH);
@@ -785,7 +789,7 @@ static void parse_options(int argc, char **argv) {
                  .timeout_s = 120};
   enum { O_PLUGIN = 256, O_NETV, O_DEV, O_FORK, O_RANK, O_OOB, O_MIN, O_MAX, O_FACTOR, O_SIZES, O_DEPTH, O_BYTES,
          O_MINMSGS, O_MAXMSGS, O_LATIT, O_LATWU, O_CONNS, O_MSIZE, O_MBYTES, O_NOBW, O_NOLAT, O_NOMULTI,
-         O_TIMEOUT, O_CSV, O_JSON, O_REPS, O_SENDLAT, O_HELP };
+         O_TIMEOUT, O_CSV, O_JSON, O_REPS, O_SENDLAT, O_SENDDEPTH, O_HELP };
   static const struct option lo[] = {
       {"plugin", required_argument, 0, O_PLUGIN},   {"net-version", required_argument, 0, O_NETV},
       {"dev", required_argument, 0, O_DEV},         {"fork", no_argument, 0, O_FORK},
@@ -801,6 +805,7 @@ static void parse_options(int argc, char **argv) {
       {"timeout", required_argument, 0, O_TIMEOUT}, {"csv", no_argument, 0, O_CSV},
       {"json", no_argument, 0, O_JSON},             {"help", no_argument, 0, O_HELP},
       {"reps", required_argument, 0, O_REPS},       {"send-lat", no_argument, 0, O_SENDLAT},
+      {"send-depth", required_argument, 0, O_SENDDEPTH},
       {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -828,6 +833,7 @@ static void parse_options(int argc, char **argv) {
     case O_NOLAT: o->do_lat = false; break;
     case O_NOMULTI: o->do_multi = false; break;
     case O_SENDLAT: o->send_lat = true; break;
+    case O_SENDDEPTH: if (bc_parse_int(optarg, 1, MAX_DEPTH, &v)) bc_die("--send-depth is 1..%d", MAX_DEPTH); o->send_depth = (int)v; break;
     case O_TIMEOUT: if (bc_parse_int(optarg, 1, 86400, &v)) bc_die("bad --timeout"); o->timeout_s = (double)v; break;
     case O_REPS: if (bc_parse_int(optarg, 1, 1000, &v)) bc_die("bad --reps"); o->reps = (int)v; break;
     case O_CSV: o->csv = true; break;

@@ -17,8 +17,11 @@
 #       from the same bandwidth run, and for rerail beside it its telemetry's post-to-completion
 #       time of the chunk writes (rerail_rail_latency_seconds, tx, over the whole run: one export
 #       interval), i.e. what a send would take with nothing but its writes on its path; and the
-#       same with one send in flight (RERAIL_COSTLAB_SOLO, "64K 200": size and messages), where
-#       no queue of earlier sends hides what else is on a send's path (a receiver's ack would be).
+#       same with one send in flight (RERAIL_COSTLAB_SOLO, "64K 200": size and messages) and the
+#       receiver 8 receives ahead (--send-depth 1), where no queue of earlier sends hides what
+#       else is on a send's path (a receiver's ack would be), and every send finds its receive
+#       posted: NCCL's isend() returns no request before the receiver's CTS, rerail's does, so
+#       with the receiver behind, rerail's time would include waiting for it and NCCL's not.
 # Per-message figures are differences between two runs of N1 and N2 messages (plus the driver's
 # warm-up, max(2, N/8)) divided by the difference in messages, so that connection setup
 # (registrations, the receive queue posted at connect, the first clear-to-sends) cancels out.
@@ -158,7 +161,7 @@ for size in "${sizes[@]}"; do
 done
 for net in rerail nccl-ib; do
   run_pair "$net" "$net-solo" tel --sizes "$solo_size" --min-msgs "$solo_n" --max-msgs "$solo_n" --bytes 1 --no-lat \
-    --send-lat --depth 1
+    --send-lat --send-depth 1
   slat[$net,solo]="$(csv_field "$work/$net-solo-a.csv" sendlat 5) $(csv_field "$work/$net-solo-a.csv" sendlat 6)"
   run_pair "$net" "$net-lat" plain --no-bw --lat-iters "$lat_iters" --lat-warmup 100
   lat[$net]="$(csv_field "$work/$net-lat-a.csv" lat 5) $(csv_field "$work/$net-lat-a.csv" lat 6)"
