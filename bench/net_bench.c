@@ -15,6 +15,11 @@
  *  bw     uni-directional A->B bandwidth by message size: buffers registered
  *         once with regMr, up to --depth (8, NCCL's proxy depth) requests in
  *         flight, B keeps irecvs posted ahead, both test in posting order.
+ *         --send-lat also times each send of the timed runs from isend()'s
+ *         return to the test() that says done (tested in posting order, as
+ *         NCCL's proxy does): how long the sender's buffer stays the
+ *         plugin's with the window full, where a receiver's acknowledgement
+ *         on the path shows.
  *  lat    8-byte round trip on two connections (A->B, B->A); each side posts
  *         the receive for iteration i+1 before sending iteration i, as NCCL
  *         keeps receives posted ahead. Median and p99.
@@ -62,6 +67,8 @@ typedef struct options {
   int reps;            /* timed runs per bandwidth figure; the best counts */
   size_t multi_size, multi_bytes;
   bool do_bw, do_lat, do_multi;
+  bool send_lat;       /* --send-lat: time isend to test()=done in the bw runs */
+  int send_depth;      /* --send-depth: sends in flight, at most depth (receives stay depth ahead) */
   bool csv, json;
   int rank;            /* -1: --fork */
   const char *oob_dir;
@@ -222,6 +229,7 @@ typedef struct xconn {
   int idx;
   uint64_t posted, done;
   void *req[MAX_DEPTH];
+  uint64_t post_ns[MAX_DEPTH]; /* --send-lat: when the slot's isend returned */
   uint64_t errors;   /* stamp or size mismatches */
   char first_err[160];
 } xconn;
@@ -270,6 +278,13 @@ static void send_prepare(xconn *cs, int nc, size_t size, int depth) {
     for (int s = 0; s < depth; s++) bc_fill_pattern(cs[i].base + (size_t)s * cs[i].stride, size, pattern_seed(cs[i].idx, s, size));
 }
 
+/* --send-lat: the send completion times (us) of the timed runs of one size. */
+static struct {
+  bool on;             /* this run is timed: record */
+  double *v;
+  size_t n, cap;
+} g_slat;
+
 /* A: sends msgs messages of size on every connection; returns when all are
  * tested done. */
 static void send_run(xconn *cs, int nc, size_t size, uint64_t msgs, int depth) {
@@ -282,13 +297,15 @@ static void send_run(xconn *cs, int nc, size_t size, uint64_t msgs, int depth) {
     for (int i = 0; i < nc; i++) {
       xconn *c = &cs[i];
       if (c->done == msgs) continue;
-      while (c->posted < msgs && c->posted - c->done < (uint64_t)depth) {
+      while (c->posted < msgs && c->posted - c->done < (uint64_t)depth &&
+             (!g_opt.send_depth || c->posted - c->done < (uint64_t)g_opt.send_depth)) {
         int slot = (int)(c->posted % (uint64_t)depth);
         char *buf = c->base + (size_t)slot * c->stride;
         bc_stamp(buf, size, c->posted);
         /* NCCL leaves the previous (stale) request pointer in the slot */
         NCALL("isend", g_net.isend(&g_net, c->comm, buf, size, TAG_BASE, c->mh, &c->req[slot]));
         if (!c->req[slot]) break; /* not now: retry on the next pass */
+        if (g_slat.on) c->post_ns[slot] = bc_now_ns();
         c->posted++;
         progressed = 1;
       }
@@ -296,6 +313,8 @@ static void send_run(xconn *cs, int nc, size_t size, uint64_t msgs, int depth) {
         int flag = 0;
         NCALL("test(isend)", g_net.test(&g_net, c->req[c->done % (uint64_t)depth], &flag, sizes));
         if (!flag) break;
+        if (g_slat.on && g_slat.n < g_slat.cap)
+          g_slat.v[g_slat.n++] = (double)(bc_now_ns() - c->post_ns[c->done % (uint64_t)depth]) / 1e3;
         d = deadline_in(); /* progress: restart the clock */
         progressed = 1;
         if (++c->done == msgs) live--;
@@ -437,6 +456,8 @@ typedef struct bw_row {
   size_t size;
   double gbps;
   uint64_t msgs;
+  bool slat_ok;                   /* --send-lat: isend to test()=done, us, all timed runs */
+  double slat_p50, slat_p99, slat_min, slat_mean;
 } bw_row;
 
 /* bw (nc = 1, the size sweep) and multi (nc = conns, one size). */
@@ -460,11 +481,32 @@ static int streams_test(int nc, const size_t *szs, int nsz, size_t bytes, bw_row
     oob_barrier();
     stream_run(cs, nc, size, warm, g_opt.depth, scratch, what);
     double g = 0;
+    if (g_opt.send_lat && !recv_side) {
+      g_slat.cap = (size_t)m * (size_t)nc * (size_t)g_opt.reps;
+      g_slat.n = 0;
+      if (!(g_slat.v = malloc(g_slat.cap * sizeof *g_slat.v))) bc_die("out of memory");
+      g_slat.on = true;
+    }
     for (int rep = 0; rep < g_opt.reps; rep++) {
       double x = stream_run(cs, nc, size, m, g_opt.depth, scratch, what);
       if (x > g) g = x;
     }
     rows[z] = (bw_row){.size = size, .gbps = g, .msgs = m};
+    if (g_slat.on) {
+      g_slat.on = false;
+      if (g_slat.n) {
+        double sum = 0;
+        for (size_t i = 0; i < g_slat.n; i++) sum += g_slat.v[i];
+        bc_sort_doubles(g_slat.v, g_slat.n);
+        rows[z].slat_ok = true;
+        rows[z].slat_p50 = bc_percentile_sorted(g_slat.v, g_slat.n, 50);
+        rows[z].slat_p99 = bc_percentile_sorted(g_slat.v, g_slat.n, 99);
+        rows[z].slat_min = g_slat.v[0];
+        rows[z].slat_mean = sum / (double)g_slat.n;
+      }
+      free(g_slat.v);
+      g_slat.v = NULL;
+    }
     if (!recv_side && !g_opt.csv && !g_opt.json) {
       char szb[32];
       fprintf(stderr, "  %s %d conn(s) size %-8s %8.3f GB/s (%llu msgs)\n", what, nc,
@@ -641,6 +683,10 @@ static void report(const hnet_props *p, const bw_row *bw, int nbw, const lat_res
     printf("test,size,conns,gbps,p50_us,p99_us,min_us,mean_us,msgs,verified\n");
     for (int z = 0; z < nbw; z++)
       printf("bw,%zu,1,%.4f,,,,,%llu,1\n", bw[z].size, bw[z].gbps, (unsigned long long)bw[z].msgs);
+    for (int z = 0; z < nbw; z++)
+      if (bw[z].slat_ok)
+        printf("sendlat,%zu,1,,%.3f,%.3f,%.3f,%.3f,%llu,1\n", bw[z].size, bw[z].slat_p50, bw[z].slat_p99,
+               bw[z].slat_min, bw[z].slat_mean, (unsigned long long)bw[z].msgs * (unsigned long long)o->reps);
     if (lat->ok)
       printf("lat,%d,1,,%.3f,%.3f,%.3f,%.3f,%ld,1\n", LAT_BYTES, lat->p50, lat->p99, lat->min, lat->mean, o->lat_iters);
     if (o->do_multi)
@@ -651,9 +697,14 @@ static void report(const hnet_props *p, const bw_row *bw, int nbw, const lat_res
     printf("{\"bench\":\"net\",\"plugin\":\"%s\",\"path\":\"%s\",\"net_version\":%d,\"device\":%d,\"device_name\":\"%s\","
            "\"speed_mbps\":%d,\"depth\":%d,\"reps\":%d,\"bandwidth\":[",
            g_loaded.name, g_loaded.path, g_loaded.version, o->dev, p->name, p->speed_mbps, o->depth, o->reps);
-    for (int z = 0; z < nbw; z++)
-      printf("%s{\"size\":%zu,\"gbps\":%.4f,\"msgs\":%llu,\"verified\":true}", z ? "," : "", bw[z].size, bw[z].gbps,
+    for (int z = 0; z < nbw; z++) {
+      printf("%s{\"size\":%zu,\"gbps\":%.4f,\"msgs\":%llu,\"verified\":true", z ? "," : "", bw[z].size, bw[z].gbps,
              (unsigned long long)bw[z].msgs);
+      if (bw[z].slat_ok)
+        printf(",\"send_completion\":{\"p50_us\":%.3f,\"p99_us\":%.3f,\"min_us\":%.3f,\"mean_us\":%.3f}",
+               bw[z].slat_p50, bw[z].slat_p99, bw[z].slat_min, bw[z].slat_mean);
+      printf("}");
+    }
     printf("]");
     if (lat->ok)
       printf(",\"latency\":{\"size\":%d,\"p50_us\":%.3f,\"p99_us\":%.3f,\"min_us\":%.3f,\"mean_us\":%.3f,\"iters\":%ld}",
@@ -672,6 +723,14 @@ static void report(const hnet_props *p, const bw_row *bw, int nbw, const lat_res
     for (int z = 0; z < nbw; z++)
       printf("%-10s %10.3f %10llu\n", bc_fmt_size(bw[z].size, szb, sizeof(szb)), bw[z].gbps,
              (unsigned long long)bw[z].msgs);
+    if (o->send_lat) {
+      printf("\n## send completion (us): isend to test()=done, %d in flight\n%-10s %10s %10s %10s %10s\n", o->depth,
+             "size", "p50", "p99", "min", "mean");
+      for (int z = 0; z < nbw; z++)
+        if (bw[z].slat_ok)
+          printf("%-10s %10.2f %10.2f %10.2f %10.2f\n", bc_fmt_size(bw[z].size, szb, sizeof(szb)), bw[z].slat_p50,
+                 bw[z].slat_p99, bw[z].slat_min, bw[z].slat_mean);
+    }
   }
   if (lat->ok) {
     printf("\n## %d-byte round trip (us), receives posted ahead, %ld iterations after %ld warmup\n", LAT_BYTES,
@@ -711,6 +770,9 @@ static void usage(FILE *f) {
           "  --multi-size S       message size of the many-connection test (default 1M)\n"
           "  --multi-bytes S      bytes in the many-connection test, all connections (default 1G)\n"
           "  --no-bw | --no-lat | --no-multi   skip a test\n"
+          "  --send-lat           also time each send of the bandwidth runs, isend to test()=done\n"
+          "  --send-depth N       sends in flight (default: --depth); the receiver stays --depth ahead,\n"
+          "                       so with N < depth every send finds its receive posted\n"
           "  --timeout S          fail after S seconds without progress (default 120)\n"
           "  --csv | --json       machine-readable output on stdout\n",
           MAX_DEPTH);
@@ -727,7 +789,7 @@ static void parse_options(int argc, char **argv) {
                  .timeout_s = 120};
   enum { O_PLUGIN = 256, O_NETV, O_DEV, O_FORK, O_RANK, O_OOB, O_MIN, O_MAX, O_FACTOR, O_SIZES, O_DEPTH, O_BYTES,
          O_MINMSGS, O_MAXMSGS, O_LATIT, O_LATWU, O_CONNS, O_MSIZE, O_MBYTES, O_NOBW, O_NOLAT, O_NOMULTI,
-         O_TIMEOUT, O_CSV, O_JSON, O_REPS, O_HELP };
+         O_TIMEOUT, O_CSV, O_JSON, O_REPS, O_SENDLAT, O_SENDDEPTH, O_HELP };
   static const struct option lo[] = {
       {"plugin", required_argument, 0, O_PLUGIN},   {"net-version", required_argument, 0, O_NETV},
       {"dev", required_argument, 0, O_DEV},         {"fork", no_argument, 0, O_FORK},
@@ -742,7 +804,8 @@ static void parse_options(int argc, char **argv) {
       {"no-lat", no_argument, 0, O_NOLAT},          {"no-multi", no_argument, 0, O_NOMULTI},
       {"timeout", required_argument, 0, O_TIMEOUT}, {"csv", no_argument, 0, O_CSV},
       {"json", no_argument, 0, O_JSON},             {"help", no_argument, 0, O_HELP},
-      {"reps", required_argument, 0, O_REPS},
+      {"reps", required_argument, 0, O_REPS},       {"send-lat", no_argument, 0, O_SENDLAT},
+      {"send-depth", required_argument, 0, O_SENDDEPTH},
       {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -769,6 +832,8 @@ static void parse_options(int argc, char **argv) {
     case O_NOBW: o->do_bw = false; break;
     case O_NOLAT: o->do_lat = false; break;
     case O_NOMULTI: o->do_multi = false; break;
+    case O_SENDLAT: o->send_lat = true; break;
+    case O_SENDDEPTH: if (bc_parse_int(optarg, 1, MAX_DEPTH, &v)) bc_die("--send-depth is 1..%d", MAX_DEPTH); o->send_depth = (int)v; break;
     case O_TIMEOUT: if (bc_parse_int(optarg, 1, 86400, &v)) bc_die("bad --timeout"); o->timeout_s = (double)v; break;
     case O_REPS: if (bc_parse_int(optarg, 1, 1000, &v)) bc_die("bad --reps"); o->reps = (int)v; break;
     case O_CSV: o->csv = true; break;

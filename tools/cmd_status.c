@@ -1,4 +1,5 @@
 /* rerail status [--json] [--all] [--path P] [--dir D]
+ * rerail status --cost [--json] [--dir D]
  *
  * The host's shared health table as an operator reads it: one line per NIC
  * of every process running the rerail net plugin (state, how long, failovers,
@@ -15,12 +16,18 @@
  * rails to every peer it serves (two or more) are down or degraded is this
  * host's NIC or port (status_where.c).
  *
+ * --cost shows, instead of the table, each rail's queue work per message
+ * (doorbells, work requests, completions, each per queue) from the telemetry
+ * files in D (status_cost.c): what issue 25 compares with NCCL's own IB
+ * transport. It reads no health table.
+ *
  * Exit status: 0 when the table was read, or when there is no job on this
  * host (no table, or only rows of processes that are gone): that is a normal
  * state of a host, not an error. 1 when the table exists but cannot be read
  * or cannot be trusted; 2 for bad usage. */
 #include "rr_nic_state.h"
 #include "rr_health_table.h"
+#include "status_cost.h"
 #include "status_transport.h"
 #include "status_where.h"
 #include "tel_files.h"
@@ -34,11 +41,14 @@ int cmd_status(int argc, char **argv);
 
 static int status_usage(FILE *out) {
   fprintf(out, "usage: rerail status [--json] [--all] [--path P] [--dir D]\n"
+               "       rerail status --cost [--json] [--dir D]\n"
                "  --json    one JSON object instead of tables\n"
                "  --all     also rows of processes that exited or stopped reporting\n"
                "  --path P  the health table (default: RERAIL_HEALTH_PATH or %s)\n"
                "  --dir D   telemetry files to read each NIC's transport from (default:\n"
-               "            RERAIL_TELEMETRY_DIR or the node_exporter textfile directory)\n",
+               "            RERAIL_TELEMETRY_DIR or the node_exporter textfile directory)\n"
+               "  --cost    each rail's queue work per message (doorbells, work requests,\n"
+               "            completions) from the telemetry files in D, instead of the table\n",
           RR_HT_DEFAULT_PATH);
   return out == stderr ? 2 : 0;
 }
@@ -262,14 +272,91 @@ static void print_json(const char *path, const char *dir, const rr_ht_snapshot *
   printf("]}\n");
 }
 
+/* ---- queue work per message (--cost) ------------------------------------------------ */
+
+#define MAX_COST_ROWS 4096
+
+static const char *per_msg(uint64_t v, uint64_t msgs, char *buf, size_t len) {
+  double r = status_cost_per_msg(v, msgs);
+  if (r < 0) return "-";
+  snprintf(buf, len, "%.2f", r);
+  return buf;
+}
+
+static void json_per_msg(uint64_t v, uint64_t msgs) {
+  double r = status_cost_per_msg(v, msgs);
+  if (r < 0) printf("null");
+  else printf("%.4f", r);
+}
+
+static void json_pair(const char *name, const uint64_t q[2], uint64_t msgs) {
+  printf(",\"%s\":{\"send\":%" PRIu64 ",\"recv\":%" PRIu64 ",\"send_per_message\":", name, q[STATUS_Q_SEND],
+         q[STATUS_Q_RECV]);
+  json_per_msg(q[STATUS_Q_SEND], msgs);
+  printf(",\"recv_per_message\":");
+  json_per_msg(q[STATUS_Q_RECV], msgs);
+  putchar('}');
+}
+
+static int print_cost(const char *dir, int json) {
+  static status_cost_row rows[MAX_COST_ROWS];
+  int n = status_cost_read(dir, rows, MAX_COST_ROWS);
+  if (json) {
+    printf("{\"dir\":");
+    json_str(dir);
+    printf(",\"readable\":%s,\"rails\":[", n < 0 ? "false" : "true");
+    for (int i = 0; i < n; i++) {
+      const status_cost_row *r = &rows[i];
+      printf("%s{\"pid\":%ld,\"nic\":", i ? "," : "", r->pid);
+      json_str(r->nic);
+      printf(",\"peer\":");
+      json_str(r->peer);
+      printf(",\"rail\":%d,\"direction\":", r->rail);
+      json_str(r->dir);
+      printf(",\"messages\":%" PRIu64, r->messages);
+      json_pair("doorbells", r->doorbells, r->messages);
+      json_pair("work_requests", r->work_requests, r->messages);
+      json_pair("completions", r->completions, r->messages);
+      putchar('}');
+    }
+    printf("]}\n");
+    return 0;
+  }
+  if (n <= 0) {
+    printf("no rerail telemetry with queue counters in %s\n", dir);
+    return 0;
+  }
+  printf("QUEUE WORK PER MESSAGE (telemetry files in %s)\n", dir);
+  printf("%-8s %-10s %-24s %-4s %-3s %-10s %-15s %-15s %-15s\n", "", "", "", "", "", "",
+         "DOORBELLS/MSG", "WORK_REQS/MSG", "COMPLETIONS/MSG");
+  printf("%-8s %-10s %-24s %-4s %-3s %-10s %-7s %-7s %-7s %-7s %-7s %-7s\n", "PID", "NIC", "PEER", "RAIL", "DIR",
+         "MESSAGES", "send", "recv", "send", "recv", "send", "recv");
+  for (int i = 0; i < n; i++) {
+    const status_cost_row *r = &rows[i];
+    char b[6][32];
+    printf("%-8ld %-10s %-24s %-4d %-3s %-10" PRIu64 " %-7s %-7s %-7s %-7s %-7s %-7s\n", r->pid, r->nic, r->peer,
+           r->rail, r->dir, r->messages, per_msg(r->doorbells[STATUS_Q_SEND], r->messages, b[0], sizeof b[0]),
+           per_msg(r->doorbells[STATUS_Q_RECV], r->messages, b[1], sizeof b[1]),
+           per_msg(r->work_requests[STATUS_Q_SEND], r->messages, b[2], sizeof b[2]),
+           per_msg(r->work_requests[STATUS_Q_RECV], r->messages, b[3], sizeof b[3]),
+           per_msg(r->completions[STATUS_Q_SEND], r->messages, b[4], sizeof b[4]),
+           per_msg(r->completions[STATUS_Q_RECV], r->messages, b[5], sizeof b[5]));
+  }
+  printf("(MESSAGES: finished on the rail, counted where the last chunk went (tx) or landed (rx);\n"
+         " the rest are totals since the process started over them, \"-\" before the first message.\n"
+         " Completions: signalled sends, receives. TCP rails have no queues: 0)\n");
+  return 0;
+}
+
 /* ---- the command ------------------------------------------------------------------ */
 
 int cmd_status(int argc, char **argv) {
-  int json = 0, all = 0;
+  int json = 0, all = 0, cost = 0;
   const char *path = NULL, *dir = tel_dir(NULL);
   for (int i = 2; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) json = 1;
     else if (!strcmp(argv[i], "--all")) all = 1;
+    else if (!strcmp(argv[i], "--cost")) cost = 1;
     else if (!strcmp(argv[i], "--path") && i + 1 < argc) path = argv[++i];
     else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = tel_dir(argv[++i]);
     else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return status_usage(stdout);
@@ -278,6 +365,7 @@ int cmd_status(int argc, char **argv) {
       return status_usage(stderr);
     }
   }
+  if (cost) return print_cost(dir, json);
   if (!path) path = rr_health_table_path();
   rr_ht_snapshot s;
   rr_status st = rr_health_table_read(path, &s);

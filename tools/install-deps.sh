@@ -12,7 +12,9 @@ pkgs=(build-essential cmake pkg-config libcmocka-dev libnuma-dev libibverbs-dev
       clang-14 libclang-rt-14-dev
       # Soft-RoCE lab (test/lab/rxe): QEMU, a static busybox, kmod's depmod, rdma-core's tools
       qemu-system-x86 busybox-static kmod cpio xz-utils rdma-core ibverbs-utils ibverbs-providers
-      perftest)
+      perftest
+      # bench/verbs_cost_lab.sh: system calls on the uverbs device per message, in the lab's guest
+      strace)
 pkgs+=(spin)  # the tuner's agreement model check (test/tuner/spin_check.sh)
 # libsodium: peer authentication. package_image (image and .deb checks): podman
 # (runc where cgroup v1 and v2 are mixed), debootstrap, lintian.

@@ -73,6 +73,9 @@ static void drain_series(exporter *x, rr_tel_series *s) {
       s->cost.n[k] += c - r->cost_seen[k];
       r->cost_seen[k] = c;
     }
+    uint64_t m = atomic_load_explicit(&r->messages, memory_order_relaxed);
+    s->messages += m - r->messages_seen;
+    r->messages_seen = m;
     uint32_t avail = atomic_load_explicit(&r->ring.head, memory_order_acquire) -
                      atomic_load_explicit(&r->ring.tail, memory_order_relaxed);
     if (!avail) continue;

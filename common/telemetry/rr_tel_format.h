@@ -34,6 +34,7 @@
 #define RR_TEL_M_REQUESTS "rerail_rail_requests_total"
 #define RR_TEL_M_LATENCY "rerail_rail_latency_seconds"
 /* The host's work on the rail's queues (rr_tel_cost), label queue="send"|"recv". */
+#define RR_TEL_M_MESSAGES "rerail_rail_messages_total"
 #define RR_TEL_M_DOORBELLS "rerail_rail_doorbells_total"
 #define RR_TEL_M_WORK_REQUESTS "rerail_rail_work_requests_total"
 #define RR_TEL_M_COMPLETIONS "rerail_rail_completions_total"

@@ -53,6 +53,7 @@ typedef struct rr_tel_config {
   double anomaly_fraction;    /* RERAIL_TELEMETRY_ANOMALY percent / 100, default 0.5; 0 = off */
   uint64_t events_max;        /* RERAIL_TELEMETRY_EVENTS_MAX bytes, default 4 MiB */
   int trace;                  /* RERAIL_TELEMETRY_TRACE=1 */
+  int keep;                   /* RERAIL_TELEMETRY_KEEP=1: the last .prom stays after unload */
   char host[64];
   int pid;
 } rr_tel_config;
@@ -73,6 +74,8 @@ struct rr_tel_rail {
    * path's thread, read by the exporter, relaxed both ways. */
   _Atomic uint64_t cost[RR_TEL_COST_COUNT];
   uint64_t cost_seen[RR_TEL_COST_COUNT]; /* exporter: already added to the series */
+  _Atomic uint64_t messages;  /* rr_tel_message: data path writes, exporter reads, relaxed */
+  uint64_t messages_seen;     /* exporter: already added to the series */
   int closed;                 /* under lock: no more records; free after the last drain */
   rr_tel_ring ring;           /* last: the slots follow */
 };
@@ -99,6 +102,7 @@ struct rr_tel_series {
   /* counters */
   uint64_t requests, bytes, drops, lat_sum_ns, anomalies;
   rr_tel_cost cost;           /* queue work of every recorder it had (rr_tel_cost_kind) */
+  uint64_t messages;          /* messages finished, every recorder it had (rr_tel_message) */
   /* window */
   rr_tel_window win;
   double thr;                 /* last window throughput, bytes/s */

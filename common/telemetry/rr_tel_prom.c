@@ -136,6 +136,10 @@ void rr_tel_prom_render(rr_tel_buf *b, const rr_tel_config *cfg, rr_tel_series *
     family(b, RR_TEL_M_DROPPED, "counter",
            "Samples the data path dropped because the exporter had not drained the ring.");
     rail_u64(b, RR_TEL_M_DROPPED, cfg, ss, n, offsetof(rr_tel_series, drops));
+    family(b, RR_TEL_M_MESSAGES, "counter",
+           "Messages finished on the rail: counted where a message's last chunk went (tx: its write "
+           "posted) or landed (rx); the denominator of the queue-work series.");
+    rail_u64(b, RR_TEL_M_MESSAGES, cfg, ss, n, offsetof(rr_tel_series, messages));
     rail_cost(b, RR_TEL_M_DOORBELLS,
               "Doorbells the host rang on the rail's queue pairs: ibv_post_send (queue send) and "
               "ibv_post_recv (queue recv) calls, a chained list counting once. 0 on TCP rails.",

@@ -51,6 +51,7 @@ rr_status rr_tel_config_read(rr_tel_config *c) {
   c->events_max = rr_param_parse_u64("RERAIL_TELEMETRY_EVENTS_MAX", getenv("RERAIL_TELEMETRY_EVENTS_MAX"),
                                      4u << 20, 1024, 1ull << 30);
   c->trace = (int)rr_param_parse_u64("RERAIL_TELEMETRY_TRACE", getenv("RERAIL_TELEMETRY_TRACE"), 0, 0, 1);
+  c->keep = (int)rr_param_parse_u64("RERAIL_TELEMETRY_KEEP", getenv("RERAIL_TELEMETRY_KEEP"), 0, 0, 1);
   rr_tel_hostname(c->host, sizeof c->host);
   c->pid = (int)getpid();
   return RR_OK;
@@ -160,6 +161,12 @@ void rr_tel_cost_publish_slow(rr_tel_rail *t, const rr_tel_cost *total, rr_tel_c
   }
 }
 
+void rr_tel_message_slow(rr_tel_rail *t) {
+  /* One writer (the recorder's data-path thread): load and store. */
+  uint64_t v = atomic_load_explicit(&t->messages, memory_order_relaxed);
+  atomic_store_explicit(&t->messages, v + 1, memory_order_relaxed);
+}
+
 void rr_tel_rail_close(rr_tel_rail *t) {
   if (!t) return;
   rr_tel_global *g = &rr_tel_g;
@@ -237,6 +244,7 @@ rr_status rr_tel_rail_figures_get(const char *nic, const char *peer, int rail, i
     out->p90_ns = s->q_ns[1];
     out->p99_ns = s->q_ns[2];
     out->cost = s->cost;
+    out->messages = s->messages;
     rc = RR_OK;
     break;
   }
@@ -260,9 +268,11 @@ void rr_tel_shutdown(void) {
     rr_tel_series_free_all(g);
     pthread_mutex_unlock(&g->lock);
   }
-  if (g->cfg.dir[0]) { /* an exporter ran in this process */
+  if (g->cfg.dir[0] && !g->cfg.keep) { /* an exporter ran in this process */
     /* This process's metrics stop being true now: take them out of the
-     * scrape. The event log and anomaly snapshots stay. */
+     * scrape. The event log and anomaly snapshots stay. With
+     * RERAIL_TELEMETRY_KEEP a benchmark reads the finished run's totals from
+     * it instead (the exporter's last cycle, in exporter_stop, wrote them). */
     char name[256], path[2048];
     rr_tel_prom_name(&g->cfg, name, sizeof name);
     if ((size_t)snprintf(path, sizeof path, "%s/%s", g->cfg.dir, name) < sizeof path) unlink(path);

@@ -75,6 +75,18 @@ static inline void rr_tel_cost_publish(rr_tel_rail *t, const rr_tel_cost *total,
   if (t) rr_tel_cost_publish_slow(t, total, published);
 }
 
+/* One message finished on the recorder's rail: the engine calls it where a
+ * message's last chunk went (tx: its write was posted) or landed (rx: it
+ * was accepted into its posted receive), once per message and per round (a
+ * message replayed after a rollback counts again where it finished: it cost
+ * the queues again). The denominator of the queue-work series: doorbells
+ * per message and so on (docs/telemetry.md). Written by the recorder's one
+ * data-path thread: a relaxed load and store, no locked add. */
+void rr_tel_message_slow(rr_tel_rail *t);
+static inline void rr_tel_message(rr_tel_rail *t) {
+  if (t) rr_tel_message_slow(t);
+}
+
 /* Keep the exporter running with no recorder open, e.g. from the net
  * plugin's init to its finalize, so that health events between connections
  * (a NIC going down before the first one) reach the event log and the .prom
@@ -101,6 +113,7 @@ typedef struct rr_tel_rail_figures {
   int have_latency;
   uint64_t p50_ns, p90_ns, p99_ns; /* of the last interval with traffic */
   rr_tel_cost cost;           /* the queues' work (rr_tel_cost_publish) */
+  uint64_t messages;          /* messages finished on the rail (rr_tel_message) */
 } rr_tel_rail_figures;
 /* Returns RR_OK, or RR_ERR_INVALID when the rail was never opened. */
 rr_status rr_tel_rail_figures_get(const char *nic, const char *peer, int rail, int dir, rr_tel_rail_figures *out);

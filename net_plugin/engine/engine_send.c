@@ -289,6 +289,7 @@ rr_status engine_send_post(rr_engine *e, uint64_t now) {
         continue;
       }
       r->posted += n;
+      if (r->posted == r->nchunks) rr_tel_message(ep->tel_tx); /* the last chunk went here */
       e->rails[ri].vtime += (double)(len ? len : 1) / e->rails[ri].weight;
       e->rails[ri].g_posted += len;
     }

@@ -155,6 +155,31 @@ exec 3>&-
 wait "$wpid"
 wpid=
 
+# ---- queue work per message (--cost): the ratios of a known file, no health table needed
+mkdir -p "$WORK/cost"
+{
+  echo 'rerail_rail_messages_total{host="h",pid="41",nic="vethA0",peer="10.55.0.2",rail="0",direction="tx"} 20'
+  echo 'rerail_rail_doorbells_total{host="h",pid="41",nic="vethA0",peer="10.55.0.2",rail="0",direction="tx",queue="send"} 30'
+  echo 'rerail_rail_doorbells_total{host="h",pid="41",nic="vethA0",peer="10.55.0.2",rail="0",direction="tx",queue="recv"} 10'
+  echo 'rerail_rail_work_requests_total{host="h",pid="41",nic="vethA0",peer="10.55.0.2",rail="0",direction="tx",queue="send"} 50'
+  echo 'rerail_rail_completions_total{host="h",pid="41",nic="vethA0",peer="10.55.0.2",rail="0",direction="tx",queue="send"} 5'
+  echo 'rerail_rail_messages_total{host="h",pid="41",nic="vethA1",peer="10.55.0.2",rail="1",direction="tx"} 0'
+} >"$WORK/cost/rerail-h-41.prom"
+run status --cost --json --dir "$WORK/cost" --path "$WORK/no-table"
+expect_rc 0 "cost, JSON"
+json "(.rails | length) == 2
+  and any(.rails[]; .pid == 41 and .nic == \"vethA0\" and .rail == 0 and .direction == \"tx\" and .messages == 20
+          and .doorbells.send_per_message == 1.5 and .doorbells.recv_per_message == 0.5
+          and .work_requests.send_per_message == 2.5 and .completions.send_per_message == 0.25
+          and .completions.recv_per_message == 0)
+  and any(.rails[]; .nic == \"vethA1\" and .messages == 0 and .doorbells.send_per_message == null)" "cost, JSON"
+run status --cost --dir "$WORK/cost"
+expect_rc 0 "cost, text"
+grep -Eq '^41 +vethA0 +10\.55\.0\.2 +0 +tx +20 +1\.50 +0\.50 +2\.50 +0\.00 +0\.25 +0\.00' "$WORK/out" ||
+  fail "cost, text: no row with the ratios in: $(cat "$WORK/out")"
+run status --cost --json --dir "$WORK/none"
+json ".readable == false and (.rails | length) == 0" "cost, no directory"
+
 # ---- usage
 run status --bogus
 expect_rc 2 "bad argument"
