@@ -277,8 +277,9 @@ typedef struct rr_rail_path_stats {
 
 /* One const table per transport; every entry is present (a stub where a
  * transport has nothing to do), except the flush entries, which a transport
- * whose memory needs no flush leaves NULL, and path_stats, which only a
- * transport with RR_RAIL_CAP_PATH_STATS fills in. */
+ * whose memory needs no flush leaves NULL, path_stats, which only a
+ * transport with RR_RAIL_CAP_PATH_STATS fills in, and post_flush, which only
+ * a transport that batches writes fills in. */
 struct rr_rail_ops {
   const char *name;
   rr_rail_wire wire;
@@ -320,6 +321,20 @@ struct rr_rail_ops {
   /* Queue a write. RR_AGAIN when the send queue has no room (credits are
    * reserved before anything is posted: retry later). */
   rr_status (*post_write)(rr_rail_ep *ep, const rr_write_wr *wr);
+  /* Optional (NULL: post_write hands each write over at once, as TCP's
+   * streams do). Hand over everything post_write queued on this endpoint
+   * since the last call, as one submission per queue (verbs: one chained
+   * ibv_post_send per QP, one doorbell). The engine calls it once per
+   * posting pass, after its last post_write. A rail with it still never
+   * leaves a write queued on its own account: post_ctrl, post_drain and
+   * fence take what is queued first (posting order holds), a queue that
+   * reaches the rail's cap is handed over at once, and progress() hands over
+   * the rest; it only lets a pass's writes share a submission. An op and not
+   * a flag on rr_write_wr ("last of the pass"): the engine learns that a
+   * write was the last only after it (the next is refused RR_AGAIN, or goes
+   * to another rail). RR_OK, or the failure that broke the endpoint, as
+   * post_write's. */
+  rr_status (*post_flush)(rr_rail_ep *ep);
   /* Queue a control message (copied). RR_AGAIN when its queue is full. */
   rr_status (*post_ctrl)(rr_rail_ep *ep, const void *msg, uint32_t len);
   /* Queue a drain barrier behind every write posted so far on this
