@@ -365,7 +365,12 @@ struct rr_rail_ops {
   int (*flushed)(rr_rail_ep *ep);
   /* The latest time (rr_now_ns) at which the path was seen to work both
    * ways: bytes received, or the peer acknowledging bytes we sent. While our
-   * own data waits unacknowledged, only acknowledgements count. */
+   * own data waits unacknowledged, only acknowledgements count. The engine
+   * asks when in doubt; a transport that learns of its sends only now and
+   * then may take the call to ask for fresh word (verbs: a signalled
+   * request behind unsignalled ones, the engine's probe among them), and
+   * may count a path alive while the data ahead of its next report cannot
+   * have gone yet at the rate it measured (verbs, rail_verbs.c). */
   uint64_t (*last_alive_ns)(rr_rail_ep *ep, uint64_t now_ns);
   /* RR_RAIL_CAP_PATH_STATS only (else NULL): the endpoint's running totals
    * (rr_rail_path_stats) into *out; RR_OK, or a failure when the transport

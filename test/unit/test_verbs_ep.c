@@ -912,11 +912,22 @@ static void test_silence_judged_at_measured_rate(void **state) {
   assert_true(q->rate > 0 && q->rate <= (double)(4u << 20) / (double)(q->done_ns - t));
   assert_true(q->done_ns >= t && q->done_ns <= after);
   assert_int_equal(ep->ops->last_alive_ns(ep, after + delta), to_ep(ep)->last_tx_ns);
-  /* An unsignalled ring write is not waited for: the last word either way counts. */
+  /* An unsignalled ring write (a probe) is not waited for: the last word either way
+   * counts, and the engine's asking gets the write a signal, whose completion is life. */
   uint32_t v = 0;
   assert_int_equal(ep->ops->post_ctrl(ep, &v, sizeof v), RR_OK);
+  assert_false(posts[nposts - 1].flags & IBV_SEND_SIGNALED);
   to_ep(ep)->last_rx_ns = after + 5;
   assert_int_equal(ep->ops->last_alive_ns(ep, after + delta), after + 5);
+  int calls = ncalls;
+  assert_int_equal(progress(w, 0), RR_OK);
+  assert_int_equal(ncalls, calls + 1);
+  assert_true(posts[nposts - 1].flags & IBV_SEND_SIGNALED);
+  assert_int_equal(progress(w, 0), RR_OK);
+  assert_true(to_ep(ep)->last_tx_ns > after);
+  assert_int_equal(q->sq_tail, q->sq_head);
+  assert_int_equal(progress(w, 0), RR_OK);
+  assert_int_equal(ncalls, calls + 1); /* covered: no second signal */
 }
 
 /* ---- the host's work per message (rr_rail_ep.cost) ----------------------------------- */

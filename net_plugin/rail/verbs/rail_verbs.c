@@ -148,6 +148,7 @@ static uint64_t next_completion_due(const verbs_ep *ep, const verbs_qp *q) {
  * such a fall below a quarter MiB per δ/4 did. */
 static uint64_t verbs_last_alive_ns(rr_rail_ep *rep, uint64_t now_ns) {
   verbs_ep *ep = to_ep(rep);
+  if (ep->failed || ep->fenced) return ep->last_tx_ns;
   int waiting = 0;
   uint64_t due = 0;
   for (int k = 0; k < ep->nqps; k++) {
@@ -157,7 +158,15 @@ static uint64_t verbs_last_alive_ns(rr_rail_ep *rep, uint64_t now_ns) {
     uint64_t d = next_completion_due(ep, q);
     if (d > due) due = d;
   }
-  if (!waiting) return ep->last_rx_ns > ep->last_tx_ns ? ep->last_rx_ns : ep->last_tx_ns;
+  if (!waiting) {
+    /* The engine asks when in doubt (life older than δ/8, or a rail not
+     * ACTIVE), and probes it: ring writes of ours no signal covers, its
+     * probe among them, get one, whose completion is the life it looks for
+     * (an idle receiver's peer may send nothing for longer than δ). */
+    for (int k = 0; k < ep->nqps; k++)
+      if (ep->qps[k].sq_tail > ep->qps[k].last_signaled) ep->qps[k].signal_wanted = 1;
+    return ep->last_rx_ns > ep->last_tx_ns ? ep->last_rx_ns : ep->last_tx_ns;
+  }
   uint64_t alive = ep->last_tx_ns;
   if (due > alive) alive = due < now_ns ? due : now_ns;
   return alive;

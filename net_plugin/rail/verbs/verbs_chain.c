@@ -32,7 +32,9 @@
  *     entries only on a signalled completion, and slots come back only on
  *     one, so a signal always comes before either runs out.
  *   - flushed() asks for a signal when an unsignalled tail is all that
- *     keeps it from saying yes; progress() then writes the credit word,
+ *     keeps it from saying yes, and last_alive_ns() when the engine is in
+ *     doubt about the rail (its probe is such a tail: its completion is the
+ *     life the probe was for); progress() then writes the credit word,
  *     signalled (verbs_ctrl_signal): it lands nothing new at the peer.
  * Liveness no longer comes from a signal every quarter MiB: the silence
  * judge credits the bytes ahead of the next completion at the QP's

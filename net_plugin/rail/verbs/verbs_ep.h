@@ -16,8 +16,9 @@
 #include "rail_verbs.h"
 #include "verbs_ring.h"
 
-/* Control messages, drains and NOPs in flight (a slot comes back with the
- * request's completion). Half the peer's ring: control messages are a
+/* Control messages and drains in flight (one that went inline gives its
+ * slot back once posted, a longer one with a later signalled completion:
+ * verbs_chain.c). Half the peer's ring: control messages are a
  * clear-to-send or an ack per request (NCCL keeps 32 requests in flight
  * per connection), which the peer consumes as it polls; more wait in the
  * engine's queue (post_ctrl's RR_AGAIN) for the completions that free slots. */
@@ -30,14 +31,14 @@
 #define RECV_BYTES MSG_HDR
 /* Inline data the QPs ask for: what a small control message takes (an ack,
  * a probe, a clear-to-send for one receive over two rails: header 20 B +
- * body up to 44 B), the credit word, drains and NOPs. Larger messages are
+ * body up to 44 B), the credit word and drains. Larger messages are
  * read by the NIC from their send slot. Each byte of inline capacity is in
  * every WQE of the send queue (576 B of it was most of the queue). */
 #define VERBS_MAX_INLINE 64
 #define SLOT_INTERNAL (-2)        /* sq_entry.slot of a request that holds no send slot: a credit
                                    * write, or a message that went inline (its slot is free once
                                    * posted: the NIC copied it into the work request) */
-/* Chained posts (verbs_post.c): the writes the engine posts in one pass wait
+/* Chained posts (verbs_chain.c): the writes the engine posts in one pass wait
  * on their QP's chain and go to the NIC as one ibv_post_send (one doorbell)
  * when the engine says the pass is over (post_flush), before any other
  * request on that QP, when the chain reaches CHAIN_MAX requests or
