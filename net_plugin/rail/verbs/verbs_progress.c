@@ -2,8 +2,8 @@
  * the NIC; completions from the endpoint's own CQ retire sends (and measure
  * each QP's rate) and bring arrivals, which are delivered to the engine in
  * the writer's order with the control messages of the ring; an unsignalled
- * tail flushed() waits for gets its signal; the setup socket tells when the
- * peer's process is gone. */
+ * tail that flushed() or the engine's doubt asked about gets its signal;
+ * the setup socket tells when the peer's process is gone. */
 #include "verbs_ep.h"
 #include "rr_clock.h"
 #include "rr_log.h"
@@ -230,8 +230,9 @@ static rr_status progress_once(verbs_ep *ep) {
     if (st == RR_OK) st = verbs_ctrl_return_credit(ep);
     if (st != RR_OK) return st;
   }
-  /* An unsignalled tail that flushed() waits for gets a signal behind it
-   * (verbs_chain.c); writes never need one: their chains end signalled. */
+  /* An unsignalled tail someone asked about (flushed(), last_alive_ns())
+   * gets a signal behind it (verbs_chain.c); writes never need one: their
+   * chains end signalled. */
   for (int k = 0; k < ep->nqps && !ep->fenced; k++) {
     verbs_qp *q = &ep->qps[k];
     if (!q->signal_wanted) continue;
