@@ -326,10 +326,11 @@ struct rr_rail_ops {
    * since the last call, as one submission per queue (verbs: one chained
    * ibv_post_send per QP, one doorbell). The engine calls it once per
    * posting pass, after its last post_write. A rail with it still never
-   * leaves a write queued on its own account: post_ctrl, post_drain and
-   * fence take what is queued first (posting order holds), a queue that
-   * reaches the rail's cap is handed over at once, and progress() hands over
-   * the rest; it only lets a pass's writes share a submission. An op and not
+   * leaves a write queued on its own account: post_ctrl and post_drain
+   * hand over what is queued ahead of them (posting order holds), fence
+   * drops it with the rest, a queue that reaches the rail's cap is handed
+   * over at once, and progress() hands over the rest; it only lets a pass's
+   * writes share a submission. An op and not
    * a flag on rr_write_wr ("last of the pass"): the engine learns that a
    * write was the last only after it (the next is refused RR_AGAIN, or goes
    * to another rail). RR_OK, or the failure that broke the endpoint, as
