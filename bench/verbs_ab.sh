@@ -59,4 +59,11 @@ for s in $(awk -F, '$1 == "bw" {print $2}' "$work/res.A.0.csv" | sort -un); do
 done
 x=$(median A lat 8 5) y=$(median B lat 8 5)
 echo "| 8 B round trip p50 (us) | $x | $y | $(awk -v x="${x:-0}" -v y="${y:-0}" 'BEGIN {if (x > 0) printf "%.2f", y / x; else print "-"}') |"
+echo
+echo "Each round (GB/s per size, then the round trip's p50 in us), in the order run:"
+for ((r = 0; r < rounds; r++)); do
+  for w in A B; do
+    echo "round $r $w: $(awk -F, '$1 == "bw" {printf "%s ", $4} $1 == "lat" {printf "| %s", $5}' "$work/res.$w.$r.csv")"
+  done
+done
 echo "verbs_ab: raw CSV in $work"
