@@ -198,7 +198,7 @@ static void post_claims(rr_engine *e) {
   }
 }
 
-rr_status engine_send_post(rr_engine *e, uint64_t now) {
+static rr_status send_post_pass(rr_engine *e, uint64_t now) {
   if (e->fail_notice_pending) {
     engine_msg msg = engine_notice(e, ENGINE_CTRL_FAIL, e->fail_epoch, engine_down_mask(e));
     if (engine_post_msg(e, &msg) == RR_OK) e->fail_notice_pending = e->down_notice_pending = e->restore_notice = 0;
@@ -296,6 +296,23 @@ rr_status engine_send_post(rr_engine *e, uint64_t now) {
     e->fifo_post++;
   }
   return RR_OK;
+}
+
+/* One posting pass, then every rail that batches writes (rail.h,
+ * post_flush) hands what the pass queued on it to its NIC: the chunks
+ * posted together leave together, one doorbell per queue. */
+rr_status engine_send_post(rr_engine *e, uint64_t now) {
+  rr_status st = send_post_pass(e, now);
+  for (int i = 0; i < e->nrails; i++) {
+    engine_rail *rl = &e->rails[i];
+    if (rl->state == RR_RAIL_DEAD || !rl->ep->ops->post_flush) continue;
+    rr_status fst = rl->ep->ops->post_flush(rl->ep);
+    if (fst != RR_OK) {
+      rl->cause = fst;
+      engine_rail_set_state(e, i, RR_RAIL_DEAD, "cannot post a write");
+    }
+  }
+  return st;
 }
 
 rr_status engine_send_on_write_done(rr_engine *e, uint64_t wr_id, int placed) {

@@ -296,8 +296,9 @@ typedef struct rr_rail_path_stats {
 
 /* One const table per transport; every entry is present (a stub where a
  * transport has nothing to do), except the flush entries, which a transport
- * whose memory needs no flush leaves NULL, and path_stats, which only a
- * transport with RR_RAIL_CAP_PATH_STATS fills in. */
+ * whose memory needs no flush leaves NULL, path_stats, which only a
+ * transport with RR_RAIL_CAP_PATH_STATS fills in, and post_flush, which only
+ * a transport that batches writes fills in. */
 struct rr_rail_ops {
   const char *name;
   rr_rail_wire wire;
@@ -339,6 +340,21 @@ struct rr_rail_ops {
   /* Queue a write. RR_AGAIN when the send queue has no room (credits are
    * reserved before anything is posted: retry later). */
   rr_status (*post_write)(rr_rail_ep *ep, const rr_write_wr *wr);
+  /* Optional (NULL: post_write hands each write over at once, as TCP's
+   * streams do). Hand over everything post_write queued on this endpoint
+   * since the last call, as one submission per queue (verbs: one chained
+   * ibv_post_send per QP, one doorbell). The engine calls it once per
+   * posting pass, after its last post_write. A rail with it still never
+   * leaves a write queued on its own account: post_ctrl and post_drain
+   * hand over what is queued ahead of them (posting order holds), fence
+   * drops it with the rest, a queue that reaches the rail's cap is handed
+   * over at once, and progress() hands over the rest; it only lets a pass's
+   * writes share a submission. An op and not
+   * a flag on rr_write_wr ("last of the pass"): the engine learns that a
+   * write was the last only after it (the next is refused RR_AGAIN, or goes
+   * to another rail). RR_OK, or the failure that broke the endpoint, as
+   * post_write's. */
+  rr_status (*post_flush)(rr_rail_ep *ep);
   /* Queue a control message (copied). RR_AGAIN when its queue is full. */
   rr_status (*post_ctrl)(rr_rail_ep *ep, const void *msg, uint32_t len);
   /* Queue a drain barrier behind every write posted so far on this
@@ -369,7 +385,12 @@ struct rr_rail_ops {
   int (*flushed)(rr_rail_ep *ep);
   /* The latest time (rr_now_ns) at which the path was seen to work both
    * ways: bytes received, or the peer acknowledging bytes we sent. While our
-   * own data waits unacknowledged, only acknowledgements count. */
+   * own data waits unacknowledged, only acknowledgements count. The engine
+   * asks when in doubt; a transport that learns of its sends only now and
+   * then may take the call to ask for fresh word (verbs: a signalled
+   * request behind unsignalled ones, the engine's probe among them), and
+   * may count a path alive while the data ahead of its next report cannot
+   * have gone yet at the rate it measured (verbs, rail_verbs.c). */
   uint64_t (*last_alive_ns)(rr_rail_ep *ep, uint64_t now_ns);
   /* RR_RAIL_CAP_PATH_STATS only (else NULL): the endpoint's running totals
    * (rr_rail_path_stats) into *out; RR_OK, or a failure when the transport

@@ -310,6 +310,32 @@ static uint32_t write_len(int i) {
 
 /* ------------------------------------------------------------- cases */
 
+/* post_flush (optional, rail.h): with nothing queued it does nothing and says
+ * RR_OK; after each pass of writes it hands them over, and they land and
+ * complete as any others. A rail without it has each write in flight once
+ * posted; with it, progress() alone must also hand over what is queued
+ * (every other case here never calls it). */
+static void test_flush_ends_a_pass(void **state) {
+  rc_env *env = *state;
+  rc_side *a = &env->side[0];
+  rr_status (*flush)(rr_rail_ep *) = a->ep->ops->post_flush;
+  if (flush) assert_int_equal(flush(a->ep), RR_OK);
+  size_t off = 0;
+  for (int i = 0; i < 40; i++) {
+    uint32_t len = write_len(i);
+    post_write(env, off, off, len, 0, 0);
+    off += len + 64;
+    if (flush && i % 8 == 7) assert_int_equal(flush(a->ep), RR_OK);
+  }
+  if (flush) assert_int_equal(flush(a->ep), RR_OK);
+  assert_true(pump_until(env, all_done_and_landed));
+  assert_int_equal(a->failed, RR_OK);
+  assert_int_equal(a->ndone, 40);
+  assert_int_equal(env->side[1].nrecv, 40);
+  for (int i = 0; i < 40; i++) assert_memory_equal(a->w[i].dst, a->w[i].src, a->w[i].len);
+  assert_clean(env);
+}
+
 /* Every write lands, bytes and immediate, where the writer named, reported
  * once by on_write_recv (asked for first by on_write_begin on rails that
  * see writes before they land, never on others); on_write_done follows for
@@ -736,6 +762,7 @@ int main(void) {
   const struct CMUnitTest cases[] = {
       CASE(test_ops_and_path_stats),
       CASE(test_writes_land),
+      CASE(test_flush_ends_a_pass),
       CASE(test_done_means_placed),
       CASE(test_split_writes_land),
       CASE(test_drain_follows_writes),

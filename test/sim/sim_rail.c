@@ -808,6 +808,7 @@ const rr_rail_ops sim_rail_ops = {
     .ep_addr = sim_ep_addr,
     .ep_connect = sim_ep_connect,
     .post_write = sim_post_write,
+    .post_flush = NULL, /* a write is in flight once posted */
     .post_ctrl = sim_post_ctrl,
     .post_drain = sim_post_drain,
     .progress = sim_progress,

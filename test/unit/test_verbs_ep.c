@@ -9,10 +9,12 @@
  * waits for that).
  *
  * Posting: control messages go inline, a write's payload never does (it may be GPU memory,
- * which the CPU must not read); a write is
- * signalled every 16 requests or every quarter MiB; unsignalled writes get a signalled NOP
- * behind them once a progress cycle passes with nothing posted, not while the owner is
- * still posting.
+ * which the CPU must not read); the writes of a pass wait on their QP's chain and go out as
+ * one call (one doorbell) whose last request alone is signalled, at post_flush, at the
+ * chain's caps, before any other request on the QP, or in progress; ring writes alone are
+ * signalled once in SIGNAL_RUN or when long ones hold half the send slots; no NOP ever; the
+ * send queue's credits stay exact up to the one kept for a signal; a QP failing mid-chain
+ * reports no write of that chain done.
  *
  * Control ring (a loopback fake: two endpoints connected to each other, RDMA WRITEs copied
  * into the peer's memory at once, writes with immediate and SENDs completed on the peer's
@@ -41,6 +43,7 @@
 #include "verbs_ep.h" /* RECV_TAG: a receive completion's wr_id */
 #include "rr_counters.h"
 #include "rr_health_bus.h"
+#include "rr_clock.h"
 #include "rr_params.h"
 #include "verbs_ring.h"
 
@@ -112,10 +115,20 @@ static void push_wc(struct ibv_wc wc) {
   push_wc_to(fake_qps[q].send_cq, wc);
 }
 
+/* A request the NIC fails, counted from 1 over every request the loopback carries (0:
+ * none): it completes with a transport error, and every request behind it in its call with a
+ * flush error, signalled or not, as a QP in error completes what it holds. */
+static unsigned fail_wr_at, loopback_wrs;
+
 /* What the peer's NIC does with a request, at once. */
 static int loopback_send(struct ibv_qp *qp, struct ibv_send_wr *wr) {
   int q = (int)(qp - fake_qps), d = (int)(lb[q].dest_qpn - 0x100u);
   if (d < 0 || d >= nqps) return EINVAL;
+  if (fail_wr_at && ++loopback_wrs >= fail_wr_at) {
+    push_wc((struct ibv_wc){.wr_id = wr->wr_id, .qp_num = qp->qp_num, .opcode = IBV_WC_RDMA_WRITE,
+                            .status = loopback_wrs == fail_wr_at ? IBV_WC_RETRY_EXC_ERR : IBV_WC_WR_FLUSH_ERR});
+    return 0;
+  }
   uint32_t len = wr->num_sge ? wr->sg_list[0].length : 0;
   const void *src = wr->num_sge ? (const void *)(uintptr_t)wr->sg_list[0].addr : NULL;
   if (wr->opcode == IBV_WR_RDMA_WRITE && len) memcpy((void *)(uintptr_t)wr->wr.rdma.remote_addr, src, len);
@@ -138,22 +151,34 @@ static int loopback_send(struct ibv_qp *qp, struct ibv_send_wr *wr) {
                             .opcode = wr->opcode == IBV_WR_SEND ? IBV_WC_SEND : IBV_WC_RDMA_WRITE});
   return 0;
 }
-#define MAX_POSTS 64
+/* Every request posted, in order, with the call (the doorbell) that carried it. */
+#define MAX_POSTS 1024
 static struct {
   enum ibv_wr_opcode opcode;
   unsigned flags;
   uint32_t len;
+  int call;
 } posts[MAX_POSTS];
-static int nposts;
+static int nposts, ncalls;
 
 static int f_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad) {
-  (void)bad;
-  if (loopback) return loopback_send(qp, wr);
-  if (nposts == MAX_POSTS) return ENOMEM;
-  posts[nposts].opcode = wr->opcode;
-  posts[nposts].flags = wr->send_flags;
-  posts[nposts].len = wr->num_sge ? wr->sg_list[0].length : 0;
-  nposts++;
+  ncalls++;
+  for (; wr; wr = wr->next) {
+    if (nposts == MAX_POSTS) {
+      *bad = wr;
+      return ENOMEM;
+    }
+    posts[nposts].opcode = wr->opcode;
+    posts[nposts].flags = wr->send_flags;
+    posts[nposts].len = wr->num_sge ? wr->sg_list[0].length : 0;
+    posts[nposts].call = ncalls;
+    nposts++;
+    int rc = loopback ? loopback_send(qp, wr) : 0;
+    if (rc) {
+      *bad = wr;
+      return rc;
+    }
+  }
   return 0;
 }
 
@@ -381,6 +406,8 @@ static void fake_reset(void) {
   cq_gate = -1;
   late_qpn = 0, nlate = 0;
   loopback = 0;
+  nposts = ncalls = 0;
+  fail_wr_at = loopback_wrs = 0;
 }
 
 static int setup(void **state) {
@@ -518,6 +545,8 @@ static rr_status post_write(world *w, int i, size_t len) {
   return w->ep[i]->ops->post_write(w->ep[i], &wr);
 }
 
+static rr_status flush(world *w, int i) { return w->ep[i]->ops->post_flush(w->ep[i]); }
+
 static void test_only_own_messages_inline(void **state) {
   world *w = *state;
   char msg[40] = {0};
@@ -525,12 +554,15 @@ static void test_only_own_messages_inline(void **state) {
   assert_int_equal(post_write(w, 0, 1 << 16), RR_OK);
   assert_int_equal(w->ep[0]->ops->post_ctrl(w->ep[0], msg, sizeof msg), RR_OK);
   assert_int_equal(nposts, 3);
+  assert_int_equal(ncalls, 1); /* the message took the writes ahead of it along */
   assert_int_equal(posts[0].opcode, IBV_WR_RDMA_WRITE_WITH_IMM);
   assert_false(posts[0].flags & IBV_SEND_INLINE); /* 16 bytes of payload: still read by the NIC */
   assert_false(posts[1].flags & IBV_SEND_INLINE);
+  assert_false(posts[0].flags & IBV_SEND_SIGNALED);
+  assert_false(posts[1].flags & IBV_SEND_SIGNALED);
   assert_int_equal(posts[2].opcode, IBV_WR_RDMA_WRITE); /* into the peer's ring */
   assert_true(posts[2].flags & IBV_SEND_INLINE);
-  assert_true(posts[2].flags & IBV_SEND_SIGNALED); /* its slot comes back with its completion */
+  assert_true(posts[2].flags & IBV_SEND_SIGNALED); /* it ends a chain of writes */
 }
 
 static int one_under_pow2(uint32_t n) { return ((n + 1) & n) == 0; }
@@ -567,40 +599,57 @@ static void test_endpoint_footprint_within_budget(void **state) {
   assert_true(f2.registered - f.registered <= 4096 && f2.host - f.host == sizeof(verbs_qp));
 }
 
-static void test_nop_after_an_idle_cycle_only(void **state) {
-  world *w = *state;
-  /* A burst of unsignalled writes, then progress while the owner still
-   * posts: no NOP. */
-  for (int k = 0; k < 3; k++) assert_int_equal(post_write(w, 0, 1 << 14), RR_OK);
-  assert_int_equal(progress(w, 0), RR_OK);
-  assert_int_equal(post_write(w, 0, 1 << 14), RR_OK);
-  assert_int_equal(progress(w, 0), RR_OK);
-  assert_int_equal(nposts, 4);
-  for (int k = 0; k < 4; k++) assert_false(posts[k].flags & IBV_SEND_SIGNALED);
-  /* A cycle with nothing posted: one signalled NOP behind the writes, and
-   * no second one while nothing new sits unsignalled. */
-  assert_int_equal(progress(w, 0), RR_OK);
-  assert_int_equal(nposts, 5);
-  assert_int_equal(posts[4].opcode, IBV_WR_SEND);
-  assert_true(posts[4].flags & IBV_SEND_SIGNALED);
-  assert_int_equal(progress(w, 0), RR_OK);
-  assert_int_equal(progress(w, 0), RR_OK);
-  assert_int_equal(nposts, 5);
+/* The calls (doorbells) and signalled requests among posts[from, nposts). */
+static int signalled_since(int from) {
+  int n = 0;
+  for (int k = from; k < nposts; k++) n += !!(posts[k].flags & IBV_SEND_SIGNALED);
+  return n;
 }
 
-static void test_signalled_by_count_and_by_bytes(void **state) {
+/* A chain of N writes is one call, one doorbell, whose last request alone is signalled;
+ * nothing is posted before the pass ends, and no NOP follows however long it stays idle. */
+static void test_chain_one_doorbell_one_signal(void **state) {
   world *w = *state;
-  /* Small writes: every 16th is signalled. */
-  for (int k = 0; k < 16; k++) assert_int_equal(post_write(w, 0, 64), RR_OK);
-  for (int k = 0; k < 15; k++) assert_false(posts[k].flags & IBV_SEND_SIGNALED);
-  assert_true(posts[15].flags & IBV_SEND_SIGNALED);
-  /* Large ones: no more than a quarter MiB goes unsignalled, so completions
-   * (the sender's proof of life) keep coming on a slow path. */
-  for (int k = 0; k < 4; k++) assert_int_equal(post_write(w, 1, 1 << 16), RR_OK);
-  for (int k = 16; k < 19; k++) assert_false(posts[k].flags & IBV_SEND_SIGNALED);
-  assert_true(posts[19].flags & IBV_SEND_SIGNALED);
-  for (int k = 0; k < 3; k++) assert_int_equal(post_write(w, 1, 1 << 16), RR_OK);
-  for (int k = 20; k < 23; k++) assert_false(posts[k].flags & IBV_SEND_SIGNALED);
+  rr_rail_ep *ep = w->ep[0];
+  for (int k = 0; k < 5; k++) assert_int_equal(post_write(w, 0, 1 << 14), RR_OK);
+  assert_int_equal(nposts, 0); /* queued: the pass is not over */
+  assert_int_equal(flush(w, 0), RR_OK);
+  assert_int_equal(ncalls, 1);
+  assert_int_equal(nposts, 5);
+  for (int k = 0; k < 4; k++) assert_false(posts[k].flags & IBV_SEND_SIGNALED);
+  assert_true(posts[4].flags & IBV_SEND_SIGNALED);
+  assert_int_equal(ep->cost.n[RR_TEL_COST_DOORBELLS_SEND], 1);
+  assert_int_equal(ep->cost.n[RR_TEL_COST_WRS_SEND], 5);
+  assert_int_equal(flush(w, 0), RR_OK); /* nothing queued: nothing rung */
+  for (int k = 0; k < 3; k++) assert_int_equal(progress(w, 0), RR_OK);
+  assert_int_equal(ncalls, 1); /* idle cycles: no NOP */
+  assert_int_equal(nposts, 5);
+  /* A chain rings itself at CHAIN_MAX requests, signalled at its end ... */
+  for (int k = 0; k < CHAIN_MAX; k++) assert_int_equal(post_write(w, 0, 64), RR_OK);
+  assert_int_equal(ncalls, 2);
+  assert_int_equal(nposts, 5 + CHAIN_MAX);
+  assert_int_equal(signalled_since(5), 1);
+  assert_true(posts[nposts - 1].flags & IBV_SEND_SIGNALED);
+  /* ... and at CHAIN_BYTES. */
+  for (uint32_t k = 0; k < CHAIN_BYTES / (1u << 20); k++) assert_int_equal(post_write(w, 0, 1u << 20), RR_OK);
+  assert_int_equal(ncalls, 3);
+  assert_int_equal(signalled_since(5 + CHAIN_MAX), 1);
+  /* A drain rings the writes ahead of it in the same call; progress rings what is left. */
+  int before = nposts;
+  assert_int_equal(post_write(w, 0, 64), RR_OK);
+  assert_int_equal(ep->ops->post_drain(ep, 3), RR_OK);
+  assert_int_equal(ncalls, 4);
+  assert_int_equal(nposts, before + 2);
+  assert_int_equal(posts[nposts - 1].opcode, IBV_WR_SEND);
+  assert_int_equal(signalled_since(before), 1);
+  assert_true(posts[nposts - 1].flags & IBV_SEND_SIGNALED);
+  assert_int_equal(post_write(w, 0, 64), RR_OK);
+  assert_int_equal(post_write(w, 0, 64), RR_OK);
+  assert_int_equal(progress(w, 0), RR_OK);
+  assert_int_equal(ncalls, 5);
+  assert_int_equal(signalled_since(before + 2), 1);
+  assert_int_equal(ep->cost.n[RR_TEL_COST_DOORBELLS_SEND], 5);
+  assert_int_equal(ep->cost.n[RR_TEL_COST_WRS_SEND], (uint64_t)nposts);
 }
 
 /* ---- the control ring, over a loopback pair ------------------------------------------ */
@@ -731,6 +780,172 @@ static void release_late(void) {
   nlate = 0;
 }
 
+/* ---- chained posts and signalling over a loopback pair ------------------------------ */
+
+/* Ring writes alone are signalled rarely: one in SIGNAL_RUN when they go inline (their slot
+ * is free once posted), and as soon as long ones hold half the send slots. */
+static void test_ring_writes_signalled_rarely(void **state) {
+  world *w = *state;
+  verbs_ep *ep = to_ep(w->ep[0]);
+  uint32_t v = 0;
+  for (int k = 0; k < SIGNAL_RUN; k++) assert_int_equal(w->ep[0]->ops->post_ctrl(w->ep[0], &v, sizeof v), RR_OK);
+  assert_int_equal(ncalls, SIGNAL_RUN); /* each rung at once: it may be what the peer waits for */
+  for (int k = 0; k < SIGNAL_RUN - 1; k++) assert_false(posts[k].flags & IBV_SEND_SIGNALED);
+  assert_true(posts[SIGNAL_RUN - 1].flags & IBV_SEND_SIGNALED);
+  assert_int_equal(ep->nsend_free, SEND_SLOTS);
+  /* Longer than inline: the NIC reads it from its slot until a signal retires it. */
+  open_pair(w, "1");
+  ep = to_ep(w->ep[0]);
+  char big[200] = {0};
+  int from = nposts;
+  for (int k = 0; k < SEND_SLOTS / 2; k++) assert_int_equal(w->ep[0]->ops->post_ctrl(w->ep[0], big, sizeof big), RR_OK);
+  for (int k = from; k < nposts - 1; k++) assert_false(posts[k].flags & (IBV_SEND_SIGNALED | IBV_SEND_INLINE));
+  assert_true(posts[nposts - 1].flags & IBV_SEND_SIGNALED);
+  assert_int_equal(ep->nsend_free, SEND_SLOTS / 2);
+}
+
+/* The send queue's credits stay exact: writes take all but the one kept for a signal, a
+ * message then waits, and that last credit carries the signal flushed() asks for behind an
+ * unsignalled tail; every write completes once the completions come. */
+static int dones(int ep) {
+  int n = 0;
+  for (int k = 0; k < nlog; k++) n += evlog[k].kind == EV_DONE && evlog[k].ep == ep;
+  return n;
+}
+
+static void test_sq_credits_exact_when_nearly_full(void **state) {
+  world *w = *state;
+  rr_rail_ep *ep = w->ep[0];
+  verbs_qp *q = &to_ep(ep)->qps[0];
+  uint32_t v = 0;
+  cq_gate = 0; /* every completion held back */
+  int n = 0;
+  while (write_imm(w, 0, (uint32_t)n) == RR_OK) n++;
+  assert_int_equal(n, VERBS_SQ_DEPTH - 1);
+  assert_int_equal(flush(w, 0), RR_OK);
+  assert_int_equal(ncalls, (n + CHAIN_MAX - 1) / CHAIN_MAX);
+  assert_int_equal(signalled_since(0), ncalls); /* each chain ends signalled */
+  assert_int_equal(ep->ops->post_ctrl(ep, &v, sizeof v), RR_AGAIN);
+  assert_int_equal(ep->ops->post_drain(ep, 1), RR_AGAIN);
+  cq_gate = -1;
+  assert_int_equal(progress(w, 0), RR_OK);
+  assert_int_equal(dones(0), n);
+  assert_int_equal(ep->ops->flushed(ep), 1);
+  assert_int_equal(progress(w, 1), RR_OK); /* the peer reposts the receives they used */
+  /* ... in batches, holding back up to VERBS_RECV_BATCH - 1: post those too, so the
+   * peer's queue holds its depth again for the next full send queue (on a NIC, a
+   * shortfall is the peer's RNR retries, a delay; the fake has no RNR). */
+  verbs_qp *pq = &to_ep(w->ep[1])->qps[0];
+  assert_int_equal(verbs_post_recvs(to_ep(w->ep[1]), 0, pq->repost, (int)pq->nrepost), RR_OK);
+  pq->nrepost = 0;
+  /* Writes up to one short of that, then a ring write alone: unsignalled, it takes the
+   * last credit but the one kept free. */
+  cq_gate = 0;
+  nlog = 0;
+  for (int k = 0; k < VERBS_SQ_DEPTH - 2; k++) assert_int_equal(write_imm(w, 0, (uint32_t)k), RR_OK);
+  assert_int_equal(flush(w, 0), RR_OK);
+  assert_int_equal(ep->ops->post_ctrl(ep, &v, sizeof v), RR_OK);
+  assert_false(posts[nposts - 1].flags & IBV_SEND_SIGNALED);
+  assert_int_equal(q->sq_tail - q->sq_head, VERBS_SQ_DEPTH - 1);
+  assert_int_equal(write_imm(w, 0, 0), RR_AGAIN);
+  assert_int_equal(ep->ops->post_ctrl(ep, &v, sizeof v), RR_AGAIN);
+  /* flushed() cannot say yes over the unsignalled tail: it asks for a signal, which the
+   * next pass posts with the kept credit, filling the queue exactly. */
+  assert_int_equal(ep->ops->flushed(ep), 0);
+  int calls = ncalls;
+  assert_int_equal(progress(w, 0), RR_OK);
+  assert_int_equal(ncalls, calls + 1);
+  assert_true(posts[nposts - 1].flags & IBV_SEND_SIGNALED);
+  assert_int_equal(posts[nposts - 1].opcode, IBV_WR_RDMA_WRITE); /* the credit word: no receive used */
+  assert_int_equal(q->sq_tail - q->sq_head, VERBS_SQ_DEPTH);
+  assert_int_equal(progress(w, 0), RR_OK);
+  assert_int_equal(ncalls, calls + 1); /* asked once, signalled once */
+  assert_int_equal(write_imm(w, 0, 0), RR_AGAIN);
+  cq_gate = -1;
+  assert_int_equal(progress(w, 0), RR_OK);
+  assert_int_equal(dones(0), VERBS_SQ_DEPTH - 2);
+  assert_int_equal(q->sq_tail, q->sq_head);
+  assert_int_equal(ep->ops->flushed(ep), 1);
+  assert_int_equal(to_ep(ep)->nsend_free, SEND_SLOTS);
+}
+
+/* The QP fails in the middle of a chain: the writes ahead of the failure went (the peer has
+ * them), but no signalled completion covers them, so none is reported done, and neither is
+ * any behind it; only the earlier chain, whose signal completed, is. */
+static void test_qp_error_mid_chain_reports_nothing_undone(void **state) {
+  world *w = *state;
+  for (uint32_t k = 0; k < 3; k++) assert_int_equal(write_imm(w, 0, k), RR_OK);
+  assert_int_equal(flush(w, 0), RR_OK);
+  assert_int_equal(progress(w, 0), RR_OK);
+  assert_int_equal(dones(0), 3);
+  fail_wr_at = loopback_wrs + 3; /* the third write of the next chain */
+  for (uint32_t k = 10; k < 15; k++) assert_int_equal(write_imm(w, 0, k), RR_OK);
+  assert_int_equal(flush(w, 0), RR_OK);
+  assert_int_equal(progress(w, 1), RR_OK);
+  int landed = 0;
+  for (int k = 0; k < nlog; k++) landed += evlog[k].kind == EV_WRITE && evlog[k].value >= 10;
+  assert_int_equal(landed, 2);
+  assert_int_equal(progress(w, 0), RR_ERR_RAIL);
+  assert_int_equal(dones(0), 3);
+  assert_int_equal(progress(w, 0), RR_ERR_RAIL); /* sticky, and still nothing reported */
+  assert_int_equal(dones(0), 3);
+  assert_int_equal(w->ep[0]->ops->flushed(w->ep[0]), 1); /* nothing more leaves through it */
+}
+
+/* One completion per chain: silence is judged against when it is due. While a chain's
+ * signal is outstanding the rail counts as alive up to the time its bytes need at the QP's
+ * measured rate (before it has one, SIGNAL_BYTES per quarter of δ: 4 MiB is 4 δ), never
+ * later than now, and no further: then only completions count. Completed chains give the
+ * rate: never more than their bytes over the time since they were posted. */
+static void test_silence_judged_at_measured_rate(void **state) {
+  world *w = *state;
+  rr_rail_ep *ep = w->ep[0];
+  verbs_qp *q = &to_ep(ep)->qps[0];
+  static char buf[128u << 10];
+  static rr_rail_mr rmr = {.lkey = 7};
+  uint64_t delta = rr_params_get()->progress_timeout_ms * 1000000ull;
+  cq_gate = 0; /* the chain's completion held back */
+  uint64_t t = rr_now_ns();
+  for (uint32_t k = 0; k < 32; k++) {
+    rr_write_wr wr = {.wr_id = k, .local = buf, .len = sizeof buf, .local_mr = &rmr, .remote_addr = 0x1000,
+                      .rkey = 9, .imm = k, .post_ns = t};
+    assert_int_equal(ep->ops->post_write(ep, &wr), RR_OK);
+  }
+  uint64_t before = to_ep(ep)->last_tx_ns;
+  assert_true(before <= t);
+  uint64_t due = t + 4 * delta;
+  uint64_t alive = ep->ops->last_alive_ns(ep, due + delta); /* the floor's due time (floating point) */
+  assert_true(alive + 1 >= due && alive <= due + 1);
+  assert_int_equal(ep->ops->last_alive_ns(ep, t + delta), t + delta); /* not later than now */
+  q->rate = 1.0; /* 1 byte per ns */
+  assert_int_equal(ep->ops->last_alive_ns(ep, t + delta), t + (4u << 20));
+  /* The chain completes: a completion is life itself, and the rate is measured. */
+  q->rate = 0;
+  cq_gate = -1;
+  assert_int_equal(progress(w, 0), RR_OK);
+  assert_int_equal(dones(0), 32);
+  uint64_t after = rr_now_ns();
+  assert_true(q->rate > 0 && q->rate <= (double)(4u << 20) / (double)(q->done_ns - t));
+  assert_true(q->done_ns >= t && q->done_ns <= after);
+  assert_int_equal(ep->ops->last_alive_ns(ep, after + delta), to_ep(ep)->last_tx_ns);
+  /* An unsignalled ring write (a probe) is not waited for: the last word either way
+   * counts, and the engine's asking gets the write a signal, whose completion is life. */
+  uint32_t v = 0;
+  assert_int_equal(ep->ops->post_ctrl(ep, &v, sizeof v), RR_OK);
+  assert_false(posts[nposts - 1].flags & IBV_SEND_SIGNALED);
+  to_ep(ep)->last_rx_ns = after + 5;
+  assert_int_equal(ep->ops->last_alive_ns(ep, after + delta), after + 5);
+  int calls = ncalls;
+  assert_int_equal(progress(w, 0), RR_OK);
+  assert_int_equal(ncalls, calls + 1);
+  assert_true(posts[nposts - 1].flags & IBV_SEND_SIGNALED);
+  assert_int_equal(progress(w, 0), RR_OK);
+  assert_true(to_ep(ep)->last_tx_ns > after);
+  assert_int_equal(q->sq_tail, q->sq_head);
+  assert_int_equal(progress(w, 0), RR_OK);
+  assert_int_equal(ncalls, calls + 1); /* covered: no second signal */
+}
+
 /* ---- the host's work per message (rr_rail_ep.cost) ----------------------------------- */
 
 /* Counts since `before`, per endpoint. */
@@ -756,9 +971,10 @@ static void one_message(world *w, size_t bytes, rr_tel_cost *before) {
                       .remote_addr = 0x1000 + off, .rkey = 9, .imm = (uint32_t)(off / COST_CHUNK)};
     assert_int_equal(w->ep[0]->ops->post_write(w->ep[0], &wr), RR_OK);
   }
+  assert_int_equal(w->ep[0]->ops->post_flush(w->ep[0]), RR_OK); /* the engine's pass ends */
   assert_int_equal(progress(w, 1), RR_OK);               /* the writes land */
   assert_int_equal(ctrl(w, 1, 0xac4), RR_OK);            /* acknowledgement */
-  /* Every completion polled: the NOP goes out on the second quiet pass. */
+  /* Every completion polled, and passes with nothing to do. */
   for (int k = 0; k < 3; k++) {
     assert_int_equal(progress(w, 0), RR_OK);
     assert_int_equal(progress(w, 1), RR_OK);
@@ -781,31 +997,29 @@ static void test_cost_per_message(void **state) {
     nlog = 0;
     uint32_t held = to_ep(w->ep[1])->qps[0].nrepost; /* consumed receives not posted again yet */
     one_message(w, sizes[z], b);
-    /* Sender: one write per message (a group of all its chunks), one
-     * doorbell; signalled when it is SIGNAL_BYTES (256 KiB) or more, else
-     * the NOP that follows unsignalled writes left alone (a doorbell of its
-     * own) brings its completion. */
-    uint64_t writes = 1, nops = sizes[z] < SIGNAL_BYTES, signalled = !nops;
-    assert_int_equal(cost_since(w, 0, b, RR_TEL_COST_DOORBELLS_SEND), writes + nops);
-    assert_int_equal(cost_since(w, 0, b, RR_TEL_COST_WRS_SEND), writes + nops);
-    assert_int_equal(cost_since(w, 0, b, RR_TEL_COST_CQES_SEND), signalled + nops);
+    /* Sender: one write per message (a group of all its chunks), rung as a
+     * chain of one when the engine's pass ends (post_flush): one doorbell,
+     * signalled (a chain that holds a write ends signalled). No NOP. */
+    assert_int_equal(cost_since(w, 0, b, RR_TEL_COST_DOORBELLS_SEND), 1);
+    assert_int_equal(cost_since(w, 0, b, RR_TEL_COST_WRS_SEND), 1);
+    assert_int_equal(cost_since(w, 0, b, RR_TEL_COST_CQES_SEND), 1);
     assert_int_equal(cost_since(w, 0, b, RR_TEL_COST_DOORBELLS_RECV), 0);
     assert_int_equal(cost_since(w, 0, b, RR_TEL_COST_CQES_RECV), 0);
-    /* Receiver: two ring writes (clear-to-send, ack), each signalled (a send
-     * slot comes back with it); one receive completion for the write and
-     * one for the NOP; receives posted again VERBS_RECV_BATCH at a time. */
-    uint64_t consumed = writes + nops;
+    /* Receiver: two ring writes (clear-to-send, ack), a doorbell each and
+     * unsignalled (one in SIGNAL_RUN is; these three messages make six); one
+     * receive completion for the write; receives posted again
+     * VERBS_RECV_BATCH at a time. */
+    uint64_t consumed = 1;
     assert_int_equal(cost_since(w, 1, b, RR_TEL_COST_DOORBELLS_SEND), 2);
     assert_int_equal(cost_since(w, 1, b, RR_TEL_COST_WRS_SEND), 2);
-    assert_int_equal(cost_since(w, 1, b, RR_TEL_COST_CQES_SEND), 2);
+    assert_int_equal(cost_since(w, 1, b, RR_TEL_COST_CQES_SEND), 0);
     assert_int_equal(cost_since(w, 1, b, RR_TEL_COST_CQES_RECV), consumed);
     assert_int_equal(cost_since(w, 1, b, RR_TEL_COST_DOORBELLS_RECV), (held + consumed) / VERBS_RECV_BATCH);
     assert_int_equal(cost_since(w, 1, b, RR_TEL_COST_WRS_RECV),
                      (held + consumed) / VERBS_RECV_BATCH * VERBS_RECV_BATCH);
-    print_message("cost per %zu KiB message: sender %llu doorbells, %llu send completions; receiver 2 send "
-                  "doorbells, 2 send + %llu recv completions\n",
-                  sizes[z] >> 10, (unsigned long long)(writes + nops), (unsigned long long)(signalled + nops),
-                  (unsigned long long)consumed);
+    print_message("cost per %zu KiB message: sender 1 doorbell, 1 work request, 1 send completion; receiver 2 "
+                  "send doorbells, 0 send + %llu recv completions\n",
+                  sizes[z] >> 10, (unsigned long long)consumed);
   }
 }
 
@@ -817,6 +1031,7 @@ static void test_receives_reposted_in_batches(void **state) {
   rr_tel_cost b[2] = {w->ep[0]->cost, w->ep[1]->cost};
   uint32_t n = 2 * VERBS_RECV_BATCH + 3;
   for (uint32_t k = 0; k < n; k++) assert_int_equal(write_imm(w, 0, k), RR_OK);
+  assert_int_equal(flush(w, 0), RR_OK); /* the engine's pass ends: the chain goes out */
   assert_int_equal(progress(w, 1), RR_OK);
   assert_int_equal(cost_since(w, 1, b, RR_TEL_COST_CQES_RECV), n);
   assert_int_equal(cost_since(w, 1, b, RR_TEL_COST_DOORBELLS_RECV), 2);
@@ -839,7 +1054,9 @@ static void test_split_write(void **state) {
   rr_write_wr wr = {.wr_id = 5, .local = src, .len = sizeof src, .local_mr = &src_mr,
                     .remote_addr = (uintptr_t)dst, .rkey = 9, .imm = 0x77, .bulk = 3 * COST_CHUNK};
   assert_int_equal(w->ep[0]->ops->post_write(w->ep[0], &wr), RR_OK);
+  assert_int_equal(w->ep[0]->ops->post_flush(w->ep[0]), RR_OK);
   assert_int_equal(cost_since(w, 0, b, RR_TEL_COST_WRS_SEND), 2);
+  assert_int_equal(cost_since(w, 0, b, RR_TEL_COST_DOORBELLS_SEND), 1); /* one chain */
   assert_int_equal(progress(w, 1), RR_OK);
   assert_int_equal(cost_since(w, 1, b, RR_TEL_COST_CQES_RECV), 1);
   assert_int_equal(nlog, 1);
@@ -869,6 +1086,7 @@ static void test_two_qps_global_order(void **state) {
   assert_int_equal(ctrl(w, 0, 0xc0), RR_OK);      /* written on QP 0, behind request 1 */
   assert_int_equal(w->ep[0]->ops->post_drain(w->ep[0], 9), RR_OK); /* 2: QP 0 (late) */
   assert_int_equal(write_imm(w, 0, 3), RR_OK);    /* 3: QP 1 */
+  assert_int_equal(w->ep[0]->ops->post_flush(w->ep[0]), RR_OK); /* QP 1's chain: requests 1 and 3 */
   assert_int_equal(nlate, 2); /* requests 0 and 2 went on QP 0 */
   assert_int_equal(progress(w, 1), RR_OK);
   assert_int_equal(nlog, 0); /* requests 1 and 3 arrived, 0 has not: nothing is due */
@@ -880,7 +1098,7 @@ static void test_two_qps_global_order(void **state) {
   expect(2, 1, EV_CTRL, 0xc0);
   expect(3, 1, EV_DRAIN, 9);
   expect(4, 1, EV_WRITE, 3);
-  /* Both QPs' writes complete at the writer (a NOP brings the unsignalled ones). */
+  /* Both QPs' writes complete at the writer (each QP's chain ended signalled). */
   nlog = 0;
   for (int k = 0; k < 3; k++) assert_int_equal(progress(w, 0), RR_OK);
   int done = 0;
@@ -1681,8 +1899,11 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_event_for_unknown_qp_is_ignored, setup, teardown),
       cmocka_unit_test_setup_teardown(test_only_own_messages_inline, setup, teardown),
       cmocka_unit_test_setup_teardown(test_endpoint_footprint_within_budget, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_nop_after_an_idle_cycle_only, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_signalled_by_count_and_by_bytes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_chain_one_doorbell_one_signal, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_ring_writes_signalled_rarely, setup_pair, teardown),
+      cmocka_unit_test_setup_teardown(test_sq_credits_exact_when_nearly_full, setup_pair, teardown),
+      cmocka_unit_test_setup_teardown(test_qp_error_mid_chain_reports_nothing_undone, setup_pair, teardown),
+      cmocka_unit_test_setup_teardown(test_silence_judged_at_measured_rate, setup_pair, teardown),
       cmocka_unit_test_setup_teardown(test_blob_ring_slots_checked, setup, teardown),
       cmocka_unit_test_setup_teardown(test_profiler_descriptor_is_nccls_ib_v1, setup, teardown),
       cmocka_unit_test_setup_teardown(test_ring_ctrl_both_ways, setup_pair, teardown),

@@ -746,6 +746,7 @@ const rr_rail_ops rr_tcp_rail_ops = {
     .ep_addr = tcp_ep_addr,
     .ep_connect = tcp_ep_connect,
     .post_write = tcp_post_write,
+    .post_flush = NULL, /* each write goes to its stream as it is posted */
     .post_ctrl = tcp_post_ctrl,
     .post_drain = tcp_post_drain,
     .progress = tcp_progress,

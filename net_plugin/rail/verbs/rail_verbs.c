@@ -4,12 +4,11 @@
  * QP's arrivals waiting for their turn while holding their receive.
  *
  * Send queue (per QP): every work request takes a credit (a slot of the send ring)
- * before it is posted, so a full queue is RR_AGAIN, never an error. Writes
- * are signalled every SIGNAL_EVERY requests or SIGNAL_BYTES, whichever comes
- * first; RC completes in order, so a
- * signalled completion retires everything posted before it. When writes sit
- * unsignalled and nothing follows them, progress() posts a signalled NOP
- * behind them so their completions (and the rail's liveness) do not wait.
+ * before it is queued, so a full queue is RR_AGAIN, never an error. The
+ * writes of one engine pass go to the NIC as one chained post whose last
+ * request alone is signalled; RC completes in order, so a signalled
+ * completion retires everything posted before it. The rail's own ring
+ * writes are signalled rarely (verbs_chain.c says when and why).
  *
  * Receive queue (per QP): a ring of small buffers, posted again once what
  * they brought is delivered. A write with immediate consumes one (its
@@ -85,6 +84,7 @@ static void verbs_fence(rr_rail_ep *rep) {
   for (int k = 0; k < ep->nqps; k++) {
     struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
     if (ep->qps[k].qp) ep->hca->api->modify_qp(ep->qps[k].qp, &a, IBV_QP_STATE);
+    ep->qps[k].nchain = 0; /* never rung: the engine replays it like the rest */
   }
   ep->fenced = 1;
 }
@@ -92,24 +92,84 @@ static void verbs_fence(rr_rail_ep *rep) {
 static size_t verbs_backlog(rr_rail_ep *rep) { return to_ep(rep)->backlog; }
 
 /* Every work request completed: on RC the peer's NIC acknowledged it, so
- * it is placed. (Unsignalled writes complete with the NOP progress posts
- * behind them.) */
+ * it is placed. Chains of writes end signalled; a tail of the rail's own
+ * unsignalled requests (the last ack, a BYE) has no completion coming, so
+ * asking for it has progress() put a signal behind it (verbs_chain.c). */
 static int verbs_flushed(rr_rail_ep *rep) {
   verbs_ep *ep = to_ep(rep);
   if (ep->failed || !ep->connected || ep->fenced) return 1;
-  for (int k = 0; k < ep->nqps; k++)
-    if (ep->qps[k].sq_tail != ep->qps[k].sq_head) return 0;
-  return 1;
+  int done = 1;
+  for (int k = 0; k < ep->nqps; k++) {
+    verbs_qp *q = &ep->qps[k];
+    if (q->sq_tail == q->sq_head) continue;
+    done = 0;
+    if (q->sq_tail > q->last_signaled) q->signal_wanted = 1;
+  }
+  return done;
 }
 
-/* Completions prove the path: sends completing prove both ways; while our
- * requests wait on any QP, only their completions count. */
+/* When QP q's next completion is due at the earliest: the bytes ahead of
+ * its first outstanding signalled request, at the QP's measured rate (or
+ * rate_floor before it has one), from the later of its last completion and
+ * their posting. 0 when no write is among them. */
+static uint64_t next_completion_due(const verbs_ep *ep, const verbs_qp *q) {
+  uint64_t bytes = 0, from = q->done_ns;
+  for (uint64_t s = q->sq_head; s < q->last_signaled; s++) {
+    const sq_entry *e = &q->sq[s % VERBS_SQ_DEPTH];
+    if (e->slot == -1 || e->slot == SLOT_BULK) {
+      if (!bytes && e->post_ns > from) from = e->post_ns;
+      bytes += e->len;
+    }
+    if (e->signaled) break;
+  }
+  if (!bytes || !from) return 0;
+  double rate = q->rate > ep->rate_floor ? q->rate : ep->rate_floor;
+  return from + (uint64_t)((double)bytes / rate);
+}
+
+/* Completions prove the path: sends completing prove both ways; while a
+ * signalled request of ours waits on any QP, only completions count.
+ *
+ * A completion comes once per chain now, up to CHAIN_BYTES apart, where a
+ * signal every quarter MiB (SIGNAL_BYTES) used to keep them coming on a slow
+ * path (the lab under load moves 2 MB/s: 4 MiB is two seconds, twice δ).
+ * So silence is judged against what the QP has in hand: while the bytes
+ * ahead of the next signal cannot have gone yet at the rate the QP has been
+ * measured to move, no completion is overdue, and the path counts as alive
+ * until then (never later than now). A dead path is still found, up to that
+ * long after δ: at a measured 2 MB/s, 2 s for a full chain; at a NIC's rate,
+ * microseconds. Before a QP has a rate, rate_floor stands in: SIGNAL_BYTES
+ * per quarter of δ, what the old signalling guaranteed, so a fresh QP on a
+ * slow path is judged no harsher than before, and at worst a dead fresh
+ * QP's full chain is found 4 δ late. A zero-length probe behind the chain
+ * would prove nothing sooner: RC completes it only after the chain. What
+ * is not covered: a path whose rate falls many times over within one chain
+ * (its measured rate still the old one) looks silent, as before chaining
+ * such a fall below a quarter MiB per δ/4 did. */
 static uint64_t verbs_last_alive_ns(rr_rail_ep *rep, uint64_t now_ns) {
-  (void)now_ns;
   verbs_ep *ep = to_ep(rep);
-  for (int k = 0; k < ep->nqps; k++)
-    if (ep->qps[k].sq_tail != ep->qps[k].sq_head) return ep->last_tx_ns;
-  return ep->last_rx_ns > ep->last_tx_ns ? ep->last_rx_ns : ep->last_tx_ns;
+  if (ep->failed || ep->fenced) return ep->last_tx_ns;
+  int waiting = 0;
+  uint64_t due = 0;
+  for (int k = 0; k < ep->nqps; k++) {
+    const verbs_qp *q = &ep->qps[k];
+    if (q->sq_head >= q->last_signaled) continue;
+    waiting = 1;
+    uint64_t d = next_completion_due(ep, q);
+    if (d > due) due = d;
+  }
+  if (!waiting) {
+    /* The engine asks when in doubt (life older than δ/8, or a rail not
+     * ACTIVE), and probes it: ring writes of ours no signal covers, its
+     * probe among them, get one, whose completion is the life it looks for
+     * (an idle receiver's peer may send nothing for longer than δ). */
+    for (int k = 0; k < ep->nqps; k++)
+      if (ep->qps[k].sq_tail > ep->qps[k].last_signaled) ep->qps[k].signal_wanted = 1;
+    return ep->last_rx_ns > ep->last_tx_ns ? ep->last_rx_ns : ep->last_tx_ns;
+  }
+  uint64_t alive = ep->last_tx_ns;
+  if (due > alive) alive = due < now_ns ? due : now_ns;
+  return alive;
 }
 
 const rr_rail_ops rr_verbs_rail_ops = {
@@ -127,6 +187,7 @@ const rr_rail_ops rr_verbs_rail_ops = {
     .ep_addr = verbs_ep_addr,
     .ep_connect = verbs_ep_connect,
     .post_write = verbs_post_write,
+    .post_flush = verbs_post_flush,
     .post_ctrl = verbs_post_ctrl,
     .post_drain = verbs_post_drain,
     .progress = verbs_progress,

@@ -45,20 +45,42 @@ rr_status verbs_post_ctrl(rr_rail_ep *rep, const void *msg, uint32_t len) {
   return RR_OK;
 }
 
+/* The credit word, written from credit_src with our count of consumed
+ * messages. The source word is rewritten by later returns before the NIC
+ * may have read it (it goes inline where it can, but need not); it only
+ * ever grows, and a newer count is as true. */
+static void credit_wr(verbs_ep *ep, struct ibv_sge *sge, struct ibv_send_wr *wr) {
+  uint32_t v = htole32((uint32_t)ep->rs.rx_msgs);
+  memcpy(credit_src(ep), &v, 4);
+  *sge = (struct ibv_sge){.addr = (uintptr_t)credit_src(ep), .length = 4, .lkey = ep->bufs_mr->lkey};
+  *wr = (struct ibv_send_wr){.sg_list = sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE, .send_flags = inline_flag(ep, 4)};
+  wr->wr.rdma.remote_addr = ep->peer_ring + VERBS_RING_CREDIT_OFF;
+  wr->wr.rdma.rkey = ep->peer_ring_rkey;
+}
+
 /* Credits back without a message to carry them: once half the ring is
- * consumed and unreported, our count goes into the peer's credit word. The
- * source word is rewritten by later returns before the NIC may have read
- * it; it only ever grows, and a newer count is as true. */
+ * consumed and unreported, our count goes into the peer's credit word. */
 rr_status verbs_ctrl_return_credit(verbs_ep *ep) {
   verbs_qp *q = next_qp(ep);
   if (ep->rs.rx_msgs - ep->rx_returned < VERBS_RING_SLOTS / 2 || sq_full(q)) return RR_OK;
-  uint32_t v = htole32((uint32_t)ep->rs.rx_msgs);
-  memcpy(credit_src(ep), &v, 4);
-  struct ibv_sge sge = {.addr = (uintptr_t)credit_src(ep), .length = 4, .lkey = ep->bufs_mr->lkey};
-  struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE, .send_flags = inline_flag(ep, 4)};
-  wr.wr.rdma.remote_addr = ep->peer_ring + VERBS_RING_CREDIT_OFF;
-  wr.wr.rdma.rkey = ep->peer_ring_rkey;
+  struct ibv_sge sge;
+  struct ibv_send_wr wr;
+  credit_wr(ep, &sge, &wr);
   rr_status st = verbs_post_send(ep, q, &wr, 0, 4, SLOT_INTERNAL, 0);
+  if (st == RR_OK) ep->rx_returned = ep->rs.rx_msgs;
+  return st;
+}
+
+/* A signal behind QP q's unsignalled tail: the credit word again, which
+ * lands nothing new at the peer and consumes none of its receives (the NOP
+ * SEND it replaces cost the peer a receive completion and a repost). It
+ * takes the credit sq_full keeps free. */
+rr_status verbs_ctrl_signal(verbs_ep *ep, verbs_qp *q) {
+  if (q->sq_tail - q->sq_head >= VERBS_SQ_DEPTH) return RR_AGAIN;
+  struct ibv_sge sge;
+  struct ibv_send_wr wr;
+  credit_wr(ep, &sge, &wr);
+  rr_status st = verbs_post_send_signaled(ep, q, &wr, 4);
   if (st == RR_OK) ep->rx_returned = ep->rs.rx_msgs;
   return st;
 }

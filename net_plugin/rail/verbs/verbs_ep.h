@@ -2,7 +2,8 @@
  * (rail_verbs.c says how it works as a whole):
  *   rail_verbs.c      state, failure, fence, liveness, the rail's ops table
  *   verbs_ep_setup.c  open (QPs, buffers, the control ring), address, connect, destroy
- *   verbs_post.c      the send and receive queues: writes, drains, NOPs, receives
+ *   verbs_post.c      the send and receive queues: writes, drains, receives, chained
+ *                     posts and which requests are signalled
  *   verbs_ctrl.c      control messages through the peer's ring, credits back
  *   verbs_progress.c  completions, arrivals and delivery in the writer's order
  * Not for the rest of rerail: rail_verbs.h is the rail's interface. */
@@ -15,8 +16,9 @@
 #include "rail_verbs.h"
 #include "verbs_ring.h"
 
-/* Control messages, drains and NOPs in flight (a slot comes back with the
- * request's completion). Half the peer's ring: control messages are a
+/* Control messages and drains in flight (one that went inline gives its
+ * slot back once posted, a longer one with a later signalled completion:
+ * verbs_chain.c). Half the peer's ring: control messages are a
  * clear-to-send or an ack per request (NCCL keeps 32 requests in flight
  * per connection), which the peer consumes as it polls; more wait in the
  * engine's queue (post_ctrl's RR_AGAIN) for the completions that free slots. */
@@ -29,13 +31,39 @@
 #define RECV_BYTES MSG_HDR
 /* Inline data the QPs ask for: what a small control message takes (an ack,
  * a probe, a clear-to-send for one receive over two rails: header 20 B +
- * body up to 44 B), the credit word, drains and NOPs. Larger messages are
+ * body up to 44 B), the credit word and drains. Larger messages are
  * read by the NIC from their send slot. Each byte of inline capacity is in
  * every WQE of the send queue (576 B of it was most of the queue). */
 #define VERBS_MAX_INLINE 64
-#define SLOT_INTERNAL (-2)        /* sq_entry.slot of a request of the rail's own (a credit write) */
-#define SIGNAL_EVERY 16
-#define SIGNAL_BYTES (256u << 10) /* ... or as soon as this much was written unsignalled */
+#define SLOT_INTERNAL (-2)        /* sq_entry.slot of a request that holds no send slot: a credit
+                                   * write, or a message that went inline (its slot is free once
+                                   * posted: the NIC copied it into the work request) */
+#define SLOT_BULK (-3)            /* sq_entry.slot of the plain RDMA WRITE that carries the bulk of a
+                                   * split write (adaptive routing): it waits on the chain as a
+                                   * write does, and its bytes count, but the write with immediate
+                                   * behind it is the one reported done (verbs_post_write) */
+/* Chained posts (verbs_chain.c): the writes the engine posts in one pass wait
+ * on their QP's chain and go to the NIC as one ibv_post_send (one doorbell)
+ * when the engine says the pass is over (post_flush), before any other
+ * request on that QP, when the chain reaches CHAIN_MAX requests or
+ * CHAIN_BYTES, and in progress(). 4 MiB is a whole message at NCCL's
+ * default step (512 KiB x 8) or 32 chunks of 128 KiB: one doorbell and one
+ * completion per message; the cap bounds how long the first write waits
+ * for the NIC and what one completion covers (the silence judge credits
+ * the bytes ahead of it, rail_verbs.c). */
+#define CHAIN_MAX 32
+#define CHAIN_BYTES (4u << 20)
+/* At most this many requests in a row go unsignalled: control ring writes
+ * (clear-to-send, acks) are signalled rarely, as NCCL's FIFO writes are, but
+ * the hardware frees send queue slots only on a signalled completion, so
+ * one comes at least every quarter of the queue. */
+#define SIGNAL_RUN (VERBS_SQ_DEPTH / 4)
+/* Liveness floor: before a QP has measured its rate, the silence judge
+ * assumes it carries at least this much per quarter of δ (what a signal
+ * every quarter MiB guaranteed before chaining: rail_verbs.c). */
+#define SIGNAL_BYTES (256u << 10)
+/* Rate samples from fewer bytes measure latency, not the path's rate. */
+#define RATE_SAMPLE_MIN (64u << 10)
 /* Receives are posted again in chained batches of this many, one doorbell
  * each, instead of one call per receive (NCCL posts one receive per irecv;
  * rerail's engine consumes about one per message now that a message's chunks
@@ -57,16 +85,29 @@
 #define RECV_ID(q, i) (RECV_TAG | (uint64_t)(q) << 32 | (uint64_t)(i))
 
 /* Type 1 was a control message by SEND: they travel through the ring now. */
+/* Type 3, a NOP, followed unsignalled writes before they were chained (every
+ * chain of writes now ends signalled): no longer sent, still accepted. */
 enum verbs_msg_type { MSG_DRAIN = 2, MSG_NOP = 3 };
 
 typedef struct sq_entry {
   uint64_t wr_id;                 /* the engine's, for writes */
-  uint64_t post_ns;
+  uint64_t post_ns;               /* the engine's stamp, for writes; 0 for the rail's own */
   uint32_t len;
   int16_t slot;                   /* send slot of a SEND or ring write, -1 for the engine's write,
-                                   * SLOT_INTERNAL for a credit write */
+                                   * SLOT_INTERNAL for one that holds none */
   uint8_t signaled;
 } sq_entry;
+
+/* A request queued on a QP's chain, not yet handed to the NIC: what its
+ * work request needs (one gather entry; the QPs are created with one). */
+typedef struct chain_wr {
+  uint64_t laddr, raddr;
+  uint32_t len, lkey, rkey;
+  uint32_t imm;                   /* network order, as the work request carries it */
+  uint8_t opcode;                 /* enum ibv_wr_opcode */
+  uint8_t flags;                  /* IBV_SEND_INLINE or 0; signalling is decided when it is rung */
+  uint8_t nsge;
+} chain_wr;
 
 /* A receive that completed, waiting for its turn in the writer's order:
  * what delivery needs of its work completion (a quarter of one). */
@@ -85,8 +126,14 @@ typedef struct verbs_qp {
   sq_entry sq[VERBS_SQ_DEPTH];
   uint64_t sq_head, sq_tail;      /* sequence numbers: posted = tail, retired = head */
   uint64_t last_signaled;         /* sequence number + 1 of the last signalled request */
-  uint64_t unsignaled_bytes;      /* written since the last signalled request */
-  uint64_t tail_seen;             /* sq_tail when progress last looked */
+  /* Queued, not yet rung: sequence numbers [sq_tail - nchain, sq_tail). Their
+   * credits are taken (sq_tail counts them). */
+  chain_wr chain[CHAIN_MAX];
+  int nchain, chain_writes;
+  uint32_t chain_bytes;
+  int signal_wanted;              /* flushed() asked: the next pass signals the tail (a credit write) */
+  uint64_t done_ns;               /* when its last signalled completion was polled (0: none yet) */
+  double rate;                    /* bytes per ns its writes went at, smoothed; 0 until measured */
   verbs_arrival arrived[VERBS_RQ_DEPTH]; /* each holds one of this QP's receives */
   /* Counted for ever, 64 bits: a 32-bit count would wrap where the depth
    * (not a power of two) does not divide 2^32, and reuse an entry. */
@@ -144,6 +191,9 @@ struct verbs_ep {
    * process just stops answering, which only δ of silence would tell). */
   int watch_fd;
   uint32_t progress_calls;
+  /* SIGNAL_BYTES per quarter of δ, in bytes per ns: the rate the silence
+   * judge assumes of a QP that has not measured one (rail_verbs.c). */
+  double rate_floor;
 };
 
 static inline verbs_ep *to_ep(rr_rail_ep *ep) { return rr_container_of(ep, verbs_ep, base); }
@@ -191,6 +241,8 @@ static inline unsigned inline_flag(const verbs_ep *ep, size_t len) {
   return len > 0 && len <= ep->max_inline ? IBV_SEND_INLINE : 0;
 }
 
+/* One credit stays free for the signalled credit write that retires an
+ * unsignalled tail when flushed() asks (verbs_ctrl_signal). */
 static inline int sq_full(const verbs_qp *q) { return q->sq_tail - q->sq_head >= VERBS_SQ_DEPTH - 1; }
 
 /* The QP that carries the next ordered request, and any control message
@@ -213,9 +265,17 @@ void verbs_destroy(rr_rail_ep *rep);
 /* verbs_post.c */
 rr_status verbs_post_recvs(verbs_ep *ep, int q, const uint16_t *slots, int n);
 rr_status verbs_recv_consumed(verbs_ep *ep, int q, int i);
+/* Queue one send-queue request on QP q (the caller reserved its credit):
+ * the engine's writes (slot -1, and SLOT_BULK) wait on the chain; anything else is rung at
+ * once with whatever the chain holds ahead of it, so order on the QP holds.
+ * _signaled: the same, and this request is signalled whatever the rules say. */
 rr_status verbs_post_send(verbs_ep *ep, verbs_qp *q, struct ibv_send_wr *wr, uint64_t wr_id, uint32_t len,
                           int16_t slot, uint64_t post_ns);
-rr_status verbs_post_msg(verbs_ep *ep, verbs_qp *q, uint8_t type, uint32_t value, int reserve_nop_credit);
+rr_status verbs_post_send_signaled(verbs_ep *ep, verbs_qp *q, struct ibv_send_wr *wr, uint32_t len);
+/* Hand QP q's chain to the NIC: one ibv_post_send. */
+rr_status verbs_ring_chain(verbs_ep *ep, verbs_qp *q, int force_signal);
+rr_status verbs_post_flush(rr_rail_ep *rep);
+rr_status verbs_post_msg(verbs_ep *ep, verbs_qp *q, uint8_t type, uint32_t value, int reserve_signal_credit);
 rr_status verbs_post_write(rr_rail_ep *rep, const rr_write_wr *w);
 rr_status verbs_post_drain(rr_rail_ep *rep, uint32_t epoch);
 
@@ -224,6 +284,9 @@ rr_status verbs_post_ctrl(rr_rail_ep *rep, const void *msg, uint32_t len);
 /* Deliver the messages of our ring that are due (verbs_progress.c's deliver). */
 rr_status verbs_ctrl_deliver(verbs_ep *ep, uint64_t now);
 rr_status verbs_ctrl_return_credit(verbs_ep *ep);
+/* A signalled credit write on QP q: RC completes in order, so its
+ * completion retires every unsignalled request ahead of it. */
+rr_status verbs_ctrl_signal(verbs_ep *ep, verbs_qp *q);
 
 /* verbs_progress.c */
 rr_status verbs_progress(rr_rail_ep *rep);

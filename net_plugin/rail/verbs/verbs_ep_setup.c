@@ -111,6 +111,8 @@ rr_status verbs_ep_open(rr_rail_dev *dev, const rr_rail_events *events, void *ev
   pthread_mutex_unlock(&h->lock);
   for (int i = 0; i < SEND_SLOTS; i++) ep->send_free[i] = (int16_t)i;
   ep->nsend_free = SEND_SLOTS;
+  uint64_t delta_ns = rr_params_get()->progress_timeout_ms * 1000000ull;
+  ep->rate_floor = (double)SIGNAL_BYTES * 4.0 / (double)(delta_ns ? delta_ns : 1);
   int n = rr_params_get()->ib_qps_per_rail;
   ep->nqps = n < 1 ? 1 : n > RR_VERBS_MAX_QPS ? RR_VERBS_MAX_QPS : n;
   ep->rs.max_ahead = (uint32_t)ep->nqps * (VERBS_SQ_DEPTH + VERBS_RQ_DEPTH);

@@ -1,6 +1,6 @@
 /* The verbs endpoint's send and receive queues (verbs_ep.h): writes with
- * immediate, drains and NOPs by SEND, the receives they consume, and the
- * send-queue accounting every request goes through (credits, signalling). */
+ * immediate, drains by SEND, and the receives they consume. Every send-queue
+ * request then goes through verbs_chain.c (chained posts, signalling). */
 #include "verbs_ep.h"
 
 #include <arpa/inet.h>
@@ -39,40 +39,13 @@ rr_status verbs_recv_consumed(verbs_ep *ep, int q, int i) {
   return st;
 }
 
-/* Post one send-queue request on QP q; the caller reserved its credit. */
-rr_status verbs_post_send(verbs_ep *ep, verbs_qp *q, struct ibv_send_wr *wr, uint64_t wr_id, uint32_t len,
-                           int16_t slot, uint64_t post_ns) {
-  uint64_t seq = q->sq_tail;
-  /* Completions are the sender's proof of life: while writes wait, only
-   * theirs count (a probe queues behind them on the QP). Signalling by
-   * count alone spaced them 16 chunks apart, 2 MiB at 128 KiB chunks, which a
-   * slow path (the emulated lab under load: 2 MB/s) takes longer than the
-   * silence limit δ to carry: the only rail was declared silent while
-   * moving data. A byte limit keeps them a quarter MiB apart. */
-  int signaled = slot >= 0 || seq % SIGNAL_EVERY == SIGNAL_EVERY - 1 || q->unsignaled_bytes + len >= SIGNAL_BYTES;
-  wr->wr_id = seq;
-  wr->send_flags |= signaled ? IBV_SEND_SIGNALED : 0;
-  struct ibv_send_wr *bad;
-  if (ibv_post_send(q->qp, wr, &bad) != 0) return verbs_ep_fail(ep, RR_ERR_RAIL, "ibv_post_send failed");
-  /* One call is one doorbell, however many requests it chains. */
-  ep->base.cost.n[RR_TEL_COST_DOORBELLS_SEND]++;
-  ep->base.cost.n[RR_TEL_COST_WRS_SEND]++;
-  q->sq[seq % VERBS_SQ_DEPTH] = (sq_entry){.wr_id = wr_id, .post_ns = post_ns, .len = len, .slot = slot,
-                                          .signaled = (uint8_t)signaled};
-  q->sq_tail++;
-  if (signaled) q->last_signaled = q->sq_tail, q->unsignaled_bytes = 0;
-  else q->unsignaled_bytes += len;
-  if (slot == -1) ep->backlog += len;
-  return RR_OK;
-}
-
 rr_status verbs_post_write(rr_rail_ep *rep, const rr_write_wr *w) {
   verbs_ep *ep = to_ep(rep);
   rr_status st = verbs_ep_usable(ep);
   if (st != RR_OK) return st;
   if (w->len > UINT32_MAX || (w->len && !w->local_mr) || w->bulk > w->len) return RR_ERR_INVALID;
   verbs_qp *q = next_qp(ep);
-  /* One credit stays free for a NOP; a split write takes two. */
+  /* One credit stays free for a signal (sq_full); a split write takes two. */
   if (sq_full(q) || (w->bulk && q->sq_tail + 1 - q->sq_head >= VERBS_SQ_DEPTH - 1)) return RR_AGAIN;
   uint32_t lkey = w->local_mr ? w->local_mr->lkey : 0;
   if (w->bulk) {
@@ -86,7 +59,7 @@ rr_status verbs_post_write(rr_rail_ep *rep, const rr_write_wr *w) {
     struct ibv_send_wr bwr = {.sg_list = &bsge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE};
     bwr.wr.rdma.remote_addr = w->remote_addr;
     bwr.wr.rdma.rkey = w->rkey;
-    st = verbs_post_send(ep, q, &bwr, 0, 0, SLOT_INTERNAL, w->post_ns);
+    st = verbs_post_send(ep, q, &bwr, 0, (uint32_t)w->bulk, SLOT_BULK, w->post_ns);
     if (st != RR_OK) return st;
   }
   uint32_t rest = (uint32_t)(w->len - w->bulk);
@@ -105,11 +78,11 @@ rr_status verbs_post_write(rr_rail_ep *rep, const rr_write_wr *w) {
   return st;
 }
 
-/* A SEND on QP q (a drain or a NOP). */
-rr_status verbs_post_msg(verbs_ep *ep, verbs_qp *q, uint8_t type, uint32_t value, int reserve_nop_credit) {
+/* A SEND on QP q (a drain). */
+rr_status verbs_post_msg(verbs_ep *ep, verbs_qp *q, uint8_t type, uint32_t value, int reserve_signal_credit) {
   rr_status st = verbs_ep_usable(ep);
   if (st != RR_OK) return st;
-  if (ep->nsend_free == 0 || (reserve_nop_credit && sq_full(q)) || q->sq_tail - q->sq_head >= VERBS_SQ_DEPTH)
+  if (ep->nsend_free == 0 || (reserve_signal_credit && sq_full(q)) || q->sq_tail - q->sq_head >= VERBS_SQ_DEPTH)
     return RR_AGAIN;
   int16_t slot = ep->send_free[--ep->nsend_free];
   char *b = send_slot(ep, slot);

@@ -1,8 +1,9 @@
-/* The verbs endpoint's progress (verbs_ep.h): completions from the
- * endpoint's own CQ retire sends and bring
- * arrivals, which are delivered to the engine in the writer's order with
- * the control messages of the ring; a NOP follows unsignalled writes left
- * alone; the setup socket tells when the peer's process is gone. */
+/* The verbs endpoint's progress (verbs_ep.h): chains still queued go to
+ * the NIC; completions from the endpoint's own CQ retire sends (and measure
+ * each QP's rate) and bring arrivals, which are delivered to the engine in
+ * the writer's order with the control messages of the ring; an unsignalled
+ * tail that flushed() or the engine's doubt asked about gets its signal;
+ * the setup socket tells when the peer's process is gone. */
 #include "verbs_ep.h"
 #include "rr_clock.h"
 #include "rr_log.h"
@@ -48,7 +49,13 @@ static int peer_closed(verbs_ep *ep) {
   return n == 0 || (n < 0 && (errno == ECONNRESET || errno == EPIPE));
 }
 
+/* A signalled completion of sequence number seq on q: it and everything
+ * ahead of it completed (RC completes in order). The writes among them give
+ * a sample of the QP's rate: their bytes over the time since the later of
+ * the previous completion and the first one's posting, during which the
+ * NIC was at them (the silence judge's, rail_verbs.c). */
 static rr_status retire_to(verbs_ep *ep, verbs_qp *q, uint64_t seq, uint64_t now) {
+  uint64_t bytes = 0, from = q->done_ns;
   while (q->sq_head <= seq && q->sq_head < q->sq_tail) {
     sq_entry *s = &q->sq[q->sq_head % VERBS_SQ_DEPTH];
     q->sq_head++;
@@ -57,11 +64,19 @@ static rr_status retire_to(verbs_ep *ep, verbs_qp *q, uint64_t seq, uint64_t now
       continue;
     }
     if (s->slot == SLOT_INTERNAL) continue;
+    if (!bytes && s->post_ns > from) from = s->post_ns;
+    bytes += s->len;
     ep->backlog -= s->len;
+    if (s->slot == SLOT_BULK) continue; /* the write with immediate behind it reports both */
     if (ep->base.tel_tx) rr_tel_record(ep->base.tel_tx, s->post_ns, now, s->len);
     rr_status st = ep->base.events->on_write_done(&ep->base, s->wr_id);
     if (st != RR_OK) return verbs_ep_fail(ep, st, "write completion rejected by the engine");
   }
+  if (bytes >= RATE_SAMPLE_MIN && from && now > from) {
+    double sample = (double)bytes / (double)(now - from);
+    q->rate = q->rate > 0 ? (3 * q->rate + sample) / 4 : sample;
+  }
+  q->done_ns = now;
   return RR_OK;
 }
 
@@ -174,6 +189,11 @@ static rr_status deliver(verbs_ep *ep, uint64_t now) {
 /* One pass over our CQ and what is due. */
 #define POLL_BATCH 32
 static rr_status progress_once(verbs_ep *ep) {
+  /* Nothing waits on a chain past a pass (verbs_chain.c). */
+  for (int k = 0; k < ep->nqps && !ep->fenced; k++) {
+    rr_status st = verbs_ring_chain(ep, &ep->qps[k], 0);
+    if (st != RR_OK) return st;
+  }
   for (;;) {
     struct ibv_wc wc[POLL_BATCH];
     int n = ibv_poll_cq(ep->cq, POLL_BATCH, wc);
@@ -211,18 +231,18 @@ static rr_status progress_once(verbs_ep *ep) {
     if (st == RR_OK) st = verbs_ctrl_return_credit(ep);
     if (st != RR_OK) return st;
   }
-  /* Unsignalled writes with nothing behind them: a NOP brings their
-   * completions. "Nothing behind them" is a whole progress cycle in which the
-   * owner posted nothing on that QP (its burst is over), not an age: reading
-   * the clock on every poll costs more than the NOP where the clock is not in
-   * the vDSO (a virtual machine's HPET is a trap per read). */
-  for (int k = 0; k < ep->nqps; k++) {
+  /* An unsignalled tail someone asked about (flushed(), last_alive_ns())
+   * gets a signal behind it (verbs_chain.c); writes never need one: their
+   * chains end signalled. */
+  for (int k = 0; k < ep->nqps && !ep->fenced; k++) {
     verbs_qp *q = &ep->qps[k];
-    if (!ep->fenced && q->sq_tail > q->last_signaled && q->sq_tail > q->sq_head && q->sq_tail == q->tail_seen) {
-      rr_status st = verbs_post_msg(ep, q, MSG_NOP, 0, 0);
-      if (st != RR_OK && st != RR_AGAIN) return st;
+    if (!q->signal_wanted) continue;
+    if (q->sq_tail == q->last_signaled) {
+      q->signal_wanted = 0;
+      continue;
     }
-    q->tail_seen = q->sq_tail;
+    rr_status st = verbs_ctrl_signal(ep, q);
+    if (st != RR_OK && st != RR_AGAIN) return st;
   }
   return RR_OK;
 }
