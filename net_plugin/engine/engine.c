@@ -278,6 +278,16 @@ void rr_engine_background(rr_engine *e, uint64_t now_ns) {
 
 static rr_engine *ep_engine(rr_rail_ep *ep) { return ep->events_arg; }
 
+/* A well-formed frame from the peer on a rail is its process talking: its
+ * NCCL has accepted the connection. Polling last_alive_ns alone can miss
+ * it: a message read before the first poll is hidden from every later one
+ * once our own bytes wait unacknowledged (a path that fails right after
+ * the peer's first clear-to-send), and the rails would then be spared as
+ * "not accepted yet" for the whole connect timeout instead of δ. */
+static void peer_heard(rr_engine *e, const rr_rail_ep *ep) {
+  if (ep->rail >= 0 && ep->rail < e->nrails) e->rails[ep->rail].heard = 1;
+}
+
 static rr_status ev_write_done(rr_rail_ep *ep, uint64_t wr_id) {
   return engine_send_on_write_done(ep_engine(ep), wr_id, (ep->dev->attr.caps & RR_RAIL_CAP_WRITE_DONE_PLACED) != 0);
 }
@@ -286,6 +296,7 @@ static rr_status ev_write_begin(rr_rail_ep *ep, rr_write_hdr *h, void **dst) {
   rr_engine *e = ep_engine(ep);
   *dst = NULL;
   if (e->cfg.role != RR_ENGINE_RECV) return engine_violation(e, ep->rail, ENGINE_VIOL_DIRECTION, "data arrived on a send connection");
+  peer_heard(e, ep);
   return engine_recv_write_begin(e, ep->rail, h, dst);
 }
 
@@ -306,6 +317,7 @@ static rr_status ev_ctrl(rr_rail_ep *ep, const void *msg, uint32_t len) {
   const char *why = NULL;
   if (engine_msg_decode(msg, len, e->nrails, &m, &why) != RR_OK)
     return engine_violation(e, ep->rail, ENGINE_VIOL_MALFORMED, "%s (%u bytes)", why, len);
+  peer_heard(e, ep);
   if (m.type == ENGINE_CTRL_PROBE) return RR_OK; /* its arrival was the point */
   if (m.type == ENGINE_CTRL_BYE) return engine_on_bye(e, &m);
   return e->cfg.role == RR_ENGINE_SEND ? engine_send_on_msg(e, ep->rail, &m)
