@@ -7,7 +7,7 @@
 #   setup_diag_full              everything the first line says, plus the sysctls that bound the
 #                                queues, socket totals, and for every connector stuck in SYN-SENT
 #                                with retransmissions its listener's queue (ss -lnt)
-#   setup_diag_watch PID OUT     in the background while PID lives: every 5 s, the first time a
+#   setup_diag_watch PID OUT     in the background while PID lives: every 2 s, the first time a
 #                                connect has retransmitted its SYN twice (~3 s unanswered on a
 #                                quiet stack), writes setup_diag_full to OUT once
 # shellcheck shell=bash
@@ -49,7 +49,7 @@ setup_diag_full() {
 setup_diag_watch() {
   local pid=$1 out=$2 worst
   while kill -0 "$pid" 2>/dev/null; do
-    sleep 5
+    sleep 2
     worst=$(ss -Htno state syn-sent 2>/dev/null |
       awk 'match($0, /timer:\(on,[^,]*,[0-9]+\)/) {t = substr($0, RSTART, RLENGTH); sub(/.*,/, "", t); sub(/\)/, "", t); if (t + 0 > m) m = t + 0} END {print m + 0}')
     if [ "${worst:-0}" -ge 2 ]; then

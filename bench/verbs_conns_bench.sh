@@ -16,6 +16,8 @@
 # usage (root):  bench/verbs_conns_bench.sh BUILD_DIR [COUNTS...]     default counts: 64 256
 # It boots the lab itself (test/lab/rxe/rxelab.sh run) and prints one line per count and net.
 #   RERAIL_BENCH_NETS     which transports, in order (default "rerail nccl-ib")
+#   RERAIL_BENCH_DURATION seconds of traffic per run (default 8: the sample is taken a second
+#                         into it, and under TCG it takes a few seconds itself)
 #   RERAIL_BENCH_LAB_MEM  the lab guest's memory in MiB (default 3072; both ranks live in the
 #                         one guest: 2,048 connections need ~8 GiB)
 #   RERAIL_BENCH_LAB_TIMEOUT  the lab's time limit in s (default 580; every count runs in one
@@ -45,18 +47,28 @@ export NCCL_DEBUG=WARN
 counts=$*
 [ -n "$counts" ] || counts="64 256"
 nets=${RERAIL_BENCH_NETS:-rerail nccl-ib}
+duration=${RERAIL_BENCH_DURATION:-8}
 find_libnccl "$build"
 case " $nets " in
   *" nccl-ib "*) [ -n "$NCCL_LIB" ] || { echo "verbs_conns_bench: no libnccl.so.2 found (set NCCL_LIB)"; exit 2; } ;;
 esac
 
-kib() { awk -v k="$2" '$1 == k":" {print $2}' "/proc/$1/status"; }
-# The QPs, CQs and MRs (as "qp/cq/mr") the named rdma devices hold together.
+# Both ranks' VmRSS and VmPin (KiB), "A_rss A_pin B_rss B_pin", in one program start: under TCG
+# each costs 0.1-1 s, and the sample must be taken while both ranks still run.
+mem_of() {
+  awk 'FNR == 1 {f++} $1 == "VmRSS:" {r[f] = $2} $1 == "VmPin:" {p[f] = $2}
+       END {printf "%s %s %s %s", (1 in r) ? r[1] : "-", (1 in p) ? p[1] : "-", (2 in r) ? r[2] : "-", (2 in p) ? p[2] : "-"}' \
+    "/proc/$1/status" "/proc/$2/status" 2>/dev/null
+}
+fds_of() { local f=(/proc/"$1"/fd/*); [ -e "${f[0]}" ] && echo "${#f[@]}" || echo -; }
+# The QPs, CQs and MRs (as "qp/cq/mr") the named rdma devices hold together, from a saved
+# `rdma resource show`.
 res() {
-  rdma resource show 2>/dev/null | awk -v devs=" $* " '
+  local show=$1; shift
+  awk -v devs=" $* " '
     {d = $2; sub(/:$/, "", d); if (index(devs, " " d " ") == 0) next
      for (i = 3; i < NF; i++) {if ($i == "qp") q += $(i + 1); if ($i == "cq") c += $(i + 1); if ($i == "mr") m += $(i + 1)}}
-    END {printf "%d/%d/%d", q, c, m}'
+    END {printf "%d/%d/%d", q, c, m}' <<<"$show"
 }
 # What a side runs with for NET: sets side_env (VAR=VALUE list for env(1)) and side_devs.
 side_setup() {
@@ -92,7 +104,7 @@ for n in $counts; do
     work=$(mktemp -d /tmp/verbs-conns.XXXXXX)
     mkdir -p "$work/rdv"
     plugin=$(rxe_net_plugin "$net") || exit 2
-    common=(--plugin "$plugin" --rendezvous "$work/rdv" --conns "$n" --duration 4 --min-size 0 --max-size 4K
+    common=(--plugin "$plugin" --rendezvous "$work/rdv" --conns "$n" --duration "$duration" --min-size 0 --max-size 4K
             --inflight 1 --group 1 --timeout 400 --rdv-timeout 200 --quiet)
     before=$(setup_diag_counters)
     t0=$(date +%s.%N)
@@ -110,11 +122,13 @@ for n in $counts; do
     t_up=$(date +%s.%N)
     kill "$watch" 2>/dev/null; wait "$watch" 2>/dev/null
     sleep 1 # both ranks registered and moving data
+    # Everything sampled first, formatted after: the ranks stop after --duration.
+    fd_a=$(fds_of "$client") fd_b=$(fds_of "$server")
+    read -r rss_a pin_a rss_b pin_b <<<"$(mem_of "$client" "$server")"
+    show=$(rdma resource show 2>/dev/null)
     line=$(printf '%-7s  %5d  %7.1f  %9s  %9s  %9s  %9s  %-14s  %-14s  %5s %5s' "$net" "$n" \
-      "$(awk -v a="$t0" -v b="$t_up" 'BEGIN {print b - a}')" \
-      "$(kib "$client" VmRSS)" "$(kib "$client" VmPin)" "$(kib "$server" VmRSS)" "$(kib "$server" VmPin)" \
-      "$(res "$a_devs")" "$(res "$b_devs")" \
-      "$(ls "/proc/$client/fd" 2>/dev/null | wc -l)" "$(ls "/proc/$server/fd" 2>/dev/null | wc -l)")
+      "$(awk -v a="$t0" -v b="$t_up" 'BEGIN {print b - a}')" "$rss_a" "$pin_a" "$rss_b" "$pin_b" \
+      "$(res "$show" "$a_devs")" "$(res "$show" "$b_devs")" "$fd_a" "$fd_b")
     wait "$client"; crc=$?
     wait "$server"; src=$?
     # The counters that grew during this run (SYNs unanswered, listen queues full, drops).
@@ -127,7 +141,12 @@ for n in $counts; do
       echo "$line" >>"$results"
     else
       echo "$line  $grown FAILED (client $crc, server $src)"
-      grep -h -m3 -E 'WARN|ERROR|error' "$work/client.log" "$work/server.log"
+      # Each rank's first errors, then its warnings counted by kind (numbers and addresses out).
+      for side in client server; do
+        grep -m3 'ERROR' "$work/$side.log" | sed "s/^/  $side: /"
+        grep 'WARN' "$work/$side.log" | sed -E 's/^.* WARN [^ ]+ (\[[^]]*\] )?//; s/[0-9]+(\.[0-9]+)*/N/g' | sort | uniq -c |
+          sort -rn | head -8 | sed "s/^/  $side warns: /"
+      done
     fi
     [ -s "$work/diag" ] && { echo "-- $net $n: a connect's SYN went unanswered twice during setup:"; cat "$work/diag"; }
     rm -rf "$work"
