@@ -19,8 +19,8 @@ setup_diag_counters() {
     $1 ~ /^Tcp(ActiveOpens|PassiveOpens|AttemptFails|RetransSegs)$/ {sub(/^TcpExt|^Tcp/, "", $1); printf "%s=%s ", $1, $2}')
   # softnet_stat: per CPU, the second column counts packets dropped because the CPU's input
   # backlog (net.core.netdev_max_backlog) was full; lo and veth deliver through it.
-  local drops
-  drops=$(awk '{d += strtonum("0x" $2)} END {print d + 0}' /proc/net/softnet_stat 2>/dev/null)
+  local drops=0 d
+  while read -r _ d _; do drops=$((drops + 16#$d)); done </proc/net/softnet_stat
   local ct=unloaded
   [ -r /proc/sys/net/netfilter/nf_conntrack_count ] && ct=$(cat /proc/sys/net/netfilter/nf_conntrack_count)
   echo "${c}softnet_dropped=$drops conntrack=$ct"
@@ -56,5 +56,41 @@ setup_diag_watch() {
       setup_diag_full >"$out" 2>&1
       return 0
     fi
+  done
+}
+
+# setup_diag_stuck_watch PID OUT: in the background while PID lives, every 3 s, the TCP
+# sockets holding bytes nobody reads (established with a Recv-Q: a handshake message not
+# taken) and the listeners holding connections nobody accepts (a listener's Recv-Q). The
+# first time one stays so for four samples running (9-12 s; a healthy setup takes its
+# messages within one sweep over the connections), writes to OUT: those sockets, every socket
+# on their port with its owner, and setup_diag_full. This tells a connector whose listener
+# never read its message from one whose message never arrived.
+setup_diag_stuck_watch() {
+  local pid=$1 out=$2 key cur stuck
+  declare -A age=() next=()
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 3
+    cur=$({ ss -Htn state established 2>/dev/null | awk '$1 > 0 {print "unread:" $3 ">" $4}'
+            ss -Hltn 2>/dev/null | awk '$2 > 0 {print "unaccepted:" $4}'; })
+    next=()
+    for key in $cur; do next[$key]=$((${age[$key]:-0} + 1)); done
+    age=()
+    stuck=""
+    for key in "${!next[@]}"; do
+      age[$key]=${next[$key]}
+      [ "${next[$key]}" -ge 4 ] && stuck="$stuck $key"
+    done
+    [ -z "$stuck" ] && continue
+    {
+      echo "== $(cut -d' ' -f1 /proc/uptime) s: left for four samples (9-12 s):$stuck"
+      local port
+      for port in $(tr ' ' '\n' <<<"$stuck" | grep . | head -5 | sed -E 's/^[a-z]+:[^>]*:([0-9]+)(>.*)?$/\1/' | sort -u); do
+        echo "== every socket on :$port (State Recv-Q Send-Q Local Peer Process)"
+        ss -Htanp "( sport = :$port or dport = :$port )" 2>/dev/null | sed -E 's/users:\(\("([^"]*)",pid=([0-9]+),fd=([0-9]+)\)\)/\1 pid \2 fd \3/'
+      done
+      setup_diag_full
+    } >"$out" 2>&1
+    return 0
   done
 }

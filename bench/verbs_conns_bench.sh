@@ -23,9 +23,10 @@
 #   RERAIL_BENCH_LAB_TIMEOUT  the lab's time limit in s (default 580; every count runs in one
 #                         boot, and 2,048 connections under TCG take minutes to set up)
 #   NCCL_LIB              the libnccl.so.2 whose IB transport is measured (bench/find_libnccl.sh)
-# While connections are being set up, a watcher notes the first connect whose SYN went
-# unanswered twice and prints the guest's TCP queues and counters at that moment
-# (bench/lab_setup_diag.sh); each line ends with the SYN and listen-queue counters' growth.
+# While connections are being set up, two watchers (bench/lab_setup_diag.sh) note the first
+# connect whose SYN went unanswered twice, and the first setup message or connection left
+# untaken for 9-12 s, and print the guest's TCP queues and counters at that moment; each line
+# ends with the SYN and listen-queue counters' growth.
 set -uo pipefail
 if [ "${RXELAB:-}" != 1 ]; then
   top="$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)"
@@ -118,9 +119,11 @@ for n in $counts; do
     client=$!
     setup_diag_watch "$client" "$work/diag" &
     watch=$!
+    setup_diag_stuck_watch "$client" "$work/stuck" &
+    stuck_watch=$!
     while [ ! -e "$work/rdv/client.traffic" ] && kill -0 "$client" 2>/dev/null; do sleep 0.05; done
     t_up=$(date +%s.%N)
-    kill "$watch" 2>/dev/null; wait "$watch" 2>/dev/null
+    kill "$watch" "$stuck_watch" 2>/dev/null; wait "$watch" "$stuck_watch" 2>/dev/null
     sleep 1 # both ranks registered and moving data
     # Everything sampled first, formatted after: the ranks stop after --duration.
     fd_a=$(fds_of "$client") fd_b=$(fds_of "$server")
@@ -149,6 +152,7 @@ for n in $counts; do
       done
     fi
     [ -s "$work/diag" ] && { echo "-- $net $n: a connect's SYN went unanswered twice during setup:"; cat "$work/diag"; }
+    [ -s "$work/stuck" ] && { echo "-- $net $n: bytes or connections left untaken during setup:"; cat "$work/stuck"; }
     rm -rf "$work"
   done
 done
