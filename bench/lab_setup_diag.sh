@@ -10,6 +10,7 @@
 #   setup_diag_watch PID OUT     in the background while PID lives: every 2 s, the first time a
 #                                connect has retransmitted its SYN twice (~3 s unanswered on a
 #                                quiet stack), writes setup_diag_full to OUT once
+# Both watchers hold OUT.busy while they write: a caller that stops them waits for it to go.
 # shellcheck shell=bash
 
 setup_diag_counters() {
@@ -53,7 +54,9 @@ setup_diag_watch() {
     worst=$(ss -Htno state syn-sent 2>/dev/null |
       awk 'match($0, /timer:\(on,[^,]*,[0-9]+\)/) {t = substr($0, RSTART, RLENGTH); sub(/.*,/, "", t); sub(/\)/, "", t); if (t + 0 > m) m = t + 0} END {print m + 0}')
     if [ "${worst:-0}" -ge 2 ]; then
+      : >"$out.busy"
       setup_diag_full >"$out" 2>&1
+      rm -f "$out.busy"
       return 0
     fi
   done
@@ -82,6 +85,7 @@ setup_diag_stuck_watch() {
       [ "${next[$key]}" -ge 4 ] && stuck="$stuck $key"
     done
     [ -z "$stuck" ] && continue
+    : >"$out.busy" # the caller waits for the dump rather than cut it short
     {
       echo "== $(cut -d' ' -f1 /proc/uptime) s: left for four samples (9-12 s):$stuck"
       local port
@@ -91,6 +95,7 @@ setup_diag_stuck_watch() {
       done
       setup_diag_full
     } >"$out" 2>&1
+    rm -f "$out.busy"
     return 0
   done
 }

@@ -123,6 +123,7 @@ for n in $counts; do
     stuck_watch=$!
     while [ ! -e "$work/rdv/client.traffic" ] && kill -0 "$client" 2>/dev/null; do sleep 0.05; done
     t_up=$(date +%s.%N)
+    for _ in $(seq 1 300); do [ -e "$work/diag.busy" ] || [ -e "$work/stuck.busy" ] || break; sleep 0.1; done
     kill "$watch" "$stuck_watch" 2>/dev/null; wait "$watch" "$stuck_watch" 2>/dev/null
     sleep 1 # both ranks registered and moving data
     # Everything sampled first, formatted after: the ranks stop after --duration.
@@ -146,7 +147,7 @@ for n in $counts; do
       echo "$line  $grown FAILED (client $crc, server $src)"
       # Each rank's first errors, then its warnings counted by kind (numbers and addresses out).
       for side in client server; do
-        grep -m3 'ERROR' "$work/$side.log" | sed "s/^/  $side: /"
+        grep -m3 -E 'ERROR|no rail reached' "$work/$side.log" | sed "s/^/  $side: /"
         grep 'WARN' "$work/$side.log" | sed -E 's/^.* WARN [^ ]+ (\[[^]]*\] )?//; s/[0-9]+(\.[0-9]+)*/N/g' | sort | uniq -c |
           sort -rn | head -8 | sed "s/^/  $side warns: /"
       done
