@@ -16,13 +16,14 @@
 # usage (root):  bench/verbs_conns_bench.sh BUILD_DIR [COUNTS...]     default counts: 64 256
 # It boots the lab itself (test/lab/rxe/rxelab.sh run) and prints one line per count and net.
 #   RERAIL_BENCH_NETS     which transports, in order (default "rerail nccl-ib")
-#   RERAIL_BENCH_DURATION seconds of traffic per run (default 8: the sample is taken a second
-#                         into it, and under TCG it takes a few seconds itself)
+#   RERAIL_BENCH_DURATION seconds of traffic per run (default 10; the figures are the last
+#                         sample taken before its last two seconds)
 #   RERAIL_BENCH_LAB_MEM  the lab guest's memory in MiB (default 3072; both ranks live in the
 #                         one guest: 2,048 connections need ~8 GiB)
 #   RERAIL_BENCH_LAB_TIMEOUT  the lab's time limit in s (default 580; every count runs in one
 #                         boot, and 2,048 connections under TCG take minutes to set up)
 #   NCCL_LIB              the libnccl.so.2 whose IB transport is measured (bench/find_libnccl.sh)
+#   RERAIL_BENCH_LOG_GREP a failed run prints its ranks' log lines that match (extended regexp)
 # While connections are being set up, two watchers (bench/lab_setup_diag.sh) note the first
 # connect whose SYN went unanswered twice, and the first setup message or connection left
 # untaken for 9-12 s, and print the guest's TCP queues and counters at that moment; each line
@@ -48,7 +49,7 @@ export NCCL_DEBUG=WARN
 counts=$*
 [ -n "$counts" ] || counts="64 256"
 nets=${RERAIL_BENCH_NETS:-rerail nccl-ib}
-duration=${RERAIL_BENCH_DURATION:-8}
+duration=${RERAIL_BENCH_DURATION:-10}
 find_libnccl "$build"
 case " $nets " in
   *" nccl-ib "*) [ -n "$NCCL_LIB" ] || { echo "verbs_conns_bench: no libnccl.so.2 found (set NCCL_LIB)"; exit 2; } ;;
@@ -125,11 +126,19 @@ for n in $counts; do
     t_up=$(date +%s.%N)
     for _ in $(seq 1 300); do [ -e "$work/diag.busy" ] || [ -e "$work/stuck.busy" ] || break; sleep 0.1; done
     kill "$watch" "$stuck_watch" 2>/dev/null; wait "$watch" "$stuck_watch" 2>/dev/null
-    sleep 1 # both ranks registered and moving data
-    # Everything sampled first, formatted after: the ranks stop after --duration.
-    fd_a=$(fds_of "$client") fd_b=$(fds_of "$server")
-    read -r rss_a pin_a rss_b pin_b <<<"$(mem_of "$client" "$server")"
-    show=$(rdma resource show 2>/dev/null)
+    # Sampled again and again until two seconds before the traffic ends, the last whole sample
+    # kept: rerail makes a connection's bounce buffers at its first small send, and under TCG a
+    # thousand connections driven round-robin take seconds to all have sent.
+    fd_a=- fd_b=- rss_a=- pin_a=- rss_b=- pin_b=- show=""
+    t_traffic=${EPOCHREALTIME/./}
+    while [ $(( ${EPOCHREALTIME/./} - t_traffic )) -lt $(( (duration - 2) * 1000000 )) ]; do
+      sleep 1
+      s_fd_a=$(fds_of "$client") s_fd_b=$(fds_of "$server")
+      read -r s_rss_a s_pin_a s_rss_b s_pin_b <<<"$(mem_of "$client" "$server")"
+      s_show=$(rdma resource show 2>/dev/null)
+      case "$s_fd_a $s_fd_b $s_rss_a $s_pin_a $s_rss_b $s_pin_b" in *-*) break ;; esac # a rank ended
+      fd_a=$s_fd_a fd_b=$s_fd_b rss_a=$s_rss_a pin_a=$s_pin_a rss_b=$s_rss_b pin_b=$s_pin_b show=$s_show
+    done
     line=$(printf '%-7s  %5d  %7.1f  %9s  %9s  %9s  %9s  %-14s  %-14s  %5s %5s' "$net" "$n" \
       "$(awk -v a="$t0" -v b="$t_up" 'BEGIN {print b - a}')" "$rss_a" "$pin_a" "$rss_b" "$pin_b" \
       "$(res "$show" "$a_devs")" "$(res "$show" "$b_devs")" "$fd_a" "$fd_b")
@@ -145,8 +154,10 @@ for n in $counts; do
       echo "$line" >>"$results"
     else
       echo "$line  $grown FAILED (client $crc, server $src)"
-      # Each rank's first errors, then its warnings counted by kind (numbers and addresses out).
+      # Each rank's first errors, then its warnings counted by kind (numbers and addresses out),
+      # and the lines RERAIL_BENCH_LOG_GREP (an extended regexp) picks, whole.
       for side in client server; do
+        [ -n "${RERAIL_BENCH_LOG_GREP:-}" ] && grep -E "$RERAIL_BENCH_LOG_GREP" "$work/$side.log" | head -60 | sed "s/^/  $side: /"
         grep -m3 -E 'ERROR|no rail reached' "$work/$side.log" | sed "s/^/  $side: /"
         grep 'WARN' "$work/$side.log" | sed -E 's/^.* WARN [^ ]+ (\[[^]]*\] )?//; s/[0-9]+(\.[0-9]+)*/N/g' | sort | uniq -c |
           sort -rn | head -8 | sed "s/^/  $side warns: /"
