@@ -24,6 +24,9 @@
 #                         boot, and 2,048 connections under TCG take minutes to set up)
 #   NCCL_LIB              the libnccl.so.2 whose IB transport is measured (bench/find_libnccl.sh)
 #   RERAIL_BENCH_LOG_GREP a failed run prints its ranks' log lines that match (extended regexp)
+#   RERAIL_CONNECT_TIMEOUT (the plugin's) from 512 connections on under TCG: above the time of one
+#                         round-robin sweep over every connection (~35 s at 512), or connections
+#                         still progressing are timed out at setup (bench/RESULTS.md §11)
 # While connections are being set up, two watchers (bench/lab_setup_diag.sh) note the first
 # connect whose SYN went unanswered twice, and the first setup message or connection left
 # untaken for 9-12 s, and print the guest's TCP queues and counters at that moment; each line
@@ -38,7 +41,7 @@ fi
 build=$(cd "$1" && pwd); shift
 # The guest's input backlog per CPU (net.core.netdev_max_backlog, 1000 by default): rxe's packets
 # reach the peer's veth through it, and hundreds of connections' packets at once overflow it
-# (22,077 drops in one 512-connection run, every connection then silent on both rails). A real
+# (22,077 drops in one 512-connection run, nearly every connection then silent on both rails). A real
 # NIC has its own rings; the emulated one has only this queue.
 sysctl -qw net.core.netdev_max_backlog=65536 || echo "verbs_conns_bench: could not raise net.core.netdev_max_backlog"
 here=$(cd "$(dirname "$(readlink -f "$0")")" && pwd)
