@@ -1,67 +1,218 @@
 #!/bin/bash
-# Connections per process over the verbs rail, in the Soft-RoCE lab: for each count N, the
-# harness as host A (client) and host B (server) with N connections over both NICs
-# (RERAIL_BACKUPS=1: every connection an endpoint on each NIC), small checked messages for a
-# few seconds. Reported per count: setup time (both ranks start to every connection up),
-# each rank's resident memory (VmRSS) and pinned memory (VmPin: what ibv_reg_mr pinned), and
-# the QPs, CQs and MRs the rxe devices of each host hold (rdma resource show). The per-
-# connection figures are the differences between two counts divided by the difference in
-# connections, so fixed costs (the plugin, the harness, libibverbs) drop out.
+# Connections per process over verbs, in the Soft-RoCE lab: rerail's verbs rail and NCCL's own
+# IB transport, one after the other in the same guest. For each count N and each transport, the
+# harness as host A (client, sends) and host B (server, receives) with N connections, small
+# checked messages for a few seconds:
+#   rerail   both NICs of each host, RERAIL_BACKUPS=1: every connection an endpoint on each NIC
+#   nccl-ib  NCCL's ncclNetIb (harness --plugin nccl-ib), one NIC per host (rxe0 / rxe2): NCCL
+#            has no warm backup, a connection is one QP on one NIC
+# Reported per count: setup time (both ranks start to the sender's every connection up), each
+# rank's resident memory (VmRSS) and pinned memory (VmPin: what ibv_reg_mr pinned), the QPs,
+# CQs and MRs the rxe devices of each host hold (rdma resource show, summed over the host's
+# NICs), the descriptors each rank holds. Then per connection side (the differences between two
+# consecutive counts divided by the difference in connections, so fixed costs — the plugin,
+# libnccl, the harness, libibverbs — drop out) and rerail / NCCL for each.
 #
-# usage (root):  bench/verbs_conns_bench.sh BUILD_DIR [COUNTS...]     default counts: 16 64
-# It boots the lab itself (test/lab/rxe/rxelab.sh run) and prints one line per count.
-#   RERAIL_BENCH_LAB_MEM  the lab guest's memory in MiB (default 3072; 2,048 connections need
-#                         more: both ranks live in the one guest)
+# usage (root):  bench/verbs_conns_bench.sh BUILD_DIR [COUNTS...]     default counts: 64 256
+# It boots the lab itself (test/lab/rxe/rxelab.sh run) and prints one line per count and net.
+#   RERAIL_BENCH_NETS     which transports, in order (default "rerail nccl-ib")
+#   RERAIL_BENCH_DURATION seconds of traffic per run (default 10; the figures are the last
+#                         sample taken before its last two seconds)
+#   RERAIL_BENCH_LAB_MEM  the lab guest's memory in MiB (default 3072; both ranks live in the
+#                         one guest: 2,048 connections need ~8 GiB)
 #   RERAIL_BENCH_LAB_TIMEOUT  the lab's time limit in s (default 580; every count runs in one
 #                         boot, and 2,048 connections under TCG take minutes to set up)
+#   NCCL_LIB              the libnccl.so.2 whose IB transport is measured (bench/find_libnccl.sh)
+#   RERAIL_BENCH_LOG_GREP a failed run prints its ranks' log lines that match (extended regexp)
+#   RERAIL_CONNECT_TIMEOUT (the plugin's) from 512 connections on under TCG: above the time of one
+#                         round-robin sweep over every connection (~35 s at 512), or connections
+#                         still progressing are timed out at setup (bench/RESULTS.md §11)
+# While connections are being set up, two watchers (bench/lab_setup_diag.sh) note the first
+# connect whose SYN went unanswered twice, and the first setup message or connection left
+# untaken for 9-12 s, and print the guest's TCP queues and counters at that moment; each line
+# ends with the SYN and listen-queue counters' growth.
 set -uo pipefail
 if [ "${RXELAB:-}" != 1 ]; then
   top="$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)"
   build=$(readlink -f "$1"); shift
   exec "$top/test/lab/rxe/rxelab.sh" run --timeout "${RERAIL_BENCH_LAB_TIMEOUT:-580}" --mem "${RERAIL_BENCH_LAB_MEM:-3072}" -- \
-    "$top/bench/verbs_conns_bench.sh" "$build" "${@:-16 64}"
+    "$top/bench/verbs_conns_bench.sh" "$build" "${@:-64 256}"
 fi
-build=$1; shift
+build=$(cd "$1" && pwd); shift
+# The guest's input backlog per CPU (net.core.netdev_max_backlog, 1000 by default): rxe's packets
+# reach the peer's veth through it, and hundreds of connections' packets at once overflow it
+# (22,077 drops in one 512-connection run, nearly every connection then silent on both rails). A real
+# NIC has its own rings; the emulated one has only this queue.
+sysctl -qw net.core.netdev_max_backlog=65536 || echo "verbs_conns_bench: could not raise net.core.netdev_max_backlog"
+here=$(cd "$(dirname "$(readlink -f "$0")")" && pwd)
+# shellcheck source=bench/rxe_nets.sh
+source "$here/rxe_nets.sh"
+# shellcheck source=bench/find_libnccl.sh
+source "$here/find_libnccl.sh"
+# shellcheck source=bench/lab_setup_diag.sh
+source "$here/lab_setup_diag.sh"
 harness=$build/test/harness/rerail-harness
 export LD_LIBRARY_PATH="$build/net_plugin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export RERAIL_TRANSPORT=verbs RERAIL_IB_GID_INDEX=1 RERAIL_BACKUPS=1
 export NCCL_DEBUG=WARN
 counts=$*
-[ -n "$counts" ] || counts="16 64"
+[ -n "$counts" ] || counts="64 256"
+nets=${RERAIL_BENCH_NETS:-rerail nccl-ib}
+duration=${RERAIL_BENCH_DURATION:-10}
+find_libnccl "$build"
+case " $nets " in
+  *" nccl-ib "*) [ -n "$NCCL_LIB" ] || { echo "verbs_conns_bench: no libnccl.so.2 found (set NCCL_LIB)"; exit 2; } ;;
+esac
 
-kib() { awk -v k="$2" '$1 == k":" {print $2}' "/proc/$1/status"; }
-res() { # DEV KIND: how many the device holds
-  rdma resource show 2>/dev/null | awk -v d="$1:" -v k="$2" '{for (i = 1; i < NF; i++) if ($2 == d && $i == k) print $(i + 1)}'
+# Both ranks' VmRSS and VmPin (KiB), "A_rss A_pin B_rss B_pin", in one program start: under TCG
+# each costs 0.1-1 s, and the sample must be taken while both ranks still run.
+mem_of() {
+  awk 'FNR == 1 {f++} $1 == "VmRSS:" {r[f] = $2} $1 == "VmPin:" {p[f] = $2}
+       END {printf "%s %s %s %s", (1 in r) ? r[1] : "-", (1 in p) ? p[1] : "-", (2 in r) ? r[2] : "-", (2 in p) ? p[2] : "-"}' \
+    "/proc/$1/status" "/proc/$2/status" 2>/dev/null
+}
+fds_of() { local f=(/proc/"$1"/fd/*); [ -e "${f[0]}" ] && echo "${#f[@]}" || echo -; }
+# The QPs, CQs and MRs (as "qp/cq/mr") the named rdma devices hold together, from a saved
+# `rdma resource show`.
+res() {
+  local show=$1; shift
+  awk -v devs=" $* " '
+    {d = $2; sub(/:$/, "", d); if (index(devs, " " d " ") == 0) next
+     for (i = 3; i < NF; i++) {if ($i == "qp") q += $(i + 1); if ($i == "cq") c += $(i + 1); if ($i == "mr") m += $(i + 1)}}
+    END {printf "%d/%d/%d", q, c, m}' <<<"$show"
+}
+# What a side runs with for NET: sets side_env (VAR=VALUE list for env(1)) and side_devs.
+side_setup() {
+  local net=$1 side=$2
+  case $net in
+    rerail)
+      # The backup's NIC too; set-up goes out of band (the first veth's address, over lo).
+      if [ "$side" = A ]; then
+        side_env=(RERAIL_TRANSPORT=verbs RERAIL_IB_GID_INDEX=1 RERAIL_BACKUPS=1 "RERAIL_IB_HCA==rxe0,rxe1"
+                  "RERAIL_SOCKET_IFNAME==vethA0,vethA1" RERAIL_HEALTH_PATH=/dev/shm/rr-conns-A)
+        side_devs="rxe0 rxe1"
+      else
+        side_env=(RERAIL_TRANSPORT=verbs RERAIL_IB_GID_INDEX=1 RERAIL_BACKUPS=1 "RERAIL_IB_HCA==rxe2,rxe3"
+                  "RERAIL_SOCKET_IFNAME==vethB0,vethB1" RERAIL_HEALTH_PATH=/dev/shm/rr-conns-B)
+        side_devs="rxe2 rxe3"
+      fi ;;
+    nccl-ib)
+      rxe_net_env nccl-ib "$side" || return 2
+      side_env=("${rxe_env[@]}")
+      if [ "$side" = A ]; then side_devs="rxe0 rxe1"; else side_devs="rxe2 rxe3"; fi ;;
+    *) echo "verbs_conns_bench: unknown net '$net' (rerail, nccl-ib)"; return 2 ;;
+  esac
 }
 
-echo "conns  setup_s  A_rss_kib  A_pin_kib  B_rss_kib  B_pin_kib  rxe0_qp rxe0_cq rxe0_mr  rxe2_qp rxe2_cq rxe2_mr  A_fds B_fds"
+results=$(mktemp /tmp/verbs-conns-results.XXXXXX)
+echo "verbs_conns_bench: counts $counts, nets $nets; NCCL ${NCCL_LIB:+$(libnccl_version "$NCCL_LIB") ($NCCL_LIB)}"
+echo "net      conns  setup_s  A_rss_kib  A_pin_kib  B_rss_kib  B_pin_kib  A_qp/cq/mr      B_qp/cq/mr      A_fds B_fds  tcp counters grown"
 for n in $counts; do
-  # Per connection and rank: a listener (server), each endpoint's setup socket, and the verbs
-  # objects' file descriptors; 8 per connection leaves room.
-  ulimit -n $((n * 8 + 256))
-  work=$(mktemp -d /tmp/verbs-conns.XXXXXX)
-  mkdir -p "$work/rdv"
-  common=(--rendezvous "$work/rdv" --conns "$n" --duration 4 --min-size 0 --max-size 4K --inflight 1
-          --group 1 --timeout 400 --rdv-timeout 200 --quiet)
-  t0=$(date +%s.%N)
-  RERAIL_SOCKET_IFNAME==vethB0,vethB1 RERAIL_IB_HCA==rxe2,rxe3 RERAIL_HEALTH_PATH=/dev/shm/rr-conns-B \
-    "$harness" --role server "${common[@]}" >"$work/server.log" 2>&1 &
-  server=$!
-  RERAIL_SOCKET_IFNAME==vethA0,vethA1 RERAIL_IB_HCA==rxe0,rxe1 RERAIL_HEALTH_PATH=/dev/shm/rr-conns-A \
-    "$harness" --role client "${common[@]}" >"$work/client.log" 2>&1 &
-  client=$!
-  while [ ! -e "$work/rdv/client.traffic" ] && kill -0 "$client" 2>/dev/null; do sleep 0.05; done
-  t_up=$(date +%s.%N)
-  sleep 1 # both ranks registered and moving data
-  line=$(printf '%5d  %7.1f  %9s  %9s  %9s  %9s  %7s %7s %7s  %7s %7s %7s  %5s %5s' "$n" \
-    "$(awk -v a="$t0" -v b="$t_up" 'BEGIN {print b - a}')" \
-    "$(kib "$client" VmRSS)" "$(kib "$client" VmPin)" "$(kib "$server" VmRSS)" "$(kib "$server" VmPin)" \
-    "$(res rxe0 qp)" "$(res rxe0 cq)" "$(res rxe0 mr)" "$(res rxe2 qp)" "$(res rxe2 cq)" "$(res rxe2 mr)" \
-    "$(ls "/proc/$client/fd" 2>/dev/null | wc -l)" "$(ls "/proc/$server/fd" 2>/dev/null | wc -l)")
-  wait "$client"; crc=$?
-  wait "$server"; src=$?
-  [ "$crc" -eq 0 ] && [ "$src" -eq 0 ] || line="$line  FAILED (client $crc, server $src)"
-  echo "$line"
-  if [ "$crc" -ne 0 ] || [ "$src" -ne 0 ]; then grep -h -m3 -E 'WARN|ERROR' "$work/client.log" "$work/server.log"; fi
-  rm -rf "$work"
+  for net in $nets; do
+    # Per connection and rank: a listener (server), each endpoint's setup socket, and the verbs
+    # objects' file descriptors; 8 per connection leaves room.
+    ulimit -n $((n * 8 + 256))
+    work=$(mktemp -d /tmp/verbs-conns.XXXXXX)
+    mkdir -p "$work/rdv"
+    plugin=$(rxe_net_plugin "$net") || exit 2
+    common=(--plugin "$plugin" --rendezvous "$work/rdv" --conns "$n" --duration "$duration" --min-size 0 --max-size 4K
+            --inflight 1 --group 1 --timeout 400 --rdv-timeout 200 --quiet)
+    before=$(setup_diag_counters)
+    t0=$(date +%s.%N)
+    side_setup "$net" B || exit 2
+    b_devs=$side_devs
+    env "${side_env[@]}" "$harness" --role server "${common[@]}" >"$work/server.log" 2>&1 &
+    server=$!
+    side_setup "$net" A || exit 2
+    a_devs=$side_devs
+    env "${side_env[@]}" "$harness" --role client "${common[@]}" >"$work/client.log" 2>&1 &
+    client=$!
+    setup_diag_watch "$client" "$work/diag" &
+    watch=$!
+    setup_diag_stuck_watch "$client" "$work/stuck" &
+    stuck_watch=$!
+    while [ ! -e "$work/rdv/client.traffic" ] && kill -0 "$client" 2>/dev/null; do sleep 0.05; done
+    t_up=$(date +%s.%N)
+    for _ in $(seq 1 300); do [ -e "$work/diag.busy" ] || [ -e "$work/stuck.busy" ] || break; sleep 0.1; done
+    kill "$watch" "$stuck_watch" 2>/dev/null; wait "$watch" "$stuck_watch" 2>/dev/null
+    # Sampled again and again until two seconds before the traffic ends, the last whole sample
+    # kept: rerail makes a connection's bounce buffers at its first small send, and under TCG a
+    # thousand connections driven round-robin take seconds to all have sent.
+    fd_a=- fd_b=- rss_a=- pin_a=- rss_b=- pin_b=- show=""
+    t_traffic=${EPOCHREALTIME/./}
+    while [ $(( ${EPOCHREALTIME/./} - t_traffic )) -lt $(( (duration - 2) * 1000000 )) ]; do
+      sleep 1
+      s_fd_a=$(fds_of "$client") s_fd_b=$(fds_of "$server")
+      read -r s_rss_a s_pin_a s_rss_b s_pin_b <<<"$(mem_of "$client" "$server")"
+      s_show=$(rdma resource show 2>/dev/null)
+      case "$s_fd_a $s_fd_b $s_rss_a $s_pin_a $s_rss_b $s_pin_b" in *-*) break ;; esac # a rank ended
+      fd_a=$s_fd_a fd_b=$s_fd_b rss_a=$s_rss_a pin_a=$s_pin_a rss_b=$s_rss_b pin_b=$s_pin_b show=$s_show
+    done
+    line=$(printf '%-7s  %5d  %7.1f  %9s  %9s  %9s  %9s  %-14s  %-14s  %5s %5s' "$net" "$n" \
+      "$(awk -v a="$t0" -v b="$t_up" 'BEGIN {print b - a}')" "$rss_a" "$pin_a" "$rss_b" "$pin_b" \
+      "$(res "$show" "$a_devs")" "$(res "$show" "$b_devs")" "$fd_a" "$fd_b")
+    wait "$client"; crc=$?
+    wait "$server"; src=$?
+    # The counters that grew during this run (SYNs unanswered, listen queues full, drops).
+    grown=$(awk -v a="$before" -v b="$(setup_diag_counters)" 'BEGIN {
+      na = split(a, x, " "); for (i = 1; i <= na; i++) {split(x[i], kv, "="); v[kv[1]] = kv[2]}
+      nb = split(b, y, " "); for (i = 1; i <= nb; i++) {split(y[i], kv, "=")
+        if (kv[2] ~ /^[0-9]+$/ && kv[2] - v[kv[1]] != 0) printf "%s+%d ", kv[1], kv[2] - v[kv[1]]}}')
+    if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ]; then
+      echo "$line  $grown"
+      echo "$line" >>"$results"
+    else
+      echo "$line  $grown FAILED (client $crc, server $src)"
+      # Each rank's first errors, then its warnings counted by kind (numbers and addresses out),
+      # and the lines RERAIL_BENCH_LOG_GREP (an extended regexp) picks, whole.
+      for side in client server; do
+        [ -n "${RERAIL_BENCH_LOG_GREP:-}" ] && grep -E "$RERAIL_BENCH_LOG_GREP" "$work/$side.log" | head -60 | sed "s/^/  $side: /"
+        grep -m3 -E 'ERROR|no rail reached' "$work/$side.log" | sed "s/^/  $side: /"
+        grep 'WARN' "$work/$side.log" | sed -E 's/^.* WARN [^ ]+ (\[[^]]*\] )?//; s/[0-9]+(\.[0-9]+)*/N/g' | sort | uniq -c |
+          sort -rn | head -8 | sed "s/^/  $side warns: /"
+      done
+    fi
+    [ -s "$work/diag" ] && { echo "-- $net $n: a connect's SYN went unanswered twice during setup:"; cat "$work/diag"; }
+    [ -s "$work/stuck" ] && { echo "-- $net $n: bytes or connections left untaken during setup:"; cat "$work/stuck"; }
+    rm -rf "$work"
+  done
 done
+
+# Per connection side, between consecutive counts of one net, and rerail / NCCL where both ran.
+echo
+echo "per connection side (KiB; QP/CQ/MR per connection and host; setup ms per connection):"
+awk '
+  function per(a, b) {return (b - a) / dn}
+  function split3(s, o) {split(s, o, "/")}
+  {net = $1; n = $2
+   if (net in last_n) {
+     dn = n - last_n[net]; p = last[net]; split(p, q, " ")
+     split3(q[8], qa); split3($8, ca); split3(q[9], qb); split3($9, cb)
+     key = last_n[net] "-" n
+     row[net, key] = sprintf("%.0f %.0f %.0f %.0f %.2f/%.2f/%.2f %.2f/%.2f/%.2f %.1f",
+       per(q[4], $4), per(q[5], $5), per(q[6], $6), per(q[7], $7),
+       per(qa[1], ca[1]), per(qa[2], ca[2]), per(qa[3], ca[3]), per(qb[1], cb[1]), per(qb[2], cb[2]), per(qb[3], cb[3]),
+       1000 * per(q[3], $3))
+     if (!(key in seen)) {seen[key] = 1; keys[++nk] = key}
+   }
+   last_n[net] = n; last[net] = $0; setup[net, n] = $3; if (!(n in seen_n)) {seen_n[n] = 1; ns[++nn] = n}}
+  END {
+    for (k = 1; k <= nn; k++)
+      if ((("rerail", ns[k]) in setup) && (("nccl-ib", ns[k]) in setup) && setup["nccl-ib", ns[k]] > 0)
+        printf "setup of %d connections: rerail %.1f s, nccl-ib %.1f s, rerail / NCCL %.2f\n", ns[k],
+          setup["rerail", ns[k]], setup["nccl-ib", ns[k]], setup["rerail", ns[k]] / setup["nccl-ib", ns[k]]
+    print "net      conns      A_rss  A_pin  B_rss  B_pin  A_qp/cq/mr        B_qp/cq/mr        setup_ms"
+    for (k = 1; k <= nk; k++) {
+      key = keys[k]
+      for (net in last_n) if ((net, key) in row) {
+        split(row[net, key], r, " "); printf "%-7s  %-9s  %5s  %5s  %5s  %5s  %-16s  %-16s  %s\n", net, key, r[1], r[2], r[3], r[4], r[5], r[6], r[7]}
+      if ((("rerail", key) in row) && (("nccl-ib", key) in row)) {
+        split(row["rerail", key], a, " "); split(row["nccl-ib", key], b, " ")
+        printf "%-7s  %-9s", "ratio", key
+        for (i = 1; i <= 4; i++) printf "  %5s", (b[i] > 0 ? sprintf("%.2f", a[i] / b[i]) : "-")
+        split(a[5], x, "/"); split(b[5], y, "/"); printf "  %-16s", sprintf("%s/%s", (y[1] > 0 ? sprintf("%.1f", x[1] / y[1]) : "-"), (y[2] > 0 ? sprintf("%.1f", x[2] / y[2]) : "-"))
+        split(a[6], x, "/"); split(b[6], y, "/"); printf "  %-16s", sprintf("%s/%s", (y[1] > 0 ? sprintf("%.1f", x[1] / y[1]) : "-"), (y[2] > 0 ? sprintf("%.1f", x[2] / y[2]) : "-"))
+        printf "  %s\n", (b[7] > 0 ? sprintf("%.2f", a[7] / b[7]) : "-")
+      }
+    }
+  }' "$results"
+rm -f "$results"
