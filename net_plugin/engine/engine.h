@@ -490,7 +490,7 @@ void engine_gray_on_notice(rr_engine *e, const engine_msg *m);
 /* A probe write arrived (receiver): RR_OK to discard it, or a violation. */
 rr_status engine_gray_probe_begin(rr_engine *e, int rail, const rr_write_hdr *h);
 #define ENGINE_PROBE_WR_ID UINT64_MAX
-#define ENGINE_PROBE_MAX_WRITE (1u << 20)   /* the receiver refuses larger probe writes */
+#define ENGINE_PROBE_MAX_WRITE RR_WRITE_PROBE_MAX /* the receiver refuses larger probe writes */
 
 /* engine_send.c */
 /* now: the caller's clock reading, or 0 to read it when a chunk is posted. */

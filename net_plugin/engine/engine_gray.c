@@ -43,11 +43,13 @@
  * degraded_pct of that level for degraded_ns is degraded; each connection
  * with traffic elsewhere then demotes its rail on it (DEGRADED, through
  * engine_rail_set_state: the same rollback as a failure, so nothing is lost
- * or duplicated).
+ * or duplicated; a rail whose fence would reset its endpoint, verbs, is
+ * drained instead of fenced, so it stays connected).
  *
- * A demoted rail carries no NCCL data. It is probed with filler writes the
- * receiver discards (RR_WRITE_PROBE; rails that place writes themselves
- * only): one probe of RR_GRAY_PROBE_BYTES per link at a time, posted when
+ * A demoted rail carries no NCCL data. It is probed with filler writes that
+ * never reach the peer's engine as data (RR_WRITE_PROBE, rails with
+ * RR_RAIL_CAP_PROBE_WRITE: TCP's receiver discards them, verbs writes them
+ * into the peer rail's scratch memory): one probe of RR_GRAY_PROBE_BYTES per link at a time, posted when
  * the rail has handed everything on and timed until it has again
  * (rr_rail_ops.flushed: the peer's kernel or NIC acknowledged it). Probes at
  * restore_pct of the healthy level for the fail-back hold (with the same
@@ -385,10 +387,10 @@ static void probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
 void engine_gray_tick(rr_engine *e, int r, uint64_t now) {
   engine_rail *rl = &e->rails[r];
   /* Balance mode already gives a slow rail the share it drains (a backed-up
-   * rail is skipped); a rail the receiver cannot be probed through (verbs
-   * places writes itself) is judged by failures only, for now. */
+   * rail is skipped); a rail that cannot be probed could be demoted but
+   * never restored: it is judged by failures only. */
   if (e->cfg.role != RR_ENGINE_SEND || !e->cfg.degraded_pct || e->cfg.failover_mode != RR_FAILOVER_CHAIN ||
-      !(rl->ep->dev->attr.caps & RR_RAIL_CAP_WRITE_BEGIN))
+      !(rl->ep->dev->attr.caps & RR_RAIL_CAP_PROBE_WRITE))
     return;
   pthread_mutex_lock(&gray_lock);
   gray_held = 1;

@@ -202,8 +202,14 @@ void engine_rail_set_state(rr_engine *e, int r, rr_rail_state st, const char *wh
    * fenced: nothing it carried lands after this, so it owes no drain, and
    * receives that waited only for that drain may complete. (One on
    * probation here may still carry chunks the peer sent on it: it is not
-   * cut off without the rollback that only a failure from ACTIVE starts.) */
-  if (((st == RR_RAIL_DOWN || st == RR_RAIL_DEGRADED) && old == RR_RAIL_ACTIVE) || st == RR_RAIL_DEAD) {
+   * cut off without the rollback that only a failure from ACTIVE starts.)
+   * A demoted rail must stay connected to be probed: it is fenced only
+   * where a fence keeps the endpoint (TCP); elsewhere (verbs: a fence
+   * resets the QP) it is drained like the rails that stay up, and it still
+   * carries what it had of the old epoch until it fails or drains. */
+  int carried = old == RR_RAIL_ACTIVE || (old == RR_RAIL_DEGRADED && !rl->fenced);
+  int demoted_cheap = st == RR_RAIL_DEGRADED && old == RR_RAIL_ACTIVE && engine_rail_fence_cheap(e, r);
+  if ((carried && st == RR_RAIL_DOWN) || demoted_cheap || st == RR_RAIL_DEAD) {
     if (!rl->fenced) rl->ep->ops->fence(rl->ep), rl->fenced = 1;
     if (rl->need_drain) {
       rl->need_drain = 0;
