@@ -99,7 +99,11 @@ typedef struct engine_rail {
   uint64_t g_posted, g_prev_posted;
   size_t g_prev_backlog;
   int g_prev_loaded;
+  int g_prev_flushed;
   uint64_t g_prev_ns;
+  /* A latency sample (gray_latency.h) under way: posted onto the idle rail
+   * around g_lat_t0 (0: none), g_lat_bytes of it, g_posted then. */
+  uint64_t g_lat_t0, g_lat_bytes, g_lat_posted;
   uint64_t probe_start_ns;  /* DEGRADED: the probe in flight began (0: none) */
   uint64_t probe_bytes;
   uint64_t probe_done_ns;   /* when the last probe ended */
@@ -107,6 +111,13 @@ typedef struct engine_rail {
   uint64_t g_path_ns;       /* when they were read (0: not yet in this state) */
   rr_rail_path_stats probe_path; /* DEGRADED: the totals when the probe in flight began */
   int probe_path_ok;        /* they could be read */
+  /* Demoted, and held so across reopens of its endpoint until probes
+   * restore it (or its NIC's link goes down: then it is judged afresh). A
+   * rail whose fence resets the endpoint (verbs) is fenced when demoted, so
+   * nothing it queued of the old epoch lands later, and reopened: the fresh
+   * endpoint comes back DEGRADED, not ACTIVE, and is probed. Both ends keep
+   * it (the sender's notices name it degraded meanwhile). */
+  int g_demoted;
   double degraded_frac;     /* what it delivered, as a fraction of its healthy level */
   uint64_t degraded_for_ns; /* for how long it had delivered that little when demoted */
 } engine_rail;
@@ -254,6 +265,11 @@ typedef struct rr_engine_config {
    * too. */
   uint32_t degraded_pct, restore_pct, retrans_pct;
   uint64_t degraded_ns;
+  /* ... and one whose requests take latency_x times the healthiest path's
+   * latency to that peer host, and latency_min_ns more (gray_latency.h);
+   * latency_x 0: never for latency. */
+  uint32_t latency_x;
+  uint64_t latency_min_ns;
 } rr_engine_config;
 
 struct rr_engine {
@@ -485,6 +501,9 @@ engine_msg engine_notice(const rr_engine *e, uint8_t type, uint32_t epoch, uint3
 /* The peer's notice: where its qualifications place our rails' faults.
  * Sets where_hint for the transitions the notice causes. */
 void engine_notice_where(rr_engine *e, const engine_msg *m);
+/* Sender: rail r is demoted and its endpoint was fenced for good (verbs):
+ * it needs a fresh one (reopened like a failed rail, it comes back demoted). */
+int engine_gray_needs_reopen(const rr_engine *e, int r);
 /* Receiver: the sender's notice demotes and restores rails. */
 void engine_gray_on_notice(rr_engine *e, const engine_msg *m);
 /* A probe write arrived (receiver): RR_OK to discard it, or a violation. */

@@ -202,14 +202,8 @@ void engine_rail_set_state(rr_engine *e, int r, rr_rail_state st, const char *wh
    * fenced: nothing it carried lands after this, so it owes no drain, and
    * receives that waited only for that drain may complete. (One on
    * probation here may still carry chunks the peer sent on it: it is not
-   * cut off without the rollback that only a failure from ACTIVE starts.)
-   * A demoted rail must stay connected to be probed: it is fenced only
-   * where a fence keeps the endpoint (TCP); elsewhere (verbs: a fence
-   * resets the QP) it is drained like the rails that stay up, and it still
-   * carries what it had of the old epoch until it fails or drains. */
-  int carried = old == RR_RAIL_ACTIVE || (old == RR_RAIL_DEGRADED && !rl->fenced);
-  int demoted_cheap = st == RR_RAIL_DEGRADED && old == RR_RAIL_ACTIVE && engine_rail_fence_cheap(e, r);
-  if ((carried && st == RR_RAIL_DOWN) || demoted_cheap || st == RR_RAIL_DEAD) {
+   * cut off without the rollback that only a failure from ACTIVE starts.) */
+  if (((st == RR_RAIL_DOWN || st == RR_RAIL_DEGRADED) && old == RR_RAIL_ACTIVE) || st == RR_RAIL_DEAD) {
     if (!rl->fenced) rl->ep->ops->fence(rl->ep), rl->fenced = 1;
     if (rl->need_drain) {
       rl->need_drain = 0;
@@ -368,12 +362,14 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
     engine_rail *rl = &e->rails[i];
     /* A rail that failed is reopened from the sending side once its NIC is
      * up; until the new transport shows life it stays DOWN. */
-    if (e->cfg.role == RR_ENGINE_SEND && (rl->state == RR_RAIL_DEAD || rl->state == RR_RAIL_DOWN) &&
+    if (e->cfg.role == RR_ENGINE_SEND && (rl->state == RR_RAIL_DEAD || rl->state == RR_RAIL_DOWN ||
+                                         engine_gray_needs_reopen(e, i)) &&
         rr_health_nic_get(rl->ep->dev->index) != RR_LINK_DOWN && busy_or_recent(e, rl, now))
       maybe_reconnect(e, i, now);
     if (rl->state == RR_RAIL_DEAD) continue;
     if (rr_health_nic_get(rl->ep->dev->index) == RR_LINK_DOWN) {
       if (rl->state != RR_RAIL_DOWN) engine_rail_set_state(e, i, RR_RAIL_DOWN, "local link down");
+      rl->g_demoted = 0; /* a hard failure: judged afresh once it is back */
       continue;
     }
     /* Asking the rail costs a system call per socket: only when in doubt. */
@@ -416,9 +412,17 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
        * reopened waits for its fresh endpoint. */
       if ((rl->fresh || !e->cfg.reopens) &&
           rl->last_alive_ns > rl->state_since_ns + (rl->fresh ? 0 : 20 * MS)) {
+        /* A demoted rail reopened comes back demoted, to be probed; the
+         * receiver holds it down until the sender's notice says so. */
+        if (rl->g_demoted && e->cfg.role == RR_ENGINE_RECV) break;
         rl->fresh = 0;
         rl->healthy_since_ns = rl->last_alive_ns;
-        engine_rail_set_state(e, i, RR_RAIL_RECOVERING, "signs of life");
+        if (rl->g_demoted) {
+          engine_rail_set_state(e, i, RR_RAIL_DEGRADED, "reopened, still demoted");
+          e->down_notice_pending = 1;
+        } else {
+          engine_rail_set_state(e, i, RR_RAIL_RECOVERING, "signs of life");
+        }
       }
       break;
     case RR_RAIL_RECOVERING:

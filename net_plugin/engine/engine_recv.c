@@ -482,9 +482,7 @@ void engine_recv_rollback(rr_engine *e) {
     rl->need_drain = 0;
     if (rl->state == RR_RAIL_DEAD) continue;
     if (engine_rail_fence_cheap(e, i)) rl->ep->ops->fence(rl->ep);
-    else if (rl->state == RR_RAIL_ACTIVE || rl->state == RR_RAIL_RECOVERING ||
-             (rl->state == RR_RAIL_DEGRADED && !rl->fenced)) /* demoted, kept connected to be probed */
-      rl->need_drain = 1;
+    else if (rl->state == RR_RAIL_ACTIVE || rl->state == RR_RAIL_RECOVERING) rl->need_drain = 1;
     else if (!rl->fenced) {
       /* A fresh endpoint we still hold DOWN: the sender may already have
        * seen it alive and posted on it. It carries nothing for us yet, so
