@@ -68,7 +68,7 @@
 #define MS 1000000ull
 #define RR_GRAY_WINDOW_NS (100 * MS)
 #define RR_GRAY_LINKS 256
-#define RR_GRAY_TICK_GAP_NS (5 * MS)       /* a longer gap between ticks proves no load */
+#define RR_GRAY_TICK_GAP_NS (5 * MS)       /* a longer gap between ticks proves no load by itself */
 #define RR_GRAY_DECAY 0.995
 #define RR_GRAY_LOADED_PCT 30                /* a window this loaded can judge the rail */
 #define RR_GRAY_PROBE_BYTES (8u << 20)     /* large enough that a tick's granularity and a busy
@@ -349,7 +349,11 @@ static void measure(rr_engine *e, engine_rail *rl, gray_link *l, uint64_t now) {
     uint64_t in = rl->g_posted - rl->g_prev_posted;
     uint64_t out = in + rl->g_prev_backlog > b ? in + rl->g_prev_backlog - b : 0;
     l->bytes += out;
-    if (rl->g_prev_loaded && loaded && now - rl->g_prev_ns <= RR_GRAY_TICK_GAP_NS) {
+    /* Loaded all along: data waited at both ticks, and either they were
+     * close, or some of what waited at the first still waits (the rail
+     * never ran dry in between, however long the gap: a slow machine's
+     * ticks, an emulated one's, are tens of milliseconds apart). */
+    if (rl->g_prev_loaded && loaded && (now - rl->g_prev_ns <= RR_GRAY_TICK_GAP_NS || out < rl->g_prev_backlog)) {
       /* The union of every connection's loaded time on this link. */
       uint64_t from = l->last_loaded_ns > rl->g_prev_ns ? l->last_loaded_ns : rl->g_prev_ns;
       if (now > from) l->loaded_ns += now - from;
