@@ -310,7 +310,9 @@ static double lat_reference(const gray_link *l) {
 /* A request timed on l: dur_ns from its post onto the idle rail to the
  * peer's acknowledgement, bytes long. Judged only on a settled network. */
 static void lat_sample(const rr_engine *e, gray_link *l, uint64_t bytes, uint64_t dur_ns, uint64_t now) {
-  if (!e->cfg.latency_x || now < l->settle_until) return;
+  /* Without the link's rate the whole transfer would count as latency: a
+   * rail that never carried a loaded window is not judged for it. */
+  if (!e->cfg.latency_x || now < l->settle_until || l->level <= 0) return;
   gray_lat_cfg c = lat_cfg(e);
   if (gray_lat_sample(&l->lat, &c, gray_lat_excess(dur_ns, bytes, l->level), lat_reference(l), now))
     l->degraded = 1, l->slowlat = 1;
