@@ -317,7 +317,7 @@ case_forged_write() {
 }
 
 # slow_rail: a rail shaped to 5 % is demoted and comes back (verbs_gray.sh)
-# shellcheck source=verbs_gray.sh
+# shellcheck source=test/lab/rxe/verbs_gray.sh disable=SC1091
 . "$(dirname "${BASH_SOURCE[0]}")/verbs_gray.sh"
 
 echo "verbs_faults: cases ${CASES[*]} (scale $SCALE)"

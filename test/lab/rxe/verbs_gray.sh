@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034  # PAIR_ENV, A_ENV: read by pair_start in verbs_faults.sh
 # The slow-rail case of the verbs rail (sourced by verbs_faults.sh, which provides pair_start,
 # started, pair_wait, verdict_timed, calc, is_true and WORK): the gray_failure test's `slow`
 # case over verbs in the Soft-RoCE lab.
