@@ -98,6 +98,8 @@ typedef struct gray_link {
   uint64_t settle_until;    /* windows starting before this are not judged (0: settled) */
   uint64_t win_start, bytes, loaded_ns, last_loaded_ns;
   double level;             /* healthy level, bytes/s (0: not known yet) */
+  double loaded_rate;       /* the last loaded window's rate, bytes/s */
+  uint64_t loaded_rate_ns;  /* when it closed (0: none) */
   uint64_t below_since;     /* the first window of a run under the threshold (0: none) */
   uint64_t delivered_ns;    /* the last window that delivered anything closed */
   double below_frac;        /* the last such window's rate over the level */
@@ -250,6 +252,7 @@ static void window_close(gray_link *l, const rr_engine_config *cfg, uint64_t now
   }
   double rate = (double)l->bytes * 1e9 / (double)dur;
   l->delivered_ns = now;
+  if (loaded) l->loaded_rate = rate, l->loaded_rate_ns = now;
   double frac = l->level > 0 ? rate / l->level : 1.0;
   if (frac * 100.0 >= (double)cfg->degraded_pct) {
     l->below_since = 0;
@@ -405,6 +408,30 @@ int engine_gray_needs_reopen(const rr_engine *e, int r) {
   return rl->state == RR_RAIL_DEGRADED && rl->g_demoted && rl->fenced && !engine_rail_fence_cheap(e, r);
 }
 
+/* What a probe of l must deliver to count as healthy: its share of the
+ * link's level, or of what a sibling link to the same peer host delivers
+ * under load now if that is less. The level is the best 100 ms window
+ * seen, and where windows are bursty (an emulated NIC; completions that
+ * come in batches) no single probe reaches half of it, while the rail
+ * delivers as much as its healthy siblings do: then it is healthy. */
+static double restore_reference(const gray_link *l, uint64_t now) {
+  double ref = l->level;
+  for (int i = 0; i < gray_nlinks; i++) {
+    const gray_link *o = &gray_links[i];
+    if (o == l || strcmp(o->host, l->host) || !o->loaded_rate_ns || now - o->loaded_rate_ns > RR_GRAY_SIBLING_NS)
+      continue;
+    if (o->loaded_rate > 0 && o->loaded_rate < ref) ref = o->loaded_rate;
+  }
+  return ref;
+}
+
+/* How long a probe of l may take: a second, or three times what it takes
+ * at the link's level if that is longer (a slow NIC's 8 MiB). */
+static uint64_t probe_timeout_ns(const gray_link *l) {
+  double at_level = l->level > 0 ? 3.0 * (double)RR_GRAY_PROBE_BYTES * 1e9 / l->level : 0;
+  return at_level > (double)RR_GRAY_PROBE_TIMEOUT_NS ? (uint64_t)at_level : RR_GRAY_PROBE_TIMEOUT_NS;
+}
+
 /* Post one probe (as much of it as the rail takes now). */
 static void probe_post(rr_engine *e, engine_rail *rl, uint64_t now) {
   uint64_t sent = 0;
@@ -436,12 +463,12 @@ static void probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
   engine_rail *rl = &e->rails[r];
   if (rl->probe_start_ns) {
     int done = rl->ep->ops->flushed(rl->ep);
-    if (!done && now - rl->probe_start_ns < RR_GRAY_PROBE_TIMEOUT_NS) return;
+    if (!done && now - rl->probe_start_ns < probe_timeout_ns(l)) return;
     double rate = done ? (double)rl->probe_bytes * 1e9 / (double)(now - rl->probe_start_ns) : 0;
     /* Good at restore_pct of the level; bad under degraded_pct; between,
      * a probe neither starts nor breaks the healthy run (a probe of a few
      * milliseconds is noisier than a 100 ms window). */
-    int ok = done && rate * 100.0 >= (double)e->cfg.restore_pct * l->level;
+    int ok = done && rate * 100.0 >= (double)e->cfg.restore_pct * restore_reference(l, now);
     int bad = !done || rate * 100.0 < (double)e->cfg.degraded_pct * l->level;
     /* A probe that had to be retransmitted is a lossy path, whatever it
      * delivered in the end. */
@@ -460,7 +487,7 @@ static void probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
     rl->probe_done_ns = now;
     if (l->probe_owner == e) l->probe_owner = NULL;
   } else if (now - rl->probe_done_ns >= RR_GRAY_PROBE_GAP_NS && now - l->probe_done_ns >= RR_GRAY_PROBE_GAP_NS &&
-             (!l->probe_owner || now - l->probe_since > 2 * RR_GRAY_PROBE_TIMEOUT_NS) &&
+             (!l->probe_owner || now - l->probe_since > 2 * probe_timeout_ns(l)) &&
              rl->ep->ops->flushed(rl->ep)) {
     probe_post(e, rl, now);
     if (rl->probe_start_ns) l->probe_owner = e, l->probe_since = now;
