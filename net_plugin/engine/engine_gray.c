@@ -403,6 +403,27 @@ static void demote(rr_engine *e, int r, const gray_link *l, uint64_t now) {
   engine_rail_set_state(e, r, RR_RAIL_DEGRADED, why);
 }
 
+int engine_gray_demote_silent(rr_engine *e, int r, uint64_t now) {
+  engine_rail *rl = &e->rails[r];
+  if (e->cfg.role != RR_ENGINE_SEND || !e->cfg.degraded_pct || e->cfg.failover_mode != RR_FAILOVER_CHAIN ||
+      !(rl->ep->dev->attr.caps & RR_RAIL_CAP_PROBE_WRITE) || rl->state != RR_RAIL_ACTIVE || e->resume_wait ||
+      !other_rail_usable(e, r))
+    return 0;
+  pthread_mutex_lock(&gray_lock);
+  gray_held = 1;
+  gray_link *l = link_find(rl->ep->dev->index, rl->peer_addr);
+  /* In a run of slow windows, with a delivery lately: a trickle that has
+   * paused, not a path that died with it. */
+  int slow = l && l->below_since && l->run_below >= 3 && now - l->delivered_ns <= e->cfg.progress_timeout_ns + RR_GRAY_TRICKLE_NS;
+  if (slow) {
+    l->degraded = 1;
+    demote(e, r, l, now);
+  }
+  gray_held = 0;
+  pthread_mutex_unlock(&gray_lock);
+  return slow;
+}
+
 int engine_gray_needs_reopen(const rr_engine *e, int r) {
   const engine_rail *rl = &e->rails[r];
   return rl->state == RR_RAIL_DEGRADED && rl->g_demoted && rl->fenced && !engine_rail_fence_cheap(e, r);

@@ -395,6 +395,7 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
          * the others' silence is theirs. */
         if (since(now, rl->last_probe_ns) > delta / 4) probe(e, i, now);
       } else if (quiet > delta) {
+        if (engine_gray_demote_silent(e, i, now)) break;
         char why[64];
         snprintf(why, sizeof why, "silent for %llu ms", (unsigned long long)(quiet / MS));
         engine_rail_set_state(e, i, RR_RAIL_DOWN, why);
