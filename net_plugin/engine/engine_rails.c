@@ -456,7 +456,8 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
         break;
       }
       /* A demoted rail still delivers something: better than nothing. */
-      if (rl->state == RR_RAIL_DEGRADED && e->cfg.role == RR_ENGINE_SEND) {
+      if (rl->state == RR_RAIL_DEGRADED && e->cfg.role == RR_ENGINE_SEND && !engine_gray_needs_reopen(e, i)) {
+        rl->g_demoted = 0; /* in service again: the notices must not name it degraded */
         engine_rail_set_state(e, i, RR_RAIL_ACTIVE, "degraded, but no other rail is up");
         e->down_notice_pending = 1;
         e->restore_notice = 1;
