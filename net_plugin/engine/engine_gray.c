@@ -489,8 +489,9 @@ static void probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
     /* Good at restore_pct of the level; bad under degraded_pct; between,
      * a probe neither starts nor breaks the healthy run (a probe of a few
      * milliseconds is noisier than a 100 ms window). */
-    int ok = done && rate * 100.0 >= (double)e->cfg.restore_pct * restore_reference(l, now);
-    int bad = !done || rate * 100.0 < (double)e->cfg.degraded_pct * l->level;
+    double ref = restore_reference(l, now);
+    int ok = done && rate * 100.0 >= (double)e->cfg.restore_pct * ref;
+    int bad = !done || rate * 100.0 < (double)e->cfg.degraded_pct * ref;
     /* A probe that had to be retransmitted is a lossy path, whatever it
      * delivered in the end. */
     double loss = done ? probe_loss(rl) : -1;
