@@ -147,6 +147,17 @@ static void params_parse(void) {
    * retransmits well under 1 %. */
   params.degraded_retrans_pct = (uint32_t)rr_param_parse_u64(
       "RERAIL_DEGRADED_RETRANS_PCT", getenv("RERAIL_DEGRADED_RETRANS_PCT"), 3, 1, 100);
+  /* Latency: a rail whose requests, timed from an idle rail to the peer's
+   * acknowledgement less what its rate accounts for, take 10 times what the
+   * healthiest path to that peer takes (its own healthy level, its
+   * siblings'), and 20 ms more, in most samples for RERAIL_DEGRADED_MS.
+   * A data-centre path's excess is microseconds; 20 ms is far beyond what
+   * a busy host's scheduling adds to a sample (the sender's tick timing
+   * it), which the chaos and healthy runs check. 0 turns it off. */
+  params.degraded_latency_x = (uint32_t)rr_param_parse_u64(
+      "RERAIL_DEGRADED_LATENCY_X", getenv("RERAIL_DEGRADED_LATENCY_X"), 10, 0, 1000);
+  params.degraded_latency_min_us = rr_param_parse_u64(
+      "RERAIL_DEGRADED_LATENCY_MIN_US", getenv("RERAIL_DEGRADED_LATENCY_MIN_US"), 20000, 100, 10000000);
   /* Operators set NCCL_IB_HCA cluster-wide: rerail takes the same ports. */
   const char *hca = getenv("RERAIL_IB_HCA");
   if (!hca) hca = getenv("NCCL_IB_HCA");

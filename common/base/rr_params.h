@@ -25,6 +25,9 @@ typedef struct rr_params {
   uint64_t degraded_ms;      /* RERAIL_DEGRADED_MS: ... for this long, under load */
   uint32_t degraded_restore_pct; /* RERAIL_DEGRADED_RESTORE_PCT: probes at this % bring it back */
   uint32_t degraded_retrans_pct; /* RERAIL_DEGRADED_RETRANS_PCT: demote when this % of what it sends is retransmitted */
+  uint32_t degraded_latency_x;   /* RERAIL_DEGRADED_LATENCY_X: demote when requests take this many times the
+                                  * healthiest path's latency, 0 = never */
+  uint64_t degraded_latency_min_us; /* RERAIL_DEGRADED_LATENCY_MIN_US: ... and at least this much more */
   /* Verbs rails (NCCL_IB_* names and meanings). */
   char ib_hca[256];          /* RERAIL_IB_HCA, NCCL_IB_HCA syntax; "" = every device */
   int ib_gid_index;          /* RERAIL_IB_GID_INDEX: 0..1023, -1 = choose as NCCL does */

@@ -129,7 +129,12 @@ void rr_tel_events_apply(rr_tel_tables *t, const rr_health_event *ev) {
     break;
   case RR_HEV_RAIL_STATE:
     if ((l = link_get(t, ev->ifname, ev->peer))) {
+      int was = l->state;
       l->state = (int)ev->state;
+      /* A link already degraded is not demoted again: a demoted rail whose
+       * endpoint was reopened comes back demoted (engine_gray.c), and the
+       * link's other connections follow the first one's verdict. */
+      if (ev->state == RR_LINK_DEGRADED && was == RR_LINK_DEGRADED) break;
       /* A failure or demotion (one that says where it is) is a fault. */
       if (ev->where > RR_WHERE_NONE && ev->where < RR_WHERE_COUNT) l->faults[ev->where]++;
       if (ev->state == RR_LINK_DEGRADED) l->demotions++;

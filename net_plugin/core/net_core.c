@@ -147,6 +147,8 @@ void rr_core_engine_config(int role, size_t chunk_size, const struct sockaddr *p
   cfg->restore_pct = p->degraded_restore_pct;
   cfg->degraded_ns = p->degraded_ms * 1000000ull;
   cfg->retrans_pct = p->degraded_retrans_pct;
+  cfg->latency_x = p->degraded_latency_x;
+  cfg->latency_min_ns = p->degraded_latency_min_us * 1000ull;
   rr_sockaddr_str(peer, cfg->peer, sizeof cfg->peer);
 }
 

@@ -100,7 +100,11 @@ typedef struct engine_rail {
   uint64_t g_posted, g_prev_posted;
   size_t g_prev_backlog;
   int g_prev_loaded;
+  int g_prev_flushed;
   uint64_t g_prev_ns;
+  /* A latency sample (gray_latency.h) under way: posted onto the idle rail
+   * around g_lat_t0 (0: none), g_lat_bytes of it, g_posted then. */
+  uint64_t g_lat_t0, g_lat_bytes, g_lat_posted;
   uint64_t probe_start_ns;  /* DEGRADED: the probe in flight began (0: none) */
   uint64_t probe_bytes;
   uint64_t probe_done_ns;   /* when the last probe ended */
@@ -108,6 +112,13 @@ typedef struct engine_rail {
   uint64_t g_path_ns;       /* when they were read (0: not yet in this state) */
   rr_rail_path_stats probe_path; /* DEGRADED: the totals when the probe in flight began */
   int probe_path_ok;        /* they could be read */
+  /* Demoted, and held so across reopens of its endpoint until probes
+   * restore it (or its NIC's link goes down: then it is judged afresh). A
+   * rail whose fence resets the endpoint (verbs) is fenced when demoted, so
+   * nothing it queued of the old epoch lands later, and reopened: the fresh
+   * endpoint comes back DEGRADED, not ACTIVE, and is probed. Both ends keep
+   * it (the sender's notices name it degraded meanwhile). */
+  int g_demoted;
   double degraded_frac;     /* what it delivered, as a fraction of its healthy level */
   uint64_t degraded_for_ns; /* for how long it had delivered that little when demoted */
 } engine_rail;
@@ -259,6 +270,11 @@ typedef struct rr_engine_config {
    * too. */
   uint32_t degraded_pct, restore_pct, retrans_pct;
   uint64_t degraded_ns;
+  /* ... and one whose requests take latency_x times the healthiest path's
+   * latency to that peer host, and latency_min_ns more (gray_latency.h);
+   * latency_x 0: never for latency. */
+  uint32_t latency_x;
+  uint64_t latency_min_ns;
 } rr_engine_config;
 
 struct rr_engine {
@@ -511,12 +527,21 @@ engine_msg engine_notice(const rr_engine *e, uint8_t type, uint32_t epoch, uint3
 /* The peer's notice: where its qualifications place our rails' faults.
  * Sets where_hint for the transitions the notice causes. */
 void engine_notice_where(rr_engine *e, const engine_msg *m);
+/* Sender: rail r, ACTIVE, has been silent for δ. If its link was in a run
+ * of slow windows (a trickle: a rate limit on RoCE delivers in bursts, and
+ * a pause between them can outlast δ), it is demoted instead of failed,
+ * so it is probed back rather than reopened into traffic and failed again,
+ * over and over. Returns 1 when it was demoted. */
+int engine_gray_demote_silent(rr_engine *e, int r, uint64_t now);
+/* Sender: rail r is demoted and its endpoint was fenced for good (verbs):
+ * it needs a fresh one (reopened like a failed rail, it comes back demoted). */
+int engine_gray_needs_reopen(const rr_engine *e, int r);
 /* Receiver: the sender's notice demotes and restores rails. */
 void engine_gray_on_notice(rr_engine *e, const engine_msg *m);
 /* A probe write arrived (receiver): RR_OK to discard it, or a violation. */
 rr_status engine_gray_probe_begin(rr_engine *e, int rail, const rr_write_hdr *h);
 #define ENGINE_PROBE_WR_ID UINT64_MAX
-#define ENGINE_PROBE_MAX_WRITE (1u << 20)   /* the receiver refuses larger probe writes */
+#define ENGINE_PROBE_MAX_WRITE RR_WRITE_PROBE_MAX /* the receiver refuses larger probe writes */
 
 /* engine_send.c (engine_phase.h: the rollback's phases) */
 /* Posting waits for a rollback's announcement. */

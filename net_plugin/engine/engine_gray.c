@@ -43,16 +43,19 @@
  * degraded_pct of that level for degraded_ns is degraded; each connection
  * with traffic elsewhere then demotes its rail on it (DEGRADED, through
  * engine_rail_set_state: the same rollback as a failure, so nothing is lost
- * or duplicated).
+ * or duplicated; a rail whose fence would reset its endpoint, verbs, is
+ * drained instead of fenced, so it stays connected).
  *
- * A demoted rail carries no NCCL data. It is probed with filler writes the
- * receiver discards (RR_WRITE_PROBE; rails that place writes themselves
- * only): one probe of RR_GRAY_PROBE_BYTES per link at a time, posted when
+ * A demoted rail carries no NCCL data. It is probed with filler writes that
+ * never reach the peer's engine as data (RR_WRITE_PROBE, rails with
+ * RR_RAIL_CAP_PROBE_WRITE: TCP's receiver discards them, verbs writes them
+ * into the peer rail's scratch memory): one probe of RR_GRAY_PROBE_BYTES per link at a time, posted when
  * the rail has handed everything on and timed until it has again
  * (rr_rail_ops.flushed: the peer's kernel or NIC acknowledged it). Probes at
  * restore_pct of the healthy level for the fail-back hold (with the same
  * flap damping) bring traffic back. docs/failover.md, "Degraded rails". */
 #include "engine.h"
+#include "gray_latency.h"
 #include "rr_clock.h"
 #include "rr_counters.h"
 #include "rr_health_bus.h"
@@ -65,7 +68,7 @@
 #define MS 1000000ull
 #define RR_GRAY_WINDOW_NS (100 * MS)
 #define RR_GRAY_LINKS 256
-#define RR_GRAY_TICK_GAP_NS (5 * MS)       /* a longer gap between ticks proves no load */
+#define RR_GRAY_TICK_GAP_NS (5 * MS)       /* a longer gap between ticks proves no load by itself */
 #define RR_GRAY_DECAY 0.995
 #define RR_GRAY_LOADED_PCT 30                /* a window this loaded can judge the rail */
 #define RR_GRAY_PROBE_BYTES (8u << 20)     /* large enough that a tick's granularity and a busy
@@ -79,6 +82,7 @@
 #define RR_GRAY_LOSS_MIN_BYTES (256u << 10)/* a window that sent less says nothing of loss */
 #define RR_GRAY_LOSS_NORM_X 4              /* lossy: this many times the link's usual share */
 #define RR_GRAY_SIBLING_NS (1000 * MS)     /* a sibling's loss this recent is compared with */
+#define RR_GRAY_TRICKLE_NS (500 * MS)      /* a slow run's empty windows this soon after a delivery */
 /* A run of lossy windows is sure after a third of degraded_ns: a share of
  * retransmitted bytes over 256 KiB sent is a far steadier signal than a
  * rate, and a path losing 10 % stalls in retransmission timeouts that make
@@ -94,11 +98,16 @@ typedef struct gray_link {
   uint64_t settle_until;    /* windows starting before this are not judged (0: settled) */
   uint64_t win_start, bytes, loaded_ns, last_loaded_ns;
   double level;             /* healthy level, bytes/s (0: not known yet) */
+  double loaded_rate;       /* the last loaded window's rate, bytes/s */
+  uint64_t loaded_rate_ns;  /* when it closed (0: none) */
   uint64_t below_since;     /* the first window of a run under the threshold (0: none) */
+  uint64_t delivered_ns;    /* the last window that delivered anything closed */
   double below_frac;        /* the last such window's rate over the level */
   uint32_t run_windows, run_below; /* windows in the run, and how many were below */
   int degraded;             /* the verdict: connections demote their rails on it */
   int lossy;                /* ... and it was for loss, not for its rate */
+  int slowlat;              /* ... or for its latency (gray_latency.h) */
+  gray_lat lat;
   /* Loss: this window's transport totals, the run of lossy windows, the
    * link's usual share retransmitted, and its last judged window's share. */
   uint64_t sent, retrans;
@@ -217,6 +226,22 @@ static void window_close(gray_link *l, const rr_engine_config *cfg, uint64_t now
    * from an outage sits in TCP's retransmission backoff for a while. It
    * breaks a run of slow windows, so a rail that flaps or goes silent is
    * never demoted as slow: only one that keeps delivering a trickle is. */
+  int loaded = l->loaded_ns * 100 >= dur * RR_GRAY_LOADED_PCT;
+  /* ... except within a run of slow windows: a rail that delivers in bursts
+   * (an RC queue pair whose packets a rate limit delays past the ACK timeout
+   * sends them all again, go-back-N, and gets a burst through each time)
+   * spends whole windows loaded with nothing delivered between bursts. Such
+   * a window soon after a delivery is a slow one; a run that stays empty
+   * for RR_GRAY_TRICKLE_NS is silence again. */
+  if (l->bytes == 0 && loaded && l->below_since && now - l->delivered_ns <= RR_GRAY_TRICKLE_NS) {
+    l->run_windows++;
+    l->run_below++;
+    if (now - l->below_since >= cfg->degraded_ns && l->run_below * 10 >= l->run_windows * 6) l->degraded = 1;
+    l->win_start = now;
+    l->loaded_ns = 0;
+    l->sent = l->retrans = 0;
+    return;
+  }
   if (l->bytes == 0) {
     l->below_since = 0;
     l->run_windows = l->run_below = 0;
@@ -226,14 +251,15 @@ static void window_close(gray_link *l, const rr_engine_config *cfg, uint64_t now
     return;
   }
   double rate = (double)l->bytes * 1e9 / (double)dur;
-  int loaded = l->loaded_ns * 100 >= dur * RR_GRAY_LOADED_PCT;
+  l->delivered_ns = now;
+  if (loaded) l->loaded_rate = rate, l->loaded_rate_ns = now;
   double frac = l->level > 0 ? rate / l->level : 1.0;
   if (frac * 100.0 >= (double)cfg->degraded_pct) {
     l->below_since = 0;
     l->run_windows = l->run_below = 0;
     if (rate > l->level) l->level = rate;
     else if (loaded) l->level = l->level * RR_GRAY_DECAY + rate * (1.0 - RR_GRAY_DECAY);
-    if (loaded && !l->lossy) l->degraded = 0;
+    if (loaded && !l->lossy && !l->slowlat) l->degraded = 0;
   } else if (loaded || l->below_since) {
     if (!l->below_since) l->below_since = l->win_start;
     l->run_windows++;
@@ -268,18 +294,71 @@ static void measure_path(engine_rail *rl, gray_link *l, uint64_t now) {
   rl->g_path_ns = now;
 }
 
+static gray_lat_cfg lat_cfg(const rr_engine *e) {
+  return (gray_lat_cfg){.x = e->cfg.latency_x, .min_ns = e->cfg.latency_min_ns, .degraded_ns = e->cfg.degraded_ns};
+}
+
+/* The latency a healthy path to l's peer host gives: the best of l's own
+ * level and its siblings' (0: none known). */
+static double lat_reference(const gray_link *l) {
+  double ref = l->lat.level_ns;
+  for (int i = 0; i < gray_nlinks; i++) {
+    const gray_link *o = &gray_links[i];
+    if (o != l && !strcmp(o->host, l->host) && o->lat.level_ns > 0 && (ref <= 0 || o->lat.level_ns < ref))
+      ref = o->lat.level_ns;
+  }
+  return ref;
+}
+
+/* A request timed on l: dur_ns from its post onto the idle rail to the
+ * peer's acknowledgement, bytes long. Judged only on a settled network. */
+static void lat_sample(const rr_engine *e, gray_link *l, uint64_t bytes, uint64_t dur_ns, uint64_t now) {
+  /* Without the link's rate the whole transfer would count as latency: a
+   * rail that never carried a loaded window is not judged for it. */
+  if (!e->cfg.latency_x || now < l->settle_until || l->level <= 0) return;
+  gray_lat_cfg c = lat_cfg(e);
+  if (gray_lat_sample(&l->lat, &c, gray_lat_excess(dur_ns, bytes, l->level), lat_reference(l), now))
+    l->degraded = 1, l->slowlat = 1;
+}
+
+/* Latency samples (gray_latency.h): a post onto a rail with nothing in
+ * flight, timed until it is all acknowledged, if nothing was posted behind
+ * it meanwhile (then it would time the queue, not the request). */
+static void measure_latency(const rr_engine *e, engine_rail *rl, gray_link *l, int flushed, uint64_t now) {
+  if (rl->g_lat_t0) {
+    if (rl->g_posted != rl->g_lat_posted) rl->g_lat_t0 = 0;
+    else if (flushed) lat_sample(e, l, rl->g_lat_bytes, now - rl->g_lat_t0, now), rl->g_lat_t0 = 0;
+  } else if (rl->g_prev_ns && rl->g_prev_flushed && rl->g_posted > rl->g_prev_posted) {
+    /* Posted since the last tick, onto an idle rail: from the last tick on
+     * (a tick early at most). Done already: a sample too. */
+    if (flushed) {
+      lat_sample(e, l, rl->g_posted - rl->g_prev_posted, now - rl->g_prev_ns, now);
+    } else {
+      rl->g_lat_t0 = rl->g_prev_ns;
+      rl->g_lat_bytes = rl->g_posted - rl->g_prev_posted;
+      rl->g_lat_posted = rl->g_posted;
+    }
+  }
+}
+
 /* One tick's measurement of an ACTIVE rail into its link's window. */
 static void measure(rr_engine *e, engine_rail *rl, gray_link *l, uint64_t now) {
   size_t b = rl->ep->ops->backlog(rl->ep);
   /* Loaded: data waits for the rail, in its queue or in the transport's
    * (TCP: bytes the kernel has not sent yet; what NCCL posts comes in
    * bursts, so the rail's own queue alone runs dry between them). */
-  int loaded = b > 0 || !rl->ep->ops->flushed(rl->ep);
+  int flushed = rl->ep->ops->flushed(rl->ep);
+  int loaded = b > 0 || !flushed;
+  measure_latency(e, rl, l, flushed, now);
   if (rl->g_prev_ns && now > rl->g_prev_ns) {
     uint64_t in = rl->g_posted - rl->g_prev_posted;
     uint64_t out = in + rl->g_prev_backlog > b ? in + rl->g_prev_backlog - b : 0;
     l->bytes += out;
-    if (rl->g_prev_loaded && loaded && now - rl->g_prev_ns <= RR_GRAY_TICK_GAP_NS) {
+    /* Loaded all along: data waited at both ticks, and either they were
+     * close, or some of what waited at the first still waits (the rail
+     * never ran dry in between, however long the gap: a slow machine's
+     * ticks, an emulated one's, are tens of milliseconds apart). */
+    if (rl->g_prev_loaded && loaded && (now - rl->g_prev_ns <= RR_GRAY_TICK_GAP_NS || out < rl->g_prev_backlog)) {
       /* The union of every connection's loaded time on this link. */
       uint64_t from = l->last_loaded_ns > rl->g_prev_ns ? l->last_loaded_ns : rl->g_prev_ns;
       if (now > from) l->loaded_ns += now - from;
@@ -290,6 +369,7 @@ static void measure(rr_engine *e, engine_rail *rl, gray_link *l, uint64_t now) {
   rl->g_prev_posted = rl->g_posted;
   rl->g_prev_backlog = b;
   rl->g_prev_loaded = loaded;
+  rl->g_prev_flushed = flushed;
   measure_path(rl, l, now);
   if (now - l->win_start >= RR_GRAY_WINDOW_NS) window_close(l, &e->cfg, now);
 }
@@ -303,7 +383,7 @@ static int other_rail_usable(const rr_engine *e, int r) {
 static void demote(rr_engine *e, int r, const gray_link *l, uint64_t now) {
   engine_rail *rl = &e->rails[r];
   rl->degraded_frac = l->lossy ? l->loss_frac : l->below_frac;
-  uint64_t since = l->lossy ? l->loss_since : l->below_since;
+  uint64_t since = l->lossy ? l->loss_since : l->slowlat ? l->lat.run_since : l->below_since;
   rl->degraded_for_ns = since && now > since ? now - since : 0;
   rl->probe_start_ns = 0;
   rl->probe_done_ns = now;
@@ -311,12 +391,66 @@ static void demote(rr_engine *e, int r, const gray_link *l, uint64_t now) {
   if (l->lossy)
     snprintf(why, sizeof why, "retransmits %.0f %% of its bytes for %.1f s", rl->degraded_frac * 100.0,
              (double)rl->degraded_for_ns / 1e9);
+  else if (l->slowlat)
+    snprintf(why, sizeof why, "requests take %.1f ms more than its rate needs for %.1f s", l->lat.last_ns / 1e6,
+             (double)rl->degraded_for_ns / 1e9);
   else
     snprintf(why, sizeof why, "delivers %.0f %% of its level for %.1f s", rl->degraded_frac * 100.0,
              (double)rl->degraded_for_ns / 1e9);
   e->stats.demotions++;
   rr_counter_inc(RR_CTR_DEMOTIONS);
+  rl->g_demoted = 1;
   engine_rail_set_state(e, r, RR_RAIL_DEGRADED, why);
+}
+
+int engine_gray_demote_silent(rr_engine *e, int r, uint64_t now) {
+  engine_rail *rl = &e->rails[r];
+  if (e->cfg.role != RR_ENGINE_SEND || !e->cfg.degraded_pct || e->cfg.failover_mode != RR_FAILOVER_CHAIN ||
+      !(rl->ep->dev->attr.caps & RR_RAIL_CAP_PROBE_WRITE) || rl->state != RR_RAIL_ACTIVE || engine_send_holding(e) ||
+      !other_rail_usable(e, r))
+    return 0;
+  pthread_mutex_lock(&gray_lock);
+  gray_held = 1;
+  gray_link *l = link_find(rl->ep->dev->index, rl->peer_addr);
+  /* In a run of slow windows, with a delivery lately: a trickle that has
+   * paused, not a path that died with it. */
+  int slow = l && l->below_since && l->run_below >= 3 && now - l->delivered_ns <= e->cfg.progress_timeout_ns + RR_GRAY_TRICKLE_NS;
+  if (slow) {
+    l->degraded = 1;
+    demote(e, r, l, now);
+  }
+  gray_held = 0;
+  pthread_mutex_unlock(&gray_lock);
+  return slow;
+}
+
+int engine_gray_needs_reopen(const rr_engine *e, int r) {
+  const engine_rail *rl = &e->rails[r];
+  return rl->state == RR_RAIL_DEGRADED && rl->g_demoted && rl->fenced && !engine_rail_fence_cheap(e, r);
+}
+
+/* What a probe of l must deliver to count as healthy: its share of the
+ * link's level, or of what a sibling link to the same peer host delivers
+ * under load now if that is less. The level is the best 100 ms window
+ * seen, and where windows are bursty (an emulated NIC; completions that
+ * come in batches) no single probe reaches half of it, while the rail
+ * delivers as much as its healthy siblings do: then it is healthy. */
+static double restore_reference(const gray_link *l, uint64_t now) {
+  double ref = l->level;
+  for (int i = 0; i < gray_nlinks; i++) {
+    const gray_link *o = &gray_links[i];
+    if (o == l || strcmp(o->host, l->host) || !o->loaded_rate_ns || now - o->loaded_rate_ns > RR_GRAY_SIBLING_NS)
+      continue;
+    if (o->loaded_rate > 0 && o->loaded_rate < ref) ref = o->loaded_rate;
+  }
+  return ref;
+}
+
+/* How long a probe of l may take: a second, or three times what it takes
+ * at the link's level if that is longer (a slow NIC's 8 MiB). */
+static uint64_t probe_timeout_ns(const gray_link *l) {
+  double at_level = l->level > 0 ? 3.0 * (double)RR_GRAY_PROBE_BYTES * 1e9 / l->level : 0;
+  return at_level > (double)RR_GRAY_PROBE_TIMEOUT_NS ? (uint64_t)at_level : RR_GRAY_PROBE_TIMEOUT_NS;
 }
 
 /* Post one probe (as much of it as the rail takes now). */
@@ -350,17 +484,24 @@ static void probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
   engine_rail *rl = &e->rails[r];
   if (rl->probe_start_ns) {
     int done = rl->ep->ops->flushed(rl->ep);
-    if (!done && now - rl->probe_start_ns < RR_GRAY_PROBE_TIMEOUT_NS) return;
+    if (!done && now - rl->probe_start_ns < probe_timeout_ns(l)) return;
     double rate = done ? (double)rl->probe_bytes * 1e9 / (double)(now - rl->probe_start_ns) : 0;
     /* Good at restore_pct of the level; bad under degraded_pct; between,
      * a probe neither starts nor breaks the healthy run (a probe of a few
      * milliseconds is noisier than a 100 ms window). */
-    int ok = done && rate * 100.0 >= (double)e->cfg.restore_pct * l->level;
-    int bad = !done || rate * 100.0 < (double)e->cfg.degraded_pct * l->level;
+    double ref = restore_reference(l, now);
+    int ok = done && rate * 100.0 >= (double)e->cfg.restore_pct * ref;
+    int bad = !done || rate * 100.0 < (double)e->cfg.degraded_pct * ref;
     /* A probe that had to be retransmitted is a lossy path, whatever it
      * delivered in the end. */
     double loss = done ? probe_loss(rl) : -1;
     if (loss * 100.0 >= (double)e->cfg.retrans_pct) bad = 1, ok = 0;
+    /* A link demoted for its latency: a probe is a request from an idle
+     * rail too, and must not take many times the healthiest path's. */
+    gray_lat_cfg c = lat_cfg(e);
+    if (done && l->slowlat &&
+        gray_lat_bad(&c, gray_lat_excess(now - rl->probe_start_ns, rl->probe_bytes, l->level), lat_reference(l)))
+      bad = 1, ok = 0;
     if (bad) l->ok_since = 0;
     else if (ok && !l->ok_since) l->ok_since = now;
     l->probe_done_ns = now;
@@ -368,13 +509,15 @@ static void probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
     rl->probe_done_ns = now;
     if (l->probe_owner == e) l->probe_owner = NULL;
   } else if (now - rl->probe_done_ns >= RR_GRAY_PROBE_GAP_NS && now - l->probe_done_ns >= RR_GRAY_PROBE_GAP_NS &&
-             (!l->probe_owner || now - l->probe_since > 2 * RR_GRAY_PROBE_TIMEOUT_NS) &&
+             (!l->probe_owner || now - l->probe_since > 2 * probe_timeout_ns(l)) &&
              rl->ep->ops->flushed(rl->ep)) {
     probe_post(e, rl, now);
     if (rl->probe_start_ns) l->probe_owner = e, l->probe_since = now;
   }
   if (l->ok_since && now - l->ok_since >= engine_rail_hold_ns(e, rl)) {
-    l->degraded = l->lossy = 0;
+    l->degraded = l->lossy = l->slowlat = 0;
+    gray_lat_reset(&l->lat);
+    rl->g_demoted = 0;
     run_reset(l, now);
     engine_rail_set_state(e, r, RR_RAIL_ACTIVE, "delivers its healthy level again");
     e->down_notice_pending = 1; /* the receiver restores it on our word */
@@ -385,10 +528,10 @@ static void probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
 void engine_gray_tick(rr_engine *e, int r, uint64_t now) {
   engine_rail *rl = &e->rails[r];
   /* Balance mode already gives a slow rail the share it drains (a backed-up
-   * rail is skipped); a rail the receiver cannot be probed through (verbs
-   * places writes itself) is judged by failures only, for now. */
+   * rail is skipped); a rail that cannot be probed could be demoted but
+   * never restored: it is judged by failures only. */
   if (e->cfg.role != RR_ENGINE_SEND || !e->cfg.degraded_pct || e->cfg.failover_mode != RR_FAILOVER_CHAIN ||
-      !(rl->ep->dev->attr.caps & RR_RAIL_CAP_WRITE_BEGIN))
+      !(rl->ep->dev->attr.caps & RR_RAIL_CAP_PROBE_WRITE))
     return;
   pthread_mutex_lock(&gray_lock);
   gray_held = 1;
@@ -399,10 +542,10 @@ void engine_gray_tick(rr_engine *e, int r, uint64_t now) {
     return;
   }
   if (rl->state == RR_RAIL_ACTIVE) {
-    if (engine_send_holding(e)) rl->g_prev_ns = 0; /* a rollback empties queues: no delivery */
+    if (engine_send_holding(e)) rl->g_prev_ns = rl->g_lat_t0 = 0; /* a rollback empties queues: no delivery */
     else measure(e, rl, l, now);
     if (l->degraded && !engine_send_holding(e) && other_rail_usable(e, r)) demote(e, r, l, now);
-  } else if (rl->state == RR_RAIL_DEGRADED) {
+  } else if (rl->state == RR_RAIL_DEGRADED && !engine_gray_needs_reopen(e, r)) {
     probe_and_restore(e, r, l, now);
   }
   gray_held = 0;
@@ -413,6 +556,7 @@ void engine_gray_on_state(rr_engine *e, int r, rr_rail_state old, rr_rail_state 
   if (e->cfg.role != RR_ENGINE_SEND || !e->cfg.degraded_pct) return;
   engine_rail *rl = &e->rails[r];
   rl->g_prev_ns = 0; /* what it posted before this is no delivery of its new state */
+  rl->g_lat_t0 = 0;  /* nor a request of it */
   rl->g_path_ns = 0; /* nor what its transport sent */
   int held = gray_held;
   if (!held) pthread_mutex_lock(&gray_lock);
@@ -426,7 +570,8 @@ void engine_gray_on_state(rr_engine *e, int r, rr_rail_state old, rr_rail_state 
   gray_link *l = gray ? NULL : link_find(rl->ep->dev->index, rl->peer_addr);
   if (l) {
     run_reset(l, now);
-    l->degraded = l->lossy = 0;
+    l->degraded = l->lossy = l->slowlat = 0;
+    gray_lat_reset(&l->lat);
     l->ok_since = 0;
   }
   if (!held) pthread_mutex_unlock(&gray_lock);
@@ -438,7 +583,7 @@ engine_msg engine_notice(const rr_engine *e, uint8_t type, uint32_t epoch, uint3
   engine_msg m = {.type = type, .u.fail = {.epoch = epoch, .down_mask = down_mask}};
   for (int i = 0; i < e->nrails; i++) {
     if (!(down_mask & (1u << i))) continue;
-    if (e->rails[i].state == RR_RAIL_DEGRADED) m.u.fail.degraded_mask |= 1u << i;
+    if (e->rails[i].state == RR_RAIL_DEGRADED || e->rails[i].g_demoted) m.u.fail.degraded_mask |= 1u << i;
     else if (e->rails[i].where == RR_WHERE_LOCAL) m.u.fail.local_mask |= 1u << i;
   }
   return m;
@@ -462,9 +607,20 @@ void engine_gray_on_notice(rr_engine *e, const engine_msg *m) {
     if ((m->u.fail.degraded_mask & bit) && rl->state == RR_RAIL_ACTIVE) {
       e->stats.demotions++;
       rr_counter_inc(RR_CTR_DEMOTIONS);
+      rl->g_demoted = 1;
       engine_rail_set_state(e, i, RR_RAIL_DEGRADED, "the sender demoted it");
-    } else if (!(m->u.fail.down_mask & bit) && rl->state == RR_RAIL_DEGRADED) {
-      engine_rail_set_state(e, i, RR_RAIL_ACTIVE, "the sender restored it");
+    } else if ((m->u.fail.degraded_mask & bit) && rl->state != RR_RAIL_DEAD) {
+      /* Demoted and reopened by the sender (verbs): the fresh endpoint is
+       * held demoted here too, never put back in service on signs of life. */
+      rl->g_demoted = 1;
+      if (rl->state == RR_RAIL_RECOVERING || (rl->state == RR_RAIL_DOWN && rl->fresh)) {
+        rl->fresh = 0;
+        engine_rail_set_state(e, i, RR_RAIL_DEGRADED, "reopened; the sender holds it demoted");
+      }
+    } else if (!(m->u.fail.degraded_mask & bit)) {
+      rl->g_demoted = 0;
+      if (!(m->u.fail.down_mask & bit) && rl->state == RR_RAIL_DEGRADED)
+        engine_rail_set_state(e, i, RR_RAIL_ACTIVE, "the sender restored it");
     }
   }
 }

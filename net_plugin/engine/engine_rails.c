@@ -366,12 +366,14 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
     engine_rail *rl = &e->rails[i];
     /* A rail that failed is reopened from the sending side once its NIC is
      * up; until the new transport shows life it stays DOWN. */
-    if (e->cfg.role == RR_ENGINE_SEND && (rl->state == RR_RAIL_DEAD || rl->state == RR_RAIL_DOWN) &&
+    if (e->cfg.role == RR_ENGINE_SEND && (rl->state == RR_RAIL_DEAD || rl->state == RR_RAIL_DOWN ||
+                                         engine_gray_needs_reopen(e, i)) &&
         rr_health_nic_get(rl->ep->dev->index) != RR_LINK_DOWN && busy_or_recent(e, rl, now))
       maybe_reconnect(e, i, now);
     if (rl->state == RR_RAIL_DEAD) continue;
     if (rr_health_nic_get(rl->ep->dev->index) == RR_LINK_DOWN) {
       if (rl->state != RR_RAIL_DOWN) engine_rail_set_state(e, i, RR_RAIL_DOWN, "local link down");
+      rl->g_demoted = 0; /* a hard failure: judged afresh once it is back */
       continue;
     }
     /* Asking the rail costs a system call per socket: only when in doubt. */
@@ -397,6 +399,7 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
          * the others' silence is theirs. */
         if (since(now, rl->last_probe_ns) > delta / 4) probe(e, i, now);
       } else if (quiet > delta) {
+        if (engine_gray_demote_silent(e, i, now)) break;
         char why[64];
         snprintf(why, sizeof why, "silent for %llu ms", (unsigned long long)(quiet / MS));
         engine_rail_set_state(e, i, RR_RAIL_DOWN, why);
@@ -414,9 +417,17 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
        * reopened waits for its fresh endpoint. */
       if ((rl->fresh || !e->cfg.reopens) &&
           rl->last_alive_ns > rl->state_since_ns + (rl->fresh ? 0 : 20 * MS)) {
+        /* A demoted rail reopened comes back demoted, to be probed; the
+         * receiver holds it down until the sender's notice says so. */
+        if (rl->g_demoted && e->cfg.role == RR_ENGINE_RECV) break;
         rl->fresh = 0;
         rl->healthy_since_ns = rl->last_alive_ns;
-        engine_rail_set_state(e, i, RR_RAIL_RECOVERING, "signs of life");
+        if (rl->g_demoted) {
+          engine_rail_set_state(e, i, RR_RAIL_DEGRADED, "reopened, still demoted");
+          e->down_notice_pending = 1;
+        } else {
+          engine_rail_set_state(e, i, RR_RAIL_RECOVERING, "signs of life");
+        }
       }
       break;
     case RR_RAIL_RECOVERING:
@@ -449,7 +460,8 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
         break;
       }
       /* A demoted rail still delivers something: better than nothing. */
-      if (rl->state == RR_RAIL_DEGRADED && e->cfg.role == RR_ENGINE_SEND) {
+      if (rl->state == RR_RAIL_DEGRADED && e->cfg.role == RR_ENGINE_SEND && !engine_gray_needs_reopen(e, i)) {
+        rl->g_demoted = 0; /* in service again: the notices must not name it degraded */
         engine_rail_set_state(e, i, RR_RAIL_ACTIVE, "degraded, but no other rail is up");
         e->down_notice_pending = 1;
         e->restore_notice = 1;

@@ -208,7 +208,7 @@ static rr_status send_post_pass(rr_engine *e, uint64_t now) {
      * restores the ones the notice no longer names. */
     uint32_t mask = engine_given_up_mask(e, rr_now_ns());
     for (int i = 0; i < e->nrails; i++)
-      if (e->rails[i].state == RR_RAIL_DEGRADED) mask |= 1u << i;
+      if (e->rails[i].state == RR_RAIL_DEGRADED || e->rails[i].g_demoted) mask |= 1u << i;
     engine_msg msg = engine_notice(e, ENGINE_CTRL_DOWN, e->epoch, mask);
     if ((!mask && !e->restore_notice) || engine_post_msg(e, &msg) == RR_OK)
       e->down_notice_pending = e->restore_notice = 0;
@@ -360,6 +360,7 @@ static void adopt_epoch(rr_engine *e, uint32_t epoch) {
   for (int i = 0; i < e->nrails; i++) {
     if (e->rails[i].state != RR_RAIL_DEAD && engine_rail_fence_cheap(e, i)) e->rails[i].ep->ops->fence(e->rails[i].ep);
     e->rails[i].g_prev_ns = 0; /* the fence emptied its queue: that is no delivery */
+    e->rails[i].g_lat_t0 = 0;  /* nor a request's latency */
   }
   /* A placed send keeps its place: its bytes are in the receiver's memory
    * and NCCL may have its buffer back; the receiver is told so once the

@@ -81,6 +81,12 @@ enum rr_rail_cap {
                                         * split (rr_write_wr.bulk), its bulk as a plain write
                                         * and a small write with immediate behind it. Only a
                                         * rail that carries rr_write_wr.bulk reports it */
+  RR_RAIL_CAP_PROBE_WRITE = 1u << 10,  /* post_write carries RR_WRITE_PROBE: filler that crosses
+                                        * the path like data and never reaches the peer's
+                                        * engine as data (TCP: the receiver discards it at the
+                                        * frame; verbs: written without an immediate into scratch
+                                        * memory the peer's rail registered for it). The engine
+                                        * judges gray failures only on rails it can probe */
 };
 
 /* Memory kinds a device can register (rr_rail_dev_attr.mem_kinds). */
@@ -195,9 +201,16 @@ typedef struct rr_write_wr {
  * rkey the message's tag). Only rails with RR_RAIL_CAP_WRITE_BEGIN carry it. */
 #define RR_WRITE_EAGER 0x1u
 /* A probe write carries filler to measure a demoted rail's rate without
- * putting NCCL's data on it: the receiver discards it (on_write_begin sets
- * *dst to NULL). Only rails with RR_RAIL_CAP_WRITE_BEGIN carry it. */
+ * putting NCCL's data on it. Only rails with RR_RAIL_CAP_PROBE_WRITE carry
+ * it; len bytes cross the path, and of the rest only wr_id, post_ns and
+ * fence count: a rail that sees writes before they land hands it to
+ * on_write_begin, where the receiver discards it (*dst NULL); one whose NIC
+ * places writes itself writes it from and into scratch memory of its own
+ * (local, remote_addr and rkey are ignored) with no immediate, so the peer's
+ * engine never hears of it. */
 #define RR_WRITE_PROBE 0x2u
+/* The longest probe write a rail with RR_RAIL_CAP_PROBE_WRITE must carry. */
+#define RR_WRITE_PROBE_MAX (1u << 20)
 
 /* A write from the peer as the rail saw it arrive. */
 typedef struct rr_write_hdr {

@@ -59,6 +59,11 @@ static rr_status on_write_begin(rr_rail_ep *ep, rr_write_hdr *h, void **dst) {
   if (s->refused) s->after_failure++;
   s->nbegin++;
   if (!(ep->dev->attr.caps & RR_RAIL_CAP_WRITE_BEGIN)) s->begin_uncapable++;
+  if (h->flags & RR_WRITE_PROBE) { /* filler: the engine discards it */
+    s->nprobe_begin++;
+    *dst = NULL;
+    return RR_OK;
+  }
   if (h->imm & RC_IMM_REFUSE) {
     s->refused = 1;
     return RR_ERR_PROTOCOL;
@@ -756,6 +761,51 @@ static void test_ops_and_path_stats(void **state) {
   assert_true(ps.retrans_bytes <= ps.sent_bytes);
 }
 
+/* RR_RAIL_CAP_PROBE_WRITE: probe filler crosses the path and completes
+ * like a write (on_write_done with its wr_id, once), and never reaches the
+ * peer as data: no on_write_recv, nothing written where the request named
+ * (a rail may ignore the names: verbs writes into the peer's scratch); a
+ * rail that sees writes before they land hands it to on_write_begin, which
+ * sinks it. A write after the probes lands as usual. */
+static int probes_and_write_done(rc_env *env) {
+  const rc_side *a = &env->side[0], *b = &env->side[1];
+  return (a->ndone == a->nposted && b->nrecv == 1) || a->failed || b->failed;
+}
+static void test_probe_write(void **state) {
+  rc_env *env = *state;
+  if (!(env->caps & RR_RAIL_CAP_PROBE_WRITE)) {
+    skip();
+    return;
+  }
+  rc_side *a = &env->side[0], *b = &env->side[1];
+  const int nprobes = 12;
+  for (int i = 0; i < nprobes; i++) {
+    assert_true(a->nposted < RC_MAX_WRITES);
+    int k = a->nposted++;
+    uint32_t len = i % 2 ? RR_WRITE_PROBE_MAX : 65536 + (uint32_t)i;
+    a->w[k] = (rc_write){.src = a->buf, .dst = b->buf, .len = 0, .imm = (uint32_t)k};
+    rr_write_wr wr = {.wr_id = (uint64_t)k, .local = a->buf, .len = len, .local_mr = a->mr,
+                      .remote_addr = (uint64_t)(uintptr_t)b->buf, .rkey = b->mr->rkey, .flags = RR_WRITE_PROBE};
+    rr_status st;
+    uint64_t deadline = wall_ms() + 20000;
+    while ((st = a->ep->ops->post_write(a->ep, &wr)) == RR_AGAIN && wall_ms() < deadline) round_once(env);
+    assert_int_equal(st, RR_OK);
+  }
+  post_write(env, 0, 4096, 4096, 0, 0); /* index nprobes: the one write that is data */
+  assert_true(pump_until(env, probes_and_write_done));
+  assert_int_equal(a->failed, RR_OK);
+  assert_int_equal(b->failed, RR_OK);
+  assert_int_equal(a->ndone, nprobes + 1);
+  assert_int_equal(b->nrecv, 1);
+  assert_int_equal(b->bad_write, 0);
+  for (int k = 0; k < b->nlog; k++)
+    if (b->log[k].kind == RC_EV_RECV) assert_int_equal(b->log[k].id & 0xffff, nprobes);
+  if (env->caps & RR_RAIL_CAP_WRITE_BEGIN) assert_int_equal(b->nprobe_begin, nprobes);
+  else assert_int_equal(b->nprobe_begin, 0);
+  for (size_t i = 0; i < 4096; i++) assert_int_equal(b->buf[i], 0); /* the named place untouched */
+  assert_memory_equal(b->buf + 4096, a->buf, 4096);
+}
+
 #define CASE(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void) {
@@ -779,6 +829,7 @@ int main(void) {
       CASE(test_peer_gone_is_reported),
       CASE(test_destroy_busy_writer_first),
       CASE(test_destroy_busy_receiver_first),
+      CASE(test_probe_write),
   };
   return cmocka_run_group_tests_name(fx->name, cases, NULL, NULL);
 }

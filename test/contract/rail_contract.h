@@ -56,6 +56,7 @@ typedef struct rc_side {
   rc_event log[RC_LOG_MAX];
   int nlog;
   int nrecv, nbegin, ndone, ndrain;
+  int nprobe_begin;              /* RR_WRITE_PROBE writes on_write_begin saw (and sank) */
   uint32_t ctrl_next;           /* sequence number expected next */
   uint32_t last_drain;
   /* what the checks in the callbacks found */

@@ -197,6 +197,11 @@ rr_status verbs_gid_choose(verbs_hca *h, struct ibv_context *ctx, const char *sy
 verbs_gen *verbs_gen_new(const rr_ibv_api *api, struct ibv_context *ctx, struct ibv_pd *pd);
 /* Drop one reference; the last deallocates the PD and closes the context. */
 void verbs_gen_put(verbs_gen *g);
+/* The opening's scratch for probe filler (VERBS_SCRATCH_BYTES, the peer
+ * may write it, nobody reads it), registered on first use; NULL when it
+ * cannot be (or g is NULL). It lives as long as g. */
+#define VERBS_SCRATCH_BYTES RR_WRITE_PROBE_MAX
+struct ibv_mr *verbs_gen_scratch(verbs_gen *g);
 /* Close the device after a fatal event (monitor thread): every endpoint has
  * been failed; registrations are released, the flush QP destroyed. */
 void verbs_reset_close(verbs_hca *h);

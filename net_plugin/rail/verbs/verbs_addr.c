@@ -41,6 +41,9 @@ void rr_verbs_addr_encode(const rr_verbs_addr *a, uint8_t out[RR_VERBS_ADDR_LEN]
   uint64_t ring = htole64(a->ring_addr);
   memcpy(out + 32, &ring, 8);
   put32(out + 40, a->ring_rkey);
+  uint64_t scratch = htole64(a->scratch_addr);
+  memcpy(out + 104, &scratch, 8);
+  put32(out + 112, a->scratch_rkey);
 }
 
 rr_status rr_verbs_addr_decode(const void *in, uint32_t len, rr_verbs_addr *a) {
@@ -58,6 +61,10 @@ rr_status rr_verbs_addr_decode(const void *in, uint32_t len, rr_verbs_addr *a) {
   memcpy(&ring, p + 32, 8);
   a->ring_addr = le64toh(ring);
   a->ring_rkey = get32(p + 40);
+  uint64_t scratch;
+  memcpy(&scratch, p + 104, 8);
+  a->scratch_addr = le64toh(scratch);
+  a->scratch_rkey = get32(p + 112);
   if (p[31] || a->nqps < 1 || a->nqps > RR_VERBS_MAX_QPS || a->psn >= 1u << 24 || a->mtu < IBV_MTU_256 ||
       a->mtu > IBV_MTU_4096 || (a->link_layer != IBV_LINK_LAYER_INFINIBAND && a->link_layer != IBV_LINK_LAYER_ETHERNET))
     return RR_ERR_PROTOCOL;

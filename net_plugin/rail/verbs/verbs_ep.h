@@ -177,6 +177,11 @@ struct verbs_ep {
   struct ibv_mr *ring_mr;
   uint64_t peer_ring;
   uint32_t peer_ring_rkey;
+  /* Probe filler (verbs_probe.c): written from our opening's scratch (NULL:
+   * none) into the peer's (address 0: none). */
+  struct ibv_mr *scratch_mr;
+  uint64_t peer_scratch;
+  uint32_t peer_scratch_rkey;
   /* Both directions' counts, which every message read from our ring is
    * judged against (verbs_ring_read). */
   verbs_ring_state rs;
@@ -290,5 +295,9 @@ rr_status verbs_ctrl_signal(verbs_ep *ep, verbs_qp *q);
 
 /* verbs_progress.c */
 rr_status verbs_progress(rr_rail_ep *rep);
+
+/* verbs_probe.c: post_write, with RR_WRITE_PROBE filler written into the
+ * peer's scratch instead of where the request names. */
+rr_status verbs_post_write_or_probe(rr_rail_ep *rep, const rr_write_wr *w);
 
 #endif

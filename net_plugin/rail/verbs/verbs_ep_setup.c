@@ -158,7 +158,9 @@ rr_status verbs_ep_addr(rr_rail_ep *rep, void *blob, uint32_t *len) {
   rr_verbs_addr a = {.psn = ep->psn, .lid = p->lid, .mtu = (uint8_t)p->active_mtu,
                      .link_layer = (uint8_t)p->link_layer, .nqps = (uint8_t)ep->nqps,
                      .ring_addr = (uintptr_t)ep->ring, .ring_rkey = ep->ring_mr->rkey,
-                     .ring_slots = VERBS_RING_SLOTS};
+                     .ring_slots = VERBS_RING_SLOTS,
+                     .scratch_addr = ep->scratch_mr ? (uintptr_t)ep->scratch_mr->addr : 0,
+                     .scratch_rkey = ep->scratch_mr ? ep->scratch_mr->rkey : 0};
   for (int k = 0; k < ep->nqps; k++) a.qpn[k] = ep->qps[k].qp->qp_num;
   memcpy(a.gid, ep->gid.raw, 16);
   rr_verbs_addr_encode(&a, blob);
@@ -265,6 +267,8 @@ rr_status verbs_ep_connect(rr_rail_ep *rep, const rr_rail_connect_args *args) {
   }
   ep->peer_ring = peer.ring_addr;
   ep->peer_ring_rkey = peer.ring_rkey;
+  ep->peer_scratch = peer.scratch_addr;
+  ep->peer_scratch_rkey = peer.scratch_rkey;
   ep->connected = 1;
   rr_counter_inc(RR_CTR_VERBS_ENDPOINTS_CONNECTED);
   rr_counter_add(RR_CTR_VERBS_QPS_CONNECTED, (uint64_t)n);

@@ -37,6 +37,12 @@ struct verbs_gen {
   struct ibv_context *ctx;
   struct ibv_pd *pd;
   _Atomic int refs;
+  /* Probe filler's scratch (verbs_probe.c), made on the first endpoint
+   * that asks and shared by every endpoint of this opening. */
+  /* guards: scratch, scratch_mr. */
+  pthread_mutex_t scratch_lock;
+  void *scratch;
+  struct ibv_mr *scratch_mr;
 };
 
 verbs_gen *verbs_gen_new(const rr_ibv_api *api, struct ibv_context *ctx, struct ibv_pd *pd) {
@@ -46,13 +52,38 @@ verbs_gen *verbs_gen_new(const rr_ibv_api *api, struct ibv_context *ctx, struct 
   g->ctx = ctx;
   g->pd = pd;
   atomic_init(&g->refs, 1);
+  pthread_mutex_init(&g->scratch_lock, NULL);
   return g;
+}
+
+struct ibv_mr *verbs_gen_scratch(verbs_gen *g) {
+  if (!g || !g->pd) return NULL;
+  pthread_mutex_lock(&g->scratch_lock);
+  if (!g->scratch_mr && !g->scratch) {
+    /* Tried once per opening: a device that cannot register it is not
+     * probed (its rails are judged by failures only), never failed. */
+    g->scratch = aligned_alloc(4096, VERBS_SCRATCH_BYTES);
+    if (g->scratch) {
+      memset(g->scratch, 0, VERBS_SCRATCH_BYTES);
+      g->scratch_mr = g->api->reg_mr(g->pd, g->scratch, VERBS_SCRATCH_BYTES,
+                                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+      if (!g->scratch_mr)
+        RR_INFO(RR_SUB_NET, "verbs: cannot register the probe scratch (%s): its rails are not probed",
+                strerror(errno));
+    }
+  }
+  struct ibv_mr *mr = g->scratch_mr;
+  pthread_mutex_unlock(&g->scratch_lock);
+  return mr;
 }
 
 void verbs_gen_put(verbs_gen *g) {
   if (!g || atomic_fetch_sub(&g->refs, 1) != 1) return;
   /* On a device that is gone these fail (the kernel already released
    * them): nothing more to do with either. */
+  if (g->scratch_mr) g->api->dereg_mr(g->scratch_mr);
+  free(g->scratch);
+  pthread_mutex_destroy(&g->scratch_lock);
   if (g->pd) g->api->dealloc_pd(g->pd);
   if (g->ctx) g->api->close_device(g->ctx);
   free(g);
@@ -69,6 +100,7 @@ rr_status verbs_reset_ep_open(rr_rail_dev *dev, const rr_rail_events *events, vo
     verbs_ep *ep = rr_container_of(*out, verbs_ep, base);
     ep->gen = h->gen;
     atomic_fetch_add(&h->gen->refs, 1);
+    ep->scratch_mr = verbs_gen_scratch(h->gen);
   }
   pthread_rwlock_unlock(&h->gen_lock);
   return st;

@@ -23,6 +23,9 @@
 #              receive has (RERAIL_TEST_FORGE_WRITE). The NIC places it; host B's engine must
 #              refuse it after the fact, fail that rail over and get the message again by
 #              replay: both sides exit 0 with every byte checked.
+#   slow_rail  tbf limits host A's rail 0 to 5 % of its rate mid-run: demoted, the connection
+#              moves >= 70 % of what it moves with that NIC down (a control run right after),
+#              and traffic returns once the limit goes (verbs_gray.sh).
 #
 # usage: verbs_faults.sh HARNESS PLUGIN_DIR RERAIL CASE...
 #   RERAIL_TEST_SCALE        scales the flapping time (default 1; the sanitizer pass uses 0.25)
@@ -316,6 +319,10 @@ case_forged_write() {
     why+="the receiver did not refuse the forged write; "
   verdict forged_write "$why" "refused after the NIC placed it ($(grep -ho 'broke the protocol ([^)]*)' "$DIR/server.log" | head -1)), failed over, every byte checked"
 }
+
+# slow_rail: a rail shaped to 5 % is demoted and comes back (verbs_gray.sh)
+# shellcheck source=test/lab/rxe/verbs_gray.sh disable=SC1091
+. "$(dirname "${BASH_SOURCE[0]}")/verbs_gray.sh"
 
 echo "verbs_faults: cases ${CASES[*]} (scale $SCALE)"
 for c in "${CASES[@]}"; do

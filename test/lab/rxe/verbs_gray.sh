@@ -1,0 +1,110 @@
+# shellcheck shell=bash disable=SC2034  # PAIR_ENV, A_ENV: read by pair_start in verbs_faults.sh
+# The slow-rail case of the verbs rail (sourced by verbs_faults.sh, which provides pair_start,
+# started, pair_wait, verdict_timed, calc, is_true and WORK): the gray_failure test's `slow`
+# case over verbs in the Soft-RoCE lab.
+#   slow_rail  host A (the sender) carries traffic on rail 0; mid-run, tbf on vethA0 limits it
+#              to 5 % of the rate it carried. From 3 s to 5 s after the limit the connection
+#              must move >= 70 % of what it moves with vethA0 down instead (the control run,
+#              right after); the rail must have been demoted (rerail_rail_demotions_total), not
+#              failed over as silent; then the limit goes and traffic must be back on vethA0
+#              (a fail-back onto it, rerail_failbacks_total, and >= 95 % of the sender's rail
+#              bytes, rerail_rail_bytes_total, on vethA0) within hold + 2 s. Every byte checked.
+# A run that misses only the rate or the time bound runs once more (verdict_timed).
+
+GRAY_HOLD_MS=500
+# gray_tx IF: bytes IF has sent
+gray_tx() { cat "/sys/class/net/$1/statistics/tx_bytes"; }
+# gray_prom DIR METRIC [LABEL-ERE]: the sum of METRIC's samples in DIR's .prom files, "?" if none
+gray_prom() {
+  cat "$1"/rerail-*.prom 2>/dev/null |
+    awk -v m="$2" -v f="${3:-}" '$1 ~ "^"m"[{]" && (f == "" || $1 ~ f) { s += $NF; n++ } END { print (n ? s + 0 : "?") }'
+}
+# gray_clog_rate FILE FROM TO: MB/s the receiver completed in [FROM, TO) (wall-clock seconds)
+gray_clog_rate() {
+  awk -v a="$2" -v b="$3" '!/^#/ && $1 >= a && $1 < b { s += $2 } END { printf "%.2f", s / (b - a) / 1e6 }' "$1"
+}
+
+# gray_run NAME FAULT: traffic with telemetry on host A, FAULT (shape | down) on vethA0 2 s in;
+# sets T_F (when the fault took effect), RAIL0_MBIT, TEL; leaves the fault and the pair running.
+gray_run() {
+  local a b
+  TEL=$WORK/$1.tel
+  mkdir -p "$TEL"
+  # Restore at 25 % rather than 50: a probe is one queue pair's writes, and an emulated NIC's
+  # queue pair moves about a quarter of what the rail's two connections moved together
+  # (the third lab run: healed probes at ~6 MB/s against a level of 27); a rail at 5 % of its
+  # rate stays far under it.
+  PAIR_ENV=(RERAIL_PROGRESS_TIMEOUT=1000 "RERAIL_FAILBACK_HOLD=$GRAY_HOLD_MS" RERAIL_TELEMETRY_INTERVAL=100
+    RERAIL_DEGRADED_RESTORE_PCT=25)
+  A_ENV=("RERAIL_TELEMETRY_DIR=$TEL")
+  pair_start "$1" --conns 2 --max-size 4M --duration 16 --timeout 90 --quiet --stall-report \
+    --completion-log="$WORK/$1.completions"
+  A_ENV=()
+  started || return 1
+  sleep 1
+  a=$(gray_tx vethA0)
+  sleep 1
+  b=$(gray_tx vethA0)
+  RAIL0_MBIT=$(((b - a) * 8 / 1000000))
+  case $2 in
+    # burst: at least 128 KiB, as the network lab shapes; a queue of 2 MB so the limit delays
+    # RoCE packets rather than drops them (a drop costs an RC retransmission timeout, a
+    # silence the failure detector would see first)
+    shape) tc qdisc add dev vethA0 root tbf rate "$(((RAIL0_MBIT * 5 + 99) / 100))mbit" burst 128k limit 2mb ;;
+    down) rxefault link 0 down A ;;
+  esac
+  T_F=$EPOCHREALTIME
+  sleep 5.2
+}
+
+case_slow_rail() {
+  local why="" late="" rate down_rate ratio demo fb0 fb1 b00 b01 b10 b11 back="" t0 share limit
+  limit=$((GRAY_HOLD_MS + 2000))
+  if ! gray_run slow_rail shape; then
+    pair_wait 30; verdict_timed slow_rail "traffic never started (client $CRC, server $SRC)" "" ""; return
+  fi
+  local dir=$DIR tel=$TEL t_f=$T_F mbit=$RAIL0_MBIT
+  demo=$(gray_prom "$tel" rerail_rail_demotions_total 'nic="vethA0"')
+  fb0=$(gray_prom "$tel" rerail_failbacks_total 'nic="vethA0"')
+  tc qdisc del dev vethA0 root
+  # healed: a fail-back onto vethA0 (read from the .prom file, exported every 100 ms), and of
+  # the sender's rail bytes in the second after it >= 95 % on vethA0
+  t0=$EPOCHREALTIME
+  while is_true "$EPOCHREALTIME - $t0 < ($limit + 1500) / 1000"; do
+    sleep 0.1
+    fb1=$(gray_prom "$tel" rerail_failbacks_total 'nic="vethA0"')
+    if [ "$fb1" != "?" ] && [ "$fb0" != "?" ] && [ "$fb1" -gt "$fb0" ]; then
+      back=$(calc "($EPOCHREALTIME - $t0) * 1000")
+      break
+    fi
+  done
+  if [ -n "$back" ]; then
+    b00=$(gray_prom "$tel" rerail_rail_bytes_total 'nic="vethA0".*direction="tx"')
+    b01=$(gray_prom "$tel" rerail_rail_bytes_total 'nic="vethA1".*direction="tx"')
+    sleep 1
+    b10=$(gray_prom "$tel" rerail_rail_bytes_total 'nic="vethA0".*direction="tx"')
+    b11=$(gray_prom "$tel" rerail_rail_bytes_total 'nic="vethA1".*direction="tx"')
+  fi
+  pair_wait 90
+  [ "$CRC" -eq 0 ] && [ "$SRC" -eq 0 ] || why+="shaped run: client exit $CRC, server exit $SRC; "
+  rate=$(gray_clog_rate "$WORK/slow_rail.completions" "$(calc "$t_f + 3")" "$(calc "$t_f + 5")")
+
+  if ! gray_run slow_rail.control down; then
+    rxefault link 0 up A
+    pair_wait 30; verdict_timed slow_rail "control: traffic never started (client $CRC, server $SRC)" "" ""; return
+  fi
+  rxefault link 0 up A
+  pair_wait 90
+  [ "$CRC" -eq 0 ] && [ "$SRC" -eq 0 ] || why+="control run: client exit $CRC, server exit $SRC; "
+  down_rate=$(gray_clog_rate "$WORK/slow_rail.control.completions" "$(calc "$T_F + 3")" "$(calc "$T_F + 5")")
+  ratio=$(calc "$rate / ($down_rate > 0 ? $down_rate : 1)")
+  share=$( [ -n "${b10:-}" ] && calc "($b10 - $b00) / (($b10 - $b00) + ($b11 - $b01) + 1)" )
+  [ "$demo" != "?" ] && [ "$demo" -ge 1 ] || why+="vethA0 was never demoted (rerail_rail_demotions_total $demo); "
+  [ -n "$back" ] || why+="no fail-back onto the healed vethA0; "
+  [ -z "$back" ] || is_true "${share:-0} >= 0.95" || why+="the sender's bytes did not return to vethA0 (share ${share:-none}); "
+  is_true "$ratio >= 0.7" || late+="moved $ratio of the control's rate with vethA0 slow (need >= 0.7); "
+  [ -z "$back" ] || is_true "$back <= $limit" || late+="traffic back after $back ms (limit $limit); "
+  DIR=$dir
+  echo "slow_rail: fault at $t_f, control fault at $T_F; completions logged: $(grep -vc '^#' "$WORK/slow_rail.completions" 2>/dev/null), control $(grep -vc '^#' "$WORK/slow_rail.control.completions" 2>/dev/null)"
+  verdict_timed slow_rail "$why" "$late" "vethA0 carried $mbit Mbit/s, shaped to 5 %: $rate MB/s from 3 s to 5 s after, with vethA0 down $down_rate MB/s (ratio $ratio); $demo demotion(s); healed: fail-back after ${back:-never} ms, vethA0's share of the sender's bytes then ${share:-none}"
+}
