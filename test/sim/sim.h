@@ -136,7 +136,7 @@ typedef struct sim_event {
 
 typedef struct sim_stats {
   uint64_t seeds, failed, rollbacks, violations, reconnects, ctrl_dups, splits, mid_fences, errors_expected,
-      garbled, writes, ctrls, steps, vtime_ms, sink_writes, placed_sends, claims;
+      garbled, writes, ctrls, steps, vtime_ms, sink_writes, placed_sends, claims, acks_held;
 } sim_stats;
 
 typedef struct sim_world {
