@@ -289,7 +289,8 @@ static void peer_heard(rr_engine *e, const rr_rail_ep *ep) {
 }
 
 static rr_status ev_write_done(rr_rail_ep *ep, uint64_t wr_id) {
-  return engine_send_on_write_done(ep_engine(ep), wr_id, (ep->dev->attr.caps & RR_RAIL_CAP_WRITE_DONE_PLACED) != 0);
+  int placed = (ep->dev->attr.caps & RR_RAIL_CAP_WRITE_DONE_PLACED) != 0;
+  return engine_send_on_write_done(ep_engine(ep), ep->rail, wr_id, placed);
 }
 
 static rr_status ev_write_begin(rr_rail_ep *ep, rr_write_hdr *h, void **dst) {

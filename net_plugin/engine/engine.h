@@ -88,6 +88,11 @@ typedef struct engine_rail {
   int need_drain;           /* receiver: writes of an older epoch may still land on it */
   int fenced;               /* its current endpoint was fenced (nothing more lands through it) */
   uint32_t drain_posted;    /* sender: the epoch of the last drain barrier posted on it */
+  /* Sender: writes posted on its current endpoint whose completion has not
+   * come, of this epoch and of older ones. A fence or a new endpoint ends
+   * them all (nothing reads their source after). An old one may sit in a
+   * verbs QP whose peer end was fenced, not drained: see ack_completes(). */
+  uint32_t writes_cur, writes_old;
   uint64_t swapped_ns;      /* when its current endpoint was installed (0: at connect) */
   char ifname[16];          /* local NIC */
   char name[80];            /* "rail1 (eth1 -> 10.0.1.2)" for messages */
@@ -156,6 +161,7 @@ typedef struct rr_send_req {
                              * of an earlier round's write is not counted in this one */
   uint8_t ack_only;         /* a write of an earlier round was still in flight at a rewind: it may
                              * read NCCL's buffer yet, so only the receiver's ack completes the send */
+  uint8_t held;             /* acked, and held back for such a write (counted once: acks_held) */
   uint8_t claim_owed;       /* placed, and the receiver's last rollback may not know it: a PLACED
                              * claim must go */
   uint8_t resumed;          /* a RESUME_SLOT of resumed_epoch named it (each is obeyed once) */
@@ -222,6 +228,9 @@ typedef struct rr_engine_stats {
    * ack (sender); sub-receives completed on a PLACED claim (receiver). */
   uint64_t placed_sends, claims_taken;
   uint64_t bad_transitions; /* rollback phase changes not in engine_phase.c's tables (a bug) */
+  /* Sender: acked sends held back from NCCL while an older epoch's write
+   * was still outstanding on an endpoint we had not fenced (invariant 8). */
+  uint64_t acks_held;
 } rr_engine_stats;
 
 #define RR_SEND_POOL (RR_NET_MAX_REQUESTS * RR_NET_MAX_RECVS)
@@ -550,7 +559,7 @@ static inline int engine_send_holding(const rr_engine *e) { return e->send_phase
 rr_status engine_send_post(rr_engine *e, uint64_t now);
 rr_status engine_send_on_msg(rr_engine *e, int rail, const engine_msg *m);
 /* placed: the rail has RR_RAIL_CAP_WRITE_DONE_PLACED. */
-rr_status engine_send_on_write_done(rr_engine *e, uint64_t wr_id, int placed);
+rr_status engine_send_on_write_done(rr_engine *e, int rail, uint64_t wr_id, int placed);
 void engine_send_rail_lost(rr_engine *e, engine_rail_seen seen);
 rr_status engine_send_test(rr_send_req *r, int *done, size_t *sizes);
 

@@ -209,6 +209,7 @@ void engine_rail_set_state_seen(rr_engine *e, int r, rr_rail_state st, const cha
    * cut off without the rollback that only a failure from ACTIVE starts.) */
   if (((st == RR_RAIL_DOWN || st == RR_RAIL_DEGRADED) && old == RR_RAIL_ACTIVE) || st == RR_RAIL_DEAD) {
     if (!rl->fenced) rl->ep->ops->fence(rl->ep), rl->fenced = 1;
+    rl->writes_cur = rl->writes_old = 0; /* a fenced endpoint reads no source again */
     if (rl->need_drain) {
       rl->need_drain = 0;
       if (e->cfg.role == RR_ENGINE_RECV) engine_recv_check_landed(e);
@@ -263,6 +264,7 @@ void engine_rail_swap(rr_engine *e, int r, rr_rail_ep *ep) {
   rl->need_drain = 0;
   rl->fenced = 0;
   rl->drain_posted = e->epoch;
+  rl->writes_cur = rl->writes_old = 0; /* the old endpoint is destroyed */
   rl->cause = RR_OK;
   uint64_t now = rr_now_ns();
   rl->swapped_ns = now;

@@ -43,6 +43,27 @@ static void rewind_to(rr_send_req *r, uint32_t from) {
 }
 
 
+/* An ack completes r towards NCCL, unless r is ack-only and a write of an
+ * older epoch may still read its buffer. The ack follows the drains of the
+ * rails the receiver holds live; a rail it holds down it fenced at its own
+ * end instead, which empties nothing here: a fresh endpoint it cut off at
+ * its rollback may be up at our end (we keep a rail reopened within δ
+ * although the receiver names it down), and our QP then holds the old
+ * write, reading the buffer again at each retry, until it errors out or we
+ * fence it. So r waits until no endpoint we did not fence has such a write
+ * outstanding (invariant 8; the count is per rail, not per send: old writes
+ * exist only after a rollback, and the rails it drained complete theirs). */
+static int ack_completes(rr_engine *e, rr_send_req *r) {
+  if (!r->acked) return 0;
+  if (!r->ack_only) return 1;
+  for (int i = 0; i < e->nrails; i++)
+    if (e->rails[i].writes_old) {
+      if (!r->held) r->held = 1, e->stats.acks_held++;
+      return 0;
+    }
+  return 1;
+}
+
 static void req_release(rr_engine *e, rr_send_req *r) {
   if (r->bounce >= 0) e->bounce_free[e->nbounce_free++] = r->bounce;
   r->bounce = -1;
@@ -290,6 +311,7 @@ static rr_status send_post_pass(rr_engine *e, uint64_t now) {
       }
       r->posted += n;
       if (r->posted == r->nchunks) rr_tel_message(ep->tel_tx); /* the last chunk went here */
+      e->rails[ri].writes_cur++;
       e->rails[ri].vtime += (double)(len ? len : 1) / e->rails[ri].weight;
       e->rails[ri].g_posted += len;
     }
@@ -315,13 +337,16 @@ rr_status engine_send_post(rr_engine *e, uint64_t now) {
   return st;
 }
 
-rr_status engine_send_on_write_done(rr_engine *e, uint64_t wr_id, int placed) {
+rr_status engine_send_on_write_done(rr_engine *e, int rail, uint64_t wr_id, int placed) {
   if (wr_id == ENGINE_PROBE_WR_ID) return RR_OK; /* filler measuring a demoted rail */
   uint32_t idx = (uint32_t)(wr_id & 0xffff);
   uint16_t gen = (uint16_t)(wr_id >> 16);
   uint32_t n = (uint32_t)(wr_id >> 32) & 0xffff;
   uint16_t epoch = (uint16_t)(wr_id >> 48);
-  if (idx >= e->sreq_cap) return RR_ERR_INTERNAL;
+  if (idx >= e->sreq_cap || rail < 0 || rail >= e->nrails) return RR_ERR_INTERNAL;
+  /* Whatever it belonged to, this write reads its source no more. */
+  uint32_t *out = epoch == (uint16_t)e->epoch ? &e->rails[rail].writes_cur : &e->rails[rail].writes_old;
+  if (*out) (*out)--; /* 0: it was fenced off (counts end there), then completed anyway */
   rr_send_req *r = engine_sreq(e, idx);
   /* An older epoch's write, or an earlier round's: its chunks are replayed. */
   if (epoch != (uint16_t)e->epoch || !r->in_use || gen != r->gen) return RR_OK;
@@ -358,9 +383,12 @@ static void adopt_epoch(rr_engine *e, uint32_t epoch) {
   e->stats.rollbacks++;
   rr_counter_inc(RR_CTR_ROLLBACKS);
   for (int i = 0; i < e->nrails; i++) {
-    if (e->rails[i].state != RR_RAIL_DEAD && engine_rail_fence_cheap(e, i)) e->rails[i].ep->ops->fence(e->rails[i].ep);
-    e->rails[i].g_prev_ns = 0; /* the fence emptied its queue: that is no delivery */
-    e->rails[i].g_lat_t0 = 0;  /* nor a request's latency */
+    engine_rail *rl = &e->rails[i];
+    rl->writes_old += rl->writes_cur;
+    rl->writes_cur = 0;
+    if (rl->state != RR_RAIL_DEAD && engine_rail_fence_cheap(e, i)) rl->ep->ops->fence(rl->ep), rl->writes_old = 0;
+    rl->g_prev_ns = 0; /* the fence emptied its queue: that is no delivery */
+    rl->g_lat_t0 = 0;  /* nor a request's latency */
   }
   /* A placed send keeps its place: its bytes are in the receiver's memory
    * and NCCL may have its buffer back; the receiver is told so once the
@@ -861,10 +889,10 @@ rr_status engine_send_test(rr_send_req *r, int *done, size_t *sizes) {
    * or placed one once acked or placed: no need to touch the network to say
    * so (acks of bounced messages are read by the next call that waits on
    * something). */
-  int finished = r->bounce >= 0 || r->acked || send_placed(r);
+  int finished = r->bounce >= 0 || ack_completes(e, r) || send_placed(r);
   if (!finished) {
     rr_status st = engine_progress(e);
-    finished = r->acked || send_placed(r);
+    finished = ack_completes(e, r) || send_placed(r);
     /* A placed send is done even if the connection failed after: its bytes
      * are in the receiver's memory and its buffer is free. */
     if (st != RR_OK && !finished) {

@@ -137,7 +137,7 @@ typedef struct sim_event {
 typedef struct sim_stats {
   uint64_t seeds, failed, rollbacks, violations, reconnects, ctrl_dups, splits, mid_fences, errors_expected,
       garbled, writes, ctrls, steps, vtime_ms, sink_writes, placed_sends, claims,
-      group_writes, split_writes; /* writes of several chunks; of which split (adaptive routing) */
+      group_writes, split_writes, acks_held; /* writes of several chunks; of which split (adaptive routing) */
 } sim_stats;
 
 typedef struct sim_world {

@@ -387,7 +387,8 @@ static rr_status transmit(sim_ep *e) {
       e->sq_writes--;
       /* The source is read now: a write queued before its send completed
        * must not read the buffer NCCL got back (invariant 8: such a send
-       * completes only on the ack, which follows the drains). */
+       * completes only on the ack, and only once no endpoint the sender
+       * left unfenced holds an older write of it, rule e). */
       if (it->msg >= 0 && !sim_traffic_send_live(w, it->msg))
         sim_fail(w, "rail %d: a write (imm 0x%08x) read its send buffer after the send completed", r, it->hdr.imm);
       if (it->len) memcpy(it->data, it->local, it->len);
