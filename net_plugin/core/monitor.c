@@ -253,21 +253,22 @@ void rr_monitor_shutdown(void) {
   pthread_mutex_unlock(&lifecycle_lock);
 }
 
+/* Each list the monitor keeps is an array `name`, its count `nname` and
+ * its capacity `name_cap`: emptied and freed as one. */
+#define LIST_DROP(name)                                                                            \
+  do {                                                                                             \
+    free(name);                                                                                    \
+    name = NULL;                                                                                   \
+    n##name = name##_cap = 0;                                                                      \
+  } while (0)
+
 __attribute__((destructor)) static void monitor_unload(void) {
   pthread_mutex_lock(&lifecycle_lock);
   monitor_stop_locked();
-  free(engines);
-  engines = NULL;
-  nengines = engines_cap = 0;
-  free(listeners);
-  listeners = NULL;
-  nlisteners = listeners_cap = 0;
-  free(incoming_engines);
-  incoming_engines = NULL;
-  nincoming_engines = incoming_engines_cap = 0;
-  free(incoming_listeners);
-  incoming_listeners = NULL;
-  nincoming_listeners = incoming_listeners_cap = 0;
+  LIST_DROP(engines);
+  LIST_DROP(listeners);
+  LIST_DROP(incoming_engines);
+  LIST_DROP(incoming_listeners);
   pthread_mutex_unlock(&lifecycle_lock);
 }
 
