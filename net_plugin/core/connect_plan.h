@@ -8,7 +8,8 @@
  *
  *  - A rail whose attempt fails for any reason but the listener failing its
  *    proof (not our peer) is retried until the connection goes on; until a
- *    rail is up that lasts up to RERAIL_CONNECT_TIMEOUT (the caller's bound).
+ *    rail is up that lasts until RERAIL_CONNECT_TIMEOUT passes without progress
+ *    (the caller's bound, rr_setup_clock below).
  *  - Once a rail is up, the connection goes on as soon as every other rail is
  *    up, failed at least once, or had the settle time (the progress timeout)
  *    since connect began. A rail whose listener has answered (its handshake
