@@ -114,7 +114,11 @@ static const char *pending_expired(const rr_listen_comm *l, const pending_sock *
     return "no handshake within 1 s (half a message, then silence)";
   if (listen_crowded(l, now) && now - ps->since_ns > RR_SETUP_AUTH_NS)
     return "no handshake within 1 s (while the listener is crowded)";
-  if (now - ps->since_ns > connect_timeout_ns()) return "no handshake within the connect timeout";
+  /* Between messages, not from accept: the PROOF comes a whole sweep of
+   * the connector after our CHALLENGE, and that alone may take most of the
+   * timeout (connect_plan.h, rr_setup_clock). A stranger gains a timeout
+   * at most (its PROOF is checked when it comes); the caps bound it. */
+  if (now - ps->waiting_ns > connect_timeout_ns()) return "no handshake within the connect timeout";
   return NULL;
 }
 
@@ -299,6 +303,31 @@ static void group_remove(rr_listen_comm *l, int i) {
   l->groups[i] = l->groups[--l->ngroups];
 }
 
+/* The connector still holds the group's sockets: some are here and none of
+ * them seen to end (a rail seen to end is closed here, rail_lost). */
+static int group_open(const pending_group *g) {
+  for (int r = 0; r < RR_MAX_RAILS; r++)
+    for (int i = 0; i < RR_HS_MAX_STREAMS; i++)
+      if (g->fds[r][i] >= 0) return 1;
+  return 0;
+}
+
+/* The table of groups is full: the one idle longest makes room, if it has
+ * been idle past the connect timeout (the groups a deadline from their
+ * first socket dropped; kept since only while nothing needed the slot, so
+ * a slow connector's group still outlives a sweep: connect_plan.h). A full
+ * table of groups that progress refuses the newcomer, as before. 1 when
+ * one went. */
+static int evict_idle_group(rr_listen_comm *l, uint64_t now) {
+  int oldest = -1;
+  for (int i = 0; i < l->ngroups; i++)
+    if (oldest < 0 || l->groups[i].progress_ns < l->groups[oldest].progress_ns) oldest = i;
+  if (oldest < 0 || now - l->groups[oldest].progress_ns <= connect_timeout_ns()) return 0;
+  RR_INFO(RR_SUB_NET, "accept: a connection idle past the connect timeout makes room for a new one");
+  group_remove(l, oldest);
+  return 1;
+}
+
 static void listen_free(rr_listen_comm *l) {
   for (int i = 0; i < l->nfds; i++) close(l->fds[i]);
   for (int i = 0; i < l->nsocks; i++)
@@ -417,6 +446,7 @@ static void on_hello(rr_listen_comm *l, pending_sock *ps) {
   ps->state = PS_PROOF;
   ps->got = 0;
   ps->partial_ns = 0;
+  ps->waiting_ns = rr_now_ns();
 }
 
 /* Room for slot n of an array of pending sockets or groups, grown by
@@ -456,7 +486,7 @@ static pending_group *group_for(rr_listen_comm *l, pending_sock *ps, rr_recv_com
       }
     }
   if (g) return g;
-  if (l->ngroups == RR_LISTEN_GROUPS) {
+  if (l->ngroups == RR_LISTEN_GROUPS && !evict_idle_group(l, rr_now_ns())) {
     *why = "too many connections in progress";
     return NULL;
   }
@@ -471,7 +501,7 @@ static pending_group *group_for(rr_listen_comm *l, pending_sock *ps, rr_recv_com
   tmp.generation = h->generation;
   tmp.nstreams = h->nstreams;
   tmp.chunk_size = h->chunk_size;
-  tmp.since_ns = rr_now_ns();
+  tmp.since_ns = tmp.progress_ns = rr_now_ns();
   for (int r = 0; r < RR_MAX_RAILS; r++)
     for (int i = 0; i < RR_HS_MAX_STREAMS; i++) tmp.fds[r][i] = -1;
   if (live) {
@@ -574,6 +604,7 @@ static void on_proof(rr_listen_comm *l, pending_sock *ps) {
     return;
   }
   g->fds[r][h->stream] = ps->fd;
+  g->progress_ns = rr_now_ns();
   if (h->stream == 0) g->readable |= 1u << r; /* its COMMIT may be there already */
   ps->fd = -1;
 }
@@ -626,6 +657,7 @@ static void rail_lost(pending_group *g, int r) {
     if (g->fds[r][i] >= 0) close(g->fds[r][i]), g->fds[r][i] = -1;
   rr_setup_ep_abandon(&g->ep[r]);
   g->lost_seen |= 1u << r;
+  g->progress_ns = rr_now_ns();
 }
 
 /* After an early COMMIT: a rail it names that waits for a PROOF, and one of
@@ -725,6 +757,7 @@ static void read_commits(rr_listen_comm *l) {
       }
       g->rails_mask = cm.rails;
       g->later_mask = cm.later;
+      g->progress_ns = rr_now_ns();
       memcpy(g->later_addr, cm.later_addr, sizeof g->later_addr);
     }
     if (drop) group_remove(l, gi);
@@ -763,7 +796,8 @@ static void drop_stale(rr_listen_comm *l, uint64_t now) {
   }
   uint64_t limit = connect_timeout_ns();
   for (int i = 0; i < l->ngroups;) {
-    if (now - l->groups[i].since_ns > limit) {
+    const pending_group *g = &l->groups[i];
+    if (rr_group_stale(now - g->since_ns, now - g->progress_ns, group_open(g), limit)) {
       RR_WARN("accept: dropping a connection whose sockets did not all arrive in time");
       group_remove(l, i);
     } else {
@@ -969,7 +1003,7 @@ static rr_status take_new(rr_listen_comm *l, const struct pollfd *pfd) {
       ps->fd = fd;
       ps->peer = peer;
       ps->state = PS_HELLO;
-      ps->since_ns = now;
+      ps->since_ns = ps->waiting_ns = now;
       ps->readable = 1; /* its HELLO may be there already */
     }
   }

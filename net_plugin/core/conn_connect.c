@@ -410,6 +410,18 @@ static void rail_poll(const connect_state *c, connect_rail *cr) {
   }
 }
 
+/* How far a setup socket got: its state, then the bytes of its current
+ * message sent or received. Progress for the connect deadline
+ * (rr_setup_clock) is a socket getting further than it ever did: connected,
+ * a message sent, the listener's answer received. Only further than ever:
+ * a listener that closes every attempt (busy, or full) would otherwise
+ * look like progress on each retry, and keep the connector trying for
+ * good; a peer that is merely slow moves on each time. */
+static uint32_t stream_reach(const setup_stream *st) {
+  uint32_t bytes = st->hs ? (uint32_t)st->hs->out_sent + st->hs->in_got : 0;
+  return (uint32_t)st->state << 16 | bytes;
+}
+
 /* Advance one rail's attempt: open its sockets (once its retry time has
  * come), run their handshakes. RAIL_READY once every socket is authenticated
  * and the listener's endpoint is known. A socket that fails is closed and
@@ -433,6 +445,10 @@ static rr_status rail_advance(connect_state *c, connect_rail *cr, int r, uint64_
     }
     rr_status rs = st->ready ? stream_step(c, cr, r, i, why) : RR_OK;
     st->ready = 0;
+    if (rs == RR_OK && stream_reach(st) > st->furthest) {
+      st->furthest = stream_reach(st);
+      c->progress++;
+    }
     if (rs == RR_OK && st->state == SS_CONNECTING && stuck_ns && now > st->opened_ns + stuck_ns) {
       rs = RR_ERR_RAIL;
       *why = no_answer;
@@ -650,6 +666,7 @@ static rr_status commit_send(connect_state *c) {
       return RR_ERR_PEER;
     }
     c->commit_sent += (uint16_t)n;
+    c->progress++;
   }
   return RR_OK;
 }
@@ -857,6 +874,7 @@ static rr_send_comm *send_comm_new(const void *handle, int dev, const rr_peer_ad
   c->nstreams = p->tcp_streams;
   c->chunk_size = (uint32_t)p->chunk_size;
   c->start_ns = rr_now_ns();
+  rr_setup_clock_start(&c->deadline, c->progress, c->start_ns);
   if (rr_hs_random(&c->conn_id, sizeof c->conn_id) != RR_OK || plan_rails(c, dev) != RR_OK) {
     free(c->rails);
     free(s);
@@ -951,10 +969,13 @@ static rr_status send_comm_finish(rr_send_comm *s) {
 }
 
 /* NCCL calls connect() for a handle until it gets a comm or gives up; one it
- * stopped calling for longer than the connect timeout was abandoned (an
- * aborted communicator): its sockets and endpoints go (connect_lock held). */
+ * stopped calling for longer than RR_SETUP_CAP_TIMEOUTS connect timeouts was
+ * abandoned (an aborted communicator): its sockets and endpoints go
+ * (connect_lock held). Not after one timeout: NCCL's turn over hundreds of
+ * connections may outlast that, and the attempt it comes back to must be
+ * there (connect_plan.h). */
 static void connecting_sweep(uint64_t now) {
-  uint64_t limit = rr_params_get()->connect_timeout_ms * 1000000ull;
+  uint64_t limit = RR_SETUP_CAP_TIMEOUTS * rr_params_get()->connect_timeout_ms * 1000000ull;
   /* Every attempt is looked at: not on every call (that cost grows with the
    * attempts under way), but a few times per timeout, so an abandoned one
    * goes at most a quarter of the timeout (or 100 ms) late. */
@@ -987,7 +1008,7 @@ static void connect_timed_out(const connect_state *c) {
                             abuf, cr->why ? cr->why : "no answer");
   }
   const struct sockaddr_storage *a = &c->peer.addrs[0];
-  RR_WARN("connect: no rail reached the peer (port %u) within RERAIL_CONNECT_TIMEOUT=%llu ms: %s",
+  RR_WARN("connect: no rail reached the peer (port %u): no progress for RERAIL_CONNECT_TIMEOUT=%llu ms: %s",
           ntohs(a->ss_family == AF_INET ? ((const struct sockaddr_in *)a)->sin_port
                                         : ((const struct sockaddr_in6 *)a)->sin6_port),
           (unsigned long long)rr_params_get()->connect_timeout_ms, list);
@@ -1024,8 +1045,12 @@ rr_status rr_net_connect(rr_net_ctx *ctx, int dev, const void *handle, rr_send_c
   s->conn.last_call_ns = now;
   st = connect_advance(s);
   if (st == RR_AGAIN) {
+    /* The timeout counts from the connection's latest progress, not from
+     * its first call: NCCL drives every connection under way in turn, and
+     * one turn over hundreds can outlast the timeout while the peer answers
+     * each message (connect_plan.h, rr_setup_clock). */
     uint64_t limit = rr_params_get()->connect_timeout_ms * 1000000ull;
-    if (rr_now_ns() - s->conn.start_ns <= limit) {
+    if (!rr_setup_clock_expired(&s->conn.deadline, s->conn.progress, rr_now_ns(), limit)) {
       pthread_mutex_unlock(&connect_lock);
       return RR_OK; /* NCCL calls again */
     }

@@ -48,3 +48,18 @@ enum rr_commit_verdict rr_commit_resolve(uint32_t committed, uint32_t whole, uin
   if (committed & ~whole & ~lost_seen) return RR_COMMIT_WAIT; /* a PROOF still to come */
   return *up ? RR_COMMIT_GO : RR_COMMIT_DROP;
 }
+
+void rr_setup_clock_start(rr_setup_clock *k, uint64_t progress, uint64_t now) {
+  k->progress_ns = now;
+  k->seen = progress;
+}
+
+int rr_setup_clock_expired(rr_setup_clock *k, uint64_t progress, uint64_t now, uint64_t limit_ns) {
+  if (progress != k->seen) rr_setup_clock_start(k, progress, now);
+  return now - k->progress_ns > limit_ns;
+}
+
+int rr_group_stale(uint64_t age_ns, uint64_t idle_ns, int open, uint64_t timeout_ns) {
+  if (idle_ns <= timeout_ns) return 0;
+  return !open || age_ns > RR_SETUP_CAP_TIMEOUTS * timeout_ns;
+}

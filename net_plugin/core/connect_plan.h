@@ -8,7 +8,8 @@
  *
  *  - A rail whose attempt fails for any reason but the listener failing its
  *    proof (not our peer) is retried until the connection goes on; until a
- *    rail is up that lasts up to RERAIL_CONNECT_TIMEOUT (the caller's bound).
+ *    rail is up that lasts until RERAIL_CONNECT_TIMEOUT passes without progress
+ *    (the caller's bound, rr_setup_clock below).
  *  - Once a rail is up, the connection goes on as soon as every other rail is
  *    up, failed at least once, or had the settle time (the progress timeout)
  *    since connect began. A rail whose listener has answered (its handshake
@@ -73,5 +74,41 @@ int rr_connect_backups_short(const rr_connect_rail_view *v, int n, int want);
 enum rr_commit_verdict { RR_COMMIT_WAIT = 0, RR_COMMIT_GO, RR_COMMIT_DROP };
 enum rr_commit_verdict rr_commit_resolve(uint32_t committed, uint32_t whole, uint32_t lost_seen, uint32_t *up,
                                          uint32_t *lost);
+
+/* Setup deadlines run from progress, not from the first call.
+ *
+ * NCCL's proxy sets connections up round-robin from one thread: with
+ * hundreds of them, or an emulated NIC, one sweep over all takes longer
+ * than RERAIL_CONNECT_TIMEOUT (512 connections under Soft-RoCE: ~35 s at
+ * ~70 ms per connect() call), so a connection's handshake spans several
+ * timeouts while its peer answers every message promptly. A deadline from
+ * the first call failed such a connection in the very call its PROOF went
+ * out. What tells a dead peer from a slow one is whether anything moves:
+ * the connector fails a connection only after a whole timeout in which no
+ * setup socket of it advanced (connected, sent or received a message). A
+ * peer that is gone still fails within the timeout; one that answers slowly
+ * never does. rr_setup_clock is that rule, fed a counter of progress. */
+typedef struct rr_setup_clock {
+  uint64_t progress_ns; /* the latest progress seen (the start, before any) */
+  uint64_t seen;        /* the progress counter then */
+} rr_setup_clock;
+void rr_setup_clock_start(rr_setup_clock *k, uint64_t progress, uint64_t now);
+/* progress: the counter now (any change is progress, which restarts the
+ * clock). 1 once more than limit_ns passed without progress. */
+int rr_setup_clock_expired(rr_setup_clock *k, uint64_t progress, uint64_t now, uint64_t limit_ns);
+
+/* The listener's side: an authenticated group (the sockets of one
+ * connection that proved the secret, waiting for the rest or the COMMIT).
+ * Between its ACCEPTs and its COMMIT nothing travels for a whole sweep of
+ * the connector, which may exceed the timeout (above). So a group is kept
+ * while the connector holds its sockets open (open: some socket of it is
+ * not seen to end), up to RR_SETUP_CAP_TIMEOUTS timeouts since it began (a
+ * host that vanished without a FIN); one whose sockets all ended goes a
+ * timeout after its last progress. Either way never while it progresses
+ * (idle_ns: since a socket joined, the COMMIT came or a socket ended). */
+/* Also how long connect() keeps an attempt NCCL stopped calling for: a
+ * turn of NCCL's over all connections may outlast one timeout. */
+#define RR_SETUP_CAP_TIMEOUTS 4
+int rr_group_stale(uint64_t age_ns, uint64_t idle_ns, int open, uint64_t timeout_ns);
 
 #endif

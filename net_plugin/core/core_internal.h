@@ -106,6 +106,7 @@ typedef struct setup_stream {
   setup_hs *hs;              /* while the handshake runs */
   uint64_t opened_ns;        /* when its socket began connecting */
   uint8_t ready;             /* rail_poll saw it ready (or it is new): worth a step */
+  uint32_t furthest;         /* connect(): the furthest it got, over its attempts (stream_reach) */
 } setup_stream;
 
 typedef struct connect_rail {
@@ -133,8 +134,10 @@ typedef struct connect_state {
   uint64_t conn_id;
   int nstreams;
   uint32_t chunk_size;
-  uint64_t start_ns;
+  uint64_t start_ns;          /* connect() began (the settle and patience bounds) */
   uint64_t last_call_ns;     /* NCCL's latest connect() call for it */
+  uint64_t progress;         /* counts setup sockets advancing (connected, sent, received) */
+  rr_setup_clock deadline;   /* RERAIL_CONNECT_TIMEOUT, from the latest progress (connect_plan.h) */
   rr_peer_addrs peer;
   int nrails;
   int want;                  /* backups wanted */
@@ -193,6 +196,7 @@ typedef struct pending_sock {
   uint16_t got;
   uint32_t gen_floor;
   uint64_t since_ns;          /* accepted then */
+  uint64_t waiting_ns;        /* its next message is awaited since (accepted, or the CHALLENGE sent) */
   uint64_t partial_ns;        /* the first byte of a message not yet whole came then (0: none) */
   uint8_t readable;          /* this accept() call: bytes (or its end) came, or it is new */
   rr_hs_hello h;
@@ -202,10 +206,20 @@ typedef struct pending_sock {
   struct sockaddr_storage peer;
 } pending_sock;
 
-#define RR_LISTEN_PENDING 64       /* unauthenticated sockets per listener */
-/* ... of them from one address: room for a sender's attempt at a rail and
- * the one it just abandoned (whose FIN a failed path may never deliver). */
-#define RR_LISTEN_PER_SOURCE (2 * RR_HS_MAX_STREAMS)
+/* Unauthenticated sockets per listener (slots grow as they are used). */
+#define RR_LISTEN_PENDING 128
+/* ... of them from one address. Setup runs over the out-of-band interface,
+ * so every rail and every retry of one peer process arrives from one
+ * address: what a legitimate peer has in flight is its connections to this
+ * listener times rails times streams, plus attempts it abandoned whose FIN
+ * the listener has not read yet (it reads them on its next turn, which may
+ * be a sweep away). 64 holds one attempt of the largest connection
+ * (RR_MAX_RAILS x RR_HS_MAX_STREAMS), or 16 attempts at the defaults (2 rails
+ * x 2 streams); the former 16 refused a peer at 256 connections. A lone
+ * stranger still holds at most half the table: crowding it needs several
+ * sources, as before. */
+#define RR_LISTEN_PER_SOURCE (RR_MAX_RAILS * RR_HS_MAX_STREAMS)
+_Static_assert(2 * RR_LISTEN_PER_SOURCE <= RR_LISTEN_PENDING, "a lone source holds at most half the table");
 /* To complete a handshake message once its first byte came, and the whole
  * handshake while the listener is crowded (conn_accept.c). */
 #define RR_SETUP_AUTH_NS 1000000000ull
@@ -220,6 +234,7 @@ typedef struct pending_group {
   int reconnect_rail;        /* >= 0: sockets reopening that rail of a live connection */
   uint32_t generation;       /* reconnects: the attempt these sockets belong to */
   uint64_t since_ns;
+  uint64_t progress_ns;      /* its latest progress: a socket joined, COMMIT came, a rail ended */
   int nstreams;
   uint32_t chunk_size;
   uint32_t rails_mask;       /* from COMMIT (first connections) or the reconnect's rail; 0 before */

@@ -145,6 +145,49 @@ static void test_commit_with_a_rail_lost(void **state) {
   assert_int_equal(rr_commit_resolve(0x3, 0x0, 0x1, &up, &lost), RR_COMMIT_WAIT);
 }
 
+/* connect()'s deadline counts from the latest progress: a connection whose
+ * every call makes progress is never failed, though its calls span many
+ * timeouts (NCCL's turns over hundreds of connections: ~35 s each against
+ * a 30 s timeout); one with no progress fails once the timeout passed. */
+#define S 1000000000ull
+static void test_setup_clock_progress(void **state) {
+  (void)state;
+  rr_setup_clock k;
+  uint64_t limit = 30 * S, progress = 0;
+  rr_setup_clock_start(&k, progress, 0);
+  for (uint64_t t = 35 * S; t <= 350 * S; t += 35 * S)
+    assert_false(rr_setup_clock_expired(&k, ++progress, t, limit));
+  /* Calls without progress: the clock runs from the last that made some. */
+  assert_false(rr_setup_clock_expired(&k, progress, 360 * S, limit));
+  assert_false(rr_setup_clock_expired(&k, progress, 380 * S, limit));
+  assert_true(rr_setup_clock_expired(&k, progress, 380 * S + 1, limit));
+}
+
+static void test_setup_clock_no_progress(void **state) {
+  (void)state;
+  rr_setup_clock k;
+  uint64_t limit = 30 * S;
+  rr_setup_clock_start(&k, 7, 5 * S);
+  for (uint64_t t = 5 * S; t <= 35 * S; t += S / 10) assert_false(rr_setup_clock_expired(&k, 7, t, limit));
+  assert_true(rr_setup_clock_expired(&k, 7, 35 * S + 1, limit));
+}
+
+/* The listener keeps an authenticated group while the connector holds its
+ * sockets open (between ACCEPT and COMMIT nothing travels for a whole turn),
+ * up to the cap; one whose sockets ended goes a timeout after its last
+ * progress; one that progresses is never dropped. */
+static void test_group_stale(void **state) {
+  (void)state;
+  uint64_t t = 30 * S;
+  assert_false(rr_group_stale(2 * t, 2 * t, 1, t));
+  assert_false(rr_group_stale(RR_SETUP_CAP_TIMEOUTS * t, 2 * t, 1, t));
+  assert_true(rr_group_stale(RR_SETUP_CAP_TIMEOUTS * t + 1, 2 * t, 1, t));
+  assert_false(rr_group_stale(t, t, 0, t));
+  assert_true(rr_group_stale(t + 1, t + 1, 0, t));
+  assert_false(rr_group_stale(100 * t, t, 0, t));
+  assert_false(rr_group_stale(100 * t, t / 2, 1, t));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_nothing_up),
@@ -154,6 +197,9 @@ int main(void) {
       cmocka_unit_test(test_replacement_joins_only_when_up),
       cmocka_unit_test(test_backups_short),
       cmocka_unit_test(test_commit_with_a_rail_lost),
+      cmocka_unit_test(test_setup_clock_progress),
+      cmocka_unit_test(test_setup_clock_no_progress),
+      cmocka_unit_test(test_group_stale),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

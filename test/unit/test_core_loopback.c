@@ -937,6 +937,70 @@ static void test_unreachable_peer_retries_until_timeout(void **state) {
   rr_params_reload();
 }
 
+/* NCCL's proxy sets connections up round-robin from one thread: with
+ * hundreds under way, a turn (one connect() and one accept() call for each)
+ * outlasts RERAIL_CONNECT_TIMEOUT. Here every turn is 400 ms against a
+ * 300 ms timeout, and each connect() call finds the listener's answer to its
+ * last message: the connection makes progress on every call and is set up,
+ * though the whole setup spans several timeouts (a deadline from the first
+ * call failed it on its second). */
+static void test_slow_turns_with_progress_connect(void **state) {
+  (void)state;
+  setenv("RERAIL_CONNECT_TIMEOUT", "300", 1);
+  rr_params_reload();
+  rr_init_args args = {.traffic_class = -1};
+  rr_net_ctx *ctx;
+  assert_int_equal(rr_net_init(&args, &ctx), RR_OK);
+  char handle[RR_NET_HANDLE_SIZE];
+  rr_listen_comm *l;
+  assert_int_equal(rr_net_listen(ctx, 0, handle, &l), RR_OK);
+  rr_send_comm *s = NULL;
+  rr_recv_comm *r = NULL;
+  uint64_t t0 = rr_now_ns();
+  for (int turn = 0; turn < 20 && (!s || !r); turn++) {
+    if (turn) usleep(400000);
+    if (!s) assert_int_equal(rr_net_connect(ctx, 0, handle, &s), RR_OK);
+    if (!r) assert_int_equal(rr_net_accept(l, &r), RR_OK);
+  }
+  assert_non_null(s);
+  assert_non_null(r);
+  assert_true(rr_now_ns() - t0 > 300000000ull); /* it did span the timeout */
+  pair p = {.ctx = ctx, .listen = l, .send = s, .recv = r};
+  close_pair(&p);
+  unsetenv("RERAIL_CONNECT_TIMEOUT");
+  rr_params_reload();
+}
+
+/* ... but a peer whose process stopped answering (its kernel takes the TCP
+ * connection, the listener is never serviced: no CHALLENGE ever comes)
+ * fails the connection once the timeout passed without progress, however
+ * often connect() is called. */
+static void test_silent_listener_times_out(void **state) {
+  (void)state;
+  setenv("RERAIL_CONNECT_TIMEOUT", "300", 1);
+  rr_params_reload();
+  rr_init_args args = {.traffic_class = -1};
+  rr_net_ctx *ctx;
+  assert_int_equal(rr_net_init(&args, &ctx), RR_OK);
+  char handle[RR_NET_HANDLE_SIZE];
+  rr_listen_comm *l;
+  assert_int_equal(rr_net_listen(ctx, 0, handle, &l), RR_OK);
+  rr_send_comm *s = NULL;
+  rr_status st = RR_OK;
+  uint64_t t0 = rr_now_ns();
+  while (st == RR_OK && rr_now_ns() - t0 < 5000000000ull) {
+    st = rr_net_connect(ctx, 0, handle, &s);
+    assert_null(s);
+    usleep(5000);
+  }
+  assert_int_equal(st, RR_ERR_PEER);
+  assert_true(rr_now_ns() - t0 >= 300000000ull);
+  rr_net_close_listen(l);
+  rr_net_finalize(ctx);
+  unsetenv("RERAIL_CONNECT_TIMEOUT");
+  rr_params_reload();
+}
+
 /* The listener's pending sockets, open ones only (its lock is free: the
  * test is the only caller). */
 static int pending_open(const rr_listen_comm *l) {
@@ -1107,6 +1171,52 @@ static rr_recv_comm *accept_one(rr_listen_comm *l) {
   return r;
 }
 
+/* Between its ACCEPTs and its COMMIT nothing travels for a whole turn of
+ * the connector, which may outlast the connect timeout: the listener keeps
+ * an authenticated group while its sockets are open (here twice the 400 ms
+ * timeout, then the COMMIT makes the connection), up to 4 timeouts; one
+ * whose sockets the connector closed goes a timeout after that. */
+static void test_group_kept_while_open(void **state) {
+  (void)state;
+  setenv("RERAIL_CONNECT_TIMEOUT", "400", 1);
+  rr_params_reload();
+  rr_init_args args = {.traffic_class = -1};
+  rr_net_ctx *ctx;
+  assert_int_equal(rr_net_init(&args, &ctx), RR_OK);
+  char handle[RR_NET_HANDLE_SIZE];
+  rr_listen_comm *l;
+  assert_int_equal(rr_net_listen(ctx, 0, handle, &l), RR_OK);
+  rr_peer_addrs peer;
+  assert_int_equal(rr_handle_decode(handle, &peer), RR_OK);
+
+  int slow = hand_dial(l, peer.secret, 0x51017, 0);
+  accept_for(l, 800);
+  assert_int_equal(l->ngroups, 1);
+  hand_commit(slow, 0x1);
+  rr_recv_comm *rc = accept_one(l);
+  assert_int_equal(rr_net_close_recv(rc), RR_OK);
+  close(slow);
+
+  int gone = hand_dial(l, peer.secret, 0x90e, 0);
+  close(gone);
+  accept_for(l, 100);
+  assert_int_equal(l->ngroups, 1); /* seen to end, not yet a timeout ago */
+  accept_for(l, 500);
+  assert_int_equal(l->ngroups, 0);
+
+  int vanished = hand_dial(l, peer.secret, 0xdead, 0); /* open, silent for good */
+  accept_for(l, 1200);
+  assert_int_equal(l->ngroups, 1);
+  accept_for(l, 600); /* past 4 timeouts */
+  assert_int_equal(l->ngroups, 0);
+  close(vanished);
+
+  rr_net_close_listen(l);
+  rr_net_finalize(ctx);
+  unsetenv("RERAIL_CONNECT_TIMEOUT");
+  rr_params_reload();
+}
+
 /* The race the flapping lab case met: the connector sent its COMMIT on its
  * lowest rail, went on, and its engine put a frame on stream 0 of the other
  * rail (a control message once the commit rail failed under it, an eager
@@ -1218,7 +1328,10 @@ int main(void) {
       cmocka_unit_test(test_refused_health_table_traffic_moves),
       cmocka_unit_test(test_unreachable_peer_retries_until_timeout),
       cmocka_unit_test(test_slow_connector_not_refused),
+      cmocka_unit_test(test_slow_turns_with_progress_connect),
+      cmocka_unit_test(test_silent_listener_times_out),
       cmocka_unit_test(test_strangers_dropped),
+      cmocka_unit_test(test_group_kept_while_open),
       cmocka_unit_test(test_frames_before_commit_on_another_rail),
       cmocka_unit_test(test_commit_on_higher_rail_lower_silent),
   };
