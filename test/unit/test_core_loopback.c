@@ -901,20 +901,34 @@ static void test_refused_health_table_traffic_moves(void **state) {
   assert_int_equal(rmdir(tdir), 0);
 }
 
+/* A context and a listener under RERAIL_CONNECT_TIMEOUT=timeout_ms, for the
+ * tests of what the connect timeout decides; _close undoes both and the
+ * setting. */
+static void timed_listener_open(const char *timeout_ms, rr_net_ctx **ctx, char *handle, rr_listen_comm **l) {
+  setenv("RERAIL_CONNECT_TIMEOUT", timeout_ms, 1);
+  rr_params_reload();
+  rr_init_args args = {.traffic_class = -1};
+  assert_int_equal(rr_net_init(&args, ctx), RR_OK);
+  assert_int_equal(rr_net_listen(*ctx, 0, handle, l), RR_OK);
+}
+
+static void timed_listener_close(rr_net_ctx *ctx, rr_listen_comm *l) {
+  rr_net_close_listen(l);
+  rr_net_finalize(ctx);
+  unsetenv("RERAIL_CONNECT_TIMEOUT");
+  rr_params_reload();
+}
+
 /* A listener no rail reaches (its address refuses every socket, as a peer
  * whose NIC is not up yet may): connect() keeps returning a NULL comm, never
  * an error, for RERAIL_CONNECT_TIMEOUT, and only then fails, clearly; it
  * holds no socket afterwards. */
 static void test_unreachable_peer_retries_until_timeout(void **state) {
   (void)state;
-  setenv("RERAIL_CONNECT_TIMEOUT", "1000", 1);
-  rr_params_reload();
-  rr_init_args args = {.traffic_class = -1};
   rr_net_ctx *ctx;
-  assert_int_equal(rr_net_init(&args, &ctx), RR_OK);
   char handle[RR_NET_HANDLE_SIZE];
   rr_listen_comm *l;
-  assert_int_equal(rr_net_listen(ctx, 0, handle, &l), RR_OK);
+  timed_listener_open("1000", &ctx, handle, &l);
   int fds_before = open_fds();
   handle[42 + 3] = 2; /* the first address: 127.0.0.2, where nothing listens */
   rr_send_comm *s = NULL;
@@ -931,10 +945,7 @@ static void test_unreachable_peer_retries_until_timeout(void **state) {
   assert_true(took_ms >= 1000);
   assert_true(calls > 10);
   assert_int_equal(open_fds(), fds_before);
-  rr_net_close_listen(l);
-  rr_net_finalize(ctx);
-  unsetenv("RERAIL_CONNECT_TIMEOUT");
-  rr_params_reload();
+  timed_listener_close(ctx, l);
 }
 
 /* NCCL's proxy sets connections up round-robin from one thread: with
@@ -946,14 +957,10 @@ static void test_unreachable_peer_retries_until_timeout(void **state) {
  * call failed it on its second). */
 static void test_slow_turns_with_progress_connect(void **state) {
   (void)state;
-  setenv("RERAIL_CONNECT_TIMEOUT", "300", 1);
-  rr_params_reload();
-  rr_init_args args = {.traffic_class = -1};
   rr_net_ctx *ctx;
-  assert_int_equal(rr_net_init(&args, &ctx), RR_OK);
   char handle[RR_NET_HANDLE_SIZE];
   rr_listen_comm *l;
-  assert_int_equal(rr_net_listen(ctx, 0, handle, &l), RR_OK);
+  timed_listener_open("300", &ctx, handle, &l);
   rr_send_comm *s = NULL;
   rr_recv_comm *r = NULL;
   uint64_t t0 = rr_now_ns();
@@ -977,14 +984,10 @@ static void test_slow_turns_with_progress_connect(void **state) {
  * often connect() is called. */
 static void test_silent_listener_times_out(void **state) {
   (void)state;
-  setenv("RERAIL_CONNECT_TIMEOUT", "300", 1);
-  rr_params_reload();
-  rr_init_args args = {.traffic_class = -1};
   rr_net_ctx *ctx;
-  assert_int_equal(rr_net_init(&args, &ctx), RR_OK);
   char handle[RR_NET_HANDLE_SIZE];
   rr_listen_comm *l;
-  assert_int_equal(rr_net_listen(ctx, 0, handle, &l), RR_OK);
+  timed_listener_open("300", &ctx, handle, &l);
   rr_send_comm *s = NULL;
   rr_status st = RR_OK;
   uint64_t t0 = rr_now_ns();
@@ -995,10 +998,7 @@ static void test_silent_listener_times_out(void **state) {
   }
   assert_int_equal(st, RR_ERR_PEER);
   assert_true(rr_now_ns() - t0 >= 300000000ull);
-  rr_net_close_listen(l);
-  rr_net_finalize(ctx);
-  unsetenv("RERAIL_CONNECT_TIMEOUT");
-  rr_params_reload();
+  timed_listener_close(ctx, l);
 }
 
 /* The listener's pending sockets, open ones only (its lock is free: the
@@ -1178,14 +1178,10 @@ static rr_recv_comm *accept_one(rr_listen_comm *l) {
  * whose sockets the connector closed goes a timeout after that. */
 static void test_group_kept_while_open(void **state) {
   (void)state;
-  setenv("RERAIL_CONNECT_TIMEOUT", "400", 1);
-  rr_params_reload();
-  rr_init_args args = {.traffic_class = -1};
   rr_net_ctx *ctx;
-  assert_int_equal(rr_net_init(&args, &ctx), RR_OK);
   char handle[RR_NET_HANDLE_SIZE];
   rr_listen_comm *l;
-  assert_int_equal(rr_net_listen(ctx, 0, handle, &l), RR_OK);
+  timed_listener_open("400", &ctx, handle, &l);
   rr_peer_addrs peer;
   assert_int_equal(rr_handle_decode(handle, &peer), RR_OK);
 
@@ -1211,10 +1207,7 @@ static void test_group_kept_while_open(void **state) {
   assert_int_equal(l->ngroups, 0);
   close(vanished);
 
-  rr_net_close_listen(l);
-  rr_net_finalize(ctx);
-  unsetenv("RERAIL_CONNECT_TIMEOUT");
-  rr_params_reload();
+  timed_listener_close(ctx, l);
 }
 
 /* The race the flapping lab case met: the connector sent its COMMIT on its
