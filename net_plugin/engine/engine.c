@@ -64,7 +64,7 @@ rr_status engine_violation(rr_engine *e, int rail, engine_violation_kind kind, c
 }
 
 int engine_rail_fence_cheap(const rr_engine *e, int r) {
-  return (e->rails[r].ep->dev->attr.caps & RR_RAIL_CAP_WRITE_BEGIN) != 0;
+  return (e->rails[r].ep->dev->attr.caps & RR_RAIL_CAP_FENCE_KEEPS_EP) != 0;
 }
 
 /* The request pools of the engine's role (engine.h). */

@@ -268,7 +268,7 @@ typedef struct rr_engine_config {
   int reopens;
   /* Sender: messages up to this many bytes (at most RR_BOUNCE_SIZE) may
    * leave before their clear-to-send, on rails where the receiver places
-   * writes itself (RR_RAIL_CAP_WRITE_BEGIN); 0: never. */
+   * writes itself (RR_RAIL_CAP_EAGER); 0: never. */
   size_t eager_max;
   /* Gray failures (engine_gray.c): a rail delivering under degraded_pct %
    * of its healthy level while loaded, for degraded_ns, is demoted; it
@@ -520,7 +520,7 @@ rr_status engine_violation(rr_engine *e, int rail, engine_violation_kind kind, c
 rr_status engine_post_msg(rr_engine *e, const engine_msg *m);
 rr_status engine_post_msg_on(rr_rail_ep *ep, const engine_msg *m);
 /* Rails fenced at a rollback: every rail whose fence is cheap and keeps the
- * endpoint (RR_RAIL_CAP_WRITE_BEGIN), besides the failed one. */
+ * endpoint (RR_RAIL_CAP_FENCE_KEEPS_EP), besides the failed one. */
 int engine_rail_fence_cheap(const rr_engine *e, int r);
 
 /* engine_gray.c: gray failures (slow or lossy rails that stay up) */

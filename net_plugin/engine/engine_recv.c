@@ -85,6 +85,16 @@ static void complete_landed(rr_engine *e) {
   }
 }
 
+/* Whether h was written in our current epoch: the 4-bit epoch is what every
+ * rail carries (the immediate's); rails with epoch tags also carry the low
+ * 16 bits, because a frame can wait in the kernel buffer of a failed rail
+ * through any number of failovers. */
+static int write_of_this_epoch(const rr_engine *e, int rail, const rr_write_hdr *h) {
+  if (imm_epoch(h->imm) != (e->epoch & 0xf)) return 0;
+  int tagged = (e->rails[rail].ep->dev->attr.caps & RR_RAIL_CAP_EPOCH_TAG) != 0;
+  return !tagged || h->fence == (uint16_t)e->epoch;
+}
+
 /* Which chunks h carries (a group: imm_group), and whether they may land:
  * the checks every chunk of it passes before (TCP) or right after (verbs)
  * it lands, as if each had come alone. RR_OK with *sub_out NULL: a write of
@@ -93,12 +103,8 @@ static rr_status check_write(rr_engine *e, int rail, const rr_write_hdr *h, rr_r
                              rr_recv_sub **sub_out, uint32_t *first, uint32_t *nchunks, uint64_t *bytes) {
   *sub_out = NULL;
   uint32_t imm = h->imm;
-  /* The 4-bit epoch is what every rail carries; rails with fence tags also
-   * carry the low 16 bits, because a frame can wait in the kernel buffer of
-   * a failed rail through any number of failovers. */
-  if (imm_epoch(imm) != (e->epoch & 0xf)) return RR_OK;
+  if (!write_of_this_epoch(e, rail, h)) return RR_OK;
   int sees_begin = (e->rails[rail].ep->dev->attr.caps & RR_RAIL_CAP_WRITE_BEGIN) != 0;
-  if (sees_begin && h->fence != (uint16_t)e->epoch) return RR_OK;
   rr_recv_req *r = &e->rreq[imm_slot(imm)];
   uint32_t sub = imm_sub(imm), f, n;
   uint64_t len;
@@ -242,7 +248,7 @@ static rr_status land_early(rr_engine *e, rr_recv_req *r) {
  * as one), else into the early buffer until the receive is posted. */
 static rr_status eager_begin(rr_engine *e, int rail, rr_write_hdr *h, void **dst) {
   uint32_t imm = h->imm;
-  if (imm_epoch(imm) != (e->epoch & 0xf) || h->fence != (uint16_t)e->epoch) return RR_OK; /* sink it */
+  if (!write_of_this_epoch(e, rail, h)) return RR_OK; /* sink it */
   uint32_t seq = (uint32_t)h->raddr, known = (uint32_t)(h->raddr >> 32), slot = seq % RR_NET_MAX_REQUESTS;
   if (seq - known >= RR_NET_MAX_REQUESTS || imm_slot(imm) != slot || imm_sub(imm) || !imm_last(imm) ||
       imm_ack_now(imm) || imm_chunk(imm) || h->len > RR_BOUNCE_SIZE)

@@ -253,7 +253,7 @@ static rr_status send_post_pass(rr_engine *e, uint64_t now) {
       /* Only a rail whose receiver places writes itself can carry an eager
        * write; elsewhere it goes as an ordinary one once its place is known
        * (its receive is no longer assumed), and waits until then. */
-      if (r->eager && !(caps & RR_RAIL_CAP_WRITE_BEGIN)) {
+      if (r->eager && !(caps & RR_RAIL_CAP_EAGER)) {
         if (!seq_before(r->seq, e->known_seq)) return RR_OK;
         r->eager = 0;
       }
@@ -778,7 +778,7 @@ static int eager_allowed(rr_engine *e, size_t size, int tag, const rr_mr *mr) {
       e->send_seq - engine_sreq(e, e->fifo[e->fifo_head % RR_SEND_POOL])->seq >= RR_NET_MAX_REQUESTS)
     return 0;
   int r = engine_control_rail(e);
-  if (r < 0 || !(e->rails[r].ep->dev->attr.caps & RR_RAIL_CAP_WRITE_BEGIN)) return 0;
+  if (r < 0 || !(e->rails[r].ep->dev->attr.caps & RR_RAIL_CAP_EAGER)) return 0;
   if (size == 0) return 1;
   if (!e->bounce) bounce_setup(e);
   return e->bounce && e->nbounce_free > 0;

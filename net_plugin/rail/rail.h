@@ -46,18 +46,64 @@ typedef struct rr_rail_ops rr_rail_ops;
 
 /* ------------------------------------------------------------ devices */
 
-/* Capability flags of a device (rr_rail_dev_attr.caps). */
+/* Capability flags of a device (rr_rail_dev_attr.caps): one property each,
+ * read where that property matters. Every rail carries one-sided writes with
+ * 32-bit immediate data and registers memory per device: that is the seam,
+ * not a capability.
+ *
+ *   flag                 means                                   read by
+ *   EP_ORDERED           one endpoint delivers writes, control   the contract test (the engine
+ *                        messages and drains in posting order    orders by sequence numbers and
+ *                                                                drains, never by this)
+ *   WRITE_BEGIN          on_write_begin: the engine chooses      engine_recv.c check_write (checks
+ *                        where each write lands, and sees the    the key and address named);
+ *                        key and address the writer named        the contract test
+ *   FENCE_KEEPS_EP       fence() discards what is in flight and  engine_rail_fence_cheap: rollback
+ *                        the endpoint carries on                 (engine_recv.c, engine_send.c),
+ *                                                                gray demotion (engine_gray.c)
+ *   EPOCH_TAG            rr_write_wr.fence reaches the peer in   engine_recv.c (a write of another
+ *                        rr_write_hdr.fence                      epoch is sunk); the contract test
+ *   EAGER                RR_WRITE_EAGER: a write naming a        engine_send.c (eager_allowed, and
+ *                        receive, placed by the receiver         the rail a write goes on)
+ *   CONNECT_MAY_BLOCK    ep_connect may wait                     core/connect_job.c
+ *   SETUP_IS_DATA        the setup sockets are the data path     core/net_core.c, core/oob.c
+ *   PATH_STATS           path_stats() is present                 engine_gray.c; the contract test
+ *   WRITE_DONE_PLACED    on_write_done means placed at the peer  engine.c ev_write_done,
+ *                                                                engine_send.c (ack or not)
+ *   ADAPTIVE_ROUTING     writes above a threshold go split       engine_send.c
+ *                        (rr_write_wr.bulk)
+ *   PROBE_WRITE          post_write carries RR_WRITE_PROBE       engine_gray.c
+ *
+ * Some come together: FENCE_KEEPS_EP needs WRITE_BEGIN and EPOCH_TAG (a
+ * write of a fenced epoch still on the wire reaches on_write_begin, where its
+ * tag gets it sunk), and EAGER needs WRITE_BEGIN (the receiver places it).
+ * The contract test checks each flag a rail declares. */
 enum rr_rail_cap {
-  RR_RAIL_CAP_WRITE = 1u << 0,         /* one-sided write into registered peer memory */
-  RR_RAIL_CAP_WRITE_IMM = 1u << 1,     /* a write carries 32-bit immediate data to the receiver */
-  RR_RAIL_CAP_EP_ORDERED = 1u << 2,    /* what arrives on one endpoint (writes, control messages,
+  RR_RAIL_CAP_EP_ORDERED = 1u << 0,    /* what arrives on one endpoint (writes, control messages,
                                         * drains) is delivered in posting order (RC QP; a verbs
                                         * rail with several QPs puts it back in order); without
                                         * it only control messages are ordered */
-  RR_RAIL_CAP_REG_PER_DEV = 1u << 3,   /* a registration is valid on this device only */
-  RR_RAIL_CAP_WRITE_BEGIN = 1u << 4,   /* the rail sees a write before it lands and asks the
-                                        * engine where it goes (on_write_begin): nothing of a
-                                        * fenced epoch can land, so drains need not be waited for */
+  RR_RAIL_CAP_WRITE_BEGIN = 1u << 1,   /* the rail sees a write before it lands and asks the
+                                        * engine where it goes (on_write_begin), reporting the
+                                        * key and address the writer named (rr_write_hdr.rkey,
+                                        * .raddr). Without it the NIC places writes itself, in
+                                        * memory registered on it, and the engine checks them
+                                        * after they landed (on_write_recv) */
+  RR_RAIL_CAP_FENCE_KEEPS_EP = 1u << 2, /* fence() discards what is in flight and leaves the
+                                        * endpoint working (TCP: queued frames dropped, the
+                                        * incoming write sunk), so a rollback fences such a rail
+                                        * instead of waiting for a drain on it. Without it
+                                        * fence() breaks the endpoint for good (verbs: the QP
+                                        * goes to the error state) and the engine drains it */
+  RR_RAIL_CAP_EPOCH_TAG = 1u << 3,     /* rr_write_wr.fence (the low 16 bits of the writer's
+                                        * epoch) reaches the receiver as rr_write_hdr.fence, so
+                                        * a write that waited in a failed rail's buffers
+                                        * through many rollbacks is still known to be old.
+                                        * Without it only the immediate's 4 bits say the epoch
+                                        * (rr_write_hdr.fence is 0) */
+  RR_RAIL_CAP_EAGER = 1u << 4,         /* post_write carries RR_WRITE_EAGER: a write that names
+                                        * the receive it is for instead of a buffer, which the
+                                        * receiver's engine places (on_write_begin) */
   RR_RAIL_CAP_CONNECT_MAY_BLOCK = 1u << 5, /* ep_connect may wait (a RoCE queue pair resolving
                                         * its peer's address): the core connects a reopened
                                         * rail off the thread driving its connection */
@@ -198,7 +244,7 @@ typedef struct rr_write_wr {
 
 /* An eager write names no buffer: the writer had no clear-to-send yet, and
  * the receiver places it (remote_addr carries the receive's sequence number,
- * rkey the message's tag). Only rails with RR_RAIL_CAP_WRITE_BEGIN carry it. */
+ * rkey the message's tag). Only rails with RR_RAIL_CAP_EAGER carry it. */
 #define RR_WRITE_EAGER 0x1u
 /* A probe write carries filler to measure a demoted rail's rate without
  * putting NCCL's data on it. Only rails with RR_RAIL_CAP_PROBE_WRITE carry

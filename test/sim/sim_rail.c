@@ -3,9 +3,9 @@
  * (as on a real rail) and nothing is ordered across rails.
  *
  * Two kinds, chosen per rail by the seed:
- *   TCP-like   (RR_RAIL_CAP_WRITE_BEGIN): one or two streams; control on
- *              stream 0, writes on any, a drain marker on every stream and
- *              delivered once all carried it. A write asks on_write_begin
+ *   TCP-like   (RR_RAIL_CAP_WRITE_BEGIN, FENCE_KEEPS_EP, EPOCH_TAG, EAGER):
+ *              one or two streams; control on stream 0, writes on any, a
+ *              drain marker on every stream and delivered once all carried it. A write asks on_write_begin
  *              where it goes. fence() drops what is queued and sinks the
  *              rest of a write landing; what is on the wire still arrives.
  *   verbs-like (RR_RAIL_CAP_EP_ORDERED): one FIFO. A write lands at the
@@ -210,8 +210,8 @@ sim_dev *sim_dev_open(sim_world *w, int side, int rail, int kind) {
   d->rail = rail;
   d->base.ops = &sim_rail_ops;
   d->base.index = (side == SIM_RECV ? SIM_DEV_BASE_RECV : 0) + rail;
-  uint32_t caps = RR_RAIL_CAP_WRITE | RR_RAIL_CAP_WRITE_IMM;
-  caps |= kind == SIM_TCP ? RR_RAIL_CAP_WRITE_BEGIN : RR_RAIL_CAP_EP_ORDERED | RR_RAIL_CAP_REG_PER_DEV;
+  uint32_t caps = kind == SIM_TCP ? RR_RAIL_CAP_WRITE_BEGIN | RR_RAIL_CAP_FENCE_KEEPS_EP | RR_RAIL_CAP_EPOCH_TAG | RR_RAIL_CAP_EAGER
+                                  : RR_RAIL_CAP_EP_ORDERED;
   if (kind == SIM_VERBS && w->placed[rail]) caps |= RR_RAIL_CAP_WRITE_DONE_PLACED;
   if (kind == SIM_VERBS && w->ar[rail]) caps |= RR_RAIL_CAP_ADAPTIVE_ROUTING;
   d->base.attr = (rr_rail_dev_attr){.caps = caps, .mem_kinds = RR_MEM_HOST, .write_max = w->write_max[rail]};

@@ -337,8 +337,8 @@ rr_status rr_verbs_dev_open(int index, const rr_verbs_port *port, rr_rail_dev **
   st = RR_ERR_NOMEM;
   if (!(h->gen = verbs_gen_new(api, h->ctx, h->pd))) goto fail;
   h->base.attr = (rr_rail_dev_attr){
-      .caps = RR_RAIL_CAP_WRITE | RR_RAIL_CAP_WRITE_IMM | RR_RAIL_CAP_EP_ORDERED | RR_RAIL_CAP_REG_PER_DEV |
-              RR_RAIL_CAP_CONNECT_MAY_BLOCK | RR_RAIL_CAP_WRITE_DONE_PLACED /* RC: a write completes once acknowledged */ |
+      .caps = RR_RAIL_CAP_EP_ORDERED | RR_RAIL_CAP_CONNECT_MAY_BLOCK |
+              RR_RAIL_CAP_WRITE_DONE_PLACED /* RC: a write completes once acknowledged */ |
               RR_RAIL_CAP_PROBE_WRITE, /* into the peer's scratch (verbs_probe.c) */
       .mem_kinds = verbs_mem_kinds(api, h->ctx, rr_verbs_sysfs_root()),
       .inline_max = 0,
