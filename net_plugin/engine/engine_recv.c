@@ -249,11 +249,11 @@ static rr_status land_early(rr_engine *e, rr_recv_req *r) {
 static rr_status eager_begin(rr_engine *e, int rail, rr_write_hdr *h, void **dst) {
   uint32_t imm = h->imm;
   if (!write_of_this_epoch(e, rail, h)) return RR_OK; /* sink it */
-  uint32_t seq = (uint32_t)h->raddr, known = (uint32_t)(h->raddr >> 32), slot = seq % RR_NET_MAX_REQUESTS;
+  uint32_t seq = h->eager.seq, known = h->eager.known, slot = seq % RR_NET_MAX_REQUESTS;
   if (seq - known >= RR_NET_MAX_REQUESTS || imm_slot(imm) != slot || imm_sub(imm) || !imm_last(imm) ||
       imm_ack_now(imm) || imm_chunk(imm) || h->len > RR_BOUNCE_SIZE)
     return engine_violation(e, rail, ENGINE_VIOL_MALFORMED, "a malformed eager write (%u bytes)", h->len);
-  int tag = (int)h->rkey;
+  int tag = h->eager.tag;
   rr_recv_req *r = &e->rreq[slot];
   if (r->in_use && r->seq == seq) {
     if (!assumption_holds(e, known, seq, tag)) return RR_OK; /* sink it: it comes again where it belongs */
@@ -294,7 +294,7 @@ static rr_status eager_begin(rr_engine *e, int rail, rr_write_hdr *h, void **dst
 
 /* An eager write finished landing in the early buffer. */
 static rr_status eager_arrived(rr_engine *e, const rr_write_hdr *h) {
-  uint32_t seq = (uint32_t)h->raddr, known = (uint32_t)(h->raddr >> 32), slot = seq % RR_NET_MAX_REQUESTS;
+  uint32_t seq = h->eager.seq, known = h->eager.known, slot = seq % RR_NET_MAX_REQUESTS;
   for (int c = 0; c < EARLY_COPIES; c++) {
     engine_early *x = early_at(e, slot, c);
     if (!early_is(e, x, seq) || x->state != EARLY_ARRIVING || x->known != known) continue;

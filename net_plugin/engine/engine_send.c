@@ -286,16 +286,19 @@ static rr_status send_post_pass(rr_engine *e, uint64_t now) {
           .post_ns = now,
           .bulk = bulk,
       };
+      if (forged) wr.imm |= IMM_MAX_CHUNKS - 1;
+      rr_status st;
       if (r->eager) {
         /* One chunk (at most the bounce size) naming its receive and what
          * the choice of it assumed, instead of a buffer. */
-        wr.remote_addr = r->seq | (uint64_t)r->known << 32;
-        wr.rkey = (uint32_t)r->tag;
-        wr.imm = imm_encode(e->epoch, r->seq % RR_NET_MAX_REQUESTS, 0, 1, 0, 0);
-        wr.flags = RR_WRITE_EAGER;
+        rr_eager_wr ew = {.wr_id = wr.wr_id, .local = wr.local, .len = wr.len, .local_mr = wr.local_mr,
+                          .imm = imm_encode(e->epoch, r->seq % RR_NET_MAX_REQUESTS, 0, 1, 0, 0), .fence = wr.fence,
+                          .post_ns = now, .name = {.seq = r->seq, .known = r->known, .tag = (int32_t)r->tag}};
+        if (forged) ew.imm |= IMM_MAX_CHUNKS - 1;
+        st = ep->ops->post_eager(ep, &ew);
+      } else {
+        st = ep->ops->post_write(ep, &wr);
       }
-      if (forged) wr.imm |= IMM_MAX_CHUNKS - 1;
-      rr_status st = ep->ops->post_write(ep, &wr);
       if (st == RR_AGAIN) return RR_OK;
       if (st == RR_OK && len) forge_count();
       if (st == RR_OK && forged) rr_counter_inc(RR_CTR_TEST_FORGED_WRITES);

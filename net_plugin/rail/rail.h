@@ -63,8 +63,8 @@ typedef struct rr_rail_ops rr_rail_ops;
  *                                                                gray demotion (engine_gray.c)
  *   EPOCH_TAG            rr_write_wr.fence reaches the peer in   engine_recv.c (a write of another
  *                        rr_write_hdr.fence                      epoch is sunk); the contract test
- *   EAGER                RR_WRITE_EAGER: a write naming a        engine_send.c (eager_allowed, and
- *                        receive, placed by the receiver         the rail a write goes on)
+ *   EAGER                post_eager: a write naming a receive    engine_send.c (eager_allowed, and
+ *                        (seq, tag), placed by the receiver      the rail a write goes on)
  *   CONNECT_MAY_BLOCK    ep_connect may wait                     core/connect_job.c
  *   SETUP_IS_DATA        the setup sockets are the data path     core/net_core.c, core/oob.c
  *   PATH_STATS           path_stats() is present                 engine_gray.c; the contract test
@@ -101,9 +101,10 @@ enum rr_rail_cap {
                                         * through many rollbacks is still known to be old.
                                         * Without it only the immediate's 4 bits say the epoch
                                         * (rr_write_hdr.fence is 0) */
-  RR_RAIL_CAP_EAGER = 1u << 4,         /* post_write carries RR_WRITE_EAGER: a write that names
-                                        * the receive it is for instead of a buffer, which the
-                                        * receiver's engine places (on_write_begin) */
+  RR_RAIL_CAP_EAGER = 1u << 4,         /* post_eager is present: a write that names the
+                                        * receive it is for (rr_eager_wr) instead of a buffer,
+                                        * which the receiver's engine places (on_write_begin
+                                        * with RR_WRITE_EAGER). Without it post_eager is NULL */
   RR_RAIL_CAP_CONNECT_MAY_BLOCK = 1u << 5, /* ep_connect may wait (a RoCE queue pair resolving
                                         * its peer's address): the core connects a reopened
                                         * rail off the thread driving its connection */
@@ -232,7 +233,7 @@ typedef struct rr_write_wr {
   /* rr_now_ns() when the engine posted it: rails that record telemetry use
    * it as the request's start (the engine reads the clock once per batch). */
   uint64_t post_ns;
-  uint8_t flags;                       /* RR_WRITE_* */
+  uint8_t flags;                       /* RR_WRITE_PROBE or 0 */
   /* RR_RAIL_CAP_ADAPTIVE_ROUTING rails only, else 0: the first `bulk` bytes
    * go as a plain write the receiver is not told of, and the remaining
    * len - bulk bytes (maybe none) as the write with immediate behind it,
@@ -242,9 +243,33 @@ typedef struct rr_write_wr {
   size_t bulk;
 } rr_write_wr;
 
-/* An eager write names no buffer: the writer had no clear-to-send yet, and
- * the receiver places it (remote_addr carries the receive's sequence number,
- * rkey the message's tag). Only rails with RR_RAIL_CAP_EAGER carry it. */
+/* What an eager write names instead of a buffer: the receive it is for and
+ * what the writer assumed when it chose that receive. Opaque to the rail,
+ * which carries it intact. */
+typedef struct rr_eager_name {
+  uint32_t seq;                        /* the receive's sequence number */
+  uint32_t known;                      /* the writer's first receive not yet heard of when it chose seq */
+  int32_t tag;                         /* the message's tag */
+} rr_eager_name;
+
+/* An eager write (post_eager, RR_RAIL_CAP_EAGER rails): a message sent
+ * before its clear-to-send, so it names no buffer; the receiver's engine
+ * places it (into its receive if posted, else into an early buffer of its
+ * own). Fields as rr_write_wr's; the receiver's rail delivers it through
+ * on_write_begin with RR_WRITE_EAGER set and `name` in rr_write_hdr.eager. */
+typedef struct rr_eager_wr {
+  uint64_t wr_id;                      /* returned in on_write_done */
+  const void *local;
+  size_t len;                          /* may be 0 */
+  const rr_rail_mr *local_mr;          /* NULL for memory the rail itself owns (a bounce copy) */
+  uint32_t imm;
+  uint16_t fence;                      /* as rr_write_wr.fence */
+  uint64_t post_ns;
+  rr_eager_name name;
+} rr_eager_wr;
+
+/* rr_write_hdr.flags only: the write was posted with post_eager (rkey and
+ * raddr 0; what it names is in rr_write_hdr.eager). */
 #define RR_WRITE_EAGER 0x1u
 /* A probe write carries filler to measure a demoted rail's rate without
  * putting NCCL's data on it. Only rails with RR_RAIL_CAP_PROBE_WRITE carry
@@ -265,8 +290,9 @@ typedef struct rr_write_hdr {
   uint32_t rkey;                       /* the key the writer used (WRITE_BEGIN rails; verbs: 0) */
   uint64_t raddr;                      /* the address the writer named (WRITE_BEGIN rails; verbs: 0,
                                         * the NIC placed it and the immediate says where) */
-  uint16_t fence;                      /* rails without fence tags: 0 */
-  uint8_t flags;                       /* RR_WRITE_* as the writer posted it */
+  uint16_t fence;                      /* rails without RR_RAIL_CAP_EPOCH_TAG: 0 */
+  uint8_t flags;                       /* RR_WRITE_PROBE as the writer posted it, RR_WRITE_EAGER */
+  rr_eager_name eager;                 /* RR_WRITE_EAGER: what post_eager named; else 0 */
 } rr_write_hdr;
 
 /* Engine callbacks, called from ep progress() under the engine's lock.
@@ -287,10 +313,10 @@ typedef struct rr_rail_events {
    * discard them (a write of a fenced epoch). RR_ERR_PROTOCOL: the write is
    * not one the engine asked for (unknown slot or key, outside the posted
    * receive, a duplicate): nothing is written and the rail fails. An eager
-   * write comes back resolved: the engine rewrites *h into the write the
-   * writer would have made with a clear-to-send (or keeps it eager when it
-   * lands in the engine's own early buffer), and the rail hands that *h to
-   * on_write_recv. */
+   * write (RR_WRITE_EAGER) comes back resolved: the engine rewrites *h into
+   * the write the writer would have made with a clear-to-send (or keeps it
+   * eager when it lands in the engine's own early buffer), and the rail
+   * hands that *h to on_write_recv. */
   rr_status (*on_write_begin)(rr_rail_ep *ep, rr_write_hdr *h, void **dst);
   /* A write from the peer has fully landed (for TCP: at the *dst the engine
    * gave; for verbs: where the NIC placed it, described by h). */
@@ -356,8 +382,9 @@ typedef struct rr_rail_path_stats {
 /* One const table per transport; every entry is present (a stub where a
  * transport has nothing to do), except the flush entries, which a transport
  * whose memory needs no flush leaves NULL, path_stats, which only a
- * transport with RR_RAIL_CAP_PATH_STATS fills in, and post_flush, which only
- * a transport that batches writes fills in. */
+ * transport with RR_RAIL_CAP_PATH_STATS fills in, post_eager, which only a
+ * transport with RR_RAIL_CAP_EAGER fills in, and post_flush, which only a
+ * transport that batches writes fills in. */
 struct rr_rail_ops {
   const char *name;
   rr_rail_wire wire;
@@ -399,6 +426,11 @@ struct rr_rail_ops {
   /* Queue a write. RR_AGAIN when the send queue has no room (credits are
    * reserved before anything is posted: retry later). */
   rr_status (*post_write)(rr_rail_ep *ep, const rr_write_wr *wr);
+  /* RR_RAIL_CAP_EAGER only (else NULL): queue an eager write (rr_eager_wr).
+   * It is a write in every other respect: on_write_done reports it, a drain
+   * posted after it covers it, fence drops it. RR_AGAIN and failures as
+   * post_write's. */
+  rr_status (*post_eager)(rr_rail_ep *ep, const rr_eager_wr *wr);
   /* Optional (NULL: post_write hands each write over at once, as TCP's
    * streams do). Hand over everything post_write queued on this endpoint
    * since the last call, as one submission per queue (verbs: one chained

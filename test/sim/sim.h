@@ -213,7 +213,7 @@ void sim_nic_set(sim_world *w, int side, int rail, int down);
 rr_status sim_reconnect(void *arg, int rail, rr_rail_ep **out);
 
 /* sim_rail.c */
-extern const rr_rail_ops sim_rail_ops;
+extern const rr_rail_ops sim_rail_ops_tcp, sim_rail_ops_verbs;
 sim_dev *sim_dev_open(sim_world *w, int side, int rail, int kind);
 void sim_dev_close(sim_dev *d);
 /* A fresh connected pair on rail r; both endpoints point at their engines. */

@@ -87,7 +87,7 @@ static sim_item *item_clone(const sim_item *src) {
 /* For the trace: a write's immediate, and a control message, in words. */
 static const char *imm_str(char *buf, size_t n, const rr_write_hdr *h) {
   if (h->flags & RR_WRITE_EAGER)
-    snprintf(buf, n, "eager e%u seq %u tag %d len %u fence %u", imm_epoch(h->imm), (uint32_t)h->raddr, (int)h->rkey,
+    snprintf(buf, n, "eager e%u seq %u tag %d len %u fence %u", imm_epoch(h->imm), h->eager.seq, (int)h->eager.tag,
              h->len, h->fence);
   else
     snprintf(buf, n, "e%u slot%u sub%u chunk%u%s%s len %u fence %u", imm_epoch(h->imm), imm_slot(h->imm),
@@ -208,7 +208,7 @@ sim_dev *sim_dev_open(sim_world *w, int side, int rail, int kind) {
   d->kind = kind;
   d->side = side;
   d->rail = rail;
-  d->base.ops = &sim_rail_ops;
+  d->base.ops = kind == SIM_TCP ? &sim_rail_ops_tcp : &sim_rail_ops_verbs;
   d->base.index = (side == SIM_RECV ? SIM_DEV_BASE_RECV : 0) + rail;
   uint32_t caps = kind == SIM_TCP ? RR_RAIL_CAP_WRITE_BEGIN | RR_RAIL_CAP_FENCE_KEEPS_EP | RR_RAIL_CAP_EPOCH_TAG | RR_RAIL_CAP_EAGER
                                   : RR_RAIL_CAP_EP_ORDERED;
@@ -233,7 +233,7 @@ void sim_dev_close(sim_dev *d) {
 static rr_status sim_ep_open(rr_rail_dev *dev, const rr_rail_events *events, void *arg, rr_rail_ep **out) {
   sim_ep *e = calloc(1, sizeof *e);
   if (!e) return RR_ERR_NOMEM;
-  e->base.ops = &sim_rail_ops;
+  e->base.ops = dev->ops;
   e->base.dev = dev;
   e->base.events = events;
   e->base.events_arg = arg;
@@ -254,6 +254,52 @@ static rr_status sim_ep_connect(rr_rail_ep *ep, const rr_rail_connect_args *args
   return RR_OK;
 }
 
+/* Queue a write whose header h the writer filled: what post_write and
+ * post_eager share once each checked its own request. */
+static rr_status queue_write(sim_ep *e, const rr_write_hdr *h, uint64_t wr_id, const void *local, size_t len,
+                             size_t bulk, const rr_rail_mr *local_mr) {
+  sim_world *w = ep_world(e);
+  rr_rail_ep *rep = &e->base;
+  /* A write carries one chunk, or a group of them up to what the device
+   * says one write may carry; only a rail with adaptive routing carries a
+   * split one (its bulk as a plain write). */
+  size_t chunk = w->eng[SIM_SEND].cfg.chunk_size, wmax = rep->dev->attr.write_max;
+  if (len > (wmax > chunk ? wmax : chunk) || bulk > len ||
+      (bulk && !(rep->dev->attr.caps & RR_RAIL_CAP_ADAPTIVE_ROUTING))) {
+    sim_fail(w, "rail %d: the engine posted a write of %zu bytes, %zu of them bulk (chunks are %zu, writes at most %zu)",
+             e->pair->rail, len, bulk, chunk, wmax);
+    return RR_ERR_INVALID;
+  }
+  if (e->pair->kind == SIM_VERBS && len > 0) {
+    /* A NIC reads the source through a local key of its own device. */
+    const rr_rail_mr *m = local_mr;
+    if (!m || m->dev != rep->dev || (const char *)local < (const char *)m->base ||
+        (const char *)local + len > (const char *)m->base + m->len) {
+      sim_fail(w, "rail %d: the engine posted a write without a local key covering its source", e->pair->rail);
+      return RR_ERR_INVALID;
+    }
+  }
+  sim_item *it = item_new('W', (uint32_t)len);
+  /* A split write lands whole, and its arrival reports what came with the
+   * immediate (the bulk before it has no arrival of its own). */
+  if (bulk) w->st.split_writes++;
+  if (len > chunk) w->st.group_writes++;
+  it->hdr = *h;
+  it->wr_id = wr_id;
+  it->local = local;
+  it->msg = len ? sim_traffic_source_msg(w, local) : -1;
+  it->stream = (uint8_t)(e->pair->nstreams > 1 ? sim_below(&w->rng, (uint64_t)e->pair->nstreams) : 0);
+  q_push(&e->sq, it);
+  if (w->verbose) {
+    char b[96];
+    sim_trace(w, "rail%d pair%u: post write %s", e->pair->rail, e->pair->id, imm_str(b, sizeof b, &it->hdr));
+  }
+  e->sq_writes++;
+  e->sq_bytes += len + 32;
+  w->st.writes++;
+  return RR_OK;
+}
+
 static rr_status sim_post_write(rr_rail_ep *rep, const rr_write_wr *wr) {
   sim_ep *e = to_ep(rep);
   sim_world *w = ep_world(e);
@@ -262,7 +308,7 @@ static rr_status sim_post_write(rr_rail_ep *rep, const rr_write_wr *wr) {
   if (e->sq_writes >= w->sq_depth) return RR_AGAIN;
   /* A send NCCL was told is done has its buffer back: writing from it
    * again would replay a completed send (invariant 8). */
-  if (e->side == SIM_SEND && wr->wr_id != ENGINE_PROBE_WR_ID && !(wr->flags & RR_WRITE_EAGER)) {
+  if (e->side == SIM_SEND && wr->wr_id != ENGINE_PROBE_WR_ID) {
     uint32_t idx = (uint32_t)(wr->wr_id & 0xffff);
     const rr_send_req *sr = idx < w->eng[SIM_SEND].sreq_cap ? engine_sreq(&w->eng[SIM_SEND], idx) : NULL;
     if (!sr || (sr->user_done && sr->bounce < 0) || !sim_traffic_source_ok(w, wr->local, wr->len)) {
@@ -271,49 +317,26 @@ static rr_status sim_post_write(rr_rail_ep *rep, const rr_write_wr *wr) {
       return RR_ERR_INVALID;
     }
   }
-  /* A write carries one chunk, or a group of them up to what the device
-   * says one write may carry; only a rail with adaptive routing carries a
-   * split one (its bulk as a plain write). */
-  size_t chunk = w->eng[SIM_SEND].cfg.chunk_size, wmax = rep->dev->attr.write_max;
-  if (wr->len > (wmax > chunk ? wmax : chunk) || wr->bulk > wr->len ||
-      (wr->bulk && !(rep->dev->attr.caps & RR_RAIL_CAP_ADAPTIVE_ROUTING))) {
-    sim_fail(w, "rail %d: the engine posted a write of %zu bytes, %zu of them bulk (chunks are %zu, writes at most %zu)",
-             e->pair->rail, wr->len, wr->bulk, chunk, wmax);
-    return RR_ERR_INVALID;
-  }
-  if (e->pair->kind == SIM_VERBS && wr->len > 0) {
-    /* A NIC reads the source through a local key of its own device. */
-    const rr_rail_mr *m = wr->local_mr;
-    if (!m || m->dev != rep->dev || (const char *)wr->local < (const char *)m->base ||
-        (const char *)wr->local + wr->len > (const char *)m->base + m->len) {
-      sim_fail(w, "rail %d: the engine posted a write without a local key covering its source", e->pair->rail);
-      return RR_ERR_INVALID;
-    }
-  }
-  sim_item *it = item_new('W', (uint32_t)wr->len);
-  /* A split write lands whole, and its arrival reports what came with the
-   * immediate (the bulk before it has no arrival of its own). */
-  if (wr->bulk) w->st.split_writes++;
-  if (wr->len > chunk) w->st.group_writes++;
-  it->hdr = (rr_write_hdr){.imm = wr->imm,
-                           .len = (uint32_t)(wr->len - wr->bulk),
-                           .rkey = wr->rkey,
-                           .raddr = wr->remote_addr,
-                           .fence = e->pair->kind == SIM_TCP ? wr->fence : 0,
-                           .flags = wr->flags};
-  it->wr_id = wr->wr_id;
-  it->local = wr->local;
-  it->msg = wr->len ? sim_traffic_source_msg(w, wr->local) : -1;
-  it->stream = (uint8_t)(e->pair->nstreams > 1 ? sim_below(&w->rng, (uint64_t)e->pair->nstreams) : 0);
-  q_push(&e->sq, it);
-  if (w->verbose) {
-    char b[96];
-    sim_trace(w, "rail%d pair%u: post write %s", e->pair->rail, e->pair->id, imm_str(b, sizeof b, &it->hdr));
-  }
-  e->sq_writes++;
-  e->sq_bytes += wr->len + 32;
-  w->st.writes++;
-  return RR_OK;
+  rr_write_hdr h = {.imm = wr->imm,
+                    .len = (uint32_t)(wr->len - wr->bulk),
+                    .rkey = wr->rkey,
+                    .raddr = wr->remote_addr,
+                    .fence = e->pair->kind == SIM_TCP ? wr->fence : 0,
+                    .flags = wr->flags};
+  return queue_write(e, &h, wr->wr_id, wr->local, wr->len, wr->bulk, wr->local_mr);
+}
+
+/* The TCP-like kind only (RR_RAIL_CAP_EAGER): a write naming its receive,
+ * from the engine's own copy (never a send NCCL may have back). */
+static rr_status sim_post_eager(rr_rail_ep *rep, const rr_eager_wr *wr) {
+  sim_ep *e = to_ep(rep);
+  sim_world *w = ep_world(e);
+  rr_status st = ep_status(e);
+  if (st != RR_OK) return st;
+  if (e->sq_writes >= w->sq_depth) return RR_AGAIN;
+  rr_write_hdr h = {.imm = wr->imm, .len = (uint32_t)wr->len, .fence = wr->fence, .flags = RR_WRITE_EAGER,
+                    .eager = wr->name};
+  return queue_write(e, &h, wr->wr_id, wr->local, wr->len, 0, wr->local_mr);
 }
 
 static rr_status sim_post_ctrl(rr_rail_ep *rep, const void *msg, uint32_t len) {
@@ -798,27 +821,33 @@ static void sim_destroy(rr_rail_ep *rep) {
   free(e);
 }
 
-const rr_rail_ops sim_rail_ops = {
-    .name = "sim",
-    .reg_mr = sim_reg_mr,
-    .dereg_mr = sim_dereg_mr,
-    .dev_progress = sim_dev_progress,
-    .dev_event = sim_dev_event,
-    .dev_close = sim_dev_close_op,
-    .ep_open = sim_ep_open,
-    .ep_addr = sim_ep_addr,
-    .ep_connect = sim_ep_connect,
-    .post_write = sim_post_write,
-    .post_flush = NULL, /* a write is in flight once posted */
-    .post_ctrl = sim_post_ctrl,
-    .post_drain = sim_post_drain,
-    .progress = sim_progress,
-    .fence = sim_fence,
-    .backlog = sim_backlog,
-    .flushed = sim_flushed,
-    .last_alive_ns = sim_last_alive,
-    .destroy = sim_destroy,
-};
+/* The two kinds share every op but post_eager: only the TCP-like one
+ * carries eager writes (RR_RAIL_CAP_EAGER). */
+#define SIM_RAIL_OPS(eager_op)                      \
+  {                                                 \
+    .name = "sim",                                  \
+    .reg_mr = sim_reg_mr,                           \
+    .dereg_mr = sim_dereg_mr,                       \
+    .dev_progress = sim_dev_progress,               \
+    .dev_event = sim_dev_event,                     \
+    .dev_close = sim_dev_close_op,                  \
+    .ep_open = sim_ep_open,                         \
+    .ep_addr = sim_ep_addr,                         \
+    .ep_connect = sim_ep_connect,                   \
+    .post_write = sim_post_write,                   \
+    .post_eager = (eager_op),                       \
+    .post_flush = NULL, /* in flight once posted */ \
+    .post_ctrl = sim_post_ctrl,                     \
+    .post_drain = sim_post_drain,                   \
+    .progress = sim_progress,                       \
+    .fence = sim_fence,                             \
+    .backlog = sim_backlog,                         \
+    .flushed = sim_flushed,                         \
+    .last_alive_ns = sim_last_alive,                \
+    .destroy = sim_destroy,                         \
+  }
+const rr_rail_ops sim_rail_ops_tcp = SIM_RAIL_OPS(sim_post_eager);
+const rr_rail_ops sim_rail_ops_verbs = SIM_RAIL_OPS(NULL);
 
 /* -------------------------------------------------------------- pairs */
 

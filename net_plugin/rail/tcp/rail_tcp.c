@@ -198,15 +198,15 @@ static tcp_tx *tx_push(tcp_stream *s) {
   return &s->tx[s->tx_tail++ % s->tx_cap];
 }
 
-static rr_status tcp_post_write(rr_rail_ep *rep, const rr_write_wr *wr) {
-  tcp_ep *ep = to_tcp(rep);
+/* Queue a write frame (header h, h->len payload bytes from payload). */
+static rr_status queue_write_frame(tcp_ep *ep, const tcp_frame_hdr *h, const void *payload, uint64_t wr_id,
+                                   uint64_t post_ns) {
   if (ep->failed) return ep->failed;
   if (!ep->connected) return RR_ERR_INVALID;
-  if (wr->len > UINT32_MAX) return RR_ERR_INVALID;
   /* Stream 0 while it keeps up (above); else the least loaded stream,
    * starting after the last one used so equal loads rotate. */
   tcp_stream *s = NULL, *s0 = ep->streams[0];
-  if (s0->writes_queued < WRITE_DEPTH && (wr->len <= SMALL_WRITE || s0->queued_bytes < SPILL_BYTES)) s = s0;
+  if (s0->writes_queued < WRITE_DEPTH && (h->len <= SMALL_WRITE || s0->queued_bytes < SPILL_BYTES)) s = s0;
   for (int i = 0; i < ep->nstreams && !s; i++) {
     tcp_stream *c = ep->streams[(ep->next_stream + i) % ep->nstreams];
     if (c->writes_queued < WRITE_DEPTH && (!s || c->writes_queued < s->writes_queued)) s = c;
@@ -215,24 +215,42 @@ static rr_status tcp_post_write(rr_rail_ep *rep, const rr_write_wr *wr) {
   ep->next_stream++;
   tcp_tx *t = tx_push(s);
   if (!t) return RR_AGAIN;
+  tcp_frame_encode(h, t->wire);
+  t->len = h->len;
+  t->payload = payload;
+  t->sent = 0;
+  t->ctrl_slot = -1;
+  t->wr_id = wr_id;
+  t->post_ns = post_ns;
+  s->writes_queued++;
+  s->queued_bytes += TCP_FRAME_BYTES + h->len;
+  return RR_OK;
+}
+
+static rr_status tcp_post_write(rr_rail_ep *rep, const rr_write_wr *wr) {
+  if (wr->len > UINT32_MAX) return RR_ERR_INVALID;
   tcp_frame_hdr h = {.type = TCP_FRAME_WRITE,
-                     .flags = (uint8_t)(((wr->flags & RR_WRITE_EAGER) ? TCP_FRAME_F_EAGER : 0) |
-                                        ((wr->flags & RR_WRITE_PROBE) ? TCP_FRAME_F_PROBE : 0)),
+                     .flags = (uint8_t)((wr->flags & RR_WRITE_PROBE) ? TCP_FRAME_F_PROBE : 0),
                      .fence = wr->fence,
                      .len = (uint32_t)wr->len,
                      .imm = wr->imm,
                      .rkey = wr->rkey,
                      .raddr = wr->remote_addr};
-  tcp_frame_encode(&h, t->wire);
-  t->len = h.len;
-  t->payload = wr->local;
-  t->sent = 0;
-  t->ctrl_slot = -1;
-  t->wr_id = wr->wr_id;
-  t->post_ns = wr->post_ns;
-  s->writes_queued++;
-  s->queued_bytes += TCP_FRAME_BYTES + wr->len;
-  return RR_OK;
+  return queue_write_frame(to_tcp(rep), &h, wr->local, wr->wr_id, wr->post_ns);
+}
+
+/* An eager write is a write frame whose key and address fields carry what it
+ * names (tcp_frame.h). */
+static rr_status tcp_post_eager(rr_rail_ep *rep, const rr_eager_wr *wr) {
+  if (wr->len > UINT32_MAX) return RR_ERR_INVALID;
+  tcp_frame_hdr h = {.type = TCP_FRAME_WRITE,
+                     .flags = TCP_FRAME_F_EAGER,
+                     .fence = wr->fence,
+                     .len = (uint32_t)wr->len,
+                     .imm = wr->imm,
+                     .rkey = (uint32_t)wr->name.tag,
+                     .raddr = wr->name.seq | (uint64_t)wr->name.known << 32};
+  return queue_write_frame(to_tcp(rep), &h, wr->local, wr->wr_id, wr->post_ns);
 }
 
 static rr_status tcp_post_ctrl(rr_rail_ep *rep, const void *msg, uint32_t len) {
@@ -408,8 +426,10 @@ static rr_status parse_staging(tcp_ep *ep, tcp_stream *s) {
      * refuses fails the rail before a byte is written. It may rewrite wh (an
      * eager write resolved): what it hands back is what is delivered. */
     rr_write_hdr wh = {.imm = h.imm, .len = h.len, .rkey = h.rkey, .raddr = h.raddr, .fence = h.fence,
-                       .flags = (uint8_t)(((h.flags & TCP_FRAME_F_EAGER) ? RR_WRITE_EAGER : 0) |
-                                           ((h.flags & TCP_FRAME_F_PROBE) ? RR_WRITE_PROBE : 0))};
+                       .flags = (uint8_t)((h.flags & TCP_FRAME_F_PROBE) ? RR_WRITE_PROBE : 0)};
+    if (h.flags & TCP_FRAME_F_EAGER)
+      wh = (rr_write_hdr){.imm = h.imm, .len = h.len, .fence = h.fence, .flags = RR_WRITE_EAGER,
+                          .eager = {.seq = (uint32_t)h.raddr, .known = (uint32_t)(h.raddr >> 32), .tag = (int32_t)h.rkey}};
     void *dstp = NULL;
     rr_status st = ep->base.events->on_write_begin(&ep->base, &wh, &dstp);
     if (st != RR_OK) return ep_fail(ep, st, "write refused by the engine", 0);
@@ -746,6 +766,7 @@ const rr_rail_ops rr_tcp_rail_ops = {
     .ep_addr = tcp_ep_addr,
     .ep_connect = tcp_ep_connect,
     .post_write = tcp_post_write,
+    .post_eager = tcp_post_eager,
     .post_flush = NULL, /* each write goes to its stream as it is posted */
     .post_ctrl = tcp_post_ctrl,
     .post_drain = tcp_post_drain,

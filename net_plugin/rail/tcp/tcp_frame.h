@@ -27,8 +27,9 @@ typedef struct tcp_frame_hdr {
   uint64_t raddr;    /* WRITE: receiver address of the first byte (checked, never used) */
 } tcp_frame_hdr;
 
-/* An eager write (RR_WRITE_EAGER): raddr carries the receive's sequence
- * number and rkey the message's tag; the receiver places it. */
+/* An eager write (post_eager, rr_eager_wr): raddr carries what it names,
+ * the receive's sequence number in its low 32 bits and the writer's known
+ * one in its high 32, and rkey the message's tag; the receiver places it. */
 #define TCP_FRAME_F_EAGER 0x1u
 /* A probe (RR_WRITE_PROBE): filler that measures a demoted rail; the
  * receiver reads and forgets it. */

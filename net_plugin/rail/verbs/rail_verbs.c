@@ -187,6 +187,9 @@ const rr_rail_ops rr_verbs_rail_ops = {
     .ep_addr = verbs_ep_addr,
     .ep_connect = verbs_ep_connect,
     .post_write = verbs_post_write_or_probe,
+    /* No eager writes: the NIC places a write only where the writer named
+     * registered memory, and an eager write names a receive instead. */
+    .post_eager = NULL,
     .post_flush = verbs_post_flush,
     .post_ctrl = verbs_post_ctrl,
     .post_drain = verbs_post_drain,
