@@ -54,6 +54,38 @@ static rr_status on_write_done(rr_rail_ep *ep, uint64_t wr_id) {
   return RR_OK;
 }
 
+/* The epoch tag a write must arrive with: its own on a rail that carries
+ * tags (RR_RAIL_CAP_EPOCH_TAG), 0 on one that does not. */
+static int tag_ok(const rr_rail_ep *ep, const rr_write_hdr *h, const rc_write *w) {
+  return h->fence == ((ep->dev->attr.caps & RR_RAIL_CAP_EPOCH_TAG) ? w->fence : 0);
+}
+
+static int same_name(const rr_eager_name *x, const rr_eager_name *y) {
+  return x->seq == y->seq && x->known == y->known && x->tag == y->tag;
+}
+
+/* An eager write names a receive (rr_write_hdr.eager), not a buffer: the
+ * harness finds the write posted with that immediate, checks the name, and
+ * places it where that write says, as the engine places one into its
+ * receive or its early buffer. The ones marked `resolve` come back
+ * rewritten into the ordinary write a clear-to-send would have made, which
+ * is what the rail must hand on_write_recv. */
+static rr_status eager_begin(rr_rail_ep *ep, rc_side *s, rr_write_hdr *h, void **dst) {
+  s->neager_begin++;
+  rc_write *w = posted_write(peer_of(s), h->imm);
+  if (!w || !w->eager || !same_name(&h->eager, &w->name) || h->len != w->len || h->rkey || h->raddr ||
+      !tag_ok(ep, h, w)) {
+    s->bad_write++;
+    s->refused = 1;
+    return RR_ERR_PROTOCOL;
+  }
+  if (w->resolve)
+    *h = (rr_write_hdr){.imm = h->imm, .len = h->len, .rkey = s->mr->rkey, .raddr = (uint64_t)(uintptr_t)w->dst,
+                        .fence = h->fence};
+  *dst = w->dst;
+  return RR_OK;
+}
+
 static rr_status on_write_begin(rr_rail_ep *ep, rr_write_hdr *h, void **dst) {
   rc_side *s = side_of(ep);
   if (s->refused) s->after_failure++;
@@ -64,6 +96,7 @@ static rr_status on_write_begin(rr_rail_ep *ep, rr_write_hdr *h, void **dst) {
     *dst = NULL;
     return RR_OK;
   }
+  if (h->flags & RR_WRITE_EAGER) return eager_begin(ep, s, h, dst);
   if (h->imm & RC_IMM_REFUSE) {
     s->refused = 1;
     return RR_ERR_PROTOCOL;
@@ -93,11 +126,18 @@ static rr_status on_write_recv(rr_rail_ep *ep, const rr_write_hdr *h) {
    * rr_write_hdr says "the key the writer used" without that exception. */
   int named = !(ep->dev->attr.caps & RR_RAIL_CAP_WRITE_BEGIN) ||
               ((uint64_t)(uintptr_t)(w ? w->dst : NULL) == h->raddr && inside_buffer(s, h->rkey, h->raddr, h->len));
+  /* An eager write arrives as on_write_begin left it: still eager, naming
+   * what it was posted with, or resolved into an ordinary write. */
+  if (w && w->eager)
+    named = (h->flags & RR_WRITE_EAGER) ? !w->resolve && same_name(&h->eager, &w->name) : w->resolve && named;
+  else if (h->flags & RR_WRITE_EAGER)
+    named = 0;
   /* A split write's arrival has the length of what came with the
    * immediate; every byte of it, bulk included, is in place. */
-  if (!w || w->len - w->bulk != h->len || !named || (w->len && memcmp(w->dst, w->src, w->len) != 0) ||
-      (h->imm & (RC_IMM_SINK | RC_IMM_REFUSE)))
+  if (!w || w->recvd || w->len - w->bulk != h->len || !named || !tag_ok(ep, h, w) ||
+      (w->len && memcmp(w->dst, w->src, w->len) != 0) || (h->imm & (RC_IMM_SINK | RC_IMM_REFUSE)))
     s->bad_write++;
+  if (w) w->recvd = 1;
   s->nrecv++;
   log_event(s, RC_EV_RECV, h->imm);
   return RR_OK;
@@ -198,7 +238,7 @@ static int post_write_split(rc_env *env, size_t src_off, size_t dst_off, uint32_
   int i = a->nposted;
   rc_write *w = &a->w[i];
   *w = (rc_write){.src = a->buf + src_off, .dst = b->buf + dst_off, .len = len, .bulk = bulk,
-                  .imm = (uint32_t)i | imm_flags};
+                  .imm = (uint32_t)i | imm_flags, .fence = fence};
   a->nposted++; /* before posting: a rail may deliver inside post_write */
   rr_write_wr wr = {.wr_id = (uint64_t)i, .local = w->src, .len = len, .local_mr = a->mr,
                     .remote_addr = (uint64_t)(uintptr_t)w->dst, .rkey = b->mr->rkey, .imm = w->imm, .fence = fence,
@@ -212,6 +252,28 @@ static int post_write_split(rc_env *env, size_t src_off, size_t dst_off, uint32_
 
 static int post_write(rc_env *env, size_t src_off, size_t dst_off, uint32_t len, uint32_t imm_flags, uint16_t fence) {
   return post_write_split(env, src_off, dst_off, len, 0, imm_flags, fence);
+}
+
+/* Post an eager write of len bytes from A's buffer at src_off naming
+ * `name`, which the harness places at B's dst_off (resolved into an
+ * ordinary write at on_write_begin when `resolve`). Returns its index. */
+static int post_eager(rc_env *env, size_t src_off, size_t dst_off, uint32_t len, rr_eager_name name, int resolve,
+                      uint16_t fence) {
+  rc_side *a = &env->side[0], *b = &env->side[1];
+  assert_true(a->nposted < RC_MAX_WRITES);
+  assert_true(src_off + len <= RC_BUF_BYTES && dst_off + len <= RC_BUF_BYTES);
+  int i = a->nposted;
+  rc_write *w = &a->w[i];
+  *w = (rc_write){.src = a->buf + src_off, .dst = b->buf + dst_off, .len = len, .imm = (uint32_t)i, .fence = fence,
+                  .eager = 1, .resolve = resolve, .name = name};
+  a->nposted++; /* before posting: a rail may deliver inside post_eager */
+  rr_eager_wr wr = {.wr_id = (uint64_t)i, .local = w->src, .len = len, .local_mr = a->mr, .imm = w->imm,
+                    .fence = fence, .name = name};
+  rr_status st;
+  uint64_t deadline = wall_ms() + 20000;
+  while ((st = a->ep->ops->post_eager(a->ep, &wr)) == RR_AGAIN && wall_ms() < deadline) round_once(env);
+  assert_int_equal(st, RR_OK);
+  return i;
 }
 
 static void post_ctrl(rc_env *env, int from) {
@@ -733,8 +795,8 @@ static void test_destroy_busy_writer_first(void **state) { destroy_busy(*state, 
 static void test_destroy_busy_receiver_first(void **state) { destroy_busy(*state, 1); }
 
 /* The ops table: every entry present (rail.h), the flush entries all or
- * none, path_stats exactly with RR_RAIL_CAP_PATH_STATS, which then counts
- * what was sent. */
+ * none, post_eager exactly with RR_RAIL_CAP_EAGER, path_stats exactly with
+ * RR_RAIL_CAP_PATH_STATS, which then counts what was sent. */
 static void test_ops_and_path_stats(void **state) {
   rc_env *env = *state;
   const rr_rail_ops *o = env->side[0].ep->ops;
@@ -752,6 +814,7 @@ static void test_ops_and_path_stats(void **state) {
   int nflush = !!o->flush_post + !!o->flush_poll + !!o->flush_abandon;
   assert_true(nflush == 0 || nflush == 3);
   assert_int_equal(!!(env->caps & RR_RAIL_CAP_PATH_STATS), o->path_stats != NULL);
+  assert_int_equal(!!(env->caps & RR_RAIL_CAP_EAGER), o->post_eager != NULL);
   if (!o->path_stats) return;
   post_write(env, 0, 0, 1u << 20, 0, 0);
   assert_true(pump_until(env, all_done_and_landed));
@@ -806,11 +869,133 @@ static void test_probe_write(void **state) {
   assert_memory_equal(b->buf + 4096, a->buf, 4096);
 }
 
+/* Flags that hold only together (rail.h): a rail whose fence keeps the
+ * endpoint needs on_write_begin and epoch tags, for what of a fenced epoch
+ * arrives after the fence is sunk there by its tag; one that carries eager
+ * writes needs on_write_begin, where the receiver places them. */
+static void test_caps_that_need_each_other(void **state) {
+  rc_env *env = *state;
+  uint32_t c = env->caps;
+  if (c & RR_RAIL_CAP_FENCE_KEEPS_EP) {
+    assert_true(c & RR_RAIL_CAP_WRITE_BEGIN);
+    assert_true(c & RR_RAIL_CAP_EPOCH_TAG);
+  }
+  if (c & RR_RAIL_CAP_EAGER) assert_true(c & RR_RAIL_CAP_WRITE_BEGIN);
+}
+
+/* RR_RAIL_CAP_EPOCH_TAG: each write arrives with the epoch tag it was
+ * posted with, every value of the 16 bits; a rail without the flag
+ * delivers 0 (on_write_recv checks it, in this case and every other). */
+static void test_epoch_tags_delivered(void **state) {
+  rc_env *env = *state;
+  size_t off = 0;
+  for (int i = 0; i < 24; i++) {
+    uint32_t len = write_len(i);
+    post_write(env, off, off, len, 0, (uint16_t)(i == 23 ? 0xffffu : (uint32_t)i * 2731u));
+    off += len + 64;
+  }
+  assert_true(pump_until(env, all_done_and_landed));
+  assert_int_equal(env->side[0].failed, RR_OK);
+  assert_int_equal(env->side[1].failed, RR_OK);
+  assert_int_equal(env->side[1].nrecv, 24);
+  assert_clean(env);
+}
+
+/* RR_RAIL_CAP_EAGER: an eager write reaches on_write_begin flagged
+ * RR_WRITE_EAGER with what it named (seq, known, tag) intact, its length
+ * and epoch tag, and no key or address (checked in eager_begin); it lands
+ * where the engine puts it, and on_write_recv gets the header as
+ * on_write_begin left it: still eager, or resolved into an ordinary write.
+ * Mixed with ordinary writes; on_write_done for every one. (A rail without
+ * the flag has post_eager NULL: test_ops_and_path_stats.) */
+static void test_eager_writes(void **state) {
+  rc_env *env = *state;
+  if (!(env->caps & RR_RAIL_CAP_EAGER)) {
+    skip();
+    return;
+  }
+  size_t off = 0;
+  int neager = 0;
+  for (int i = 0; i < 48; i++) {
+    uint32_t len = write_len(i % 5); /* up to 4096: the engine's bounce size */
+    if (i % 3 == 2) {
+      post_write(env, off, off, len, 0, (uint16_t)(i * 4099u));
+    } else {
+      /* Names that use every bit: seq and known near the wrap, tags of both signs. */
+      rr_eager_name name = {.seq = 0xfffffff0u + (uint32_t)i, .known = 0x80000000u ^ (uint32_t)i,
+                            .tag = i % 2 ? -1 - i : INT32_MAX - i};
+      post_eager(env, off, off, len, name, i % 4 == 1, (uint16_t)(0xffe0u + (uint32_t)i));
+      neager++;
+    }
+    off += len + 64;
+    if (i % 10 == 9) pump_rounds(env, 2);
+  }
+  assert_true(pump_until(env, all_done_and_landed));
+  rc_side *a = &env->side[0], *b = &env->side[1];
+  assert_int_equal(a->failed, RR_OK);
+  assert_int_equal(b->failed, RR_OK);
+  assert_int_equal(a->ndone, 48);
+  assert_int_equal(b->nrecv, 48);
+  assert_int_equal(b->neager_begin, neager);
+  for (int i = 0; i < 48; i++) assert_memory_equal(a->w[i].dst, a->w[i].src, a->w[i].len);
+  assert_clean(env);
+}
+
+static int marked_writes_and_ctrl_in(rc_env *env) {
+  const rc_side *a = &env->side[0], *b = &env->side[1];
+  if (a->failed || b->failed) return 1;
+  for (int i = env->mark; i < a->nposted; i++)
+    if (!a->w[i].done || !a->w[i].recvd) return 0;
+  return b->ctrl_next == a->ctrl_sent && a->ctrl_next == b->ctrl_sent;
+}
+
+/* RR_RAIL_CAP_FENCE_KEEPS_EP: after fence() on both ends the endpoints
+ * carry on. Writes posted after it land and complete, and control messages
+ * go both ways, while nothing of before it lands any more (the engine
+ * sinks the old epoch tag). */
+static void test_fence_keeps_endpoint(void **state) {
+  rc_env *env = *state;
+  if (!(env->caps & RR_RAIL_CAP_FENCE_KEEPS_EP)) {
+    skip(); /* fence() breaks the endpoint: the engine drains such a rail instead */
+    return;
+  }
+  rc_side *a = &env->side[0], *b = &env->side[1];
+  size_t off = 0;
+  for (int i = 0; i < 8; i++) {
+    uint32_t len = i % 2 ? (2u << 20) / 3 : write_len(i);
+    post_write(env, off, off, len, 0, 1);
+    off += len;
+  }
+  pump_rounds(env, 2);
+  a->ep->ops->fence(a->ep);
+  b->ep->ops->fence(b->ep);
+  b->sink_fence_tag = 1; /* the engine's side of the fence */
+  env->mark = a->nposted;
+  off = RC_BUF_BYTES / 2; /* clear of the writes before the fence */
+  for (int i = 0; i < 10; i++) {
+    uint32_t len = write_len(i);
+    post_write(env, off, off, len, 0, 2);
+    off += len + 64;
+    post_ctrl(env, 0);
+    post_ctrl(env, 1);
+  }
+  assert_true(pump_until(env, marked_writes_and_ctrl_in));
+  assert_int_equal(a->failed, RR_OK);
+  assert_int_equal(b->failed, RR_OK);
+  for (int i = env->mark; i < a->nposted; i++) assert_memory_equal(a->w[i].dst, a->w[i].src, a->w[i].len);
+  assert_int_equal(b->ctrl_next, 10);
+  assert_int_equal(a->ctrl_next, 10);
+  assert_clean(env);
+}
+
 #define CASE(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void) {
   const struct CMUnitTest cases[] = {
       CASE(test_ops_and_path_stats),
+      CASE(test_caps_that_need_each_other),
+      CASE(test_epoch_tags_delivered),
+      CASE(test_eager_writes),
       CASE(test_writes_land),
       CASE(test_flush_ends_a_pass),
       CASE(test_done_means_placed),
@@ -825,6 +1010,7 @@ int main(void) {
       CASE(test_fence_sender),
       CASE(test_fence_receiver_midway),
       CASE(test_fence_both_midway),
+      CASE(test_fence_keeps_endpoint),
       CASE(test_flushed),
       CASE(test_peer_gone_is_reported),
       CASE(test_destroy_busy_writer_first),

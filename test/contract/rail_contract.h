@@ -34,7 +34,14 @@ typedef struct rc_write {
   uint32_t len;
   uint32_t bulk; /* of len, bytes sent as a plain write ahead of the immediate (adaptive routing) */
   uint32_t imm;
+  uint16_t fence; /* its epoch tag (rr_write_wr.fence) */
   int done;      /* on_write_done seen */
+  int recvd;     /* on_write_recv seen */
+  /* An eager write (post_eager): what it named, and whether the engine the
+   * harness plays resolves it into an ordinary write at on_write_begin
+   * (else it keeps it eager, as for an early buffer). */
+  int eager, resolve;
+  rr_eager_name name;
 } rc_write;
 
 struct rc_env;
@@ -57,6 +64,7 @@ typedef struct rc_side {
   int nlog;
   int nrecv, nbegin, ndone, ndrain;
   int nprobe_begin;              /* RR_WRITE_PROBE writes on_write_begin saw (and sank) */
+  int neager_begin;              /* RR_WRITE_EAGER writes on_write_begin saw */
   uint32_t ctrl_next;           /* sequence number expected next */
   uint32_t last_drain;
   /* what the checks in the callbacks found */
@@ -97,6 +105,7 @@ typedef struct rc_env {
   const rc_fixture *fx;
   void *fx_state;
   uint32_t caps;                /* side 0's device caps (both sides' are the same transport) */
+  int mark;                     /* writes from this index on are the ones a case waits for */
   rc_side side[2];
 } rc_env;
 
