@@ -51,33 +51,32 @@ typedef struct rr_rail_ops rr_rail_ops;
  * 32-bit immediate data and registers memory per device: that is the seam,
  * not a capability.
  *
- *   flag                 means                                   read by
- *   EP_ORDERED           one endpoint delivers writes, control   the contract test (the engine
- *                        messages and drains in posting order    orders by sequence numbers and
- *                                                                drains, never by this)
- *   WRITE_BEGIN          on_write_begin: the engine chooses      engine_recv.c check_write (checks
- *                        where each write lands, and sees the    the key and address named);
- *                        key and address the writer named        the contract test
- *   FENCE_KEEPS_EP       fence() discards what is in flight and  engine_rail_fence_cheap: rollback
- *                        the endpoint carries on                 (engine_recv.c, engine_send.c),
- *                                                                gray demotion (engine_gray.c)
- *   EPOCH_TAG            rr_write_wr.fence reaches the peer in   engine_recv.c (a write of another
- *                        rr_write_hdr.fence                      epoch is sunk); the contract test
- *   EAGER                post_eager: a write naming a receive    engine_send.c (eager_allowed, and
- *                        (seq, tag), placed by the receiver      the rail a write goes on)
- *   CONNECT_MAY_BLOCK    ep_connect may wait                     core/connect_job.c
- *   SETUP_IS_DATA        the setup sockets are the data path     core/net_core.c, core/oob.c
- *   PATH_STATS           path_stats() is present                 engine_gray.c; the contract test
- *   WRITE_DONE_PLACED    on_write_done means placed at the peer  engine.c ev_write_done,
- *                                                                engine_send.c (ack or not)
- *   ADAPTIVE_ROUTING     writes above a threshold go split       engine_send.c
- *                        (rr_write_wr.bulk)
- *   PROBE_WRITE          post_write carries RR_WRITE_PROBE       engine_gray.c
+ *   flag                -> meaning -> read by (besides the contract test, which checks each)
+ *   EP_ORDERED          one endpoint delivers writes, control messages and drains in posting
+ *                       order -> no engine code: it relies on drains and sequence numbers,
+ *                       never on this.
+ *   WRITE_BEGIN         on_write_begin: the engine chooses where each write lands, and sees
+ *                       the key and address the writer named -> engine_recv.c check_write (the
+ *                       key and address checks).
+ *   FENCE_KEEPS_EP      fence() discards what is in flight and the endpoint carries on ->
+ *                       engine_rail_fence_cheap: the rollback (engine_recv.c, engine_send.c)
+ *                       and gray demotion (engine_gray.c).
+ *   EPOCH_TAG           rr_write_wr.fence reaches the peer as rr_write_hdr.fence ->
+ *                       engine_recv.c write_of_this_epoch (a write of another epoch is sunk).
+ *   EAGER               post_eager: a write naming a receive (seq, tag), placed by the
+ *                       receiver -> engine_send.c (eager_allowed, and the rail a write goes
+ *                       on).
+ *   CONNECT_MAY_BLOCK   ep_connect may wait -> core/connect_job.c.
+ *   SETUP_IS_DATA       the setup sockets are the data path -> core/net_core.c, core/oob.c.
+ *   PATH_STATS          path_stats() is present -> engine_gray.c.
+ *   WRITE_DONE_PLACED   on_write_done means placed at the peer -> engine.c ev_write_done,
+ *                       engine_send.c (ack or not).
+ *   ADAPTIVE_ROUTING    writes above a threshold go split (rr_write_wr.bulk) -> engine_send.c.
+ *   PROBE_WRITE         post_write carries RR_WRITE_PROBE -> engine_gray.c.
  *
  * Some come together: FENCE_KEEPS_EP needs WRITE_BEGIN and EPOCH_TAG (a
  * write of a fenced epoch still on the wire reaches on_write_begin, where its
- * tag gets it sunk), and EAGER needs WRITE_BEGIN (the receiver places it).
- * The contract test checks each flag a rail declares. */
+ * tag gets it sunk), and EAGER needs WRITE_BEGIN (the receiver places it). */
 enum rr_rail_cap {
   RR_RAIL_CAP_EP_ORDERED = 1u << 0,    /* what arrives on one endpoint (writes, control messages,
                                         * drains) is delivered in posting order (RC QP; a verbs
