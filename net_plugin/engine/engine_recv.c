@@ -85,14 +85,12 @@ static void complete_landed(rr_engine *e) {
   }
 }
 
-/* Whether h was written in our current epoch: the 4-bit epoch is what every
- * rail carries (the immediate's); rails with epoch tags also carry the low
- * 16 bits, because a frame can wait in the kernel buffer of a failed rail
+/* h is of our epoch: every rail carries its low 4 bits (the immediate's), rails
+ * with epoch tags 16, as a frame can wait in a failed rail's kernel buffer
  * through any number of failovers. */
 static int write_of_this_epoch(const rr_engine *e, int rail, const rr_write_hdr *h) {
-  if (imm_epoch(h->imm) != (e->epoch & 0xf)) return 0;
   int tagged = (e->rails[rail].ep->dev->attr.caps & RR_RAIL_CAP_EPOCH_TAG) != 0;
-  return !tagged || h->fence == (uint16_t)e->epoch;
+  return imm_epoch(h->imm) == (e->epoch & 0xf) && (!tagged || h->fence == (uint16_t)e->epoch);
 }
 
 /* Which chunks h carries (a group: imm_group), and whether they may land:
