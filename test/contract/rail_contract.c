@@ -368,6 +368,18 @@ static int all_done_and_landed(rc_env *env) {
   return (a->ndone == a->nposted && b->nrecv == a->nposted) || a->failed || b->failed;
 }
 
+/* Progress until every write posted has completed and landed; all n of
+ * them did, intact, and neither end failed. */
+static void assert_all_landed(rc_env *env, int n) {
+  const rc_side *a = &env->side[0], *b = &env->side[1];
+  assert_true(pump_until(env, all_done_and_landed));
+  assert_int_equal(a->failed, RR_OK);
+  assert_int_equal(b->failed, RR_OK);
+  assert_int_equal(a->ndone, n);
+  assert_int_equal(b->nrecv, n);
+  for (int i = 0; i < n; i++) assert_memory_equal(a->w[i].dst, a->w[i].src, a->w[i].len);
+}
+
 /* Sizes a write takes in the cases: the immediate alone, bytes, a page,
  * and writes larger than one socket read or work request. */
 static uint32_t write_len(int i) {
@@ -415,13 +427,8 @@ static void test_writes_land(void **state) {
     post_write(env, off, off, len, 0, 0);
     off += len + 64;
   }
-  assert_true(pump_until(env, all_done_and_landed));
-  rc_side *a = &env->side[0], *b = &env->side[1];
-  assert_int_equal(a->failed, RR_OK);
-  assert_int_equal(b->failed, RR_OK);
-  assert_int_equal(a->ndone, 40);
-  assert_int_equal(b->nrecv, 40);
-  for (int i = 0; i < 40; i++) assert_memory_equal(a->w[i].dst, a->w[i].src, a->w[i].len);
+  assert_all_landed(env, 40);
+  const rc_side *b = &env->side[1];
   /* Each immediate once. */
   int seen[40] = {0};
   for (int k = 0; k < b->nlog; k++)
@@ -691,14 +698,20 @@ static void test_callback_failure_stops_progress(void **state) {
  * reached it): only the receiver's own fence cuts that one off, which is
  * why there is no sender-only midway case. rail.h's "on either side"
  * means: each side's fence for what lands on that side. */
-static void fence_case(rc_env *env, int fence_sender, int fence_receiver, int midway) {
-  rc_side *a = &env->side[0], *b = &env->side[1];
+/* n writes of epoch tag 1 from offset 0, every other one large enough to
+ * be in flight for a while: what a fence is to cut off. */
+static void post_old_epoch(rc_env *env, int n) {
   size_t off = 0;
-  for (int i = 0; i < 12; i++) {
+  for (int i = 0; i < n; i++) {
     uint32_t len = i % 2 ? (2u << 20) / 3 : write_len(i);
     post_write(env, off, off, len, 0, 1);
     off += len;
   }
+}
+
+static void fence_case(rc_env *env, int fence_sender, int fence_receiver, int midway) {
+  rc_side *a = &env->side[0], *b = &env->side[1];
+  post_old_epoch(env, 12);
   if (midway) {
     /* Only the receiver reads, until something of the writes arrived. */
     progress_side(a);
@@ -894,10 +907,7 @@ static void test_epoch_tags_delivered(void **state) {
     post_write(env, off, off, len, 0, (uint16_t)(i == 23 ? 0xffffu : (uint32_t)i * 2731u));
     off += len + 64;
   }
-  assert_true(pump_until(env, all_done_and_landed));
-  assert_int_equal(env->side[0].failed, RR_OK);
-  assert_int_equal(env->side[1].failed, RR_OK);
-  assert_int_equal(env->side[1].nrecv, 24);
+  assert_all_landed(env, 24);
   assert_clean(env);
 }
 
@@ -930,14 +940,8 @@ static void test_eager_writes(void **state) {
     off += len + 64;
     if (i % 10 == 9) pump_rounds(env, 2);
   }
-  assert_true(pump_until(env, all_done_and_landed));
-  rc_side *a = &env->side[0], *b = &env->side[1];
-  assert_int_equal(a->failed, RR_OK);
-  assert_int_equal(b->failed, RR_OK);
-  assert_int_equal(a->ndone, 48);
-  assert_int_equal(b->nrecv, 48);
-  assert_int_equal(b->neager_begin, neager);
-  for (int i = 0; i < 48; i++) assert_memory_equal(a->w[i].dst, a->w[i].src, a->w[i].len);
+  assert_all_landed(env, 48);
+  assert_int_equal(env->side[1].neager_begin, neager);
   assert_clean(env);
 }
 
@@ -960,18 +964,13 @@ static void test_fence_keeps_endpoint(void **state) {
     return;
   }
   rc_side *a = &env->side[0], *b = &env->side[1];
-  size_t off = 0;
-  for (int i = 0; i < 8; i++) {
-    uint32_t len = i % 2 ? (2u << 20) / 3 : write_len(i);
-    post_write(env, off, off, len, 0, 1);
-    off += len;
-  }
+  post_old_epoch(env, 8);
   pump_rounds(env, 2);
   a->ep->ops->fence(a->ep);
   b->ep->ops->fence(b->ep);
   b->sink_fence_tag = 1; /* the engine's side of the fence */
   env->mark = a->nposted;
-  off = RC_BUF_BYTES / 2; /* clear of the writes before the fence */
+  size_t off = RC_BUF_BYTES / 2; /* clear of the writes before the fence */
   for (int i = 0; i < 10; i++) {
     uint32_t len = write_len(i);
     post_write(env, off, off, len, 0, 2);
