@@ -17,7 +17,7 @@
 
 typedef enum rr_counter {
   /* Peer input that broke the wire protocol, by kind (one family, label
-   * kind; engine.h's engine_violation_kind says what each is); each failed
+   * kind; engine_internal.h's engine_violation_kind says what each is); each failed
    * the rail it came on over. */
   RR_CTR_VIOL_NO_RECEIVE = 0,     /* a write for no posted receive */
   RR_CTR_VIOL_CHUNK_INDEX,        /* a chunk index the receive cannot have */

@@ -10,7 +10,7 @@
  * the message is posted. */
 #include <string.h>
 
-#include "engine.h"
+#include "engine_internal.h"
 #include "nccl/abi_layout_checks.h"
 #include "nccl/profiler_net.h"
 

@@ -38,7 +38,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "engine_internal.h" /* engine_prof_describe: the profiler descriptor */
 #include "rail_verbs.h"
 #include "verbs_ep.h" /* RECV_TAG: a receive completion's wr_id */
 #include "rr_counters.h"
