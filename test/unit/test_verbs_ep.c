@@ -1736,14 +1736,14 @@ static void test_profiler_descriptor_is_nccls_ib_v1(void **state) {
  * about), never silently dropped, and fails nothing. */
 static void test_stray_completion_counted(void **state) {
   world *w = *state;
-  uint64_t before = rr_verbs_stray_completions();
+  uint64_t before = rr_counter_get(RR_CTR_VERBS_STRAY_COMPLETIONS);
   struct ibv_wc wc = {.wr_id = 5, .status = IBV_WC_SUCCESS, .opcode = IBV_WC_SEND, .qp_num = 0x7777};
   push_wc_to(fake_qps[0].send_cq, wc);
   push_wc_to(fake_qps[0].send_cq, wc);
   assert_int_equal(progress(w, 0), RR_OK);
-  assert_int_equal(rr_verbs_stray_completions(), before + 2);
+  assert_int_equal(rr_counter_get(RR_CTR_VERBS_STRAY_COMPLETIONS), before + 2);
   assert_int_equal(progress(w, 1), RR_OK);
-  assert_int_equal(rr_verbs_stray_completions(), before + 2);
+  assert_int_equal(rr_counter_get(RR_CTR_VERBS_STRAY_COMPLETIONS), before + 2);
 }
 
 /* ---- registration: a hash table, and no lock held across ibv_reg_mr --------------------- */
