@@ -95,6 +95,10 @@ static const rr_counter_info infos[] = {
                                                "up front, as it should be.", NULL, NULL, 1},
     [RR_CTR_VERBS_FLUSH_READS] = {"verbs_flush_reads_total",
                                   "RDMA reads completed to flush receives into GPU memory.", NULL, NULL, 1},
+    [RR_CTR_VERBS_STRAY_COMPLETIONS] = {"verbs_stray_completions_total",
+                                        "Completions on a verbs endpoint's completion queue that named none of "
+                                        "its queue pairs: dropped, as nothing waits for them; 0 unless a "
+                                        "provider misroutes completions.", NULL, NULL, 1},
     [RR_CTR_FLUSH_REQUESTS] = {"flush_requests_total",
                                "Flush requests handed to NCCL for receives into GPU memory.", NULL, NULL, 1},
     /* A test knob's: a test that forges a write must know it did (else it

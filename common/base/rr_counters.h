@@ -17,7 +17,7 @@
 
 typedef enum rr_counter {
   /* Peer input that broke the wire protocol, by kind (one family, label
-   * kind; engine.h's engine_violation_kind says what each is); each failed
+   * kind; engine_internal.h's engine_violation_kind says what each is); each failed
    * the rail it came on over. */
   RR_CTR_VIOL_NO_RECEIVE = 0,     /* a write for no posted receive */
   RR_CTR_VIOL_CHUNK_INDEX,        /* a chunk index the receive cannot have */
@@ -70,6 +70,7 @@ typedef enum rr_counter {
   RR_CTR_VERBS_REGISTRATIONS,     /* buffers registered with a NIC (ibv_reg_mr and its variants) */
   RR_CTR_VERBS_REGISTRATIONS_AFTER_DOWN, /* of those, registered after a NIC or rail of the process went down */
   RR_CTR_VERBS_FLUSH_READS,       /* flush reads (RDMA reads behind a GPU receive) completed */
+  RR_CTR_VERBS_STRAY_COMPLETIONS, /* completions on an endpoint's CQ that named none of its QPs */
   RR_CTR_FLUSH_REQUESTS,          /* flush requests handed to NCCL (receives into GPU memory) */
   RR_CTR_TEST_FORGED_WRITES,      /* writes forged by RERAIL_TEST_FORGE_WRITE (tests only) */
   RR_CTR_COUNT

@@ -7,7 +7,10 @@
 #include "connect_job.h"
 #include "connect_plan.h"
 #include "devices.h"
-#include "engine.h"
+/* The engine's internals, not only its API: every comm holds its engine by
+ * value (rr_send_comm, rr_recv_comm), and the flush reads the rails of one
+ * under its lock (flush.c). */
+#include "engine_internal.h"
 #include "handle.h"
 #include "rail.h"
 #include "net_core.h"

@@ -1,7 +1,7 @@
 /* Transfer engine: lifecycle, the progress loop, control-message routing
  * and NCCL's test(). Sending, receiving and rail health live in
  * engine_send.c, engine_recv.c and engine_rails.c. */
-#include "engine.h"
+#include "engine_internal.h"
 #include "rr_clock.h"
 #include "rr_counters.h"
 #include "rr_health_bus.h"
@@ -67,7 +67,7 @@ int engine_rail_fence_cheap(const rr_engine *e, int r) {
   return (e->rails[r].ep->dev->attr.caps & RR_RAIL_CAP_FENCE_KEEPS_EP) != 0;
 }
 
-/* The request pools of the engine's role (engine.h). */
+/* The request pools of the engine's role (engine_internal.h). */
 static rr_status engine_pools_alloc(rr_engine *e) {
   if (e->cfg.role == RR_ENGINE_SEND) {
     e->cts = calloc(RR_NET_MAX_REQUESTS, sizeof *e->cts);

@@ -20,7 +20,7 @@
  * the early buffer); what the peer's close leaves unanswered (a receive
  * nothing will come for, a send nobody will receive) is NCCL's error, said
  * once. docs/failover.md, "Orderly close". */
-#include "engine.h"
+#include "engine_internal.h"
 #include "rr_clock.h"
 #include "rr_counters.h"
 #include "rr_log.h"

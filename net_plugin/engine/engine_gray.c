@@ -54,7 +54,7 @@
  * (rr_rail_ops.flushed: the peer's kernel or NIC acknowledged it). Probes at
  * restore_pct of the healthy level for the fail-back hold (with the same
  * flap damping) bring traffic back. docs/failover.md, "Degraded rails". */
-#include "engine.h"
+#include "engine_internal.h"
 #include "gray_latency.h"
 #include "rr_clock.h"
 #include "rr_counters.h"

@@ -37,7 +37,7 @@
  * compares them with the tables below. A transition not in a table is a
  * bug in the engine: it fails the connection (RR_ERR_INTERNAL) rather than
  * run a protocol nobody checked, and is counted for the simulation. */
-#include "engine.h"
+#include "engine_internal.h"
 #include "rr_log.h"
 
 static const char *const send_phase_names[RR_SEND_NPHASES] = {

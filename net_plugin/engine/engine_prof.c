@@ -10,7 +10,7 @@
  * the message is posted. */
 #include <string.h>
 
-#include "engine.h"
+#include "engine_internal.h"
 #include "nccl/abi_layout_checks.h"
 #include "nccl/profiler_net.h"
 
@@ -21,7 +21,7 @@ _Static_assert(ENGINE_PROF_SEND == NCCL_PROFILER_SOCK_OP_SEND && ENGINE_PROF_REC
                "the engine's directions are the socket descriptor's ops");
 
 /* libibverbs opcodes (kept out of the engine, which includes no transport
- * header; test_verbs_ep checks them against <infiniband/verbs.h>): a sender
+ * header; test_verbs_ep_connect checks them against <infiniband/verbs.h>): a sender
  * moves a message as RDMA writes with immediate (IBV_WR_RDMA_WRITE_WITH_IMM),
  * and the receiver's NIC reports each of them as IBV_WC_RECV_RDMA_WITH_IMM. */
 #define PROF_IBV_WR_RDMA_WRITE_WITH_IMM 1

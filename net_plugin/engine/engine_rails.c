@@ -13,7 +13,7 @@
  *
  * The hold time doubles with each failure of the same rail within 10 s (up
  * to 64x), so a port flapping every 200 ms never gets traffic back. */
-#include "engine.h"
+#include "engine_internal.h"
 #include "rr_clock.h"
 #include "rr_counters.h"
 #include "rr_health_bus.h"

@@ -6,7 +6,7 @@
  * and a write that names anything else (another key, another address, a
  * length the chunk cannot have, a chunk the posted size does not allow, a
  * repeat) writes nothing and fails the rail that carried it. */
-#include "engine.h"
+#include "engine_internal.h"
 #include "rr_clock.h"
 #include "rr_counters.h"
 #include "rr_log.h"

@@ -1,6 +1,6 @@
 /* Sender side of the engine: match isends to clear-to-sends, cut messages
  * into chunks, place chunks on rails, and follow the receiver's rollbacks. */
-#include "engine.h"
+#include "engine_internal.h"
 #include "rr_clock.h"
 #include "rr_counters.h"
 #include "rr_health_bus.h"

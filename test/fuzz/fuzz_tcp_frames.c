@@ -13,7 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "engine_internal.h" /* the engine by value */
 #include "fuzz_common.h"
 #include "rail_tcp.h"
 

@@ -16,7 +16,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine.h"
+/* The engine's internals, not only its API: the simulation reads its
+ * requests, rails and statistics to check the invariants. */
+#include "engine_internal.h"
 #include "sim_rng.h"
 
 #define SIM_MAX_RAILS 4

@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "engine.h"
+#include "engine_internal.h" /* the phases are the engine's internals */
 #include "rr_clock.h"
 
 static const char *doc_path;

@@ -15,7 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "engine_internal.h" /* the engine by value, and its statistics */
 #include "engine_wire.h"
 #include "rail_tcp.h"
 #include "rr_counters.h"

@@ -127,9 +127,6 @@ int verbs_ep_has_qpn(const verbs_ep *ep, uint32_t qpn);
  * endpoint fails with RR_ERR_RAIL on its next progress or post. Thread safe
  * (the monitor thread calls it, the endpoint's owner acts on it). */
 void verbs_ep_async_error(verbs_ep *ep, enum ibv_event_type t);
-/* Completions that named no QP of the endpoint whose CQ held them, in this
- * process (each one is also a WARN): a completion is never dropped unsaid. */
-uint64_t rr_verbs_stray_completions(void);
 
 /* The registration cache (verbs_mr_cache.c): one ibv_reg_mr per buffer,
  * device and memory kind, however often NCCL registers it. A hash table

@@ -6,25 +6,22 @@
  * the setup socket tells when the peer's process is gone. */
 #include "verbs_ep.h"
 #include "rr_clock.h"
+#include "rr_counters.h"
 #include "rr_log.h"
 
 #include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>
-#include <stdatomic.h>
 #include <string.h>
 #include <sys/socket.h>
 
-static _Atomic uint64_t stray_completions;
-
-uint64_t rr_verbs_stray_completions(void) { return atomic_load(&stray_completions); }
-
 /* A completion on our CQ that names none of our QPs: nothing waits for it,
  * but it is never dropped without a word (the first of each endpoint is a
- * WARN, every one is counted). Only a provider bug or a QP given up at
- * connect whose posted receives were flushed can make one. */
+ * WARN, every one is counted in verbs_stray_completions_total, which the
+ * lab asserts is 0). Only a provider bug or a QP given up at connect whose
+ * posted receives were flushed can make one. */
 static void stray(verbs_ep *ep, const struct ibv_wc *wc) {
-  atomic_fetch_add(&stray_completions, 1);
+  rr_counter_inc(RR_CTR_VERBS_STRAY_COMPLETIONS);
   if (ep->stray++ == 0)
     RR_WARN("verbs rail %s: a completion for QP %u, not one of this endpoint's (status %d, opcode %d): "
             "dropped and counted", ep->hca->port.dev_name, wc->qp_num, (int)wc->status, (int)wc->opcode);

@@ -249,8 +249,11 @@ case_telemetry() {
   if ! started; then pair_wait 30; verdict telemetry "traffic never started (client $CRC, server $SRC)" ""; return; fi
   sleep 1
   rxefault link 0 down A
-  # the failover, then an export after it (every 200 ms)
-  for _ in $(seq 40); do grep -q 'health: failover' "$DIR/client.log" && break; sleep 0.1; done
+  # the failover, as the exporter writes it (every 200 ms): counted off vethA0 in the .prom
+  for _ in $(seq 40); do
+    grep -qsE '^rerail_failovers_total\{[^}]*nic="vethA0",peer="[^"]+"\} [1-9]' "$WORK"/telemetry/telA/rerail-*.prom && break
+    sleep 0.1
+  done
   sleep 1
   kill -0 "$CPID" 2>/dev/null || why+="the sender ended before the checks (raise --duration); "
   st=$DIR/status.txt js=$DIR/status.json
