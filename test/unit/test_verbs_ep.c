@@ -549,7 +549,7 @@ static rr_status flush(world *w, int i) { return w->ep[i]->ops->post_flush(w->ep
 
 static void test_only_own_messages_inline(void **state) {
   world *w = *state;
-  char msg[40] = {0};
+  char msg[VERBS_MAX_INLINE - VERBS_RING_HDR - 4] = {0}; /* the longest body that goes inline with its ring header */
   assert_int_equal(post_write(w, 0, 16), RR_OK);
   assert_int_equal(post_write(w, 0, 1 << 16), RR_OK);
   assert_int_equal(w->ep[0]->ops->post_ctrl(w->ep[0], msg, sizeof msg), RR_OK);
@@ -563,6 +563,10 @@ static void test_only_own_messages_inline(void **state) {
   assert_int_equal(posts[2].opcode, IBV_WR_RDMA_WRITE); /* into the peer's ring */
   assert_true(posts[2].flags & IBV_SEND_INLINE);
   assert_true(posts[2].flags & IBV_SEND_SIGNALED); /* it ends a chain of writes */
+  /* Four bytes more and the NIC reads it from its send slot. */
+  char longer[sizeof msg + 4] = {0};
+  assert_int_equal(w->ep[0]->ops->post_ctrl(w->ep[0], longer, sizeof longer), RR_OK);
+  assert_false(posts[nposts - 1].flags & IBV_SEND_INLINE);
 }
 
 static int one_under_pow2(uint32_t n) { return ((n + 1) & n) == 0; }
@@ -590,8 +594,10 @@ static void test_endpoint_footprint_within_budget(void **state) {
   assert_true(one_under_pow2(f.cq_depth + 1) || one_under_pow2(f.cq_depth));
   /* The ring holds what our send slots can have in flight towards it. */
   assert_true(SEND_SLOTS <= VERBS_RING_SLOTS);
-  /* An ack, a probe and a small clear-to-send go inline, with their ring header. */
+  /* An ack and a probe go inline, with their ring header and trailer; no more than fits
+   * rxe's 256 B send WQE slot with its 208 B header (64 B of inline made every slot 512 B). */
   assert_true(f.max_inline >= VERBS_RING_HDR + 12 + 4);
+  assert_true(f.max_inline <= 256 - 208);
   assert_true(f.registered <= 64u << 10);
   assert_true(f.host <= 16u << 10);
   verbs_ep_footprint f2;
