@@ -23,6 +23,8 @@
 #   RERAIL_BENCH_LAB_TIMEOUT  the lab's time limit in s (default 580; every count runs in one
 #                         boot, and 2,048 connections under TCG take minutes to set up)
 #   NCCL_LIB              the libnccl.so.2 whose IB transport is measured (bench/find_libnccl.sh)
+#   RERAIL_BENCH_BACKUPS  rerail's RERAIL_BACKUPS (default 1; 0 measures a connection without its
+#                         warm backup endpoint)
 #   RERAIL_BENCH_LOG_GREP a failed run prints its ranks' log lines that match (extended regexp)
 #   RERAIL_CONNECT_TIMEOUT (the plugin's) from 512 connections on under TCG: above the time of one
 #                         round-robin sweep over every connection (~35 s at 512), or connections
@@ -94,11 +96,11 @@ side_setup() {
     rerail)
       # The backup's NIC too; set-up goes out of band (the first veth's address, over lo).
       if [ "$side" = A ]; then
-        side_env=(RERAIL_TRANSPORT=verbs RERAIL_IB_GID_INDEX=1 RERAIL_BACKUPS=1 "RERAIL_IB_HCA==rxe0,rxe1"
+        side_env=(RERAIL_TRANSPORT=verbs RERAIL_IB_GID_INDEX=1 "RERAIL_BACKUPS=${RERAIL_BENCH_BACKUPS:-1}" "RERAIL_IB_HCA==rxe0,rxe1"
                   "RERAIL_SOCKET_IFNAME==vethA0,vethA1" RERAIL_HEALTH_PATH=/dev/shm/rr-conns-A)
         side_devs="rxe0 rxe1"
       else
-        side_env=(RERAIL_TRANSPORT=verbs RERAIL_IB_GID_INDEX=1 RERAIL_BACKUPS=1 "RERAIL_IB_HCA==rxe2,rxe3"
+        side_env=(RERAIL_TRANSPORT=verbs RERAIL_IB_GID_INDEX=1 "RERAIL_BACKUPS=${RERAIL_BENCH_BACKUPS:-1}" "RERAIL_IB_HCA==rxe2,rxe3"
                   "RERAIL_SOCKET_IFNAME==vethB0,vethB1" RERAIL_HEALTH_PATH=/dev/shm/rr-conns-B)
         side_devs="rxe2 rxe3"
       fi ;;
