@@ -1,10 +1,11 @@
 /* What a provider's queues cost a process in resident memory, one kind of
  * object at a time: N completion queues of a given depth, or N RC queue
  * pairs of given send/receive depths and inline capacity, created on one
- * device and the growth of VmRSS (and of its file-backed part, where a
- * provider that maps its rings from the kernel, as rxe does, shows them)
- * divided by N (from the page tables: rss_now). Used by bench/verbs_queue_cost.sh to say which of an
- * endpoint's sizes costs what (docs/memory_per_connection.md).
+ * device, and the growth of the process's resident memory read from its
+ * page tables (rss_now says why not VmRSS), split into anonymous and the
+ * rest (where a provider that maps its rings from the kernel, as rxe does,
+ * shows them), divided by N. Used by bench/verbs_queue_cost.sh to say which
+ * of an endpoint's sizes costs what (docs/memory_per_connection.md).
  *
  * usage: verbs-queue-cost DEVICE N cq DEPTH
  *        verbs-queue-cost DEVICE N qp SEND_DEPTH RECV_DEPTH INLINE
