@@ -37,7 +37,8 @@
  * inline capacity is in every WQE of the send queue: rxe's send WQE is a
  * 208 B header and max(inline, 16 B) in a power-of-two slot, so 48 B keeps
  * it at 256 B where 64 B made it 512 (a QP of 255 send WQEs: 64 KiB more
- * resident memory); mlx5 rounds both to the same two 64 B blocks. */
+ * resident memory, bench/verbs_queue_cost.sh); mlx5 builds its WQEs of
+ * 64 B blocks, where 16 B of inline more or less moves less. */
 #define VERBS_MAX_INLINE 48
 #define SLOT_INTERNAL (-2)        /* sq_entry.slot of a request that holds no send slot: a credit
                                    * write, or a message that went inline (its slot is free once
