@@ -7,7 +7,7 @@
 #   nccl-ib  NCCL's ncclNetIb (harness --plugin nccl-ib), one NIC per host (rxe0 / rxe2): NCCL
 #            has no warm backup, a connection is one QP on one NIC
 # Reported per count: setup time (both ranks start to the sender's every connection up), each
-# rank's resident memory (VmRSS) and pinned memory (VmPin: what ibv_reg_mr pinned), the QPs,
+# rank's resident memory (Rss of smaps_rollup: mem_of) and pinned memory (VmPin: what ibv_reg_mr pinned), the QPs,
 # CQs and MRs the rxe devices of each host hold (rdma resource show, summed over the host's
 # NICs), the descriptors each rank holds. Then per connection side (the differences between two
 # consecutive counts divided by the difference in connections, so fixed costs — the plugin,
@@ -23,6 +23,8 @@
 #   RERAIL_BENCH_LAB_TIMEOUT  the lab's time limit in s (default 580; every count runs in one
 #                         boot, and 2,048 connections under TCG take minutes to set up)
 #   NCCL_LIB              the libnccl.so.2 whose IB transport is measured (bench/find_libnccl.sh)
+#   RERAIL_BENCH_BACKUPS  rerail's RERAIL_BACKUPS (default 1; 0 measures a connection without its
+#                         warm backup endpoint)
 #   RERAIL_BENCH_LOG_GREP a failed run prints its ranks' log lines that match (extended regexp)
 #   RERAIL_CONNECT_TIMEOUT (the plugin's) from 512 connections on under TCG: above the time of one
 #                         round-robin sweep over every connection (~35 s at 512), or connections
@@ -63,12 +65,19 @@ case " $nets " in
   *" nccl-ib "*) [ -n "$NCCL_LIB" ] || { echo "verbs_conns_bench: no libnccl.so.2 found (set NCCL_LIB)"; exit 2; } ;;
 esac
 
-# Both ranks' VmRSS and VmPin (KiB), "A_rss A_pin B_rss B_pin", in one program start: under TCG
-# each costs 0.1-1 s, and the sample must be taken while both ranks still run.
+# Both ranks' resident and pinned memory (KiB), "A_rss A_pin B_rss B_pin", in one program start:
+# under TCG each costs 0.1-1 s, and the sample must be taken while both ranks still run.
+# Resident is smaps_rollup's Rss (the page tables walked), not VmRSS: the lab's kernel (6.1) counts
+# a thread's page insertions into VmRSS only every 64 page faults of that thread, and rxe maps
+# each QP's and CQ's rings (68-296 KiB each) into the process without a fault, so VmRSS left out
+# whatever queues were made since a thread's last 64 faults: most of NCCL's (bench/RESULTS.md §11,
+# addendum "vmem"). RERAIL_BENCH_RSS=status reads VmRSS as before. VmPin is exact either way.
 mem_of() {
-  awk 'FNR == 1 {f++} $1 == "VmRSS:" {r[f] = $2} $1 == "VmPin:" {p[f] = $2}
+  local rss_file=smaps_rollup rss_key=Rss:
+  [ "${RERAIL_BENCH_RSS:-rollup}" = status ] && rss_file=status rss_key=VmRSS:
+  awk -v key="$rss_key" 'FNR == 1 {f++; g = int((f + 1) / 2)} $1 == key && !(g in r) {r[g] = $2} $1 == "VmPin:" {p[g] = $2}
        END {printf "%s %s %s %s", (1 in r) ? r[1] : "-", (1 in p) ? p[1] : "-", (2 in r) ? r[2] : "-", (2 in p) ? p[2] : "-"}' \
-    "/proc/$1/status" "/proc/$2/status" 2>/dev/null
+    "/proc/$1/$rss_file" "/proc/$1/status" "/proc/$2/$rss_file" "/proc/$2/status" 2>/dev/null
 }
 fds_of() { local f=(/proc/"$1"/fd/*); [ -e "${f[0]}" ] && echo "${#f[@]}" || echo -; }
 # The QPs, CQs and MRs (as "qp/cq/mr") the named rdma devices hold together, from a saved
@@ -87,11 +96,11 @@ side_setup() {
     rerail)
       # The backup's NIC too; set-up goes out of band (the first veth's address, over lo).
       if [ "$side" = A ]; then
-        side_env=(RERAIL_TRANSPORT=verbs RERAIL_IB_GID_INDEX=1 RERAIL_BACKUPS=1 "RERAIL_IB_HCA==rxe0,rxe1"
+        side_env=(RERAIL_TRANSPORT=verbs RERAIL_IB_GID_INDEX=1 "RERAIL_BACKUPS=${RERAIL_BENCH_BACKUPS:-1}" "RERAIL_IB_HCA==rxe0,rxe1"
                   "RERAIL_SOCKET_IFNAME==vethA0,vethA1" RERAIL_HEALTH_PATH=/dev/shm/rr-conns-A)
         side_devs="rxe0 rxe1"
       else
-        side_env=(RERAIL_TRANSPORT=verbs RERAIL_IB_GID_INDEX=1 RERAIL_BACKUPS=1 "RERAIL_IB_HCA==rxe2,rxe3"
+        side_env=(RERAIL_TRANSPORT=verbs RERAIL_IB_GID_INDEX=1 "RERAIL_BACKUPS=${RERAIL_BENCH_BACKUPS:-1}" "RERAIL_IB_HCA==rxe2,rxe3"
                   "RERAIL_SOCKET_IFNAME==vethB0,vethB1" RERAIL_HEALTH_PATH=/dev/shm/rr-conns-B)
         side_devs="rxe2 rxe3"
       fi ;;

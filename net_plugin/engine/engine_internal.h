@@ -194,7 +194,14 @@ typedef struct rr_engine_stats {
 
 #define RR_SEND_POOL (RR_NET_MAX_REQUESTS * RR_NET_MAX_RECVS)
 #define RR_SEND_CHUNK 32
-#define RR_BOUNCE_COUNT RR_NET_MAX_REQUESTS
+/* Bounce buffers per send end: NCCL's proxy keeps at most NCCL_STEPS (8)
+ * sends in flight on a connection (more only when channels share a comm),
+ * so 8 cover every small send in the usual case; one that finds none free
+ * goes from NCCL's buffer and completes on placement or ack, as a larger one
+ * does. On verbs the arena is registered on every NIC of the connection
+ * (a failover registers nothing): 32 of them pinned 256 KiB per connection
+ * with a backup, 1.6x what NCCL's IB transport pins per side. */
+#define RR_BOUNCE_COUNT 8
 #define RR_BOUNCE_SIZE 4096
 
 struct rr_engine {

@@ -23,7 +23,7 @@
 
 static void test_only_own_messages_inline(void **state) {
   world *w = *state;
-  char msg[40] = {0};
+  char msg[VERBS_MAX_INLINE - VERBS_RING_HDR - 4] = {0}; /* the longest body that goes inline with its ring header */
   assert_int_equal(post_write(w, 0, 16), RR_OK);
   assert_int_equal(post_write(w, 0, 1 << 16), RR_OK);
   assert_int_equal(w->ep[0]->ops->post_ctrl(w->ep[0], msg, sizeof msg), RR_OK);
@@ -37,6 +37,10 @@ static void test_only_own_messages_inline(void **state) {
   assert_int_equal(posts[2].opcode, IBV_WR_RDMA_WRITE); /* into the peer's ring */
   assert_true(posts[2].flags & IBV_SEND_INLINE);
   assert_true(posts[2].flags & IBV_SEND_SIGNALED); /* it ends a chain of writes */
+  /* Four bytes more and the NIC reads it from its send slot. */
+  char longer[sizeof msg + 4] = {0};
+  assert_int_equal(w->ep[0]->ops->post_ctrl(w->ep[0], longer, sizeof longer), RR_OK);
+  assert_false(posts[nposts - 1].flags & IBV_SEND_INLINE);
 }
 
 /* The calls (doorbells) and signalled requests among posts[from, nposts). */

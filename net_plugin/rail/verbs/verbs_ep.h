@@ -29,12 +29,17 @@
  * fails on our side with a length error, a protocol violation (wc_class).
  * A write with immediate places its bytes in NCCL's buffer, not here. */
 #define RECV_BYTES MSG_HDR
-/* Inline data the QPs ask for: what a small control message takes (an ack,
- * a probe, a clear-to-send for one receive over two rails: header 20 B +
- * body up to 44 B), the credit word and drains. Larger messages are
- * read by the NIC from their send slot. Each byte of inline capacity is in
- * every WQE of the send queue (576 B of it was most of the queue). */
-#define VERBS_MAX_INLINE 64
+/* Inline data the QPs ask for: what a small control message takes with its
+ * ring header and trailer (20 B): an ack (12 B body), a probe, a down
+ * notice, the credit word and drains. A clear-to-send (44 B body for one
+ * receive over two rails) and anything longer is read by the NIC from its
+ * send slot, as NCCL's (which inlines nothing by default) are. Each byte of
+ * inline capacity is in every WQE of the send queue: rxe's send WQE is a
+ * 208 B header and max(inline, 16 B) in a power-of-two slot, so 48 B keeps
+ * it at 256 B where 64 B made it 512 (a QP of 255 send WQEs: 64 KiB more
+ * resident memory, bench/verbs_queue_cost.sh); mlx5 builds its WQEs of
+ * 64 B blocks, where 16 B of inline more or less moves less. */
+#define VERBS_MAX_INLINE 48
 #define SLOT_INTERNAL (-2)        /* sq_entry.slot of a request that holds no send slot: a credit
                                    * write, or a message that went inline (its slot is free once
                                    * posted: the NIC copied it into the work request) */
