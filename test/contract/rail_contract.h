@@ -1,7 +1,9 @@
 /* The rail contract test (rail.h is the spec): one set of cases, written
- * once in rail_contract.c, run over every transport through a fixture that
- * opens two connected endpoints of it, as UCX instantiates its uct tests
- * over every transport. A new transport is done when its fixture passes.
+ * once (rail_contract_core.c: what every rail promises; rail_contract_caps.c:
+ * what each capability flag adds), run by the harness in rail_contract.c
+ * over every transport through a fixture that opens two connected
+ * endpoints of it, as UCX instantiates its uct tests over every transport.
+ * A new transport is done when its fixture passes.
  *
  * Side 0 ("A") and side 1 ("B") each hold one endpoint and one registered
  * buffer; the cases write from A's buffer into B's and send control
@@ -112,5 +114,59 @@ typedef struct rc_env {
 extern const rr_rail_events rc_events;
 /* The fixture this executable runs the cases over (fixture_*.c). */
 extern const rc_fixture rc_fixture_under_test;
+
+/* The harness the cases drive (rail_contract.c, where each is described):
+ * progress both ends, post from side A (or either, for control messages)
+ * waiting out RR_AGAIN, and the checks every case shares. */
+typedef int (*rc_pred)(rc_env *env);
+uint64_t rc_wall_ms(void);
+void rc_progress_side(rc_side *s);
+void rc_round_once(rc_env *env);
+int rc_pump_until(rc_env *env, rc_pred done);
+void rc_pump_rounds(rc_env *env, int rounds);
+int rc_post_write_split(rc_env *env, size_t src_off, size_t dst_off, uint32_t len, uint32_t bulk, uint32_t imm_flags,
+                        uint16_t fence);
+int rc_post_write(rc_env *env, size_t src_off, size_t dst_off, uint32_t len, uint32_t imm_flags, uint16_t fence);
+int rc_post_eager(rc_env *env, size_t src_off, size_t dst_off, uint32_t len, rr_eager_name name, int resolve,
+                  uint16_t fence);
+void rc_post_ctrl(rc_env *env, int from);
+void rc_post_drain(rc_env *env, uint32_t epoch);
+void rc_destroy_ep(rc_side *s);
+uint32_t rc_write_len(int i);
+void rc_assert_clean(rc_env *env);
+void rc_assert_all_landed(rc_env *env, int n);
+int rc_all_done_and_landed(rc_env *env);
+int rc_b_failed(rc_env *env);
+
+/* Every case, in the order each executable runs them, each on a fresh pair
+ * of endpoints: X(name) for a void name(void **state) of
+ * rail_contract_core.c or rail_contract_caps.c. */
+#define RC_CASES(X)                          \
+  X(test_ops_and_path_stats)                 \
+  X(test_caps_that_need_each_other)          \
+  X(test_epoch_tags_delivered)               \
+  X(test_eager_writes)                       \
+  X(test_writes_land)                        \
+  X(test_flush_ends_a_pass)                  \
+  X(test_done_means_placed)                  \
+  X(test_split_writes_land)                  \
+  X(test_drain_follows_writes)               \
+  X(test_drains_back_to_back)                \
+  X(test_ctrl_in_order)                      \
+  X(test_ordered_delivery)                   \
+  X(test_write_begin_sink)                   \
+  X(test_write_begin_refusal)                \
+  X(test_callback_failure_stops_progress)    \
+  X(test_fence_sender)                       \
+  X(test_fence_receiver_midway)              \
+  X(test_fence_both_midway)                  \
+  X(test_fence_keeps_endpoint)               \
+  X(test_flushed)                            \
+  X(test_peer_gone_is_reported)              \
+  X(test_destroy_busy_writer_first)          \
+  X(test_destroy_busy_receiver_first)        \
+  X(test_probe_write)
+#define RC_DECLARE_CASE(name) void name(void **state);
+RC_CASES(RC_DECLARE_CASE)
 
 #endif
