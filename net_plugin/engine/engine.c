@@ -67,6 +67,15 @@ int engine_rail_fence_cheap(const rr_engine *e, int r) {
   return (e->rails[r].ep->dev->attr.caps & RR_RAIL_CAP_FENCE_KEEPS_EP) != 0;
 }
 
+rr_status engine_sreq_grow(rr_engine *e) {
+  if (e->sreq_cap >= RR_SEND_POOL) return RR_ERR_INTERNAL;
+  rr_send_req *c = calloc(RR_SEND_CHUNK, sizeof *c);
+  if (!c) return RR_ERR_NOMEM;
+  e->sreq_chunk[e->sreq_cap / RR_SEND_CHUNK] = c;
+  e->sreq_cap += RR_SEND_CHUNK;
+  return RR_OK;
+}
+
 /* The request pools of the engine's role (engine_internal.h). */
 static rr_status engine_pools_alloc(rr_engine *e) {
   if (e->cfg.role == RR_ENGINE_SEND) {

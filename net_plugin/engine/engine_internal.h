@@ -305,7 +305,7 @@ struct rr_engine {
 static inline rr_send_req *engine_sreq(const rr_engine *e, uint32_t idx) {
   return &e->sreq_chunk[idx / RR_SEND_CHUNK][idx % RR_SEND_CHUNK];
 }
-/* Room for another RR_SEND_CHUNK send requests (engine_send.c). */
+/* Room for another RR_SEND_CHUNK send requests (engine.c). */
 rr_status engine_sreq_grow(rr_engine *e);
 
 /* ---- shared between the engine's files ---------------------------------- */

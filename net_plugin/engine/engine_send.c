@@ -743,15 +743,6 @@ rr_status engine_send_on_msg(rr_engine *e, int rail, const engine_msg *m) {
   }
 }
 
-rr_status engine_sreq_grow(rr_engine *e) {
-  if (e->sreq_cap >= RR_SEND_POOL) return RR_ERR_INTERNAL;
-  rr_send_req *c = calloc(RR_SEND_CHUNK, sizeof *c);
-  if (!c) return RR_ERR_NOMEM;
-  e->sreq_chunk[e->sreq_cap / RR_SEND_CHUNK] = c;
-  e->sreq_cap += RR_SEND_CHUNK;
-  return RR_OK;
-}
-
 /* The bounce arena, registered on each rail's device (a rail that cannot
  * register it keeps a NULL key: TCP needs none). */
 static void bounce_setup(rr_engine *e) {
