@@ -90,15 +90,22 @@ static rr_status engine_pools_alloc(rr_engine *e) {
   return RR_ERR_INVALID;
 }
 
+/* The pools and what hangs off them: a receive slot keeps its chunk
+ * bitmaps across receives (engine_recv.c, sub_prepare), and the early
+ * buffer is made on the first eager message. */
 static void engine_pools_free(rr_engine *e) {
   free(e->cts);
   for (uint32_t i = 0; i < e->sreq_cap / RR_SEND_CHUNK; i++) free(e->sreq_chunk[i]);
   e->sreq_cap = 0;
   free(e->fifo);
+  for (int i = 0; e->rreq && i < RR_NET_MAX_REQUESTS; i++)
+    for (int k = 0; k < RR_NET_MAX_RECVS; k++) free(e->rreq[i].sub[k].seen);
   free(e->rreq);
+  free(e->early_buf);
   e->cts = NULL;
   e->fifo = NULL;
   e->rreq = NULL;
+  e->early_buf = NULL;
 }
 
 rr_status rr_engine_init(rr_engine *e, const rr_engine_config *cfg) {
@@ -178,7 +185,6 @@ void rr_engine_fini(rr_engine *e) {
     rr_tel_rail_close(rx);
   }
   e->nrails = 0;
-  engine_recv_free(e);
   engine_pools_free(e);
   free(e->bounce);
   e->bounce = NULL;

@@ -439,7 +439,6 @@ rr_status engine_recv_outbox(rr_engine *e);
 /* Complete the receives that wait only for drains that are no longer owed. */
 void engine_recv_check_landed(rr_engine *e);
 void engine_recv_rollback(rr_engine *e, rr_recv_cause cause);
-void engine_recv_free(rr_engine *e);
 rr_status engine_recv_test(rr_recv_req *r, int *done, size_t *sizes);
 
 #endif

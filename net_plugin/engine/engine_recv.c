@@ -728,17 +728,6 @@ rr_status rr_engine_irecv(rr_engine *e, int n, void **data, const size_t *sizes,
   return st;
 }
 
-void engine_recv_free(rr_engine *e) {
-  free(e->early_buf);
-  e->early_buf = NULL;
-  for (int i = 0; e->rreq && i < RR_NET_MAX_REQUESTS; i++)
-    for (int k = 0; k < RR_NET_MAX_RECVS; k++) {
-      free(e->rreq[i].sub[k].seen);
-      e->rreq[i].sub[k].seen = NULL;
-      e->rreq[i].sub[k].seen_words = 0;
-    }
-}
-
 rr_status engine_recv_test(rr_recv_req *r, int *done, size_t *sizes) {
   rr_engine *e = r->engine;
   /* A clear-to-send queued by irecv leaves with the next progress: make sure
