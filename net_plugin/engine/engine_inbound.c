@@ -1,0 +1,94 @@
+/* The receiver's side of "no completion can be overdue yet" (the sender's
+ * is the verbs rail's last_alive_ns: the bytes ahead of its next completion
+ * at the QP's measured rate).
+ *
+ * A receiver hears a rail when a write of the peer's lands on it. A large
+ * message goes as one group write with one arrival (docs/protocol.md), so a
+ * rail carrying 4 MiB at 30 MB/s (the Soft-RoCE lab) is silent for 150 ms
+ * while it works perfectly, and the silence judge, asking the rail for fresh
+ * word once its life was δ/8 old, spent a signalled request on each such
+ * message (a doorbell and a completion on verbs: rail_verbs.c). What the
+ * receiver knows that the rail does not: the bytes it invited (clear-to-sends
+ * out, receives not landed) and how fast each rail has been bringing them.
+ * While those bytes cannot have arrived yet at that rate, the rail is not
+ * doubted: their due time stands in for life when doubt is judged, as the
+ * verbs sender's next completion does. The judge (engine_rails.c) asks the
+ * rail δ/8 after it and probes δ/4 after it.
+ *
+ * What that may delay, and by how much (docs/failover.md, "Detecting a
+ * failure"):
+ *   - only doubt, never the verdict: a rail whose own answer (last_alive_ns)
+ *     is δ old goes DOWN as before, whatever was invited or landed. Writes
+ *     landing are not taken as that answer: they prove only the way to us,
+ *     and our clear-to-sends and acks may be stuck the other way;
+ *   - by at most 3δ/8: the due time is capped 3δ/8 after the rail's last
+ *     answer, so the rail is asked at most δ/2 after it (on verbs the ask
+ *     puts a signal behind our unsignalled requests: our way out is proven
+ *     with half of δ to spare) and probed at most 5δ/8 after it;
+ *   - only on a rail that has carried the peer's writes since the
+ *     connection last had work: a rail carrying nothing (a backup in chain
+ *     mode) is doubted as before.
+ * So a path at the lab's speed is asked about twice a second instead of
+ * once per 4 MiB message; a NIC at 400 Gb/s moves 4 MiB in 80 µs and never
+ * got this far.
+ *
+ * Errors in the rate cost little either way. On one path two writes land at
+ * least the second one's bytes at the path's rate apart (more when the
+ * sender paused between them), so a sample is at most the path's rate; one
+ * that is low (a slow sender, bytes invited that the message does not fill,
+ * writes of the invitation split over several rails) only moves the due
+ * time up to its cap; one that is high (several QPs of a rail landing
+ * together) brings doubt back towards where it was without the due time. Before a rail has a sample,
+ * FLOOR_BYTES per quarter of δ stands in, the verbs sender's floor. */
+#include "engine.h"
+
+#define FLOOR_BYTES (256u << 10)
+/* Samples from fewer bytes measure latency, not the path's rate. */
+#define SAMPLE_MIN (64u << 10)
+
+/* Bytes this end invited and has not seen land: receives whose
+ * clear-to-send went, less the chunks in place at the front of each. An
+ * upper bound (the message may be shorter than the receive posted). */
+static uint64_t invited_bytes(const rr_engine *e) {
+  uint64_t b = 0;
+  for (int i = 0; i < RR_NET_MAX_REQUESTS; i++) {
+    const rr_recv_req *r = &e->rreq[i];
+    if (!r->in_use || r->complete || r->landed || r->cts_held) continue;
+    for (int k = 0; k < r->n; k++) {
+      const rr_recv_sub *s = &r->sub[k];
+      size_t have = (size_t)s->prefix * e->cfg.chunk_size;
+      if ((s->expected && s->prefix >= s->expected) || have >= s->posted_size) continue;
+      b += s->posted_size - have;
+    }
+  }
+  return b;
+}
+
+void engine_inbound_on_arrival(rr_engine *e, int r, uint64_t bytes, uint64_t now) {
+  engine_rail *rl = &e->rails[r];
+  engine_inbound *in = &rl->in;
+  /* A sample only across a gap the rail was bringing invited bytes in. */
+  if (in->last_arrival_ns && in->out_after_last && bytes >= SAMPLE_MIN && now > in->last_arrival_ns) {
+    double sample = (double)bytes / (double)(now - in->last_arrival_ns);
+    in->rate = in->rate > 0 ? (3 * in->rate + sample) / 4 : sample;
+  }
+  in->last_arrival_ns = now;
+  in->out_after_last = invited_bytes(e) > 0;
+  rl->heard = 1; /* the peer's write: the peer is there */
+}
+
+uint64_t engine_inbound_due(const rr_engine *e, int r, uint64_t life) {
+  const engine_rail *rl = &e->rails[r];
+  const engine_inbound *in = &rl->in;
+  if (e->cfg.role != RR_ENGINE_RECV || !in->last_arrival_ns || in->last_arrival_ns < rl->watch_since_ns) return 0;
+  uint64_t bytes = invited_bytes(e);
+  if (!bytes) return 0;
+  uint64_t delta = e->cfg.progress_timeout_ns;
+  double floor = (double)FLOOR_BYTES * 4.0 / (double)(delta ? delta : 1);
+  double rate = in->rate > floor ? in->rate : floor;
+  double need = (double)bytes / rate;
+  uint64_t from = life > in->last_arrival_ns ? life : in->last_arrival_ns;
+  uint64_t due = from + (uint64_t)(need < 1e18 ? need : 1e18);
+  uint64_t cap = life + delta / 8 * 3;
+  return due < cap ? due : cap;
+}
