@@ -32,18 +32,22 @@
  * once per 4 MiB message; a NIC at 400 Gb/s moves 4 MiB in 80 µs and never
  * got this far.
  *
- * Errors in the rate cost little either way. On one path two writes land at
- * least the second one's bytes at the path's rate apart (more when the
- * sender paused between them), so a sample is at most the path's rate; one
- * that is low (a slow sender, bytes invited that the message does not fill,
- * writes of the invitation split over several rails) only moves the due
- * time up to its cap; one that is high (several QPs of a rail landing
- * together) brings doubt back towards where it was without the due time. Before a rail has a sample,
- * FLOOR_BYTES per quarter of δ stands in, the verbs sender's floor. */
+ * The rate is measured over windows of at least δ/4 of arrivals, bytes
+ * landed over the time they took, not from one gap to the next: the engine
+ * sees a write when it polls the completion, and two writes polled in one
+ * pass (a receiving process descheduled for a moment) are nanoseconds apart
+ * whatever the path did. A window that runs through a moment with nothing
+ * invited starts again (that gap is the sender's, not the path's). Errors
+ * cost little either way: a rate that is low (a slow sender, bytes invited
+ * that the message does not fill, writes of the invitation split over
+ * several rails) only moves the due time up to its cap; one that is high
+ * brings doubt back towards where it was without the due time. Before a
+ * rail has a sample, FLOOR_BYTES per quarter of δ stands in, the verbs
+ * sender's floor. */
 #include "engine.h"
 
 #define FLOOR_BYTES (256u << 10)
-/* Samples from fewer bytes measure latency, not the path's rate. */
+/* Windows of fewer bytes measure latency, not the path's rate. */
 #define SAMPLE_MIN (64u << 10)
 
 /* Bytes this end invited and has not seen land: receives whose
@@ -67,10 +71,18 @@ static uint64_t invited_bytes(const rr_engine *e) {
 void engine_inbound_on_arrival(rr_engine *e, int r, uint64_t bytes, uint64_t now) {
   engine_rail *rl = &e->rails[r];
   engine_inbound *in = &rl->in;
-  /* A sample only across a gap the rail was bringing invited bytes in. */
-  if (in->last_arrival_ns && in->out_after_last && bytes >= SAMPLE_MIN && now > in->last_arrival_ns) {
-    double sample = (double)bytes / (double)(now - in->last_arrival_ns);
-    in->rate = in->rate > 0 ? (3 * in->rate + sample) / 4 : sample;
+  if (!in->last_arrival_ns || !in->out_after_last || now < in->win_start_ns) {
+    in->win_start_ns = now; /* this write's bytes came before the window */
+    in->win_bytes = 0;
+  } else {
+    in->win_bytes += bytes;
+    uint64_t span = now - in->win_start_ns;
+    if (span >= e->cfg.progress_timeout_ns / 4 && span > 0 && in->win_bytes >= SAMPLE_MIN) {
+      double sample = (double)in->win_bytes / (double)span;
+      in->rate = in->rate > 0 ? (3 * in->rate + sample) / 4 : sample;
+      in->win_start_ns = now;
+      in->win_bytes = 0;
+    }
   }
   in->last_arrival_ns = now;
   in->out_after_last = invited_bytes(e) > 0;

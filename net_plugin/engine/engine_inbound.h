@@ -12,6 +12,8 @@ typedef struct rr_engine rr_engine;
 typedef struct engine_inbound {
   uint64_t last_arrival_ns; /* when a write of the peer's last landed on the rail */
   double rate;              /* bytes per ns its writes came at, smoothed; 0 until measured */
+  uint64_t win_start_ns;    /* the rate's current window began (at an arrival) */
+  uint64_t win_bytes;       /* bytes landed since */
   int out_after_last;       /* invitations were still out when the last write landed */
 } engine_inbound;
 

@@ -226,6 +226,24 @@ static void test_steady_arrivals_asked_rarely(void **state) {
   recv_end_close(&r);
 }
 
+/* The engine sees a write when it polls it: pairs of 4 MiB writes polled
+ * together (1 µs apart, then 299.999 ms to the next pair) move 4 MiB per
+ * 150 ms like the steady ones, and the rate measured says so (one sample
+ * per gap would have taken 4 MiB per µs, the due time then passing at once). */
+static void test_writes_polled_together_measured_at_the_path_rate(void **state) {
+  (void)state;
+  static recv_end r;
+  recv_end_open(&r);
+  uint64_t t = land_first(&r);
+  for (int k = 0; k < 20; k++) {
+    t += (k % 2 ? 1000 : 300 * MS - 1000);
+    engine_inbound_on_arrival(&r.e, 0, MSG, t);
+  }
+  double truth = (double)MSG / (150.0 * MS);
+  assert_true(r.e.rails[0].in.rate > truth / 2 && r.e.rails[0].in.rate < truth * 2);
+  recv_end_close(&r);
+}
+
 /* A rail that has carried no write in this stretch of work (a backup rail
  * in chain mode) is asked after δ/8 and probed after δ/4, as before. */
 static void test_rail_that_carried_nothing_doubted_as_before(void **state) {
@@ -250,6 +268,7 @@ int main(void) {
       cmocka_unit_test(test_invited_write_not_doubted_before_due),
       cmocka_unit_test(test_due_capped_at_three_eighths_delta),
       cmocka_unit_test(test_steady_arrivals_asked_rarely),
+      cmocka_unit_test(test_writes_polled_together_measured_at_the_path_rate),
       cmocka_unit_test(test_rail_that_carried_nothing_doubted_as_before),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
