@@ -15,22 +15,35 @@
  * verbs sender's next completion does. The judge (engine_rails.c) asks the
  * rail δ/8 after it and probes δ/4 after it.
  *
- * What that may delay, and by how much (docs/failover.md, "Detecting a
- * failure"):
- *   - only doubt, never the verdict: a rail whose own answer (last_alive_ns)
- *     is δ old goes DOWN as before, whatever was invited or landed. Writes
- *     landing are not taken as that answer: they prove only the way to us,
- *     and our clear-to-sends and acks may be stuck the other way;
- *   - by at most 3δ/8: the due time is capped 3δ/8 after the rail's last
- *     answer, so the rail is asked at most δ/2 after it (on verbs the ask
- *     puts a signal behind our unsignalled requests: our way out is proven
- *     with half of δ to spare) and probed at most 5δ/8 after it;
- *   - only on a rail that has carried the peer's writes since the
- *     connection last had work: a rail carrying nothing (a backup in chain
+ * The writes landing are life too, for doubt and for the verdict: a rail
+ * carrying a message the receiver invited is alive as of its last write,
+ * as its transport would say when asked (verbs: the last arrival, unless a
+ * signalled request of ours waits; TCP: the last bytes read, unless ours
+ * wait unacknowledged). The engine no longer asks in every gap between two
+ * large messages for the exception, ours waiting: a path whose way out
+ * fails while the peer's writes still come in. That cannot last: the
+ * transports carry their own acknowledgements that way (RC ACKs, TCP's),
+ * so the peer's writes stop within its send queue or window, and the
+ * sender, waiting for those acknowledgements, judges the path from its
+ * side; our clear-to-sends stuck on it stop new invitations too.
+ *
+ * The bounds (docs/failover.md, "Detecting a failure"):
+ *   - a rail silent both ways goes DOWN δ after its last life, as before:
+ *     the due time delays only doubt (the ask, the probe), never the
+ *     verdict;
+ *   - doubt waits at most 3δ/8 past the last life (the due time's cap), so
+ *     the rail is asked at most δ/2 and probed at most 5δ/8 after it, with
+ *     3δ/8 left for the probe's answer;
+ *   - a rail whose way out fails while writes still land is found δ after
+ *     the last one landed: later than before by as long as the peer's
+ *     transport keeps sending without our acknowledgements (its send queue
+ *     or window) or the invitations last;
+ *   - only a rail that has carried the peer's writes since the connection
+ *     last had work is credited: a rail carrying nothing (a backup in chain
  *     mode) is doubted as before.
- * So a path at the lab's speed is asked about twice a second instead of
- * once per 4 MiB message; a NIC at 400 Gb/s moves 4 MiB in 80 µs and never
- * got this far.
+ * So a path at the lab's speed is not asked about while messages keep
+ * landing within δ/2 of each other; a NIC at 400 Gb/s moves 4 MiB in 80 µs
+ * and never got this far.
  *
  * The rate is measured over windows of at least δ/4 of arrivals, bytes
  * landed over the time they took, not from one gap to the next: the engine
@@ -100,7 +113,6 @@ uint64_t engine_inbound_due(const rr_engine *e, int r, uint64_t life) {
   double rate = in->rate > floor ? in->rate : floor;
   double need = (double)bytes / rate;
   uint64_t from = life > in->last_arrival_ns ? life : in->last_arrival_ns;
-  uint64_t due = from + (uint64_t)(need < 1e18 ? need : 1e18);
-  uint64_t cap = life + delta / 8 * 3;
-  return due < cap ? due : cap;
+  uint64_t hold = need < (double)(delta / 8 * 3) ? (uint64_t)need : delta / 8 * 3;
+  return from + hold;
 }

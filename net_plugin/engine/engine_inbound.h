@@ -24,7 +24,7 @@ void engine_inbound_on_arrival(rr_engine *e, int r, uint64_t bytes, uint64_t now
  * the earliest, at its measured rate, counted from the later of `life` (the
  * rail's last answer) and its last arrival (receiver): until then its
  * silence is expected, and doubt is judged from then on, as from life.
- * Never later than 3δ/8 after `life`. 0: nothing is expected. */
+ * Never more than 3δ/8 after that. 0: nothing is expected. */
 uint64_t engine_inbound_due(const rr_engine *e, int r, uint64_t life);
 
 #endif

@@ -380,10 +380,11 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
       continue;
     }
     /* Asking the rail costs a system call per socket, or a signalled
-     * request (verbs): only when in doubt. A receiver's doubt runs from
-     * when what it invited is due over the rail, if that is later than the
-     * rail's life (engine_inbound.c: at most 3δ/8 later). */
-    uint64_t doubt_from = rl->last_alive_ns;
+     * request (verbs): only when in doubt. A receiver hears the peer's
+     * writes land, and its doubt runs from when what it invited is due
+     * over the rail, if that is later (engine_inbound.c: at most 3δ/8). */
+    uint64_t heard_ns = rl->in.last_arrival_ns > rl->last_alive_ns ? rl->in.last_arrival_ns : rl->last_alive_ns;
+    uint64_t doubt_from = heard_ns;
     if (rl->state == RR_RAIL_ACTIVE && busy && since(now, doubt_from) > delta / 8) {
       uint64_t due = engine_inbound_due(e, i, rl->last_alive_ns);
       if (due > doubt_from) doubt_from = due < now ? due : now;
@@ -393,12 +394,15 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
       /* Later than the stamp a rail is added with (0 for one added down) is life. */
       if (a > rl->last_alive_ns && rl->last_alive_ns) rl->heard = 1;
       if (a > rl->last_alive_ns) rl->last_alive_ns = a;
+      if (a > heard_ns) heard_ns = a;
       if (a > doubt_from) doubt_from = a;
     }
     switch (rl->state) {
     case RR_RAIL_ACTIVE: {
       if (!busy) break; /* an idle connection is not judged */
-      uint64_t from = rl->last_alive_ns > rl->watch_since_ns ? rl->last_alive_ns : rl->watch_since_ns;
+      /* The peer's writes landing on the rail are life (engine_inbound.c
+       * says what that costs when our way out fails and theirs does not). */
+      uint64_t from = heard_ns > rl->watch_since_ns ? heard_ns : rl->watch_since_ns;
       uint64_t quiet = since(now, from);
       if (quiet > delta && !any_rail_heard(e) && quiet <= first_word_ns(delta)) {
         /* No rail has heard the peer since the connection was made: its
