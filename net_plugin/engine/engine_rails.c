@@ -273,6 +273,7 @@ void engine_rail_swap(rr_engine *e, int r, rr_rail_ep *ep) {
   rl->state_since_ns = now;
   rl->last_alive_ns = 0;
   rl->last_probe_ns = 0;
+  rl->in = (engine_inbound){0}; /* the new endpoint has brought nothing yet */
   rl->fresh = 1; /* new sockets hold no stale bytes: any life is real */
   engine_gray_on_state(e, r, RR_RAIL_DOWN, RR_RAIL_DOWN, now);
   snprintf(rl->why, sizeof rl->why, "reconnected");
@@ -378,17 +379,30 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
       rl->g_demoted = 0; /* a hard failure: judged afresh once it is back */
       continue;
     }
-    /* Asking the rail costs a system call per socket: only when in doubt. */
-    if (since(now, rl->last_alive_ns) > delta / 8 || rl->state != RR_RAIL_ACTIVE) {
+    /* Asking the rail costs a system call per socket, or a signalled
+     * request (verbs): only when in doubt. A receiver hears the peer's
+     * writes land, and its doubt runs from when what it invited is due
+     * over the rail, if that is later (engine_inbound.c: at most 3δ/8). */
+    uint64_t heard_ns = rl->in.last_arrival_ns > rl->last_alive_ns ? rl->in.last_arrival_ns : rl->last_alive_ns;
+    uint64_t doubt_from = heard_ns;
+    if (rl->state == RR_RAIL_ACTIVE && busy && since(now, doubt_from) > delta / 8) {
+      uint64_t due = engine_inbound_due(e, i, rl->last_alive_ns);
+      if (due > doubt_from) doubt_from = due < now ? due : now;
+    }
+    if (since(now, doubt_from) > delta / 8 || rl->state != RR_RAIL_ACTIVE) {
       uint64_t a = rl->ep->ops->last_alive_ns(rl->ep, now);
       /* Later than the stamp a rail is added with (0 for one added down) is life. */
       if (a > rl->last_alive_ns && rl->last_alive_ns) rl->heard = 1;
       if (a > rl->last_alive_ns) rl->last_alive_ns = a;
+      if (a > heard_ns) heard_ns = a;
+      if (a > doubt_from) doubt_from = a;
     }
     switch (rl->state) {
     case RR_RAIL_ACTIVE: {
       if (!busy) break; /* an idle connection is not judged */
-      uint64_t from = rl->last_alive_ns > rl->watch_since_ns ? rl->last_alive_ns : rl->watch_since_ns;
+      /* The peer's writes landing on the rail are life (engine_inbound.c
+       * says what that costs when our way out fails and theirs does not). */
+      uint64_t from = heard_ns > rl->watch_since_ns ? heard_ns : rl->watch_since_ns;
       uint64_t quiet = since(now, from);
       if (quiet > delta && !any_rail_heard(e) && quiet <= first_word_ns(delta)) {
         /* No rail has heard the peer since the connection was made: its
@@ -405,7 +419,8 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
         char why[64];
         snprintf(why, sizeof why, "silent for %llu ms", (unsigned long long)(quiet / MS));
         engine_rail_set_state(e, i, RR_RAIL_DOWN, why);
-      } else if (quiet > delta / 4 && since(now, rl->last_probe_ns) > delta / 4) {
+      } else if (quiet > delta / 4 && since(now, doubt_from) > delta / 4 && since(now, rl->last_probe_ns) > delta / 4) {
+        /* 5δ/8 after the rail's last life at the latest. */
         probe(e, i, now);
       }
       break;

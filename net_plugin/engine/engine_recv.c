@@ -329,6 +329,7 @@ rr_status engine_recv_write(rr_engine *e, int rail, const rr_write_hdr *h) {
    * hold none back for it. */
   if (imm_ack_now(h->imm)) e->peer_eager = 0;
   chunks_landed(e, r, s, f, n, bytes, h->imm);
+  engine_inbound_on_arrival(e, rail, bytes, rr_now_ns()); /* the rail is bringing what we invited */
   if (imm_last(h->imm)) rr_tel_message(e->rails[rail].ep->tel_rx); /* the last chunk landed here */
   return RR_OK;
 }

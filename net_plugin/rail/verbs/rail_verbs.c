@@ -160,7 +160,8 @@ static uint64_t verbs_last_alive_ns(rr_rail_ep *rep, uint64_t now_ns) {
   }
   if (!waiting) {
     /* The engine asks when in doubt (life older than δ/8, or a rail not
-     * ACTIVE), and probes it: ring writes of ours no signal covers, its
+     * ACTIVE; a receiver counts from when the bytes it invited are due,
+     * engine_inbound.c), and probes it: ring writes of ours no signal covers, its
      * probe among them, get one, whose completion is the life it looks for
      * (an idle receiver's peer may send nothing for longer than δ). */
     for (int k = 0; k < ep->nqps; k++)
