@@ -95,7 +95,7 @@ static void recv_end_open(recv_end *r) {
                           .failback_hold_ns = 500 * MS};
   assert_int_equal(rr_engine_init(&r->e, &cfg), RR_OK);
   r->dev = (rr_rail_dev){.ops = &fake_ops, .index = 0};
-  r->dev.attr.caps = RR_RAIL_CAP_WRITE | RR_RAIL_CAP_WRITE_IMM | RR_RAIL_CAP_EP_ORDERED | RR_RAIL_CAP_REG_PER_DEV;
+  r->dev.attr.caps = RR_RAIL_CAP_EP_ORDERED; /* verbs-like: the NIC places writes, no write-begin */
   r->dev.attr.write_max = MSG;
   r->rail.ep = (rr_rail_ep){.ops = &fake_ops, .dev = &r->dev, .events = &rr_engine_rail_events,
                             .events_arg = &r->e, .wire_id = -1};
