@@ -188,7 +188,7 @@ struct rr_recv_comm {
 
 /* An accepted socket that has not proved it holds the handle's secret.
  * These are what an unauthenticated peer can make us hold: few, small, and
- * for a bounded time (conn_accept.c, "How long a stranger is held"). */
+ * for a bounded time (listen_admit.c, "How long a stranger is held"). */
 enum { PS_HELLO = 0, PS_PROOF };
 typedef struct pending_sock {
   int fd;
@@ -221,7 +221,7 @@ typedef struct pending_sock {
 #define RR_LISTEN_PER_SOURCE (RR_MAX_RAILS * RR_HS_MAX_STREAMS)
 _Static_assert(2 * RR_LISTEN_PER_SOURCE <= RR_LISTEN_PENDING, "a lone source holds at most half the table");
 /* To complete a handshake message once its first byte came, and the whole
- * handshake while the listener is crowded (conn_accept.c). */
+ * handshake while the listener is crowded (listen_admit.c). */
 #define RR_SETUP_AUTH_NS 1000000000ull
 #define RR_LISTEN_GROUPS 16
 #define RR_LISTEN_FDS RR_HANDLE_MAX_ADDRS
