@@ -4,8 +4,9 @@
  * The listener trusts nothing before a socket has proved it holds the
  * handle's secret (setup_wire.h). Until then a socket is a small pending slot:
  * at most RR_LISTEN_PER_SOURCE per source address and RR_LISTEN_PENDING in
- * all, held for a bounded time (listen_admit.c, "How long a stranger is held"), so
- * idle clients cannot keep a failover's reconnect out.
+ * all, each held until a newcomer needs its slot (listen_admit.c, "How long
+ * a stranger is held"), so idle clients cannot keep a failover's reconnect
+ * out, nor a slow connector's turn come too late.
  * Authenticated sockets are grouped by connection id; a complete group
  * becomes a receive comm, or replaces a failed rail of a live one. Refusals
  * are logged once a minute per reason and source address, so a flood cannot

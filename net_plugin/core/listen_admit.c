@@ -65,32 +65,36 @@ void rr_listen_refuse(rr_listen_comm *l, pending_sock *ps, rr_counter reason, co
   ps->fd = -1;
 }
 
-/* How long a stranger is held. A legitimate connector may be slow between
- * two handshake messages: NCCL's proxy (and the harness) drive every
- * connection under way from one thread, round-robin, so a connector sends
- * its HELLO, then its PROOF, only when its turn comes again; with hundreds
- * of connections being set up, or a slow host, a turn takes seconds
- * (bench/RESULTS.md, "Verbs connections per process": 128 connections in the
- * lab). A flat 1 s limit refused those connectors. What defends the listener
- * is the caps, not the clock: a stranger who reopens its sockets every
- * second holds as many slots under a 1 s limit as under any other. So:
- *  - a listener nobody crowds gives a socket the connect timeout
- *    (RERAIL_CONNECT_TIMEOUT, the connector's own bound) between messages;
+/* How long a stranger is held: until a newcomer needs its slot, not by a
+ * clock. A legitimate connector may be slow between two handshake
+ * messages: NCCL's proxy (and the harness) drive every connection under way
+ * from one thread, round-robin, so a connector sends its HELLO, then its
+ * PROOF, only when its turn comes again, and one turn over 2,048 connections
+ * in the Soft-RoCE lab takes minutes (bench/RESULTS.md §11, §20). Any clock
+ * a listener keeps for that gap is one sweep too short at some scale (1 s
+ * refused 128 connections, the connect timeout refused 2,048). So:
+ *  - under its caps a listener holds an unauthenticated socket for as long
+ *    as it stays open, between messages and from accept alike;
+ *  - a new socket that finds its source at RR_LISTEN_PER_SOURCE takes the
+ *    slot of that source's socket idle longest, and one that finds the
+ *    table at RR_LISTEN_PENDING takes the slot of the socket idle longest
+ *    of all ("idle": since accept, or since its HELLO was answered);
+ *    refusing the newcomer instead would let whoever filled the slots keep
+ *    every later connection (a failover's reconnect among them) out;
  *  - a message is never left half-sent by a rerail peer (each is one short
  *    write): once its first byte came, the rest must come within
- *    RR_SETUP_AUTH_NS (a truncated hello is dropped in a second);
- *  - a listener whose caps refused or evicted a socket within the connect
- *    timeout is crowded: every unauthenticated socket gets RR_SETUP_AUTH_NS
- *    from accept, as before, and a new socket that finds the table full
- *    takes the slot of the oldest (refusing the newcomer instead would let
- *    a flood that filled the table keep every reconnect out).
- * The per-source cap holds a lone stranger to RR_LISTEN_PER_SOURCE slots;
- * crowding the table needs several sources. */
+ *    RR_SETUP_AUTH_NS (a truncated hello is dropped in a second).
+ * What a hostile peer can do with that: hold up to RR_LISTEN_PER_SOURCE
+ * slots (RR_LISTEN_PENDING with several sources), each a descriptor and a
+ * fixed ~0.5 KiB, for as long as it likes, and no more: each newcomer it
+ * sends evicts its own oldest first, or once the table is full the oldest
+ * of anyone's. So it cannot keep an honest connector out, only race it: an
+ * honest socket survives as long as the stranger takes to open a table's
+ * worth (RR_LISTEN_PENDING) of new ones after it; no clock does better
+ * against a stranger who reopens its sockets, who holds as many slots
+ * under a 1 s limit as under none. Nothing it sends before PROOF allocates
+ * beyond its slot. */
 uint64_t rr_connect_timeout_ns(void) { return rr_params_get()->connect_timeout_ms * 1000000ull; }
-
-static int listen_crowded(const rr_listen_comm *l, uint64_t now) {
-  return l->crowded_ns && now - l->crowded_ns < rr_connect_timeout_ns();
-}
 
 rr_counter rr_listen_recv_refusal(rr_status st, const char *why) {
   if (st == RR_ERR_UNSUPPORTED) return RR_CTR_REFUSED_SETUP_VERSION;
@@ -99,17 +103,10 @@ rr_counter rr_listen_recv_refusal(rr_status st, const char *why) {
   return RR_CTR_REFUSED_CLOSED; /* the connector closed, or its socket failed */
 }
 
-/* Why a pending socket is dropped now, or NULL while it may wait. */
-static const char *pending_expired(const rr_listen_comm *l, const pending_sock *ps, uint64_t now) {
+/* Why a pending socket is dropped now, or NULL while it may wait (above). */
+static const char *pending_expired(const pending_sock *ps, uint64_t now) {
   if (ps->partial_ns && now - ps->partial_ns > RR_SETUP_AUTH_NS)
     return "no handshake within 1 s (half a message, then silence)";
-  if (listen_crowded(l, now) && now - ps->since_ns > RR_SETUP_AUTH_NS)
-    return "no handshake within 1 s (while the listener is crowded)";
-  /* Between messages, not from accept: the PROOF comes a whole sweep of
-   * the connector after our CHALLENGE, and that alone may take most of the
-   * timeout (connect_plan.h, rr_setup_clock). A stranger gains a timeout
-   * at most (its PROOF is checked when it comes); the caps bound it. */
-  if (now - ps->waiting_ns > rr_connect_timeout_ns()) return "no handshake within the connect timeout";
   return NULL;
 }
 
@@ -138,7 +135,7 @@ int rr_slots_room(void **arr, int *cap, int n, int max, size_t size) {
 void rr_listen_drop_expired(rr_listen_comm *l, uint64_t now) {
   for (int i = 0; i < l->nsocks;) {
     pending_sock *ps = &l->socks[i];
-    const char *why = ps->fd >= 0 ? pending_expired(l, ps, now) : NULL;
+    const char *why = ps->fd >= 0 ? pending_expired(ps, now) : NULL;
     if (why) rr_listen_refuse(l, ps, RR_CTR_REFUSED_NO_HANDSHAKE, why);
     if (ps->fd < 0) l->socks[i] = l->socks[--l->nsocks];
     else i++;
@@ -154,8 +151,25 @@ static int net_error_pending(int err) {
          err == EPROTO || err == ENOPROTOOPT || err == EOPNOTSUPP;
 }
 
-/* Take every new socket the kernel has: a pending slot each, or closed at
- * once when its source (or everyone) has too many unauthenticated ones. */
+/* The slot a newcomer takes when the caps are reached: one already let go of
+ * (a socket refused earlier in this call), else the open one idle longest,
+ * among those from source key (NULL: among all). key names a source that
+ * holds slots. */
+static pending_sock *idle_longest(rr_listen_comm *l, const uint8_t *key) {
+  pending_sock *best = NULL;
+  for (int i = 0; i < l->nsocks; i++) {
+    pending_sock *ps = &l->socks[i];
+    uint8_t other[16];
+    source_key(&ps->peer, other);
+    if (key && (ps->fd < 0 || memcmp(key, other, 16))) continue;
+    if (ps->fd < 0) return ps;
+    if (!best || ps->waiting_ns < best->waiting_ns) best = ps;
+  }
+  return best;
+}
+
+/* Take every new socket the kernel has: a pending slot each, taken from the
+ * socket idle longest when its source (or everyone) is at its cap. */
 rr_status rr_listen_take_new(rr_listen_comm *l, const struct pollfd *pfd) {
   for (int k = 0; k < l->nfds; k++) {
     if (!pfd[k].revents) continue;
@@ -167,7 +181,8 @@ rr_status rr_listen_take_new(rr_listen_comm *l, const struct pollfd *pfd) {
         if (errno == EINTR || errno == ECONNABORTED || net_error_pending(errno)) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) break;
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-          /* Out of descriptors: what is pending times out and frees them. */
+          /* Out of descriptors: the newcomers wait in the kernel's queue
+           * until sockets close (pending ones prove, fail or close). */
           RR_TRACE("accept: %s", strerror(errno));
           break;
         }
@@ -181,23 +196,16 @@ rr_status rr_listen_take_new(rr_listen_comm *l, const struct pollfd *pfd) {
         source_key(&l->socks[i].peer, other);
         same += l->socks[i].fd >= 0 && !memcmp(key, other, 16);
       }
-      pending_sock tmp = {.fd = fd, .peer = peer};
       uint64_t now = rr_now_ns();
-      if (same >= RR_LISTEN_PER_SOURCE) {
-        l->crowded_ns = now;
-        rr_listen_refuse(l, &tmp, RR_CTR_REFUSED_PER_SOURCE, "too many unauthenticated connections from this address");
-        continue;
-      }
       pending_sock *ps = NULL;
-      if (l->nsocks == RR_LISTEN_PENDING) {
-        /* Full: the oldest stranger makes room (a slot already let go of
-         * first; none is, between two calls). */
-        l->crowded_ns = now;
-        ps = &l->socks[0];
-        for (int i = 1; i < l->nsocks && ps->fd >= 0; i++)
-          if (l->socks[i].fd < 0 || l->socks[i].since_ns < ps->since_ns) ps = &l->socks[i];
-        if (ps->fd >= 0) rr_listen_refuse(l, ps, RR_CTR_REFUSED_CROWDED_OUT, "no handshake yet, and a newer connection needed the slot "
-                                       "(too many unauthenticated connections)");
+      if (same >= RR_LISTEN_PER_SOURCE) {
+        ps = idle_longest(l, key);
+        rr_listen_refuse(l, ps, RR_CTR_REFUSED_PER_SOURCE, "no handshake yet, and a newer connection from this "
+                         "address needed the slot (too many unauthenticated connections from this address)");
+      } else if (l->nsocks == RR_LISTEN_PENDING) {
+        ps = idle_longest(l, NULL);
+        if (ps->fd >= 0) rr_listen_refuse(l, ps, RR_CTR_REFUSED_CROWDED_OUT, "no handshake yet, and a newer "
+                                          "connection needed the slot (too many unauthenticated connections)");
       } else if (!rr_slots_room((void **)&l->socks, &l->socks_cap, l->nsocks, RR_LISTEN_PENDING, sizeof *l->socks)) {
         close(fd);
         break;
@@ -209,7 +217,7 @@ rr_status rr_listen_take_new(rr_listen_comm *l, const struct pollfd *pfd) {
       ps->fd = fd;
       ps->peer = peer;
       ps->state = PS_HELLO;
-      ps->since_ns = ps->waiting_ns = now;
+      ps->waiting_ns = now;
       ps->readable = 1; /* its HELLO may be there already */
     }
   }
