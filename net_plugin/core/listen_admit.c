@@ -151,10 +151,10 @@ static int net_error_pending(int err) {
          err == EPROTO || err == ENOPROTOOPT || err == EOPNOTSUPP;
 }
 
-/* The slot a newcomer takes when the caps are reached: one already let go of
- * (a socket refused earlier in this call), else the open one idle longest,
- * among those from source key (NULL: among all). key names a source that
- * holds slots. */
+/* The slot a newcomer takes when a cap is reached. The table's (key NULL):
+ * one already let go of (a socket refused earlier in this call), else the
+ * open socket idle longest. A source's (key: one that holds open slots):
+ * its open socket idle longest. */
 static pending_sock *idle_longest(rr_listen_comm *l, const uint8_t *key) {
   pending_sock *best = NULL;
   for (int i = 0; i < l->nsocks; i++) {
