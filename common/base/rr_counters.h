@@ -44,9 +44,9 @@ typedef enum rr_counter {
   RR_CTR_CONNECTION_ERRORS,       /* health events: a connection failed for good */
   RR_CTR_SETTINGS_REFUSED,        /* RERAIL_* values refused or matching nothing: a default used */
   /* Connections a listener refused, by reason (one family, label reason). */
-  RR_CTR_REFUSED_PER_SOURCE,      /* too many unauthenticated connections from one address */
+  RR_CTR_REFUSED_PER_SOURCE,      /* evicted: a newer socket from its address, which held its cap */
   RR_CTR_REFUSED_CROWDED_OUT,     /* a stranger evicted to make room for a newer one */
-  RR_CTR_REFUSED_NO_HANDSHAKE,    /* no complete handshake in time */
+  RR_CTR_REFUSED_NO_HANDSHAKE,    /* half a handshake message, then silence */
   RR_CTR_REFUSED_CLOSED,          /* the connector closed before completing the handshake */
   RR_CTR_REFUSED_NOT_RERAIL,      /* not a rerail peer (bad magic) */
   RR_CTR_REFUSED_SETUP_VERSION,   /* a rerail peer of another connection-setup version */

@@ -4,13 +4,15 @@
  * The listener trusts nothing before a socket has proved it holds the
  * handle's secret (setup_wire.h). Until then a socket is a small pending slot:
  * at most RR_LISTEN_PER_SOURCE per source address and RR_LISTEN_PENDING in
- * all, held for a bounded time (below, "How long a stranger is held"), so
- * idle clients cannot keep a failover's reconnect out.
+ * all, each held until a newcomer needs its slot (listen_admit.c, "How long
+ * a stranger is held"), so idle clients cannot keep a failover's reconnect
+ * out, nor a slow connector's turn come too late.
  * Authenticated sockets are grouped by connection id; a complete group
  * becomes a receive comm, or replaces a failed rail of a live one. Refusals
  * are logged once a minute per reason and source address, so a flood cannot
  * flood the log too. */
 #include "core_internal.h"
+#include "listen_admit.h"
 #include "rr_clock.h"
 #include "rr_counters.h"
 #include "rr_log.h"
@@ -23,109 +25,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define WARN_EVERY_NS (60ull * 1000000000ull)
-#define ACCEPTS_PER_CALL 1024 /* new sockets taken per listening socket and call */
-
-/* The address part of a socket address (no port), for per-source counting. */
-static void source_key(const struct sockaddr_storage *a, uint8_t out[16]) {
-  memset(out, 0, 16);
-  if (a->ss_family == AF_INET) memcpy(out, &((const struct sockaddr_in *)a)->sin_addr, 4);
-  else if (a->ss_family == AF_INET6) memcpy(out, &((const struct sockaddr_in6 *)a)->sin6_addr, 16);
-}
-
-/* Log a refusal once a minute per (reason, source). */
-static void listen_warn(rr_listen_comm *l, const struct sockaddr_storage *peer, const char *why) {
-  uint8_t key[16];
-  source_key(peer, key);
-  uint64_t now = rr_now_ns();
-  listen_warned *w = NULL, *oldest = &l->warned[0];
-  for (int i = 0; i < RR_LISTEN_WARN_SLOTS && !w; i++) {
-    listen_warned *x = &l->warned[i];
-    if (x->why == why && !memcmp(x->addr, key, 16)) w = x;
-    else if (x->at_ns < oldest->at_ns) oldest = x;
-  }
-  if (w && now - w->at_ns < WARN_EVERY_NS) {
-    w->suppressed++;
-    return;
-  }
-  uint32_t more = w ? w->suppressed : 0;
-  if (!w) w = oldest;
-  char abuf[64];
-  if (more)
-    RR_WARN("refused a connection from %s: %s (and %u more like it in the last minute)",
-            rr_sockaddr_str((const struct sockaddr *)peer, abuf, sizeof abuf), why, more);
-  else
-    RR_WARN("refused a connection from %s: %s",
-            rr_sockaddr_str((const struct sockaddr *)peer, abuf, sizeof abuf), why);
-  w->why = why;
-  memcpy(w->addr, key, 16);
-  w->at_ns = now;
-  w->suppressed = 0;
-}
-
-/* Counted by reason (rr_counters.h: tests and dashboards ask how many and
- * why), logged once a minute per reason and source (listen_warn). */
-static void refuse(rr_listen_comm *l, pending_sock *ps, rr_counter reason, const char *why) {
-  rr_counter_inc(reason);
-  listen_warn(l, &ps->peer, why);
-  close(ps->fd);
-  ps->fd = -1;
-}
-
-/* How long a stranger is held. A legitimate connector may be slow between
- * two handshake messages: NCCL's proxy (and the harness) drive every
- * connection under way from one thread, round-robin, so a connector sends
- * its HELLO, then its PROOF, only when its turn comes again; with hundreds
- * of connections being set up, or a slow host, a turn takes seconds
- * (bench/RESULTS.md, "Verbs connections per process": 128 connections in the
- * lab). A flat 1 s limit refused those connectors. What defends the listener
- * is the caps, not the clock: a stranger who reopens its sockets every
- * second holds as many slots under a 1 s limit as under any other. So:
- *  - a listener nobody crowds gives a socket the connect timeout
- *    (RERAIL_CONNECT_TIMEOUT, the connector's own bound) between messages;
- *  - a message is never left half-sent by a rerail peer (each is one short
- *    write): once its first byte came, the rest must come within
- *    RR_SETUP_AUTH_NS (a truncated hello is dropped in a second);
- *  - a listener whose caps refused or evicted a socket within the connect
- *    timeout is crowded: every unauthenticated socket gets RR_SETUP_AUTH_NS
- *    from accept, as before, and a new socket that finds the table full
- *    takes the slot of the oldest (refusing the newcomer instead would let
- *    a flood that filled the table keep every reconnect out).
- * The per-source cap holds a lone stranger to RR_LISTEN_PER_SOURCE slots;
- * crowding the table needs several sources. */
-static uint64_t connect_timeout_ns(void) { return rr_params_get()->connect_timeout_ms * 1000000ull; }
-
-static int listen_crowded(const rr_listen_comm *l, uint64_t now) {
-  return l->crowded_ns && now - l->crowded_ns < connect_timeout_ns();
-}
-
-/* The reason a handshake message that did not arrive whole and sound is
- * counted under (st and why from RR_SETUP_RECV_MSG). */
-static rr_counter recv_refusal(rr_status st, const char *why) {
-  if (st == RR_ERR_UNSUPPORTED) return RR_CTR_REFUSED_SETUP_VERSION;
-  if (why == rr_hs_why_not_rerail) return RR_CTR_REFUSED_NOT_RERAIL;
-  if (st == RR_ERR_PROTOCOL) return RR_CTR_REFUSED_MALFORMED;
-  return RR_CTR_REFUSED_CLOSED; /* the connector closed, or its socket failed */
-}
-
-/* Why a pending socket is dropped now, or NULL while it may wait. */
-static const char *pending_expired(const rr_listen_comm *l, const pending_sock *ps, uint64_t now) {
-  if (ps->partial_ns && now - ps->partial_ns > RR_SETUP_AUTH_NS)
-    return "no handshake within 1 s (half a message, then silence)";
-  if (listen_crowded(l, now) && now - ps->since_ns > RR_SETUP_AUTH_NS)
-    return "no handshake within 1 s (while the listener is crowded)";
-  /* Between messages, not from accept: the PROOF comes a whole sweep of
-   * the connector after our CHALLENGE, and that alone may take most of the
-   * timeout (connect_plan.h, rr_setup_clock). A stranger gains a timeout
-   * at most (its PROOF is checked when it comes); the caps bound it. */
-  if (now - ps->waiting_ns > connect_timeout_ns()) return "no handshake within the connect timeout";
-  return NULL;
-}
-
-/* A handshake message read in part starts the 1 s clock; a whole one stops it. */
-static void note_partial(pending_sock *ps) {
-  if (ps->got && !ps->partial_ns) ps->partial_ns = rr_now_ns();
-}
 
 /* ------------------------------------------------------------------ listen */
 
@@ -322,7 +221,7 @@ static int evict_idle_group(rr_listen_comm *l, uint64_t now) {
   int oldest = -1;
   for (int i = 0; i < l->ngroups; i++)
     if (oldest < 0 || l->groups[i].progress_ns < l->groups[oldest].progress_ns) oldest = i;
-  if (oldest < 0 || now - l->groups[oldest].progress_ns <= connect_timeout_ns()) return 0;
+  if (oldest < 0 || now - l->groups[oldest].progress_ns <= rr_connect_timeout_ns()) return 0;
   RR_INFO(RR_SUB_NET, "accept: a connection idle past the connect timeout makes room for a new one");
   group_remove(l, oldest);
   return 1;
@@ -405,11 +304,11 @@ static void on_hello(rr_listen_comm *l, pending_sock *ps) {
   rr_status st = RR_SETUP_RECV_MSG(ps->fd, ps->in, ps->got, rr_hs_hello_decode(ps->in, ps->got, &ps->h, &need, &why),
                                    "closed before completing the handshake", &why);
   if (st == RR_AGAIN) {
-    note_partial(ps);
+    rr_listen_note_partial(ps);
     return;
   }
   if (st != RR_OK) {
-    refuse(l, ps, recv_refusal(st, why), why);
+    rr_listen_refuse(l, ps, rr_listen_recv_refusal(st, why), why);
     return;
   }
   /* The device the hello names is the peer's word: it must be one this
@@ -421,7 +320,7 @@ static void on_hello(rr_listen_comm *l, pending_sock *ps) {
     for (int i = 0; i < l->naddrs; i++)
       offered |= l->addr_dev[i] == ps->h.dev && same_ip(&l->entry_addr[i], &local);
   if (!offered) {
-    refuse(l, ps, RR_CTR_REFUSED_OTHER, "hello names a device this listener does not offer at that address");
+    rr_listen_refuse(l, ps, RR_CTR_REFUSED_OTHER, "hello names a device this listener does not offer at that address");
     return;
   }
   memcpy(ps->hello, ps->in, RR_HS_HELLO_LEN);
@@ -432,7 +331,7 @@ static void on_hello(rr_listen_comm *l, pending_sock *ps) {
   }
   rr_hs_challenge ch = {.gen_floor = ps->gen_floor};
   if (rr_hs_random(ch.nonce, sizeof ch.nonce) != RR_OK) {
-    refuse(l, ps, RR_CTR_REFUSED_OTHER, "no random numbers for a challenge");
+    rr_listen_refuse(l, ps, RR_CTR_REFUSED_OTHER, "no random numbers for a challenge");
     return;
   }
   memcpy(ps->snonce, ch.nonce, RR_HS_NONCE_LEN);
@@ -440,29 +339,13 @@ static void on_hello(rr_listen_comm *l, pending_sock *ps) {
   uint8_t out[RR_HS_CHALLENGE_LEN];
   rr_hs_challenge_encode(&ch, out);
   if (send_all(ps->fd, out, sizeof out) != RR_OK) {
-    refuse(l, ps, RR_CTR_REFUSED_OTHER, "cannot send the challenge");
+    rr_listen_refuse(l, ps, RR_CTR_REFUSED_OTHER, "cannot send the challenge");
     return;
   }
   ps->state = PS_PROOF;
   ps->got = 0;
   ps->partial_ns = 0;
   ps->waiting_ns = rr_now_ns();
-}
-
-/* Room for slot n of an array of pending sockets or groups, grown by
- * doubling up to max: a listener usually holds one connection's few
- * sockets at a time, and allocating room for the most it may hold each time
- * one arrived cost every accept a 55 KB clear (bench/RESULTS.md, "Thousands
- * of connections"). 0 when out of memory. */
-static int slots_room(void **arr, int *cap, int n, int max, size_t size) {
-  if (n < *cap) return 1;
-  int c = *cap ? 2 * *cap : 4;
-  if (c > max) c = max;
-  void *p = realloc(*arr, (size_t)c * size);
-  if (!p) return 0;
-  *arr = p;
-  *cap = c;
-  return 1;
 }
 
 /* The group an authenticated socket belongs to, made if needed; NULL with
@@ -490,7 +373,7 @@ static pending_group *group_for(rr_listen_comm *l, pending_sock *ps, rr_recv_com
     *why = "too many connections in progress";
     return NULL;
   }
-  if (!slots_room((void **)&l->groups, &l->groups_cap, l->ngroups, RR_LISTEN_GROUPS, sizeof *l->groups)) {
+  if (!rr_slots_room((void **)&l->groups, &l->groups_cap, l->ngroups, RR_LISTEN_GROUPS, sizeof *l->groups)) {
     *why = "out of memory";
     return NULL;
   }
@@ -533,17 +416,17 @@ static void on_proof(rr_listen_comm *l, pending_sock *ps) {
   rr_status st = RR_SETUP_RECV_MSG(ps->fd, ps->in, ps->got, rr_hs_proof_decode(RR_HS_PROOF, ps->in, ps->got, &pr, &need, &why),
                                    "closed before completing the handshake", &why);
   if (st == RR_AGAIN) {
-    note_partial(ps);
+    rr_listen_note_partial(ps);
     return;
   }
   if (st != RR_OK) {
-    refuse(l, ps, recv_refusal(st, why), why);
+    rr_listen_refuse(l, ps, rr_listen_recv_refusal(st, why), why);
     return;
   }
   uint8_t mac[RR_HS_MAC_LEN];
   rr_hs_mac_blob(RR_HS_PROOF, l->secret, ps->hello, ps->snonce, pr.blob, pr.blob_len, mac);
   if (!rr_hs_mac_equal(mac, pr.mac)) {
-    refuse(l, ps, RR_CTR_REFUSED_WRONG_SECRET, "wrong secret (the peer does not hold this listener's handle)");
+    rr_listen_refuse(l, ps, RR_CTR_REFUSED_WRONG_SECRET, "wrong secret (the peer does not hold this listener's handle)");
     return;
   }
   /* Authenticated: what it names is now worth checking. */
@@ -551,26 +434,26 @@ static void on_proof(rr_listen_comm *l, pending_sock *ps) {
   rr_recv_comm *live = NULL;
   if (h->flags & RR_HS_FLAG_RECONNECT) {
     live = listen_comm_by_id(l, h->conn_id);
-    if (!live) { refuse(l, ps, RR_CTR_REFUSED_STALE_RECONNECT, "a reconnect for no live connection"); return; }
-    if (!(live->rails_mask & (1u << h->rail))) { refuse(l, ps, RR_CTR_REFUSED_STALE_RECONNECT, "a reconnect for a rail the connection does not have"); return; }
-    if (h->generation <= live->generation[h->rail]) { refuse(l, ps, RR_CTR_REFUSED_STALE_RECONNECT, "a reconnect older than the rail's sockets"); return; }
+    if (!live) { rr_listen_refuse(l, ps, RR_CTR_REFUSED_STALE_RECONNECT, "a reconnect for no live connection"); return; }
+    if (!(live->rails_mask & (1u << h->rail))) { rr_listen_refuse(l, ps, RR_CTR_REFUSED_STALE_RECONNECT, "a reconnect for a rail the connection does not have"); return; }
+    if (h->generation <= live->generation[h->rail]) { rr_listen_refuse(l, ps, RR_CTR_REFUSED_STALE_RECONNECT, "a reconnect older than the rail's sockets"); return; }
     if (h->generation - gen_floor(live, h->rail) > RR_HS_GEN_WINDOW && h->generation > gen_floor(live, h->rail)) {
-      refuse(l, ps, RR_CTR_REFUSED_RUNAWAY, "a runaway reconnect generation (beyond the rail's window)");
+      rr_listen_refuse(l, ps, RR_CTR_REFUSED_RUNAWAY, "a runaway reconnect generation (beyond the rail's window)");
       return;
     }
     if (h->generation > live->gen_seen[h->rail]) live->gen_seen[h->rail] = h->generation;
   } else if (l->nccl_closed) {
-    refuse(l, ps, RR_CTR_REFUSED_OTHER, "a new connection after NCCL closed this listener");
+    rr_listen_refuse(l, ps, RR_CTR_REFUSED_OTHER, "a new connection after NCCL closed this listener");
     return;
   }
   pending_group *g = group_for(l, ps, live, &why);
-  if (!g) { refuse(l, ps, RR_CTR_REFUSED_OTHER, why); return; }
+  if (!g) { rr_listen_refuse(l, ps, RR_CTR_REFUSED_OTHER, why); return; }
   int r = h->rail;
   int first = 1;
   for (int i = 0; i < g->nstreams; i++) first &= g->fds[r][i] < 0;
   if (g->nstreams != h->nstreams || g->chunk_size != h->chunk_size || g->fds[r][h->stream] >= 0 ||
       (!first && g->dev[r] != h->dev)) {
-    refuse(l, ps, RR_CTR_REFUSED_MALFORMED, "hello inconsistent with its connection");
+    rr_listen_refuse(l, ps, RR_CTR_REFUSED_MALFORMED, "hello inconsistent with its connection");
     return;
   }
   if (first) {
@@ -581,26 +464,26 @@ static void on_proof(rr_listen_comm *l, pending_sock *ps) {
     uint8_t blob[RR_HS_BLOB_MAX];
     uint16_t blen = 0;
     if (rr_setup_ep_open(g->dev[r], g->engine, &g->ep[r], blob, &blen) != RR_OK) {
-      refuse(l, ps, RR_CTR_REFUSED_OTHER, "cannot open an endpoint for the rail");
+      rr_listen_refuse(l, ps, RR_CTR_REFUSED_OTHER, "cannot open an endpoint for the rail");
       return;
     }
     g->peer_blob_len[r] = pr.blob_len;
     memcpy(g->peer_blob[r], pr.blob, pr.blob_len);
   } else if (pr.blob_len != g->peer_blob_len[r] || memcmp(pr.blob, g->peer_blob[r], pr.blob_len)) {
-    refuse(l, ps, RR_CTR_REFUSED_MALFORMED, "two endpoint addresses for one rail");
+    rr_listen_refuse(l, ps, RR_CTR_REFUSED_MALFORMED, "two endpoint addresses for one rail");
     return;
   }
   rr_hs_proof acc;
   memset(&acc, 0, sizeof acc);
   if (rr_setup_ep_addr(g->ep[r], acc.blob, &acc.blob_len) != RR_OK || acc.blob_len > RR_HS_BLOB_MAX) {
-    refuse(l, ps, RR_CTR_REFUSED_OTHER, "our endpoint has no address");
+    rr_listen_refuse(l, ps, RR_CTR_REFUSED_OTHER, "our endpoint has no address");
     return;
   }
   rr_hs_mac_blob(RR_HS_ACCEPT, l->secret, ps->hello, ps->snonce, acc.blob, acc.blob_len, acc.mac);
   uint8_t out[RR_HS_MAX_LEN];
   size_t n = rr_hs_proof_encode(RR_HS_ACCEPT, &acc, out);
   if (send_all(ps->fd, out, n) != RR_OK) {
-    refuse(l, ps, RR_CTR_REFUSED_OTHER, "cannot send the accept");
+    rr_listen_refuse(l, ps, RR_CTR_REFUSED_OTHER, "cannot send the accept");
     return;
   }
   g->fds[r][h->stream] = ps->fd;
@@ -787,14 +670,8 @@ static enum rr_commit_verdict group_settle_commit(pending_group *g) {
 }
 
 static void drop_stale(rr_listen_comm *l, uint64_t now) {
-  for (int i = 0; i < l->nsocks;) {
-    pending_sock *ps = &l->socks[i];
-    const char *why = ps->fd >= 0 ? pending_expired(l, ps, now) : NULL;
-    if (why) refuse(l, ps, RR_CTR_REFUSED_NO_HANDSHAKE, why);
-    if (ps->fd < 0) l->socks[i] = l->socks[--l->nsocks];
-    else i++;
-  }
-  uint64_t limit = connect_timeout_ns();
+  rr_listen_drop_expired(l, now);
+  uint64_t limit = rr_connect_timeout_ns();
   for (int i = 0; i < l->ngroups;) {
     const pending_group *g = &l->groups[i];
     if (rr_group_stale(now - g->since_ns, now - g->progress_ns, group_open(g), limit)) {
@@ -939,76 +816,6 @@ static int reconnect_install(rr_listen_comm *l, pending_group *g) {
   return 1;
 }
 
-/* An error a connection met before we took it (accept(2): Linux hands a
- * pending network error of the new socket to accept, which drops that one
- * socket): a NIC going down under a connection being set up, not a broken
- * listener. The connector tries again. */
-static int net_error_pending(int err) {
-  return err == ENETDOWN || err == ENETUNREACH || err == EHOSTDOWN || err == EHOSTUNREACH || err == ENONET ||
-         err == EPROTO || err == ENOPROTOOPT || err == EOPNOTSUPP;
-}
-
-/* Take every new socket the kernel has: a pending slot each, or closed at
- * once when its source (or everyone) has too many unauthenticated ones. */
-static rr_status take_new(rr_listen_comm *l, const struct pollfd *pfd) {
-  for (int k = 0; k < l->nfds; k++) {
-    if (!pfd[k].revents) continue;
-    for (int n = 0; n < ACCEPTS_PER_CALL; n++) {
-      struct sockaddr_storage peer;
-      socklen_t alen = sizeof peer;
-      int fd = accept4(l->fds[k], (struct sockaddr *)&peer, &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) {
-        if (errno == EINTR || errno == ECONNABORTED || net_error_pending(errno)) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-          /* Out of descriptors: what is pending times out and frees them. */
-          RR_TRACE("accept: %s", strerror(errno));
-          break;
-        }
-        RR_WARN("accept: %s", strerror(errno));
-        return RR_ERR_SYSTEM;
-      }
-      uint8_t key[16], other[16];
-      source_key(&peer, key);
-      int same = 0;
-      for (int i = 0; i < l->nsocks; i++) {
-        source_key(&l->socks[i].peer, other);
-        same += l->socks[i].fd >= 0 && !memcmp(key, other, 16);
-      }
-      pending_sock tmp = {.fd = fd, .peer = peer};
-      uint64_t now = rr_now_ns();
-      if (same >= RR_LISTEN_PER_SOURCE) {
-        l->crowded_ns = now;
-        refuse(l, &tmp, RR_CTR_REFUSED_PER_SOURCE, "too many unauthenticated connections from this address");
-        continue;
-      }
-      pending_sock *ps = NULL;
-      if (l->nsocks == RR_LISTEN_PENDING) {
-        /* Full: the oldest stranger makes room (a slot already let go of
-         * first; none is, between two calls). */
-        l->crowded_ns = now;
-        ps = &l->socks[0];
-        for (int i = 1; i < l->nsocks && ps->fd >= 0; i++)
-          if (l->socks[i].fd < 0 || l->socks[i].since_ns < ps->since_ns) ps = &l->socks[i];
-        if (ps->fd >= 0) refuse(l, ps, RR_CTR_REFUSED_CROWDED_OUT, "no handshake yet, and a newer connection needed the slot "
-                                       "(too many unauthenticated connections)");
-      } else if (!slots_room((void **)&l->socks, &l->socks_cap, l->nsocks, RR_LISTEN_PENDING, sizeof *l->socks)) {
-        close(fd);
-        break;
-      } else {
-        ps = &l->socks[l->nsocks++];
-      }
-      rr_sock_tune(fd);
-      memset(ps, 0, sizeof *ps);
-      ps->fd = fd;
-      ps->peer = peer;
-      ps->state = PS_HELLO;
-      ps->since_ns = ps->waiting_ns = now;
-      ps->readable = 1; /* its HELLO may be there already */
-    }
-  }
-  return RR_OK;
-}
 
 static rr_status advance_locked(rr_listen_comm *l, rr_recv_comm **out);
 
@@ -1059,7 +866,7 @@ static void poll_listener(rr_listen_comm *l, struct pollfd *pfd) {
 static rr_status accept_locked(rr_listen_comm *l, rr_recv_comm **out) {
   struct pollfd pfd[RR_LISTEN_FDS];
   poll_listener(l, pfd);
-  rr_status st = take_new(l, pfd);
+  rr_status st = rr_listen_take_new(l, pfd);
   if (st == RR_OK) st = advance_locked(l, out);
   release_idle(l);
   return st;

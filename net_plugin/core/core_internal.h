@@ -190,16 +190,16 @@ struct rr_recv_comm {
 };
 
 /* An accepted socket that has not proved it holds the handle's secret.
- * These are what an unauthenticated peer can make us hold: few, small, and
- * for a bounded time (conn_accept.c, "How long a stranger is held"). */
+ * These are what an unauthenticated peer can make us hold: few and small,
+ * each until a newcomer needs its slot (listen_admit.c, "How long a
+ * stranger is held"). */
 enum { PS_HELLO = 0, PS_PROOF };
 typedef struct pending_sock {
   int fd;
   uint8_t state;             /* PS_* */
   uint16_t got;
   uint32_t gen_floor;
-  uint64_t since_ns;          /* accepted then */
-  uint64_t waiting_ns;        /* its next message is awaited since (accepted, or the CHALLENGE sent) */
+  uint64_t waiting_ns;        /* its latest step: accepted, or its HELLO answered (idle longest goes first) */
   uint64_t partial_ns;        /* the first byte of a message not yet whole came then (0: none) */
   uint8_t readable;          /* this accept() call: bytes (or its end) came, or it is new */
   rr_hs_hello h;
@@ -223,8 +223,7 @@ typedef struct pending_sock {
  * sources, as before. */
 #define RR_LISTEN_PER_SOURCE (RR_MAX_RAILS * RR_HS_MAX_STREAMS)
 _Static_assert(2 * RR_LISTEN_PER_SOURCE <= RR_LISTEN_PENDING, "a lone source holds at most half the table");
-/* To complete a handshake message once its first byte came, and the whole
- * handshake while the listener is crowded (conn_accept.c). */
+/* To complete a handshake message once its first byte came (listen_admit.c). */
 #define RR_SETUP_AUTH_NS 1000000000ull
 #define RR_LISTEN_GROUPS 16
 #define RR_LISTEN_FDS RR_HANDLE_MAX_ADDRS
@@ -284,7 +283,6 @@ struct rr_listen_comm {
    * and is idle nearly all that time). */
   pending_sock *socks;       /* room for socks_cap, at most RR_LISTEN_PENDING */
   int nsocks, socks_cap;
-  uint64_t crowded_ns;       /* a cap last refused or evicted a socket then (0: never) */
   pending_group *groups;     /* room for groups_cap, at most RR_LISTEN_GROUPS */
   int ngroups, groups_cap;
   listen_warned warned[RR_LISTEN_WARN_SLOTS];
