@@ -76,6 +76,7 @@
                                              * core's stalls do not dominate its timing */
 #define RR_GRAY_PROBE_WRITE (1u << 20)
 #define RR_GRAY_PROBE_SHRINK_MAX 3         /* a failing link's probes shrink down to 8 MiB >> 3 = 1 MiB */
+#define RR_GRAY_PROBE_MIN_NS (20 * MS)     /* ... but never below this long at the link's reference */
 #define RR_GRAY_PROBE_GAP_NS (200 * MS)
 #define RR_GRAY_PROBE_TIMEOUT_NS (1000 * MS)
 #define RR_GRAY_SETTLE_NS (1000 * MS)      /* after a rail state change towards the peer */
@@ -493,9 +494,16 @@ static double restore_reference(const gray_link *l, uint64_t now) {
  * rail's probe takes from the rails carrying the traffic (on an emulated
  * NIC, their CPU). One write still tells a rail at 5 % (hundreds of
  * milliseconds or more) from a healthy one (tens of milliseconds), and the
- * larger probes that follow a healthy one measure it more finely. */
+ * larger probes that follow a healthy one measure it more finely. Never
+ * shorter than RR_GRAY_PROBE_MIN_NS at the link's reference, though: on a
+ * fast link 1 MiB takes about a tick (0.5 ms at 2 GB/s), and a healthy
+ * probe timed to the next tick would read half its rate; there the probe
+ * stays as large as it was. */
 static uint64_t probe_size(const gray_link *l) {
-  return (uint64_t)RR_GRAY_PROBE_BYTES >> l->probe_shrink;
+  uint64_t shrunk = (uint64_t)RR_GRAY_PROBE_BYTES >> l->probe_shrink;
+  double floor = link_reference(l) * (double)RR_GRAY_PROBE_MIN_NS / 1e9;
+  if (floor > (double)RR_GRAY_PROBE_BYTES) return RR_GRAY_PROBE_BYTES;
+  return (double)shrunk < floor ? (uint64_t)floor : shrunk;
 }
 
 /* How long a probe of l may take: a second, or three times what it takes
