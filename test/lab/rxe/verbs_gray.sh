@@ -42,6 +42,13 @@ gray_clog_rate() {
   awk -v a="$2" -v b="$3" '!/^#/ && $1 >= a && $1 < b { s += $2 } END { printf "%.2f", s / (b - a) / 1e6 }' "$1"
 }
 
+# gray_timeline FILE FROM: MB/s the receiver completed in each half second of the 6 s from FROM,
+# per connection ("c0/c1"): where a low ratio went (a connection stalled, or both slow)
+gray_timeline() {
+  awk -v a="$2" '!/^#/ && $1 >= a && $1 < a + 6 { s[int(($1 - a) * 2), $3] += $2; if ($3 > m) m = $3 }
+    END { for (i = 0; i < 12; i++) { printf "%s", (i ? " " : "")
+            for (k = 0; k <= m; k++) printf "%s%.1f", (k ? "/" : ""), s[i, k] * 2 / 1e6 } }' "$1"
+}
 # gray_run NAME FAULT: traffic with telemetry on host A, FAULT (shape | down) on vethA0 2 s in;
 # sets T_F (when the fault took effect), RAIL0_MBIT, TEL; leaves the fault and the pair running.
 gray_run() {
@@ -127,6 +134,8 @@ case_slow_rail() {
   is_true "$ratio >= 0.7" || late+="moved $ratio of the control's rate with vethA0 slow (need >= 0.7); "
   [ -z "$back" ] || is_true "$back <= $limit" || late+="traffic back after $back ms (limit $limit); "
   DIR=$dir
+  echo "slow_rail: MB/s per 0.5 s from the fault, per connection: $(gray_timeline "$WORK/slow_rail.completions" "$t_f")"
+  echo "slow_rail: the same with vethA0 down: $(gray_timeline "$WORK/slow_rail.control.completions" "$T_F")"
   echo "slow_rail: probes while slow: $(gray_probe_summary "0 0 0 0 0 0 0" "$pr0")"
   echo "slow_rail: probes once healed: $(gray_probe_summary "$pr0" "$pr1")"
   echo "slow_rail: fault at $t_f, control fault at $T_F; completions logged: $(grep -vc '^#' "$WORK/slow_rail.completions" 2>/dev/null), control $(grep -vc '^#' "$WORK/slow_rail.control.completions" 2>/dev/null)"
