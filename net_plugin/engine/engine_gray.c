@@ -49,11 +49,13 @@
  * A demoted rail carries no NCCL data. It is probed with filler writes that
  * never reach the peer's engine as data (RR_WRITE_PROBE, rails with
  * RR_RAIL_CAP_PROBE_WRITE: TCP's receiver discards them, verbs writes them
- * into the peer rail's scratch memory): one probe of RR_GRAY_PROBE_BYTES per link at a time, posted when
- * the rail has handed everything on and timed until it has again
- * (rr_rail_ops.flushed: the peer's kernel or NIC acknowledged it). Probes at
- * restore_pct of the healthy level for the fail-back hold (with the same
- * flap damping) bring traffic back. docs/failover.md, "Degraded rails". */
+ * into the peer rail's scratch memory): one probe per link at a time
+ * (probe_size(): 1 MiB after a demotion, growing to RR_GRAY_PROBE_BYTES as
+ * probes pass), posted when the rail has handed everything on and timed
+ * until it has again (rr_rail_ops.flushed: the peer's kernel or NIC
+ * acknowledged it). Probes at restore_pct of what the link sustains
+ * (restore_reference()) for the fail-back hold (with the same flap damping)
+ * bring traffic back. docs/failover.md, "Degraded rails". */
 #include "engine.h"
 #include "gray_latency.h"
 #include "rr_clock.h"
