@@ -667,9 +667,18 @@ void engine_gray_on_state(rr_engine *e, int r, rr_rail_state old, rr_rail_state 
     if (!strcmp(gray_links[i].host, e->cfg.peer) && gray_links[i].settle_until < now + RR_GRAY_SETTLE_NS)
       gray_links[i].settle_until = now + RR_GRAY_SETTLE_NS;
   /* A demotion or restore is the verdict at work (the link's other
-   * connections follow it); anything else on the link is a hard event after
-   * which the link is judged afresh. */
-  int gray = st == RR_RAIL_DEGRADED || (old == RR_RAIL_DEGRADED && st == RR_RAIL_ACTIVE);
+   * connections follow it), and so is the end of a demoted rail's endpoint
+   * (DEGRADED to DEAD: a verbs rail's fence, or its endpoint breaking),
+   * which is reopened and comes back demoted. Anything else on the link is
+   * a hard event after which the link is judged afresh. Forgetting the
+   * verdict at that DEAD, 20 ms after the demotion, left the link's other
+   * connections, whose ticks under an emulated NIC are tens of ms apart,
+   * to judge it again from the start: in the Soft-RoCE lab a second
+   * connection was demoted 2.9 s after the first, and in another run one
+   * connection carried 0, 0, 0, 3.6, 0, 0, 4.1, 18 MB/s per half second from
+   * the limit while the other, moved at once, carried 19-26. */
+  int gray = st == RR_RAIL_DEGRADED || (old == RR_RAIL_DEGRADED && st == RR_RAIL_ACTIVE) ||
+             (old == RR_RAIL_DEGRADED && st == RR_RAIL_DEAD && rl->g_demoted);
   gray_link *l = gray ? NULL : link_find(rl->ep->dev->index, rl->peer_addr);
   if (l) {
     run_reset(l, now);
