@@ -49,6 +49,16 @@ gray_timeline() {
     END { for (i = 0; i < 12; i++) { printf "%s", (i ? " " : "")
             for (k = 0; k <= m; k++) printf "%s%.1f", (k ? "/" : ""), s[i, k] * 2 / 1e6 } }' "$1"
 }
+# gray_events DIR FROM: the sender's rail events from its event log, "+seconds kind nic state", one
+# line per event, from FROM (wall clock)
+gray_events() {
+  cat "$1"/rerail-events-*.jsonl 2>/dev/null | awk -v a="$2" '
+    function field(k,   v) {
+      if (!match($0, "\"" k "\":\"?[^,\"]*")) return ""
+      v = substr($0, RSTART + length(k) + 3, RLENGTH - length(k) - 3); sub(/^"/, "", v); return v }
+    { t = field("time_ns") / 1e9 - a; s = field("state")
+      printf "%s+%.2f %s %s%s", (NR > 1 ? "; " : ""), t, field("kind"), field("nic"), (s == "null" ? "" : " " s) }'
+}
 # gray_run NAME FAULT: traffic with telemetry on host A, FAULT (shape | down) on vethA0 2 s in;
 # sets T_F (when the fault took effect), RAIL0_MBIT, TEL; leaves the fault and the pair running.
 gray_run() {
@@ -107,6 +117,7 @@ case_slow_rail() {
     fi
   done
   pr1=$(gray_probes "$tel")
+  echo "slow_rail: sender's rail events from the fault: $(gray_events "$tel" "$t_f")"
   if [ -n "$back" ]; then
     b00=$(gray_prom "$tel" rerail_rail_bytes_total 'nic="vethA0".*direction="tx"')
     b01=$(gray_prom "$tel" rerail_rail_bytes_total 'nic="vethA1".*direction="tx"')
