@@ -19,6 +19,10 @@ _Atomic uint64_t rr_counter_values[RR_CTR_COUNT];
   "Frames the TCP rail refused from its peer, by kind (unknown_flags, oversized_control, "          \
   "drain_with_payload, unknown_type); each failed the rail it came on over."
 
+#define PROBES_HELP                                                                                  \
+  "Probes of demoted rails, by verdict: healthy (at the restore bar), between, slow (under the "    \
+  "demotion bar, lossy or too late), timed_out; traffic returns after healthy ones for the hold."
+
 static const rr_counter_info infos[] = {
 #define VIOLATION(v) "protocol_violations_total", VIOLATION_HELP, "kind", v, 1
     [RR_CTR_VIOL_NO_RECEIVE] = {VIOLATION("no_receive")},
@@ -101,6 +105,21 @@ static const rr_counter_info infos[] = {
                                         "provider misroutes completions.", NULL, NULL, 1},
     [RR_CTR_FLUSH_REQUESTS] = {"flush_requests_total",
                                "Flush requests handed to NCCL for receives into GPU memory.", NULL, NULL, 1},
+#define PROBES(v) "rail_probes_total", PROBES_HELP, "result", v, 1
+    [RR_CTR_PROBES_HEALTHY] = {PROBES("healthy")},
+    [RR_CTR_PROBES_BETWEEN] = {PROBES("between")},
+    [RR_CTR_PROBES_SLOW] = {PROBES("slow")},
+    [RR_CTR_PROBES_TIMED_OUT] = {PROBES("timed_out")},
+#undef PROBES
+    [RR_CTR_PROBE_BYTES] = {"rail_probe_bytes_total", "Bytes of the probes of demoted rails that completed.", NULL,
+                            NULL, 1},
+    [RR_CTR_PROBE_RATE_KBPS] = {"rail_probe_rate_kbps_total",
+                                "The rate of each of those probes, post to the peer's acknowledgement, kB/s, "
+                                "summed (over the completed probes: their mean rate).", NULL, NULL, 1},
+    [RR_CTR_PROBE_REFERENCE_KBPS] = {"rail_probe_reference_kbps_total",
+                                     "The rate each completed probe was judged against (the restore bar is "
+                                     "RERAIL_DEGRADED_RESTORE_PCT of it), kB/s, summed over those probes.",
+                                     NULL, NULL, 1},
     /* A test knob's: a test that forges a write must know it did (else it
      * proves nothing); no dashboard wants it. */
     [RR_CTR_TEST_FORGED_WRITES] = {"test_forged_writes_total",

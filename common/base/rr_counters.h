@@ -72,6 +72,16 @@ typedef enum rr_counter {
   RR_CTR_VERBS_FLUSH_READS,       /* flush reads (RDMA reads behind a GPU receive) completed */
   RR_CTR_VERBS_STRAY_COMPLETIONS, /* completions on an endpoint's CQ that named none of its QPs */
   RR_CTR_FLUSH_REQUESTS,          /* flush requests handed to NCCL (receives into GPU memory) */
+  /* Probes of demoted rails (engine_gray.c), by verdict (one family,
+   * label result), and what the completed ones moved: what decides a
+   * restore, for an operator and for the lab tests. */
+  RR_CTR_PROBES_HEALTHY,          /* at the restore bar: starts or continues the healthy run */
+  RR_CTR_PROBES_BETWEEN,          /* between the two bars: neither starts nor breaks it */
+  RR_CTR_PROBES_SLOW,             /* under the demotion bar, lossy or too late: breaks it */
+  RR_CTR_PROBES_TIMED_OUT,        /* not done within its timeout: breaks it */
+  RR_CTR_PROBE_BYTES,             /* bytes of completed probes */
+  RR_CTR_PROBE_RATE_KBPS,         /* each one's rate (post to acknowledgement), kB/s, summed */
+  RR_CTR_PROBE_REFERENCE_KBPS,    /* the reference each completed probe was judged against, kB/s, summed */
   RR_CTR_TEST_FORGED_WRITES,      /* writes forged by RERAIL_TEST_FORGE_WRITE (tests only) */
   RR_CTR_COUNT
 } rr_counter;

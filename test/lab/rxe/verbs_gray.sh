@@ -19,11 +19,46 @@ gray_prom() {
   cat "$1"/rerail-*.prom 2>/dev/null |
     awk -v m="$2" -v f="${3:-}" '$1 ~ "^"m"[{]" && (f == "" || $1 ~ f) { s += $NF; n++ } END { print (n ? s + 0 : "?") }'
 }
+# gray_probes DIR: the sender's probe counters "healthy between slow timed_out bytes rate_kbps_sum ref_kbps_sum"
+# (one pass: every process the guest forks costs milliseconds under TCG)
+gray_probes() {
+  cat "$1"/rerail-*.prom 2>/dev/null | awk '
+    $1 ~ /^rerail_rail_probes_total[{]/ { for (k in r) if (index($1, "result=\"" k "\"")) v[r[k]] += $NF }
+    $1 ~ /^rerail_rail_probe_bytes_total[{]/ { v[5] += $NF }
+    $1 ~ /^rerail_rail_probe_rate_kbps_total[{]/ { v[6] += $NF }
+    $1 ~ /^rerail_rail_probe_reference_kbps_total[{]/ { v[7] += $NF }
+    BEGIN { r["healthy"] = 1; r["between"] = 2; r["slow"] = 3; r["timed_out"] = 4 }
+    END { for (i = 1; i <= 7; i++) printf "%s%d", (i > 1 ? " " : ""), v[i]; print "" }'
+}
+# gray_probe_summary BEFORE AFTER: what the probes between two gray_probes readings did
+gray_probe_summary() {
+  awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " "); for (i = 1; i <= 7; i++) d[i] = y[i] - x[i]
+    n = d[1] + d[2] + d[3]
+    printf "%d healthy, %d between, %d slow, %d timed out; completed at %.2f MB/s against a reference of %.2f MB/s",
+      d[1], d[2], d[3], d[4], (n > 0 ? d[6] / n / 1000 : 0), (n > 0 ? d[7] / n / 1000 : 0) }'
+}
 # gray_clog_rate FILE FROM TO: MB/s the receiver completed in [FROM, TO) (wall-clock seconds)
 gray_clog_rate() {
   awk -v a="$2" -v b="$3" '!/^#/ && $1 >= a && $1 < b { s += $2 } END { printf "%.2f", s / (b - a) / 1e6 }' "$1"
 }
 
+# gray_timeline FILE FROM: MB/s the receiver completed in each half second of the 6 s from FROM,
+# per connection ("c0/c1"): where a low ratio went (a connection stalled, or both slow)
+gray_timeline() {
+  awk -v a="$2" '!/^#/ && $1 >= a && $1 < a + 6 { s[int(($1 - a) * 2), $3] += $2; if ($3 > m) m = $3 }
+    END { for (i = 0; i < 12; i++) { printf "%s", (i ? " " : "")
+            for (k = 0; k <= m; k++) printf "%s%.1f", (k ? "/" : ""), s[i, k] * 2 / 1e6 } }' "$1"
+}
+# gray_events DIR FROM: the sender's rail events from its event log, "+seconds kind nic state", one
+# line per event, from FROM (wall clock)
+gray_events() {
+  cat "$1"/rerail-events-*.jsonl 2>/dev/null | awk -v a="$2" '
+    function field(k,   v) {
+      if (!match($0, "\"" k "\":\"?[^,\"]*")) return ""
+      v = substr($0, RSTART + length(k) + 3, RLENGTH - length(k) - 3); sub(/^"/, "", v); return v }
+    { t = field("time_ns") / 1e9 - a; s = field("state")
+      printf "%s+%.2f %s %s%s", (NR > 1 ? "; " : ""), t, field("kind"), field("nic"), (s == "null" ? "" : " " s) }'
+}
 # gray_run NAME FAULT: traffic with telemetry on host A, FAULT (shape | down) on vethA0 2 s in;
 # sets T_F (when the fault took effect), RAIL0_MBIT, TEL; leaves the fault and the pair running.
 gray_run() {
@@ -37,7 +72,7 @@ gray_run() {
   PAIR_ENV=(RERAIL_PROGRESS_TIMEOUT=1000 "RERAIL_FAILBACK_HOLD=$GRAY_HOLD_MS" RERAIL_TELEMETRY_INTERVAL=100
     RERAIL_DEGRADED_RESTORE_PCT=25)
   A_ENV=("RERAIL_TELEMETRY_DIR=$TEL")
-  pair_start "$1" --conns 2 --max-size 4M --duration 16 --timeout 90 --quiet --stall-report \
+  pair_start "$1" --conns 2 --max-size 4M --duration 20 --timeout 90 --quiet --stall-report \
     --completion-log="$WORK/$1.completions"
   A_ENV=()
   started || return 1
@@ -58,7 +93,7 @@ gray_run() {
 }
 
 case_slow_rail() {
-  local why="" late="" rate down_rate ratio demo fb0 fb1 b00 b01 b10 b11 back="" t0 share limit
+  local why="" late="" rate down_rate ratio demo fb0 fb1 b00 b01 b10 b11 back="" t0 share limit pr0 pr1
   limit=$((GRAY_HOLD_MS + 2000))
   if ! gray_run slow_rail shape; then
     pair_wait 30; verdict_timed slow_rail "traffic never started (client $CRC, server $SRC)" "" ""; return
@@ -66,9 +101,12 @@ case_slow_rail() {
   local dir=$DIR tel=$TEL t_f=$T_F mbit=$RAIL0_MBIT
   demo=$(gray_prom "$tel" rerail_rail_demotions_total 'nic="vethA0"')
   fb0=$(gray_prom "$tel" rerail_failbacks_total 'nic="vethA0"')
+  pr0=$(gray_probes "$tel")
   tc qdisc del dev vethA0 root
+  # the heal is real: nothing of the limit is left on the NIC
+  ! tc qdisc show dev vethA0 | grep -q tbf || why+="the rate limit is still on vethA0 after tc qdisc del; "
   # healed: a fail-back onto vethA0 (read from the .prom file, exported every 100 ms), and of
-  # the sender's rail bytes in the second after it >= 95 % on vethA0
+  # the sender's rail bytes in a second from half a second after it >= 95 % on vethA0
   t0=$EPOCHREALTIME
   while is_true "$EPOCHREALTIME - $t0 < ($limit + 1500) / 1000"; do
     sleep 0.1
@@ -78,7 +116,13 @@ case_slow_rail() {
       break
     fi
   done
+  pr1=$(gray_probes "$tel")
+  echo "slow_rail: sender's rail events from the fault: $(gray_events "$tel" "$t_f")"
   if [ -n "$back" ]; then
+    # from half a second after it: a message already posted to vethA1 finishes there (chain mode
+    # never moves a posted message); the second right after the fail-back read 0.83 in one
+    # verbs_flaps run, both connections back on vethA0 since the same tick
+    sleep 0.5
     b00=$(gray_prom "$tel" rerail_rail_bytes_total 'nic="vethA0".*direction="tx"')
     b01=$(gray_prom "$tel" rerail_rail_bytes_total 'nic="vethA1".*direction="tx"')
     sleep 1
@@ -105,6 +149,10 @@ case_slow_rail() {
   is_true "$ratio >= 0.7" || late+="moved $ratio of the control's rate with vethA0 slow (need >= 0.7); "
   [ -z "$back" ] || is_true "$back <= $limit" || late+="traffic back after $back ms (limit $limit); "
   DIR=$dir
+  echo "slow_rail: MB/s per 0.5 s from the fault, per connection: $(gray_timeline "$WORK/slow_rail.completions" "$t_f")"
+  echo "slow_rail: the same with vethA0 down: $(gray_timeline "$WORK/slow_rail.control.completions" "$T_F")"
+  echo "slow_rail: probes while slow: $(gray_probe_summary "0 0 0 0 0 0 0" "$pr0")"
+  echo "slow_rail: probes once healed: $(gray_probe_summary "$pr0" "$pr1")"
   echo "slow_rail: fault at $t_f, control fault at $T_F; completions logged: $(grep -vc '^#' "$WORK/slow_rail.completions" 2>/dev/null), control $(grep -vc '^#' "$WORK/slow_rail.control.completions" 2>/dev/null)"
   verdict_timed slow_rail "$why" "$late" "vethA0 carried $mbit Mbit/s, shaped to 5 %: $rate MB/s from 3 s to 5 s after, with vethA0 down $down_rate MB/s (ratio $ratio); $demo demotion(s); healed: fail-back after ${back:-never} ms, vethA0's share of the sender's bytes then ${share:-none}"
 }
