@@ -256,6 +256,7 @@ rr_status engine_progress(rr_engine *e) {
   if (e->failed) return e->failed;
   /* For the background's idle cadence (rr_engine_idle_background). */
   if (e->busy || e->peer_spoke) e->last_work_ns = coarse, e->peer_spoke = 0;
+  atomic_store_explicit(&e->idle_hint, rr_engine_idle_background(e, coarse), memory_order_relaxed);
   if (e->cfg.role == RR_ENGINE_RECV) {
     rr_status st = engine_recv_outbox(e);
     if (st != RR_OK) return engine_fail(e, st, "control messages failed");
@@ -309,10 +310,14 @@ void rr_engine_background(rr_engine *e, uint64_t now_ns, int wake_idle) {
    * sooner would only contend for the lock. */
   uint64_t last = atomic_load_explicit(&e->last_progress_ns, memory_order_relaxed);
   if (now_ns - last < RR_ENGINE_BACKGROUND_NS) return;
+  /* The verdict of the last drive, unlocked: evaluating it afresh for
+   * thousands of idle engines every round (a lock and a few cache lines
+   * each) cost more than the drives it saved. */
+  if (!wake_idle && now_ns - last < RR_ENGINE_IDLE_BACKGROUND_NS &&
+      atomic_load_explicit(&e->idle_hint, memory_order_relaxed))
+    return;
   if (pthread_mutex_trylock(&e->lock) != 0) return;
-  if (!e->failed &&
-      (wake_idle || now_ns - last >= RR_ENGINE_IDLE_BACKGROUND_NS || !rr_engine_idle_background(e, now_ns)))
-    engine_progress(e);
+  if (!e->failed) engine_progress(e);
   pthread_mutex_unlock(&e->lock);
 }
 

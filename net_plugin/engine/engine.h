@@ -288,7 +288,7 @@ typedef struct rr_engine_config {
 
 struct rr_engine {
   rr_engine_config cfg;
-  /* guards: the whole engine (every field but last_progress_ns); NCCL's threads take it in
+  /* guards: the whole engine (every field but last_progress_ns and idle_hint); NCCL's threads take it in
    * every call, the monitor only tries it. Never two engines' at once (docs/locking.md). */
   pthread_mutex_t lock;     /* NCCL's threads and the background thread share the engine */
   rr_status failed;         /* sticky failure: every later call reports it */
@@ -297,6 +297,12 @@ struct rr_engine {
   /* Lock-free: stored by whoever drives the engine, read by the monitor without the lock
    * to leave engines NCCL drives alone. */
   _Atomic uint64_t last_progress_ns; /* when anybody last drove this engine (read unlocked) */
+  /* rr_engine_idle_background's verdict at the end of the last drive, for
+   * the monitor to skip an idle engine without touching more of it than
+   * this cache line (it looks at thousands every 5 ms). Cleared by every
+   * entry that can give the engine something to do outside a drive (isend,
+   * irecv, a rail replaced); a link change wakes engines anyway. */
+  _Atomic int idle_hint;
   uint64_t last_tick_ns;    /* last health check (coarse clock) */
   uint64_t last_work_ns;    /* last progress with work outstanding or a word from the peer (coarse; 0: never) */
   uint8_t peer_spoke;       /* a message or write from the peer was read since the last progress */
@@ -452,7 +458,7 @@ rr_status rr_engine_test(void *request, int *done, size_t *sizes);
 void rr_engine_background(rr_engine *e, uint64_t now_ns, int wake_idle);
 /* Whether the background may drive e at the slower cadence (caller holds
  * e->lock): nothing outstanding, owed, doubted or under way, for
- * RR_ENGINE_IDLE_AFTER_NS. */
+ * RR_ENGINE_IDLE_AFTER_NS. Each drive stores it in idle_hint. */
 int rr_engine_idle_background(const rr_engine *e, uint64_t now_ns);
 
 /* ---- shared between the engine's files ---------------------------------- */

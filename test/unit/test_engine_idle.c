@@ -80,9 +80,11 @@ static int drives(uint64_t now, uint64_t since, int wake_idle) {
 
 static void test_idle_engine_slower_cadence(void **state) {
   (void)state;
-  /* Fresh, nothing posted, one ACTIVE rail: idle. */
+  /* Fresh, nothing posted, one ACTIVE rail: idle, but no drive has said so
+   * yet: the first one comes at the busy cadence. */
   assert_true(rr_engine_idle_background(&r.e, NOW));
   assert_int_equal(drives(NOW, 5 * MS, 0), 0);  /* under the busy cadence: never */
+  assert_int_equal(drives(NOW, 20 * MS, 0), 1);
   assert_int_equal(drives(NOW, 20 * MS, 0), 0); /* the busy cadence, but idle */
   assert_int_equal(drives(NOW, RR_ENGINE_IDLE_BACKGROUND_NS, 0), 1);
   /* A link changed: driven at the busy cadence even when idle. */
@@ -96,16 +98,21 @@ static void test_posted_receive_is_not_idle(void **state) {
   size_t sizes[1] = {BUF_BYTES};
   int tags[1] = {1};
   rr_mr *mrs[1] = {&r.mr};
+  assert_int_equal(drives(NOW, 20 * MS, 0), 1); /* now it is known idle */
+  assert_int_equal(drives(NOW, 20 * MS, 0), 0);
   assert_int_equal(rr_engine_irecv(&r.e, 1, bufs, sizes, tags, mrs, NULL, &req), RR_OK);
   assert_non_null(req);
   assert_false(rr_engine_idle_background(&r.e, NOW));
   assert_int_equal(drives(NOW, 20 * MS, 0), 1);
+  assert_int_equal(drives(NOW, 20 * MS, 0), 1); /* and stays at the busy cadence */
 }
 
+/* A rail in doubt is not idle: once a drive has seen it, the busy cadence. */
 static void test_rail_in_doubt_is_not_idle(void **state) {
   (void)state;
   engine_rail_set_state(&r.e, 0, RR_RAIL_DOWN, "test: down");
   assert_false(rr_engine_idle_background(&r.e, NOW));
+  assert_int_equal(drives(NOW, 20 * MS, 0), 1);
   assert_int_equal(drives(NOW, 20 * MS, 0), 1);
 }
 
