@@ -254,9 +254,6 @@ rr_status engine_progress(rr_engine *e) {
     engine_rails_tick(e, rr_now_ns());
   }
   if (e->failed) return e->failed;
-  /* For the background's idle cadence (rr_engine_idle_background). */
-  if (e->busy || e->peer_spoke) e->last_work_ns = coarse, e->peer_spoke = 0;
-  atomic_store_explicit(&e->idle_hint, rr_engine_idle_background(e, coarse), memory_order_relaxed);
   if (e->cfg.role == RR_ENGINE_RECV) {
     rr_status st = engine_recv_outbox(e);
     if (st != RR_OK) return engine_fail(e, st, "control messages failed");
@@ -265,6 +262,10 @@ rr_status engine_progress(rr_engine *e) {
     rr_status st = engine_send_post(e, 0);
     if (st != RR_OK) return engine_fail(e, st, "posting chunks failed");
   }
+  /* For the background's idle cadence: judged last, after everything this
+   * drive queued (rr_engine_idle_background). */
+  if (e->busy || e->peer_spoke) e->last_work_ns = coarse, e->peer_spoke = 0;
+  atomic_store_explicit(&e->idle_hint, rr_engine_idle_background(e, coarse), memory_order_relaxed);
   return e->failed;
 }
 
@@ -272,10 +273,9 @@ rr_status engine_progress(rr_engine *e) {
  * background, only less often. Each drive of a TCP connection costs about
  * eight system calls (a read and TCP_INFO per stream, and on the sender the
  * gray detector's unsent-bytes check per stream), and a job holds thousands
- * of connections, most of them idle at any moment and all of them idle while
- * they are set up: at every 10 ms that was a third of a process's CPU with
- * 2,048 connections, taken from connect()/accept() (bench/RESULTS.md,
- * "Thousands of connections"). What an idle connection loses is latency in
+ * of connections, most of them idle at any moment: at every 10 ms, holding
+ * 2,048 idle connections cost a process 0.4 CPU-seconds a second
+ * (bench/RESULTS.md §10.2). What an idle connection loses is latency in
  * noticing what nobody waits for: a socket that broke or a peer that
  * closed (its rail is reopened up to the idle cadence later, while
  * busy_or_recent still holds). Anything that could be waiting is not idle:
@@ -310,9 +310,9 @@ void rr_engine_background(rr_engine *e, uint64_t now_ns, int wake_idle) {
    * sooner would only contend for the lock. */
   uint64_t last = atomic_load_explicit(&e->last_progress_ns, memory_order_relaxed);
   if (now_ns - last < RR_ENGINE_BACKGROUND_NS) return;
-  /* The verdict of the last drive, unlocked: evaluating it afresh for
-   * thousands of idle engines every round (a lock and a few cache lines
-   * each) cost more than the drives it saved. */
+  /* The verdict of the last drive, unlocked: evaluating it afresh would
+   * take the lock and read the rails of thousands of idle engines every
+   * round, to skip them nineteen times in twenty. */
   if (!wake_idle && now_ns - last < RR_ENGINE_IDLE_BACKGROUND_NS &&
       atomic_load_explicit(&e->idle_hint, memory_order_relaxed))
     return;
