@@ -72,11 +72,18 @@ static int link_is_up(unsigned flags) { return (flags & IFF_UP) && (flags & IFF_
 /* Lock-free: the monitor writes, rr_monitor_read_links (init's thread too) reads. */
 static _Atomic int dev_closed[RR_MAX_NETIFS];
 
+/* Link changes the monitor made: a change wakes the idle connections at
+ * once (rr_engine_background's wake_idle), so their rails go down within
+ * the millisecond docs/failover.md promises, not at the idle cadence.
+ * Written by the monitor's thread, and by rr_monitor_read_links on init's. */
+static _Atomic unsigned link_changes;
+
 static void set_link(int dev, int up, const char *why) {
   if (up && atomic_load(&dev_closed[dev])) return;
   rr_link_state st = up ? RR_LINK_UP : RR_LINK_DOWN;
   if (rr_health_nic_get(dev) == st) return;
   rr_health_nic_state(dev, rr_core_devices()->nif[dev].name, st, why);
+  atomic_fetch_add(&link_changes, 1);
 }
 
 static int dev_by_name(const char *name) {
@@ -176,6 +183,7 @@ static void *monitor_main(void *arg) {
   int nl = netlink_open();
   if (nl < 0) RR_WARN("netlink unavailable (%s): link failures are found by timeouts only", strerror(errno));
   rr_monitor_read_links("link state when monitoring began");
+  unsigned links_seen = atomic_load(&link_changes);
   for (;;) {
     pthread_mutex_lock(&registry_lock);
     take_incoming();
@@ -187,11 +195,14 @@ static void *monitor_main(void *arg) {
     else usleep((useconds_t)timeout_ms * 1000);
     if (nl >= 0 && (p.revents & POLLIN)) netlink_drain(nl);
     poll_devices();
+    unsigned links_now = atomic_load(&link_changes);
+    int wake_idle = links_now != links_seen;
+    links_seen = links_now;
     uint64_t now = rr_now_ns();
     pthread_mutex_lock(&registry_lock);
     take_incoming();
     int stop = stop_requested;
-    for (int i = 0; i < nengines && !stop; i++) rr_engine_background(engines[i], now);
+    for (int i = 0; i < nengines && !stop; i++) rr_engine_background(engines[i], now, wake_idle);
     /* Reconnected rails arrive at listeners NCCL no longer calls accept() on. */
     for (int i = 0; i < nlisteners && !stop; i++) rr_listen_service(listeners[i]);
     pthread_mutex_unlock(&registry_lock);

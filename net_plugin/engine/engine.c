@@ -277,13 +277,60 @@ rr_status engine_progress(rr_engine *e) {
     rr_status st = engine_send_post(e, 0);
     if (st != RR_OK) return engine_fail(e, st, "posting chunks failed");
   }
+  /* For the background's idle cadence: judged last, after everything this
+   * drive queued (rr_engine_idle_background). */
+  if (e->busy || e->peer_spoke) e->last_work_ns = coarse, e->peer_spoke = 0;
+  atomic_store_explicit(&e->idle_hint, rr_engine_idle_background(e, coarse), memory_order_relaxed);
   return e->failed;
 }
 
-void rr_engine_background(rr_engine *e, uint64_t now_ns) {
+/* An idle connection still has its rails read and its health ticked by the
+ * background, only less often. Each drive of a TCP connection costs about
+ * eight system calls (a read and TCP_INFO per stream, and on the sender the
+ * gray detector's unsent-bytes check per stream), and a job holds thousands
+ * of connections, most of them idle at any moment: at every 10 ms, holding
+ * 2,048 idle connections cost a process 0.4 CPU-seconds a second
+ * (bench/RESULTS.md §10.2). What an idle connection loses is latency in
+ * noticing what nobody waits for: a socket that broke or a peer that
+ * closed (its rail is reopened up to the idle cadence later, while
+ * busy_or_recent still holds). Anything that could be waiting is not idle:
+ * work outstanding, or within the last second; a word from the peer
+ * within the last second (it may be starting a rollback or a close); a
+ * rail not ACTIVE (failed, on probation, demoted, being reopened or
+ * drained) or with bytes queued; a notice, acknowledgement, clear-to-send
+ * or rollback phase owed; a close under way; a gray-failure latency sample
+ * or probe in flight. Link changes wake idle engines at once (the caller's
+ * wake_idle), so a NIC going down is still seen within a millisecond. */
+int rr_engine_idle_background(const rr_engine *e, uint64_t now_ns) {
+  if (e->last_work_ns && now_ns - e->last_work_ns < RR_ENGINE_IDLE_AFTER_NS) return 0;
+  if (e->busy || e->peer_spoke || e->closing || e->peer_bye || e->urgent || e->ctrl_queued ||
+      e->fail_notice_pending || e->down_notice_pending || e->restore_notice || e->peer_down_mask)
+    return 0;
+  if (e->cfg.role == RR_ENGINE_SEND) {
+    if (e->send_phase != RR_SEND_STREAMING || e->claims_owed || e->nparked || e->no_carrier_since_ns) return 0;
+  } else if (e->recv_phase != RR_RECV_STREAMING || e->ack_pending || e->cts_held) {
+    return 0;
+  }
+  for (int i = 0; i < e->nrails; i++) {
+    const engine_rail *rl = &e->rails[i];
+    if (rl->state != RR_RAIL_ACTIVE || rl->g_demoted || rl->fresh || rl->reconnecting || rl->need_drain ||
+        rl->g_lat_t0 || rl->probe_start_ns || rl->ep->ops->backlog(rl->ep))
+      return 0;
+  }
+  return !engine_outstanding(e); /* last: a receiver's scans its request slots */
+}
+
+void rr_engine_background(rr_engine *e, uint64_t now_ns, int wake_idle) {
   /* NCCL drives a connection in use far more often than this; stepping in
    * sooner would only contend for the lock. */
-  if (now_ns - atomic_load_explicit(&e->last_progress_ns, memory_order_relaxed) < 10000000) return;
+  uint64_t last = atomic_load_explicit(&e->last_progress_ns, memory_order_relaxed);
+  if (now_ns - last < RR_ENGINE_BACKGROUND_NS) return;
+  /* The verdict of the last drive, unlocked: evaluating it afresh would
+   * take the lock and read the rails of thousands of idle engines every
+   * round, to skip them nineteen times in twenty. */
+  if (!wake_idle && now_ns - last < RR_ENGINE_IDLE_BACKGROUND_NS &&
+      atomic_load_explicit(&e->idle_hint, memory_order_relaxed))
+    return;
   if (pthread_mutex_trylock(&e->lock) != 0) return;
   if (!e->failed) engine_progress(e);
   pthread_mutex_unlock(&e->lock);
@@ -301,6 +348,7 @@ static rr_engine *ep_engine(rr_rail_ep *ep) { return ep->events_arg; }
  * "not accepted yet" for the whole connect timeout instead of δ. */
 static void peer_heard(rr_engine *e, const rr_rail_ep *ep) {
   if (ep->rail >= 0 && ep->rail < e->nrails) e->rails[ep->rail].heard = 1;
+  e->peer_spoke = 1;
 }
 
 static rr_status ev_write_done(rr_rail_ep *ep, uint64_t wr_id) {

@@ -148,7 +148,19 @@ rr_status rr_engine_test(void *request, int *done, size_t *sizes);
 
 /* Drive an engine nobody else is driving (the background thread): answers
  * the peer and notices failures while NCCL has nothing to ask of it.
- * Returns without waiting when another thread holds the engine. */
-void rr_engine_background(rr_engine *e, uint64_t now_ns);
+ * Returns without waiting when another thread holds the engine. An engine
+ * that is idle (rr_engine_idle_background) is driven every
+ * RR_ENGINE_IDLE_BACKGROUND_NS instead of every RR_ENGINE_BACKGROUND_NS,
+ * unless wake_idle (the caller saw a link change that every rail must
+ * hear of now). */
+#define RR_ENGINE_BACKGROUND_NS (10 * 1000000ull)
+#define RR_ENGINE_IDLE_BACKGROUND_NS (100 * 1000000ull)
+/* Idle: no work outstanding and no word from the peer for this long. */
+#define RR_ENGINE_IDLE_AFTER_NS (1000 * 1000000ull)
+void rr_engine_background(rr_engine *e, uint64_t now_ns, int wake_idle);
+/* Whether the background may drive e at the slower cadence (caller holds
+ * e->lock): nothing outstanding, owed, doubted or under way, for
+ * RR_ENGINE_IDLE_AFTER_NS. Each drive stores it in idle_hint. */
+int rr_engine_idle_background(const rr_engine *e, uint64_t now_ns);
 
 #endif

@@ -353,9 +353,13 @@ static void measure_latency(const rr_engine *e, engine_rail *rl, gray_link *l, i
   if (rl->g_lat_t0) {
     if (rl->g_posted != rl->g_lat_posted) rl->g_lat_t0 = 0;
     else if (flushed) lat_sample(e, l, rl->g_lat_bytes, now - rl->g_lat_t0, now), rl->g_lat_t0 = 0;
-  } else if (rl->g_prev_ns && rl->g_prev_flushed && rl->g_posted > rl->g_prev_posted) {
+  } else if (rl->g_prev_ns && rl->g_prev_flushed && rl->g_posted > rl->g_prev_posted &&
+             now - rl->g_prev_ns <= RR_ENGINE_IDLE_BACKGROUND_NS / 2) {
     /* Posted since the last tick, onto an idle rail: from the last tick on
-     * (a tick early at most). Done already: a sample too. */
+     * (a tick early at most). Done already: a sample too. Not after a gap
+     * of the background's idle cadence (rr_engine_background): a connection
+     * idle for a second is ticked every 100 ms, and a sample from such a
+     * tick would time the gap, not the request. */
     if (flushed) {
       lat_sample(e, l, rl->g_posted - rl->g_prev_posted, now - rl->g_prev_ns, now);
     } else {

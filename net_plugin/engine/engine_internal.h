@@ -208,7 +208,7 @@ typedef struct rr_engine_stats {
 
 struct rr_engine {
   rr_engine_config cfg;
-  /* guards: the whole engine (every field but last_progress_ns); NCCL's threads take it in
+  /* guards: the whole engine (every field but last_progress_ns and idle_hint); NCCL's threads take it in
    * every call, the monitor only tries it. Never two engines' at once (docs/locking.md). */
   pthread_mutex_t lock;     /* NCCL's threads and the background thread share the engine */
   rr_status failed;         /* sticky failure: every later call reports it */
@@ -217,7 +217,15 @@ struct rr_engine {
   /* Lock-free: stored by whoever drives the engine, read by the monitor without the lock
    * to leave engines NCCL drives alone. */
   _Atomic uint64_t last_progress_ns; /* when anybody last drove this engine (read unlocked) */
+  /* rr_engine_idle_background's verdict at the end of the last drive, for
+   * the monitor to skip an idle engine without touching more of it than
+   * this cache line (it looks at thousands every 5 ms). Cleared by every
+   * entry that can give the engine something to do outside a drive (isend,
+   * irecv, a rail replaced); a link change wakes engines anyway. */
+  _Atomic int idle_hint;
   uint64_t last_tick_ns;    /* last health check (coarse clock) */
+  uint64_t last_work_ns;    /* last progress with work outstanding or a word from the peer (coarse; 0: never) */
+  uint8_t peer_spoke;       /* a message or write from the peer was read since the last progress */
   uint64_t no_rail_since_ns;/* no ACTIVE rail since (0 = there is one) */
   uint64_t no_rail_life_ns; /* then: the last time any rail was seen working */
   int busy;                 /* outstanding requests at the last tick */

@@ -283,6 +283,7 @@ void engine_rail_swap(rr_engine *e, int r, rr_rail_ep *ep) {
 
 void rr_engine_rail_replace(rr_engine *e, int rail, rr_rail_ep *ep) {
   pthread_mutex_lock(&e->lock);
+  atomic_store_explicit(&e->idle_hint, 0, memory_order_relaxed); /* rr_engine_background */
   if (rail >= 0 && rail < e->nrails && !e->failed) engine_rail_swap(e, rail, ep);
   else ep->ops->destroy(ep);
   pthread_mutex_unlock(&e->lock);

@@ -724,6 +724,7 @@ rr_status rr_engine_irecv(rr_engine *e, int n, void **data, const size_t *sizes,
   *request = NULL;
   if (e->cfg.role != RR_ENGINE_RECV) return RR_ERR_INVALID; /* no receive requests here */
   pthread_mutex_lock(&e->lock);
+  atomic_store_explicit(&e->idle_hint, 0, memory_order_relaxed); /* rr_engine_background */
   rr_status st = irecv_locked(e, n, data, sizes, tags, mrs, phandles, request);
   pthread_mutex_unlock(&e->lock);
   return st;

@@ -872,6 +872,7 @@ rr_status rr_engine_isend(rr_engine *e, void *data, size_t size, int tag, rr_mr 
   *request = NULL;
   if (e->cfg.role != RR_ENGINE_SEND) return RR_ERR_INVALID; /* no send requests here */
   pthread_mutex_lock(&e->lock);
+  atomic_store_explicit(&e->idle_hint, 0, memory_order_relaxed); /* rr_engine_background */
   rr_status st = isend_locked(e, data, size, tag, mr, phandle, request);
   pthread_mutex_unlock(&e->lock);
   return st;

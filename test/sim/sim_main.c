@@ -282,9 +282,9 @@ static void run(sim_world *w) {
     if (a < 42) sim_traffic_step(w, SIM_SEND);
     else if (a < 84) sim_traffic_step(w, SIM_RECV);
     else if (a < 92) {
-      if (!w->dead[SIM_SEND]) rr_engine_background(&w->eng[SIM_SEND], sim_now_ns);
+      if (!w->dead[SIM_SEND]) rr_engine_background(&w->eng[SIM_SEND], sim_now_ns, 0);
     } else if (!w->dead[SIM_RECV]) {
-      rr_engine_background(&w->eng[SIM_RECV], sim_now_ns);
+      rr_engine_background(&w->eng[SIM_RECV], sim_now_ns, 0);
     }
     w->st.steps++;
     if (w->failed) break;
