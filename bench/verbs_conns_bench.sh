@@ -26,10 +26,9 @@
 #   RERAIL_BENCH_BACKUPS  rerail's RERAIL_BACKUPS (default 1; 0 measures a connection without its
 #                         warm backup endpoint)
 #   RERAIL_BENCH_LOG_GREP a failed run prints its ranks' log lines that match (extended regexp)
-#   RERAIL_CONNECT_TIMEOUT (the plugin's) at 2,048 connections under TCG: above the time of one
-#                         sweep of the receiver's accept() calls (a listener answers only then),
-#                         or a connector waiting for its answer times out (the default 30 s sets
-#                         1,024 up, not 2,048: bench/RESULTS.md §11, addendum "branch listen")
+#   RERAIL_CONNECT_TIMEOUT (the plugin's): the default 30 s sets 2,048 connections up under TCG
+#                         since a peer process's answers to any connection count for all of them
+#                         (bench/RESULTS.md §11, addendum "branch peerprog")
 # While connections are being set up, two watchers (bench/lab_setup_diag.sh) note the first
 # connect whose SYN went unanswered twice, and the first setup message or connection left
 # untaken for 9-12 s, and print the guest's TCP queues and counters at that moment; each line

@@ -28,6 +28,27 @@
 
 /* ------------------------------------------------------------------ listen */
 
+/* This process's identity in its handles (handle.h): random, so that two
+ * processes on one host differ, and drawn again after a fork, so that a
+ * child's listeners are not taken for its parent's. A connector counts an
+ * authenticated answer from any listener of it as progress of every
+ * connection to it (peer_progress.h). */
+static rr_status listener_process(uint8_t out[RR_HANDLE_PROCESS_LEN]) {
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  static uint8_t id[RR_HANDLE_PROCESS_LEN];
+  static pid_t owner;
+  static const uint8_t none[RR_HANDLE_PROCESS_LEN];
+  rr_status st = RR_OK;
+  pthread_mutex_lock(&lock);
+  while (st == RR_OK && (owner != getpid() || !memcmp(id, none, sizeof none))) {
+    st = rr_hs_random(id, sizeof id);
+    owner = getpid();
+  }
+  if (st == RR_OK) memcpy(out, id, sizeof id);
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
 /* A listening socket on addr, port *port (0: any, and *port says which).
  * 0, or the errno of what failed. */
 static int listen_on(const struct sockaddr_storage *addr, uint16_t *port, int *out) {
@@ -154,7 +175,9 @@ rr_status rr_net_listen(rr_net_ctx *ctx, int dev, void *handle, rr_listen_comm *
     e[n++] = (rr_handle_entry){.addr = *a, .dev = (uint8_t)i, .own_ip = (uint8_t)own};
   }
   uint16_t port = 0;
+  uint8_t process[RR_HANDLE_PROCESS_LEN];
   rr_status st = rr_hs_random(l->secret, sizeof l->secret);
+  if (st == RR_OK) st = listener_process(process);
   if (st == RR_OK) st = bind_all(l, e, &n, &port);
   if (st != RR_OK) {
     free(l);
@@ -167,7 +190,7 @@ rr_status rr_net_listen(rr_net_ctx *ctx, int dev, void *handle, rr_listen_comm *
   l->traffic_class = ctx ? ctx->traffic_class : -1;
   l->dev = dev;
   pthread_mutex_init(&l->lock, NULL);
-  st = rr_handle_encode(e, n, port, l->secret, handle);
+  st = rr_handle_encode(e, n, port, l->secret, process, handle);
   if (st != RR_OK) {
     rr_net_close_listen(l);
     return st;

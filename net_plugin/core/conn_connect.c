@@ -16,6 +16,7 @@
  * connect() again and again until it returns a comm, so the state in between
  * lives in a send comm under construction, keyed by NCCL's handle. */
 #include "core_internal.h"
+#include "peer_progress.h"
 #include "rr_clock.h"
 #include "rr_health_bus.h"
 #include "rr_nic_state.h"
@@ -79,6 +80,14 @@ static pthread_mutex_t connect_lock = PTHREAD_MUTEX_INITIALIZER;
 #define CONNECTING_BUCKETS 1024
 static rr_send_comm *connecting[CONNECTING_BUCKETS];
 static uint64_t next_sweep_ns; /* connecting_sweep runs again then */
+/* The peer processes of the connections in connecting[] (connect_lock):
+ * an authenticated answer from one is progress of all of them. */
+static rr_peer_table peer_table;
+
+static void connect_peer_release(connect_state *c) {
+  rr_peer_table_unref(&peer_table, c->peer_slot);
+  c->peer_slot = -1;
+}
 
 static rr_send_comm **connecting_bucket(const void *handle) {
   uintptr_t h = (uintptr_t)handle;
@@ -335,6 +344,7 @@ static rr_status stream_step(connect_state *c, connect_rail *cr, int r, int i, c
       *why = "the listener did not prove it holds the handle's secret: not the peer the handle names";
       return RR_ERR_PROTOCOL;
     }
+    rr_peer_table_answered(&peer_table, c->peer_slot); /* authenticated: its process is alive */
     /* A reconnect outside the listener's window would be refused: start the
      * next attempt just past the floor the listener (authentically) gave. */
     if (cr->generation && (cr->generation <= ch.gen_floor ||
@@ -367,6 +377,7 @@ static rr_status stream_step(connect_state *c, connect_rail *cr, int r, int i, c
       *why = "the listener's accept does not carry its proof";
       return RR_ERR_PROTOCOL;
     }
+    rr_peer_table_answered(&peer_table, c->peer_slot);
     int first = 1;
     for (int k = 0; k < c->nstreams; k++) first &= k == i || cr->s[k].state != SS_DONE;
     if (first) {
@@ -874,6 +885,7 @@ static rr_send_comm *send_comm_new(const void *handle, int dev, const rr_peer_ad
   c->nstreams = p->tcp_streams;
   c->chunk_size = (uint32_t)p->chunk_size;
   c->start_ns = rr_now_ns();
+  c->peer_slot = -1;
   rr_setup_clock_start(&c->deadline, c->progress, c->start_ns);
   if (rr_hs_random(&c->conn_id, sizeof c->conn_id) != RR_OK || plan_rails(c, dev) != RR_OK) {
     free(c->rails);
@@ -987,6 +999,7 @@ static void connecting_sweep(uint64_t now) {
       if (now - s->conn.last_call_ns > limit) {
         *p = s->next_connecting;
         RR_INFO(RR_SUB_NET, "connect: dropping an attempt NCCL stopped calling for");
+        connect_peer_release(&s->conn);
         send_comm_free(s);
       } else {
         p = &s->next_connecting;
@@ -1041,6 +1054,11 @@ rr_status rr_net_connect(rr_net_ctx *ctx, int dev, const void *handle, rr_send_c
     }
     s->next_connecting = *bucket;
     *bucket = s;
+    /* Answers from the peer process to any of its connections count as
+     * this one's progress too (peer_progress.h). */
+    s->conn.peer_slot = rr_peer_table_ref(&peer_table, peer.process);
+    rr_setup_clock_start(&s->conn.deadline, rr_peer_table_progress(&peer_table, s->conn.peer_slot, s->conn.progress),
+                         now);
   }
   s->conn.last_call_ns = now;
   st = connect_advance(s);
@@ -1048,9 +1066,11 @@ rr_status rr_net_connect(rr_net_ctx *ctx, int dev, const void *handle, rr_send_c
     /* The timeout counts from the connection's latest progress, not from
      * its first call: NCCL drives every connection under way in turn, and
      * one turn over hundreds can outlast the timeout while the peer answers
-     * each message (connect_plan.h, rr_setup_clock). */
+     * each message (connect_plan.h, rr_setup_clock); and an answer from
+     * the peer process to another connection counts (peer_progress.h). */
     uint64_t limit = rr_params_get()->connect_timeout_ms * 1000000ull;
-    if (!rr_setup_clock_expired(&s->conn.deadline, s->conn.progress, rr_now_ns(), limit)) {
+    uint64_t progress = rr_peer_table_progress(&peer_table, s->conn.peer_slot, s->conn.progress);
+    if (!rr_setup_clock_expired(&s->conn.deadline, progress, rr_now_ns(), limit)) {
       pthread_mutex_unlock(&connect_lock);
       return RR_OK; /* NCCL calls again */
     }
@@ -1059,6 +1079,7 @@ rr_status rr_net_connect(rr_net_ctx *ctx, int dev, const void *handle, rr_send_c
   }
   connecting_unlink(s);
   s->next_connecting = NULL;
+  connect_peer_release(&s->conn);
   pthread_mutex_unlock(&connect_lock);
   if (st == RR_OK) st = send_comm_finish(s);
   if (st != RR_OK) {
@@ -1077,6 +1098,7 @@ __attribute__((destructor)) static void connect_unload(void) {
     while (connecting[b]) {
       rr_send_comm *s = connecting[b];
       connecting[b] = s->next_connecting;
+      connect_peer_release(&s->conn);
       send_comm_free(s);
     }
   }

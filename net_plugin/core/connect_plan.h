@@ -87,7 +87,10 @@ enum rr_commit_verdict rr_commit_resolve(uint32_t committed, uint32_t whole, uin
  * the connector fails a connection only after a whole timeout in which no
  * setup socket of it advanced (connected, sent or received a message). A
  * peer that is gone still fails within the timeout; one that answers slowly
- * never does. rr_setup_clock is that rule, fed a counter of progress. */
+ * never does. rr_setup_clock is that rule, fed a counter of progress:
+ * connect() feeds it the connection's own progress plus the authenticated
+ * answers its peer process gave any connection (peer_progress.h), since a
+ * peer with thousands of connections answers each only in its turn. */
 typedef struct rr_setup_clock {
   uint64_t progress_ns; /* the latest progress seen (the start, before any) */
   uint64_t seen;        /* the progress counter then */

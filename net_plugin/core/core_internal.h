@@ -141,6 +141,7 @@ typedef struct connect_state {
   uint64_t last_call_ns;     /* NCCL's latest connect() call for it */
   uint64_t progress;         /* counts setup sockets advancing (connected, sent, received) */
   rr_setup_clock deadline;   /* RERAIL_CONNECT_TIMEOUT, from the latest progress (connect_plan.h) */
+  int peer_slot;             /* its peer process's shared progress while connect() runs (peer_progress.h); -1: none */
   rr_peer_addrs peer;
   int nrails;
   int want;                  /* backups wanted */

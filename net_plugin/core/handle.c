@@ -13,8 +13,10 @@ static const void *ip_bytes(const struct sockaddr_storage *a) {
 }
 
 rr_status rr_handle_encode(const rr_handle_entry *e, int n, uint16_t port,
-                           const uint8_t secret[RR_HS_SECRET_LEN], void *out) {
-  if (n < 1 || port == 0) return RR_ERR_INVALID;
+                           const uint8_t secret[RR_HS_SECRET_LEN],
+                           const uint8_t process[RR_HANDLE_PROCESS_LEN], void *out) {
+  static const uint8_t none[RR_HANDLE_PROCESS_LEN];
+  if (n < 1 || port == 0 || !memcmp(process, none, sizeof none)) return RR_ERR_INVALID;
   if (n > RR_HANDLE_MAX_ADDRS) n = RR_HANDLE_MAX_ADDRS;
   int family = e[0].addr.ss_family;
   if (family != AF_INET && family != AF_INET6) return RR_ERR_INVALID;
@@ -43,6 +45,7 @@ rr_status rr_handle_encode(const rr_handle_entry *e, int n, uint16_t port,
     h[107 + 2 * i] = e[i].dev;
   }
   h[7] = (uint8_t)nips;
+  memcpy(h + 122, process, RR_HANDLE_PROCESS_LEN);
   return RR_OK;
 }
 
@@ -74,13 +77,14 @@ rr_status rr_handle_parse(const void *in, rr_peer_addrs *out, const char **why) 
       *why = "malformed handle (entries past the count)";
       return RR_ERR_INVALID;
     }
-  for (int i = RR_HANDLE_LEN; i < RR_NET_HANDLE_SIZE; i++)
-    if (h[i]) {
-      *why = "malformed handle (trailing bytes)";
-      return RR_ERR_INVALID;
-    }
+  static const uint8_t none[RR_HANDLE_PROCESS_LEN];
+  if (!memcmp(h + 122, none, sizeof none)) {
+    *why = "malformed handle (no listening process)";
+    return RR_ERR_INVALID;
+  }
   memset(out, 0, sizeof *out);
   memcpy(out->secret, h + 8, RR_HS_SECRET_LEN);
+  memcpy(out->process, h + 122, RR_HANDLE_PROCESS_LEN);
   out->naddrs = n;
   for (int i = 0; i < n; i++) {
     int ip = h[106 + 2 * i] & ~RR_HANDLE_OWN_IP;

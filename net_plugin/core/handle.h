@@ -4,7 +4,7 @@
  *
  *   offset size  field
  *   0      4     magic   'R','R','H','3'
- *   4      1     version (3)
+ *   4      1     version (4)
  *   5      1     naddrs  entries, 1..RR_HANDLE_MAX_ADDRS
  *   6      1     family  4 = IPv4, 6 = IPv6 (every address has it)
  *   7      1     nips    distinct addresses, 1..RR_HANDLE_MAX_IPS
@@ -19,7 +19,11 @@
  *                        address (its setup sockets are its data path); the
  *                        entries of RDMA devices share the out-of-band
  *                        address, and a HELLO names the device it is for
- *   122    6     zero
+ *   122    6     process random per listening process, the same in every
+ *                        handle it writes, never all zero: connect() counts
+ *                        an authenticated answer from any listener of that
+ *                        process as progress of every connection to it
+ *                        (peer_progress.h)
  *
  * The handle carries a secret: NCCL passes it through its bootstrap only.
  * decode() rejects anything malformed with a message; nothing in a handle is
@@ -33,14 +37,16 @@
 #include "net_core.h"
 #include "setup_wire.h"
 
-#define RR_HANDLE_VERSION 3
+#define RR_HANDLE_VERSION 4
 #define RR_HANDLE_MAX_ADDRS 8
 #define RR_HANDLE_MAX_IPS 4
-#define RR_HANDLE_LEN 122
+#define RR_HANDLE_PROCESS_LEN 6
+#define RR_HANDLE_LEN 128
 #define RR_HANDLE_OWN_IP 0x80u        /* entry flag: the device's own address (setup is data) */
 
 _Static_assert(RR_HANDLE_LEN <= RR_NET_HANDLE_SIZE, "handle must fit NCCL's 128 bytes");
-_Static_assert(RR_HANDLE_LEN == 42 + 16 * RR_HANDLE_MAX_IPS + 2 * RR_HANDLE_MAX_ADDRS, "handle layout");
+_Static_assert(RR_HANDLE_LEN == 42 + 16 * RR_HANDLE_MAX_IPS + 2 * RR_HANDLE_MAX_ADDRS + RR_HANDLE_PROCESS_LEN,
+               "handle layout");
 _Static_assert(RR_HANDLE_MAX_ADDRS == RR_HS_MAX_ADDRS, "a COMMIT names any of the handle's addresses");
 
 /* One entry as listen() describes it. */
@@ -53,6 +59,7 @@ typedef struct rr_handle_entry {
 /* Decoded form: entry i is addrs[i] (port filled in), dev[i], own_ip[i]. */
 typedef struct rr_peer_addrs {
   uint8_t secret[RR_HS_SECRET_LEN];
+  uint8_t process[RR_HANDLE_PROCESS_LEN]; /* the listening process (not all zero) */
   int naddrs;
   struct sockaddr_storage addrs[RR_HANDLE_MAX_ADDRS];
   socklen_t addrlens[RR_HANDLE_MAX_ADDRS];
@@ -62,9 +69,10 @@ typedef struct rr_peer_addrs {
 
 /* Encode into out (RR_NET_HANDLE_SIZE bytes, zero-filled). All addresses
  * must have one family, at most RR_HANDLE_MAX_IPS distinct ones; entries
- * past RR_HANDLE_MAX_ADDRS are left out. */
+ * past RR_HANDLE_MAX_ADDRS are left out; process must not be all zero. */
 rr_status rr_handle_encode(const rr_handle_entry *e, int n, uint16_t port,
-                           const uint8_t secret[RR_HS_SECRET_LEN], void *out);
+                           const uint8_t secret[RR_HS_SECRET_LEN],
+                           const uint8_t process[RR_HANDLE_PROCESS_LEN], void *out);
 /* Pure: bytes in, addresses or a reason out (why may be NULL). */
 rr_status rr_handle_parse(const void *in, rr_peer_addrs *out, const char **why);
 /* rr_handle_parse, and a warning naming the reason. */

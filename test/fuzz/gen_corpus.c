@@ -56,14 +56,15 @@ static void handles(void) {
   unsigned char h[RR_NET_HANDLE_SIZE];
   uint8_t secret[RR_HS_SECRET_LEN];
   for (int i = 0; i < RR_HS_SECRET_LEN; i++) secret[i] = (uint8_t)(0x11 * i + 3);
+  const uint8_t process[RR_HANDLE_PROCESS_LEN] = {0x5e, 0x11, 0x0c, 0x7a, 0x2b, 0x01};
   rr_handle_entry one[1] = {{.addr = v4("10.77.0.1"), .dev = 0, .own_ip = 1}};
-  if (rr_handle_encode(one, 1, 40123, secret, h) != RR_OK) exit(1);
+  if (rr_handle_encode(one, 1, 40123, secret, process, h) != RR_OK) exit(1);
   put("handle", "valid-ipv4-1addr", h, sizeof h);
   /* four RDMA devices set up over one out-of-band address, one TCP device */
   rr_handle_entry five[5] = {{.addr = v6("fd00::1"), .dev = 1}, {.addr = v6("fd00::1"), .dev = 0},
                              {.addr = v6("fd00::1"), .dev = 2}, {.addr = v6("fd00::1"), .dev = 3},
                              {.addr = v6("fd00::4"), .dev = 4, .own_ip = 1}};
-  if (rr_handle_encode(five, 5, 65535, secret, h) != RR_OK) exit(1);
+  if (rr_handle_encode(five, 5, 65535, secret, process, h) != RR_OK) exit(1);
   put("handle", "valid-ipv6-5addrs", h, sizeof h);
   unsigned char bad[RR_NET_HANDLE_SIZE];
   memcpy(bad, h, sizeof bad);

@@ -1002,6 +1002,49 @@ static void test_silent_listener_times_out(void **state) {
   timed_listener_close(ctx, l);
 }
 
+/* A peer process with thousands of connections answers each only in its
+ * turn of accept() calls, which may outlast the timeout; while it answers
+ * any connection of ours, the others to it wait on. Here one listener of
+ * the process is never serviced (its connection gets no CHALLENGE) while
+ * connections to its other listener are made one after another for four
+ * timeouts: the waiting one does not fail (on its own progress alone it
+ * failed after one). Once the process answers nothing, it fails within the
+ * timeout. */
+static void test_peer_process_answers_keep_connection_waiting(void **state) {
+  (void)state;
+  rr_net_ctx *ctx;
+  char served[RR_NET_HANDLE_SIZE], waiting[RR_NET_HANDLE_SIZE];
+  rr_listen_comm *l, *l_waiting;
+  timed_listener_open("300", &ctx, served, &l);
+  assert_int_equal(rr_net_listen(ctx, 0, waiting, &l_waiting), RR_OK);
+  rr_send_comm *w = NULL;
+  int made = 0;
+  uint64_t t0 = rr_now_ns(), last_made = t0;
+  while (rr_now_ns() - t0 < 1200000000ull) {
+    assert_int_equal(rr_net_connect(ctx, 0, waiting, &w), RR_OK);
+    assert_null(w);
+    pair p = {.ctx = ctx, .listen = l};
+    finish_pair(&p, served);
+    assert_int_equal(rr_net_close_send(p.send), RR_OK);
+    assert_int_equal(rr_net_close_recv(p.recv), RR_OK);
+    made++;
+    last_made = rr_now_ns();
+    usleep(20000);
+  }
+  assert_true(made >= 10);
+  rr_status st = RR_OK;
+  while (st == RR_OK && rr_now_ns() - t0 < 5000000000ull) {
+    st = rr_net_connect(ctx, 0, waiting, &w);
+    assert_null(w);
+    usleep(5000);
+  }
+  assert_int_equal(st, RR_ERR_PEER);
+  assert_true(rr_now_ns() - last_made >= 300000000ull);
+  assert_true(rr_now_ns() - last_made < 3000000000ull);
+  rr_net_close_listen(l_waiting);
+  timed_listener_close(ctx, l);
+}
+
 /* The listener's pending sockets, open ones only (its lock is free: the
  * test is the only caller). */
 static int pending_open(const rr_listen_comm *l) {
@@ -1432,6 +1475,7 @@ int main(void) {
       cmocka_unit_test(test_slow_connector_not_refused),
       cmocka_unit_test(test_slow_turns_with_progress_connect),
       cmocka_unit_test(test_silent_listener_times_out),
+      cmocka_unit_test(test_peer_process_answers_keep_connection_waiting),
       cmocka_unit_test(test_unproved_held_while_uncrowded),
       cmocka_unit_test(test_crowded_evicts_idle_longest),
       cmocka_unit_test(test_strangers_at_cap_do_not_stop_honest),

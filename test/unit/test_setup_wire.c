@@ -197,20 +197,22 @@ static void test_handle(void **state) {
                           {.addr = v4(0x0a4d0101u), .dev = 3, .own_ip = 1}};
   uint8_t secret[RR_HS_SECRET_LEN];
   memset(secret, 0xab, sizeof secret);
+  const uint8_t process[RR_HANDLE_PROCESS_LEN] = {9, 8, 7, 6, 5, 4};
   uint8_t h[RR_NET_HANDLE_SIZE];
-  assert_int_equal(rr_handle_encode(e, 2, 4242, secret, h), RR_OK);
+  assert_int_equal(rr_handle_encode(e, 2, 4242, secret, process, h), RR_OK);
   rr_peer_addrs p;
   const char *why;
   assert_int_equal(rr_handle_parse(h, &p, &why), RR_OK);
   assert_int_equal(p.naddrs, 2);
   assert_memory_equal(p.secret, secret, sizeof secret);
+  assert_memory_equal(p.process, process, sizeof process);
   assert_int_equal(ntohs(((struct sockaddr_in *)&p.addrs[1])->sin_port), 4242);
   assert_int_equal(ntohl(((struct sockaddr_in *)&p.addrs[1])->sin_addr.s_addr), 0x0a4d0101u);
   assert_int_equal(p.dev[1], 3);
   assert_int_equal(p.own_ip[1], 1);
   uint8_t bad[RR_NET_HANDLE_SIZE];
-  int offs[] = {0, 3, 4, 5, 6, 7, 7, 127, 106, 107, 110};
-  uint8_t vals[] = {'X', '2', 2, 9, 5, 0, 5, 1, 2, RR_HS_MAX_DEVS, 1};
+  int offs[] = {0, 3, 4, 5, 6, 7, 7, 106, 107, 110};
+  uint8_t vals[] = {'X', '2', 3, 9, 5, 0, 5, 2, RR_HS_MAX_DEVS, 1};
   for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++) {
     memcpy(bad, h, sizeof bad);
     bad[offs[i]] = vals[i];
@@ -221,6 +223,12 @@ static void test_handle(void **state) {
   memcpy(bad, h, sizeof bad);
   bad[40] = bad[41] = 0; /* port 0 */
   assert_int_equal(rr_handle_parse(bad, &p, &why), RR_ERR_INVALID);
+  /* a handle that names no listening process is refused, and none is written */
+  memcpy(bad, h, sizeof bad);
+  memset(bad + 122, 0, RR_HANDLE_PROCESS_LEN);
+  assert_int_equal(rr_handle_parse(bad, &p, &why), RR_ERR_INVALID);
+  const uint8_t none[RR_HANDLE_PROCESS_LEN] = {0};
+  assert_int_equal(rr_handle_encode(e, 2, 4242, secret, none, h), RR_ERR_INVALID);
 }
 
 /* RDMA devices set up out of band: their entries share one address, each
@@ -233,8 +241,9 @@ static void test_handle_out_of_band(void **state) {
     e[i] = (rr_handle_entry){.addr = v4(0xc0a80005u), .dev = (uint8_t)(7 - i), .own_ip = 0};
   e[5] = (rr_handle_entry){.addr = v4(0x0a000001u), .dev = 20, .own_ip = 1};
   uint8_t secret[RR_HS_SECRET_LEN] = {1};
+  const uint8_t process[RR_HANDLE_PROCESS_LEN] = {1};
   uint8_t h[RR_NET_HANDLE_SIZE];
-  assert_int_equal(rr_handle_encode(e, RR_HANDLE_MAX_ADDRS, 5000, secret, h), RR_OK);
+  assert_int_equal(rr_handle_encode(e, RR_HANDLE_MAX_ADDRS, 5000, secret, process, h), RR_OK);
   assert_int_equal(h[7], 2); /* two distinct addresses */
   rr_peer_addrs p;
   const char *why = NULL;
@@ -247,9 +256,9 @@ static void test_handle_out_of_band(void **state) {
   }
   /* five distinct addresses do not fit */
   for (int i = 0; i < 5; i++) e[i].addr = v4(0x0a000010u + (uint32_t)i);
-  assert_int_equal(rr_handle_encode(e, 5, 5000, secret, h), RR_ERR_INVALID);
+  assert_int_equal(rr_handle_encode(e, 5, 5000, secret, process, h), RR_ERR_INVALID);
   /* the version before out-of-band setup is refused with a reason, never misread */
-  assert_int_equal(rr_handle_encode(e, 4, 5000, secret, h), RR_OK);
+  assert_int_equal(rr_handle_encode(e, 4, 5000, secret, process, h), RR_OK);
   h[3] = '2';
   h[4] = 2;
   why = NULL;
