@@ -57,13 +57,15 @@ gray_events() {
       if (!match($0, "\"" k "\":\"?[^,\"]*")) return ""
       v = substr($0, RSTART + length(k) + 3, RLENGTH - length(k) - 3); sub(/^"/, "", v); return v }
     { t = field("time_ns") / 1e9 - a; s = field("state")
-      printf "%s+%.2f %s %s%s", (NR > 1 ? "; " : ""), t, field("kind"), field("nic"), (s == "null" ? "" : " " s) }'
+      printf "%s+%.2f %s %s%s", (NR > 1 ? "; " : ""), t, field("kind"), field("nic"), (s == "null" ? "" : " " s)
+      if (why) { r = field("reason"); if (r != "null") printf " (%s)", r } }' why="${3:-}"
 }
 # gray_run NAME FAULT: traffic with telemetry on host A, FAULT (shape | down) on vethA0 2 s in;
 # sets T_F (when the fault took effect), RAIL0_MBIT, TEL; leaves the fault and the pair running.
 gray_run() {
   local a b
   TEL=$WORK/$1.tel
+  rm -rf "$TEL" "$TEL.B" # a rerun's event logs start empty
   mkdir -p "$TEL"
   # Restore at 25 % rather than 50: a probe is one queue pair's writes, and an emulated NIC's
   # queue pair moves about a quarter of what the rail's two connections moved together
@@ -71,10 +73,11 @@ gray_run() {
   # rate stays far under it.
   PAIR_ENV=(RERAIL_PROGRESS_TIMEOUT=1000 "RERAIL_FAILBACK_HOLD=$GRAY_HOLD_MS" RERAIL_TELEMETRY_INTERVAL=100
     RERAIL_DEGRADED_RESTORE_PCT=25)
-  A_ENV=("RERAIL_TELEMETRY_DIR=$TEL")
+  A_ENV=("RERAIL_TELEMETRY_DIR=$TEL") B_ENV=("RERAIL_TELEMETRY_DIR=$TEL.B")
+  mkdir -p "$TEL.B"
   pair_start "$1" --conns 2 --max-size 4M --duration 20 --timeout 90 --quiet --stall-report \
     --completion-log="$WORK/$1.completions"
-  A_ENV=()
+  A_ENV=() B_ENV=()
   started || return 1
   sleep 1
   a=$(gray_tx vethA0)
@@ -117,7 +120,7 @@ case_slow_rail() {
     fi
   done
   pr1=$(gray_probes "$tel")
-  echo "slow_rail: sender's rail events from the fault: $(gray_events "$tel" "$t_f")"
+  echo "slow_rail: sender's rail events from the fault: $(gray_events "$tel" "$t_f" why)"
   if [ -n "$back" ]; then
     # from half a second after it: a message already posted to vethA1 finishes there (chain mode
     # never moves a posted message); the second right after the fail-back read 0.83 in one
@@ -131,6 +134,9 @@ case_slow_rail() {
   fi
   pair_wait 90
   [ "$CRC" -eq 0 ] && [ "$SRC" -eq 0 ] || why+="shaped run: client exit $CRC, server exit $SRC; "
+  # where a stall comes from: the receiver's side of the same seconds, and the harness's longest gaps
+  echo "slow_rail: receiver's rail events from the fault: $(gray_events "$tel.B" "$t_f" why)"
+  grep -h -A1 "stall report" "$dir"/*.log 2>/dev/null | sed 's/^/slow_rail: /'
   rate=$(gray_clog_rate "$WORK/slow_rail.completions" "$(calc "$t_f + 3")" "$(calc "$t_f + 5")")
 
   if ! gray_run slow_rail.control down; then
