@@ -63,8 +63,8 @@ rr_status engine_violation(rr_engine *e, int rail, engine_violation_kind kind, c
   return RR_ERR_PROTOCOL;
 }
 
-int engine_rail_fence_cheap(const rr_engine *e, int r) {
-  return (e->rails[r].ep->dev->attr.caps & RR_RAIL_CAP_FENCE_KEEPS_EP) != 0;
+int engine_rail_invalidate_cheap(const rr_engine *e, int r) {
+  return (e->rails[r].ep->dev->attr.caps & RR_RAIL_CAP_INVALIDATE_KEEPS_EP) != 0;
 }
 
 rr_status engine_sreq_grow(rr_engine *e) {
@@ -156,12 +156,12 @@ rr_status rr_engine_add_rail_later(rr_engine *e, rr_rail_ep *ep, int weight, con
   rr_status st = rr_engine_add_rail(e, ep, weight, ifname, peer_addr);
   if (st != RR_OK) return st;
   engine_rail *rl = &e->rails[e->nrails - 1];
-  /* DEAD: the engine neither posts to nor polls its endpoint, never fences
+  /* DEAD: the engine neither posts to nor polls its endpoint, never invalidates
    * it, and reopens it (sender) or takes a reopened one (receiver) like any
    * broken rail's. It never lived: no life to count in any grace. */
   rl->state = RR_RAIL_DEAD;
   rl->cause = RR_ERR_PEER; /* neutral in "did the peer close every rail?": see engine.h */
-  rl->fenced = 1;
+  rl->invalidated = 1;
   rl->last_alive_ns = 0;
   snprintf(rl->why, sizeof rl->why, "not connected at setup: %.38s", why ? why : "unreachable");
   /* Dashboards and the health table see the rail down from the start. */

@@ -15,11 +15,11 @@
  * replayed, the receiver is told it holds it (docs/protocol.md, invariant 8).
  *
  * Failover (engine_rails.c, engine_recv.c, engine_send.c): a connection holds
- * a primary rail and warm backups. When a rail dies, the receiver fences it,
+ * a primary rail and warm backups. When a rail dies, the receiver invalidates it,
  * moves to a new epoch, and tells the sender, per outstanding receive, the
  * chunks it holds; the sender replays the rest on the rails still up. The
  * receiver places every write itself and drops every write of an older epoch;
- * rails whose fence would be destructive (verbs) are drained instead, and no
+ * rails whose invalidation would be destructive (verbs) are drained instead, and no
  * receive completes before they are, so nothing from before the switch can
  * land after it. See docs/protocol.md and docs/failover.md. */
 #ifndef RERAIL_ENGINE_H
@@ -70,7 +70,7 @@ typedef struct rr_engine_config {
    * again and again while it returns RR_AGAIN; RR_OK hands over the new
    * endpoint (events already pointing at this engine); a failure ends this
    * attempt. A rail that failed keeps stale state in its old transport
-   * (TCP's retransmission backoff, bytes of fenced epochs): a fresh one
+   * (TCP's retransmission backoff, bytes of invalidated epochs): a fresh one
    * heals at once. NULL when the owner cannot reconnect. */
   rr_status (*reconnect)(void *arg, int rail, rr_rail_ep **ep);
   void *reconnect_arg;

@@ -43,8 +43,8 @@
  * degraded_pct of that level for degraded_ns is degraded; each connection
  * with traffic elsewhere then demotes its rail on it (DEGRADED, through
  * engine_rail_set_state: the same rollback as a failure, so nothing is lost
- * or duplicated; a rail whose fence would reset its endpoint, verbs, is
- * drained instead of fenced, so it stays connected).
+ * or duplicated; a rail whose invalidation would reset its endpoint, verbs, is
+ * drained instead of invalidated, so it stays connected).
  *
  * A demoted rail carries no NCCL data. It is probed with filler writes that
  * never reach the peer's engine as data (RR_WRITE_PROBE, rails with
@@ -458,7 +458,7 @@ int engine_gray_demote_silent(rr_engine *e, int r, uint64_t now) {
 
 int engine_gray_needs_reopen(const rr_engine *e, int r) {
   const engine_rail *rl = &e->rails[r];
-  return rl->state == RR_RAIL_DEGRADED && rl->g_demoted && rl->fenced && !engine_rail_fence_cheap(e, r);
+  return rl->state == RR_RAIL_DEGRADED && rl->g_demoted && rl->invalidated && !engine_rail_invalidate_cheap(e, r);
 }
 
 /* What a probe of l must deliver to count as healthy: its share of what
@@ -525,7 +525,7 @@ static void probe_post(rr_engine *e, engine_rail *rl, uint64_t bytes, uint64_t n
   uint64_t sent = 0;
   while (sent < bytes) {
     rr_write_wr wr = {.wr_id = ENGINE_PROBE_WR_ID, .local = probe_fill, .len = RR_GRAY_PROBE_WRITE,
-                      .fence = (uint16_t)e->epoch, .post_ns = now, .flags = RR_WRITE_PROBE};
+                      .epoch_tag = (uint16_t)e->epoch, .post_ns = now, .flags = RR_WRITE_PROBE};
     if (rl->ep->ops->post_write(rl->ep, &wr) != RR_OK) break;
     sent += RR_GRAY_PROBE_WRITE;
   }
@@ -592,14 +592,14 @@ static void probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
     rl->probe_done_ns = now;
     if (l->probe_owner == e) l->probe_owner = NULL;
     /* A probe that did not complete leaves its writes on the rail. Where a
-     * fence resets the endpoint (verbs), the rail is reopened instead of
+     * invalidate resets the endpoint (verbs), the rail is reopened instead of
      * waiting for them: the next probe measures a fresh queue pair, not
      * one that spent the slow spell retransmitting into a full queue (in
      * the Soft-RoCE lab, such a queue pair's probes kept timing out for
      * seconds after the rate limit went; docs/failover.md). */
-    if (!done && !engine_rail_fence_cheap(e, r)) {
-      rl->ep->ops->fence(rl->ep);
-      rl->fenced = 1;
+    if (!done && !engine_rail_invalidate_cheap(e, r)) {
+      rl->ep->ops->invalidate(rl->ep);
+      rl->invalidated = 1;
     }
   } else if (now - rl->probe_done_ns >= RR_GRAY_PROBE_GAP_NS && now - l->probe_done_ns >= RR_GRAY_PROBE_GAP_NS &&
              (!l->probe_owner || now - l->probe_since > 2 * probe_timeout_ns(l)) &&
@@ -672,7 +672,7 @@ void engine_gray_on_state(rr_engine *e, int r, rr_rail_state old, rr_rail_state 
       gray_links[i].settle_until = now + RR_GRAY_SETTLE_NS;
   /* A demotion or restore is the verdict at work (the link's other
    * connections follow it), and so is the end of a demoted rail's endpoint
-   * (DEGRADED to DEAD: a verbs rail's fence, or its endpoint breaking),
+   * (DEGRADED to DEAD: a verbs rail's invalidation, or its endpoint breaking),
    * which is reopened and comes back demoted. Anything else on the link is
    * a hard event after which the link is judged afresh. Forgetting the
    * verdict at that DEAD, 20 ms after the demotion, left the link's other

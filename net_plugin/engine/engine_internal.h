@@ -47,12 +47,12 @@ typedef struct engine_rail {
   int fresh;                /* reconnected and not yet seen alive */
   int heard;                /* the peer showed life on it since it was made */
   int need_drain;           /* receiver: writes of an older epoch may still land on it */
-  int fenced;               /* its current endpoint was fenced (nothing more lands through it) */
+  int invalidated;          /* its current endpoint was invalidated (nothing more lands through it) */
   uint32_t drain_posted;    /* sender: the epoch of the last drain barrier posted on it */
   /* Sender: writes posted on its current endpoint whose completion has not
-   * come, of this epoch and of older ones. A fence or a new endpoint ends
+   * come, of this epoch and of older ones. An invalidation or a new endpoint ends
    * them all (nothing reads their source after). An old one may sit in a
-   * verbs QP whose peer end was fenced, not drained: see ack_completes(). */
+   * verbs QP whose peer end was invalidated, not drained: see ack_completes(). */
   uint32_t writes_cur, writes_old;
   uint64_t swapped_ns;      /* when its current endpoint was installed (0: at connect) */
   char ifname[16];          /* local NIC */
@@ -80,7 +80,7 @@ typedef struct engine_rail {
   int probe_path_ok;        /* they could be read */
   /* Demoted, and held so across reopens of its endpoint until probes
    * restore it (or its NIC's link goes down: then it is judged afresh). A
-   * rail whose fence resets the endpoint (verbs) is fenced when demoted, so
+   * rail whose invalidation resets the endpoint (verbs) is invalidated when demoted, so
    * nothing it queued of the old epoch lands later, and reopened: the fresh
    * endpoint comes back DEGRADED, not ACTIVE, and is probed. Both ends keep
    * it (the sender's notices name it degraded meanwhile). */
@@ -190,7 +190,7 @@ typedef struct rr_engine_stats {
   uint64_t placed_sends, claims_taken;
   uint64_t bad_transitions; /* rollback phase changes not in engine_phase.c's tables (a bug) */
   /* Sender: acked sends held back from NCCL while an older epoch's write
-   * was still outstanding on an endpoint we had not fenced (invariant 8). */
+   * was still outstanding on an endpoint we had not invalidated (invariant 8). */
   uint64_t acks_held;
 } rr_engine_stats;
 
@@ -396,9 +396,9 @@ rr_status engine_violation(rr_engine *e, int rail, engine_violation_kind kind, c
  * goes DEAD. engine_post_msg_on posts on one given endpoint. */
 rr_status engine_post_msg(rr_engine *e, const engine_msg *m);
 rr_status engine_post_msg_on(rr_rail_ep *ep, const engine_msg *m);
-/* Rails fenced at a rollback: every rail whose fence is cheap and keeps the
- * endpoint (RR_RAIL_CAP_FENCE_KEEPS_EP), besides the failed one. */
-int engine_rail_fence_cheap(const rr_engine *e, int r);
+/* Rails invalidated at a rollback: every rail whose invalidation is cheap and keeps the
+ * endpoint (RR_RAIL_CAP_INVALIDATE_KEEPS_EP), besides the failed one. */
+int engine_rail_invalidate_cheap(const rr_engine *e, int r);
 
 /* engine_gray.c: gray failures (slow or lossy rails that stay up) */
 /* Sender, once per tick per rail: measure, demote, probe, restore. */
@@ -419,7 +419,7 @@ void engine_notice_where(rr_engine *e, const engine_msg *m);
  * so it is probed back rather than reopened into traffic and failed again,
  * over and over. Returns 1 when it was demoted. */
 int engine_gray_demote_silent(rr_engine *e, int r, uint64_t now);
-/* Sender: rail r is demoted and its endpoint was fenced for good (verbs):
+/* Sender: rail r is demoted and its endpoint was invalidated for good (verbs):
  * it needs a fresh one (reopened like a failed rail, it comes back demoted). */
 int engine_gray_needs_reopen(const rr_engine *e, int r);
 /* Receiver: the sender's notice demotes and restores rails. */

@@ -203,13 +203,13 @@ void engine_rail_set_state_seen(rr_engine *e, int r, rr_rail_state st, const cha
     rl->last_failure_ns = now;
   }
   /* A rail that carried traffic and fails, or whose endpoint broke, is
-   * fenced: nothing it carried lands after this, so it owes no drain, and
+   * invalidated: nothing it carried lands after this, so it owes no drain, and
    * receives that waited only for that drain may complete. (One on
    * probation here may still carry chunks the peer sent on it: it is not
    * cut off without the rollback that only a failure from ACTIVE starts.) */
   if (((st == RR_RAIL_DOWN || st == RR_RAIL_DEGRADED) && old == RR_RAIL_ACTIVE) || st == RR_RAIL_DEAD) {
-    if (!rl->fenced) rl->ep->ops->fence(rl->ep), rl->fenced = 1;
-    rl->writes_cur = rl->writes_old = 0; /* a fenced endpoint reads no source again */
+    if (!rl->invalidated) rl->ep->ops->invalidate(rl->ep), rl->invalidated = 1;
+    rl->writes_cur = rl->writes_old = 0; /* an invalidated endpoint reads no source again */
     if (rl->need_drain) {
       rl->need_drain = 0;
       if (e->cfg.role == RR_ENGINE_RECV) engine_recv_check_landed(e);
@@ -262,7 +262,7 @@ void engine_rail_swap(rr_engine *e, int r, rr_rail_ep *ep) {
   /* A fresh endpoint carries nothing of an older epoch. */
   int owed = rl->need_drain;
   rl->need_drain = 0;
-  rl->fenced = 0;
+  rl->invalidated = 0;
   rl->drain_posted = e->epoch;
   rl->writes_cur = rl->writes_old = 0; /* the old endpoint is destroyed */
   rl->cause = RR_OK;

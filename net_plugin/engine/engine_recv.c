@@ -50,7 +50,7 @@ static int seen_test(const rr_recv_sub *s, uint32_t k) { return (s->seen[k / 64]
 static void seen_set(rr_recv_sub *s, uint32_t k) { s->seen[k / 64] |= 1ull << (k % 64); }
 
 /* No receive completes while a rail may still land a write of an older
- * epoch: the rails whose fence would destroy them are drained instead. */
+ * epoch: the rails whose invalidation would destroy them are drained instead. */
 static int rails_drained(const rr_engine *e) {
   for (int i = 0; i < e->nrails; i++)
     if (e->rails[i].need_drain) return 0;
@@ -90,7 +90,7 @@ static void complete_landed(rr_engine *e) {
  * through any number of failovers. */
 static int write_of_this_epoch(const rr_engine *e, int rail, const rr_write_hdr *h) {
   int tagged = (e->rails[rail].ep->dev->attr.caps & RR_RAIL_CAP_EPOCH_TAG) != 0;
-  return imm_epoch(h->imm) == (e->epoch & 0xf) && (!tagged || h->fence == (uint16_t)e->epoch);
+  return imm_epoch(h->imm) == (e->epoch & 0xf) && (!tagged || h->epoch_tag == (uint16_t)e->epoch);
 }
 
 /* Which chunks h carries (a group: imm_group), and whether they may land:
@@ -261,7 +261,7 @@ static rr_status eager_begin(rr_engine *e, int rail, rr_write_hdr *h, void **dst
     if (r->cts.e[sub].flags & ENGINE_CTS_NO_CPU) return RR_OK; /* sink it: GPU memory (land_early says why) */
     if (h->len > r->sub[sub].posted_size) return eager_misfit(e, r, sub, tag, h->len);
     *h = (rr_write_hdr){.imm = imm_encode(e->epoch, slot, (uint32_t)sub, 1, 0, 0), .len = h->len,
-                        .rkey = r->cts.e[sub].rkey[rail], .raddr = r->cts.e[sub].addr, .fence = h->fence};
+                        .rkey = r->cts.e[sub].rkey[rail], .raddr = r->cts.e[sub].addr, .epoch_tag = h->epoch_tag};
     return engine_recv_write_begin(e, rail, h, dst);
   }
   if (seq - e->recv_seq >= RR_NET_MAX_REQUESTS)
@@ -486,10 +486,10 @@ rr_status engine_recv_outbox(rr_engine *e) {
 
 /* A rail died under us: move to a new epoch, cut off what is in flight, and
  * tell the sender what we hold so it replays the rest on the rails still up.
- * Rails whose fence is cheap (TCP: an incoming write in progress is sunk)
- * are fenced; the others (verbs: a fence resets the QP) must deliver the
+ * Rails whose invalidation is cheap (TCP: an incoming write in progress is sunk)
+ * are invalidated; the others (verbs: an invalidation resets the QP) must deliver the
  * sender's drain barrier of the new epoch before any receive completes. The
- * failed rail itself was fenced by the state change. */
+ * failed rail itself was invalidated by the state change. */
 void engine_recv_rollback(rr_engine *e, rr_recv_cause cause) {
   e->epoch++;
   e->stats.rollbacks++;
@@ -498,14 +498,14 @@ void engine_recv_rollback(rr_engine *e, rr_recv_cause cause) {
     engine_rail *rl = &e->rails[i];
     rl->need_drain = 0;
     if (rl->state == RR_RAIL_DEAD) continue;
-    if (engine_rail_fence_cheap(e, i)) rl->ep->ops->fence(rl->ep);
+    if (engine_rail_invalidate_cheap(e, i)) rl->ep->ops->invalidate(rl->ep);
     else if (rl->state == RR_RAIL_ACTIVE || rl->state == RR_RAIL_RECOVERING) rl->need_drain = 1;
-    else if (!rl->fenced) {
+    else if (!rl->invalidated) {
       /* A fresh endpoint we still hold DOWN: the sender may already have
        * seen it alive and posted on it. It carries nothing for us yet, so
        * it is cut off rather than waited for (the sender reopens it). */
-      rl->ep->ops->fence(rl->ep);
-      rl->fenced = 1;
+      rl->ep->ops->invalidate(rl->ep);
+      rl->invalidated = 1;
       rl->fresh = 0; /* it comes back only as another fresh endpoint */
     }
   }

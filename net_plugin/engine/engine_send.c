@@ -18,7 +18,7 @@
  * ignored: a send must count as placed only the writes of the round it
  * completes on. A write carries a group of chunks: its completion counts
  * them all. (16 bits of epoch: a completion cannot trail 65,536 rollbacks,
- * as each one fences or drains the rails it went on.) */
+ * as each one invalidates or drains the rails it went on.) */
 static uint64_t wr_id_make(uint32_t idx, uint16_t gen, uint32_t nchunks, uint32_t epoch) {
   return idx | (uint64_t)gen << 16 | (uint64_t)(nchunks & 0xffff) << 32 | (uint64_t)(epoch & 0xffff) << 48;
 }
@@ -45,12 +45,12 @@ static void rewind_to(rr_send_req *r, uint32_t from) {
 
 /* An ack completes r towards NCCL, unless r is ack-only and a write of an
  * older epoch may still read its buffer. The ack follows the drains of the
- * rails the receiver holds live; a rail it holds down it fenced at its own
+ * rails the receiver holds live; a rail it holds down it invalidated at its own
  * end instead, which empties nothing here: a fresh endpoint it cut off at
  * its rollback may be up at our end (we keep a rail reopened within δ
  * although the receiver names it down), and our QP then holds the old
  * write, reading the buffer again at each retry, until it errors out or we
- * fence it. So r waits until no endpoint we did not fence has such a write
+ * invalidate it. So r waits until no endpoint we did not invalidate has such a write
  * outstanding (invariant 8; the count is per rail, not per send: old writes
  * exist only after a rollback, and the rails it drained complete theirs). */
 static int ack_completes(rr_engine *e, rr_send_req *r) {
@@ -161,7 +161,7 @@ static uint32_t group_chunks(rr_engine *e, rr_send_req *r, int ri) {
 
 /* After a rollback every rail carries a drain barrier of the new epoch
  * behind whatever it still had of the old one: the receiver completes
- * nothing while a rail whose fence is destructive may land an old write. */
+ * nothing while a rail whose invalidation is destructive may land an old write. */
 static void post_drains(rr_engine *e) {
   for (int i = 0; i < e->nrails; i++) {
     engine_rail *rl = &e->rails[i];
@@ -282,7 +282,7 @@ static rr_status send_post_pass(rr_engine *e, uint64_t now) {
           .remote_addr = r->raddr + off,
           .rkey = r->rkey[ri],
           .imm = imm,
-          .fence = (uint16_t)e->epoch,
+          .epoch_tag = (uint16_t)e->epoch,
           .post_ns = now,
           .bulk = bulk,
       };
@@ -292,7 +292,7 @@ static rr_status send_post_pass(rr_engine *e, uint64_t now) {
         /* One chunk (at most the bounce size) naming its receive and what
          * the choice of it assumed, instead of a buffer. */
         rr_eager_wr ew = {.wr_id = wr.wr_id, .local = wr.local, .len = wr.len, .local_mr = wr.local_mr,
-                          .imm = imm_encode(e->epoch, r->seq % RR_NET_MAX_REQUESTS, 0, 1, 0, 0), .fence = wr.fence,
+                          .imm = imm_encode(e->epoch, r->seq % RR_NET_MAX_REQUESTS, 0, 1, 0, 0), .epoch_tag = wr.epoch_tag,
                           .post_ns = now, .name = {.seq = r->seq, .known = r->known, .tag = (int32_t)r->tag}};
         if (forged) ew.imm |= IMM_MAX_CHUNKS - 1;
         st = ep->ops->post_eager(ep, &ew);
@@ -349,7 +349,7 @@ rr_status engine_send_on_write_done(rr_engine *e, int rail, uint64_t wr_id, int 
   if (idx >= e->sreq_cap || rail < 0 || rail >= e->nrails) return RR_ERR_INTERNAL;
   /* Whatever it belonged to, this write reads its source no more. */
   uint32_t *out = epoch == (uint16_t)e->epoch ? &e->rails[rail].writes_cur : &e->rails[rail].writes_old;
-  if (*out) (*out)--; /* 0: it was fenced off (counts end there), then completed anyway */
+  if (*out) (*out)--; /* 0: it was invalidated (counts end there), then completed anyway */
   rr_send_req *r = engine_sreq(e, idx);
   /* An older epoch's write, or an earlier round's: its chunks are replayed. */
   if (epoch != (uint16_t)e->epoch || !r->in_use || gen != r->gen) return RR_OK;
@@ -378,7 +378,7 @@ void engine_send_rail_lost(rr_engine *e, engine_rail_seen seen) {
 /* The receiver moved to epoch `epoch`: everything posted is of the old one
  * and is replayed as the announcement says (from each named receive's
  * prefix; a send it does not name completed if its receive was posted
- * before the rollback began, else it starts over). Rails whose fence is
+ * before the rollback began, else it starts over). Rails whose invalidation is
  * cheap drop what they still queue of the old epoch; the others carry a
  * drain barrier behind it. */
 static void adopt_epoch(rr_engine *e, uint32_t epoch) {
@@ -389,8 +389,8 @@ static void adopt_epoch(rr_engine *e, uint32_t epoch) {
     engine_rail *rl = &e->rails[i];
     rl->writes_old += rl->writes_cur;
     rl->writes_cur = 0;
-    if (rl->state != RR_RAIL_DEAD && engine_rail_fence_cheap(e, i)) rl->ep->ops->fence(rl->ep), rl->writes_old = 0;
-    rl->g_prev_ns = 0; /* the fence emptied its queue: that is no delivery */
+    if (rl->state != RR_RAIL_DEAD && engine_rail_invalidate_cheap(e, i)) rl->ep->ops->invalidate(rl->ep), rl->writes_old = 0;
+    rl->g_prev_ns = 0; /* the invalidation emptied its queue: that is no delivery */
     rl->g_lat_t0 = 0;  /* nor a request's latency */
   }
   /* A placed send keeps its place: its bytes are in the receiver's memory

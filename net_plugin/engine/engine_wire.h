@@ -159,8 +159,8 @@ _Static_assert(ENGINE_MSG_MAX <= 512, "every control message fits a rail control
  * "Ack now" is set when the sender holds NCCL's buffer until the ack (it did
  * not copy the message into a bounce buffer): the receiver then sends the ack
  * at once instead of letting it ride with its next control message.
- * The epoch fences replays: the receiver drops writes of any other epoch. A
- * write cannot be 16 epochs old: at each rollback the rails are fenced or
+ * The epoch invalidates replays: the receiver drops writes of any other epoch. A
+ * write cannot be 16 epochs old: at each rollback the rails are invalidated or
  * drained before a receive completes. */
 #define IMM_CHUNK_BITS 17
 #define IMM_MAX_CHUNKS (1u << IMM_CHUNK_BITS)

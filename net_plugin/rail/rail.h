@@ -58,10 +58,10 @@ typedef struct rr_rail_ops rr_rail_ops;
  *   WRITE_BEGIN         on_write_begin: the engine chooses where each write lands, and sees
  *                       the key and address the writer named -> engine_recv.c check_write (the
  *                       key and address checks).
- *   FENCE_KEEPS_EP      fence() discards what is in flight and the endpoint carries on ->
- *                       engine_rail_fence_cheap: the rollback (engine_recv.c, engine_send.c)
+ *   INVALIDATE_KEEPS_EP invalidate() discards what is in flight and the endpoint carries on ->
+ *                       engine_rail_invalidate_cheap: the rollback (engine_recv.c, engine_send.c)
  *                       and gray demotion (engine_gray.c).
- *   EPOCH_TAG           rr_write_wr.fence reaches the peer as rr_write_hdr.fence ->
+ *   EPOCH_TAG           rr_write_wr.epoch_tag reaches the peer as rr_write_hdr.epoch_tag ->
  *                       engine_recv.c write_of_this_epoch (a write of another epoch is sunk).
  *   EAGER               post_eager: a write naming a receive (seq, tag), placed by the
  *                       receiver -> engine_send.c (eager_allowed, and the rail a write goes
@@ -74,8 +74,8 @@ typedef struct rr_rail_ops rr_rail_ops;
  *   ADAPTIVE_ROUTING    writes above a threshold go split (rr_write_wr.bulk) -> engine_send.c.
  *   PROBE_WRITE         post_write carries RR_WRITE_PROBE -> engine_gray.c.
  *
- * Some come together: FENCE_KEEPS_EP needs WRITE_BEGIN and EPOCH_TAG (a
- * write of a fenced epoch still on the wire reaches on_write_begin, where its
+ * Some come together: INVALIDATE_KEEPS_EP needs WRITE_BEGIN and EPOCH_TAG (a
+ * write of an invalidated epoch still on the wire reaches on_write_begin, where its
  * tag gets it sunk), and EAGER needs WRITE_BEGIN (the receiver places it). */
 enum rr_rail_cap {
   RR_RAIL_CAP_EP_ORDERED = 1u << 0,    /* what arrives on one endpoint (writes, control messages,
@@ -88,18 +88,18 @@ enum rr_rail_cap {
                                         * .raddr). Without it the NIC places writes itself, in
                                         * memory registered on it, and the engine checks them
                                         * after they landed (on_write_recv) */
-  RR_RAIL_CAP_FENCE_KEEPS_EP = 1u << 2, /* fence() discards what is in flight and leaves the
+  RR_RAIL_CAP_INVALIDATE_KEEPS_EP = 1u << 2, /* invalidate() discards what is in flight and leaves the
                                         * endpoint working (TCP: queued frames dropped, the
-                                        * incoming write sunk), so a rollback fences such a rail
+                                        * incoming write sunk), so a rollback invalidates such a rail
                                         * instead of waiting for a drain on it. Without it
-                                        * fence() breaks the endpoint for good (verbs: the QP
+                                        * invalidate() breaks the endpoint for good (verbs: the QP
                                         * goes to the error state) and the engine drains it */
-  RR_RAIL_CAP_EPOCH_TAG = 1u << 3,     /* rr_write_wr.fence (the low 16 bits of the writer's
-                                        * epoch) reaches the receiver as rr_write_hdr.fence, so
+  RR_RAIL_CAP_EPOCH_TAG = 1u << 3,     /* rr_write_wr.epoch_tag (the low 16 bits of the writer's
+                                        * epoch) reaches the receiver as rr_write_hdr.epoch_tag, so
                                         * a write that waited in a failed rail's buffers
                                         * through many rollbacks is still known to be old.
                                         * Without it only the immediate's 4 bits say the epoch
-                                        * (rr_write_hdr.fence is 0) */
+                                        * (rr_write_hdr.epoch_tag is 0) */
   RR_RAIL_CAP_EAGER = 1u << 4,         /* post_eager is present: a write that names the
                                         * receive it is for (rr_eager_wr) instead of a buffer,
                                         * which the receiver's engine places (on_write_begin
@@ -228,7 +228,7 @@ typedef struct rr_write_wr {
   /* Delivered to on_write_begin by rails that carry it (TCP): the low bits
    * of the writer's epoch, so a frame that sat in the kernel buffer of a
    * failed rail through many failovers is still recognised as old. */
-  uint16_t fence;
+  uint16_t epoch_tag;
   /* rr_now_ns() when the engine posted it: rails that record telemetry use
    * it as the request's start (the engine reads the clock once per batch). */
   uint64_t post_ns;
@@ -262,7 +262,7 @@ typedef struct rr_eager_wr {
   size_t len;                          /* may be 0 */
   const rr_rail_mr *local_mr;          /* NULL for memory the rail itself owns (a bounce copy) */
   uint32_t imm;
-  uint16_t fence;                      /* as rr_write_wr.fence */
+  uint16_t epoch_tag;                      /* as rr_write_wr.epoch_tag */
   uint64_t post_ns;
   rr_eager_name name;
 } rr_eager_wr;
@@ -273,7 +273,7 @@ typedef struct rr_eager_wr {
 /* A probe write carries filler to measure a demoted rail's rate without
  * putting NCCL's data on it. Only rails with RR_RAIL_CAP_PROBE_WRITE carry
  * it; len bytes cross the path, and of the rest only wr_id, post_ns and
- * fence count: a rail that sees writes before they land hands it to
+ * epoch tag: a rail that sees writes before they land hands it to
  * on_write_begin, where the receiver discards it (*dst NULL); one whose NIC
  * places writes itself writes it from and into scratch memory of its own
  * (local, remote_addr and rkey are ignored) with no immediate, so the peer's
@@ -289,7 +289,7 @@ typedef struct rr_write_hdr {
   uint32_t rkey;                       /* the key the writer used (WRITE_BEGIN rails; verbs: 0) */
   uint64_t raddr;                      /* the address the writer named (WRITE_BEGIN rails; verbs: 0,
                                         * the NIC placed it and the immediate says where) */
-  uint16_t fence;                      /* rails without RR_RAIL_CAP_EPOCH_TAG: 0 */
+  uint16_t epoch_tag;                      /* rails without RR_RAIL_CAP_EPOCH_TAG: 0 */
   uint8_t flags;                       /* RR_WRITE_PROBE as the writer posted it, RR_WRITE_EAGER */
   rr_eager_name eager;                 /* RR_WRITE_EAGER: what post_eager named; else 0 */
 } rr_write_hdr;
@@ -309,7 +309,7 @@ typedef struct rr_rail_events {
   rr_status (*on_write_done)(rr_rail_ep *ep, uint64_t wr_id);
   /* RR_RAIL_CAP_WRITE_BEGIN rails: a write is about to land. The engine sets
    * *dst to where its h->len bytes go, or to NULL to have the rail read and
-   * discard them (a write of a fenced epoch). RR_ERR_PROTOCOL: the write is
+   * discard them (a write of an invalidated epoch). RR_ERR_PROTOCOL: the write is
    * not one the engine asked for (unknown slot or key, outside the posted
    * receive, a duplicate): nothing is written and the rail fails. An eager
    * write (RR_WRITE_EAGER) comes back resolved: the engine rewrites *h into
@@ -427,7 +427,7 @@ struct rr_rail_ops {
   rr_status (*post_write)(rr_rail_ep *ep, const rr_write_wr *wr);
   /* RR_RAIL_CAP_EAGER only (else NULL): queue an eager write (rr_eager_wr).
    * It is a write in every other respect: on_write_done reports it, a drain
-   * posted after it covers it, fence drops it. RR_AGAIN and failures as
+   * posted after it covers it, invalidate drops it. RR_AGAIN and failures as
    * post_write's. */
   rr_status (*post_eager)(rr_rail_ep *ep, const rr_eager_wr *wr);
   /* Optional (NULL: post_write hands each write over at once, as TCP's
@@ -436,7 +436,7 @@ struct rr_rail_ops {
    * ibv_post_send per QP, one doorbell). The engine calls it once per
    * posting pass, after its last post_write. A rail with it still never
    * leaves a write queued on its own account: post_ctrl and post_drain
-   * hand over what is queued ahead of them (posting order holds), fence
+   * hand over what is queued ahead of them (posting order holds), invalidate
    * drops it with the rest, a queue that reaches the rail's cap is handed
    * over at once, and progress() hands over the rest; it only lets a pass's
    * writes share a submission. An op and not
@@ -457,14 +457,14 @@ struct rr_rail_ops {
    * closed it; RR_ERR_PROTOCOL: it carried garbage; RR_ERR_RAIL: the path
    * failed); the engine never uses a broken endpoint again. */
   rr_status (*progress)(rr_rail_ep *ep);
-  /* Fence: drop every queued item not yet started and discard the rest of
-   * any incoming write not yet landed. After fence() returns, nothing lands
+  /* Invalidate: drop every queued item not yet started and discard the rest of
+   * any incoming write not yet landed. After invalidate() returns, nothing lands
    * in this side's registered memory any more (verbs: the QP goes to the
-   * error state; it is reopened, never reused). Each side's fence guards
-   * what lands on that side: a sender's fence does not stop a write the
+   * error state; it is reopened, never reused). Each side's invalidation guards
+   * what lands on that side: a sender's invalidation does not stop a write the
    * receiver already began to place (TCP gave it a destination; an RC NIC
-   * places what reached it) — the receiver's own fence does. */
-  void (*fence)(rr_rail_ep *ep);
+   * places what reached it) — the receiver's own invalidation does. */
+  void (*invalidate)(rr_rail_ep *ep);
   /* Bytes queued for transmission and not yet handed to the wire. */
   size_t (*backlog)(rr_rail_ep *ep);
   /* 1 when everything posted on this endpoint has reached the peer's side,

@@ -58,7 +58,7 @@ static rr_status on_write_done(rr_rail_ep *ep, uint64_t wr_id) {
 /* The epoch tag a write must arrive with: its own on a rail that carries
  * tags (RR_RAIL_CAP_EPOCH_TAG), 0 on one that does not. */
 static int tag_ok(const rr_rail_ep *ep, const rr_write_hdr *h, const rc_write *w) {
-  return h->fence == ((ep->dev->attr.caps & RR_RAIL_CAP_EPOCH_TAG) ? w->fence : 0);
+  return h->epoch_tag == ((ep->dev->attr.caps & RR_RAIL_CAP_EPOCH_TAG) ? w->epoch_tag : 0);
 }
 
 static int same_name(const rr_eager_name *x, const rr_eager_name *y) {
@@ -82,7 +82,7 @@ static rr_status eager_begin(rr_rail_ep *ep, rc_side *s, rr_write_hdr *h, void *
   }
   if (w->resolve)
     *h = (rr_write_hdr){.imm = h->imm, .len = h->len, .rkey = s->mr->rkey, .raddr = (uint64_t)(uintptr_t)w->dst,
-                        .fence = h->fence};
+                        .epoch_tag = h->epoch_tag};
   *dst = w->dst;
   return RR_OK;
 }
@@ -107,7 +107,7 @@ static rr_status on_write_begin(rr_rail_ep *ep, rr_write_hdr *h, void **dst) {
     s->refused = 1;
     return RR_ERR_PROTOCOL;
   }
-  if ((h->imm & RC_IMM_SINK) || (s->sink_fence_tag >= 0 && h->fence == (uint16_t)s->sink_fence_tag)) {
+  if ((h->imm & RC_IMM_SINK) || (s->sink_epoch_tag >= 0 && h->epoch_tag == (uint16_t)s->sink_epoch_tag)) {
     *dst = NULL;
     return RR_OK;
   }
@@ -174,7 +174,7 @@ static rr_status on_drain(rr_rail_ep *ep, uint32_t epoch) {
   s->last_drain = epoch;
   log_event(s, RC_EV_DRAIN, epoch);
   /* Every write posted before the barrier has landed (none was sunk or
-   * fenced in the cases that drain). */
+   * invalidated in the cases that drain). */
   int upto = epoch < RC_MAX_EPOCHS ? wr->posted_at_drain[epoch] : 0;
   for (int i = 0; i < upto; i++)
     if (wr->w[i].len && memcmp(wr->w[i].dst, wr->w[i].src, wr->w[i].len) != 0) {
@@ -231,17 +231,17 @@ void rc_pump_rounds(rc_env *env, int rounds) {
  * waiting out RR_AGAIN. Returns its index (its wr_id and the low bits of its
  * immediate). */
 int rc_post_write_split(rc_env *env, size_t src_off, size_t dst_off, uint32_t len, uint32_t bulk,
-                        uint32_t imm_flags, uint16_t fence) {
+                        uint32_t imm_flags, uint16_t epoch_tag) {
   rc_side *a = &env->side[0], *b = &env->side[1];
   assert_true(a->nposted < RC_MAX_WRITES);
   assert_true(src_off + len <= RC_BUF_BYTES && dst_off + len <= RC_BUF_BYTES);
   int i = a->nposted;
   rc_write *w = &a->w[i];
   *w = (rc_write){.src = a->buf + src_off, .dst = b->buf + dst_off, .len = len, .bulk = bulk,
-                  .imm = (uint32_t)i | imm_flags, .fence = fence};
+                  .imm = (uint32_t)i | imm_flags, .epoch_tag = epoch_tag};
   a->nposted++; /* before posting: a rail may deliver inside post_write */
   rr_write_wr wr = {.wr_id = (uint64_t)i, .local = w->src, .len = len, .local_mr = a->mr,
-                    .remote_addr = (uint64_t)(uintptr_t)w->dst, .rkey = b->mr->rkey, .imm = w->imm, .fence = fence,
+                    .remote_addr = (uint64_t)(uintptr_t)w->dst, .rkey = b->mr->rkey, .imm = w->imm, .epoch_tag = epoch_tag,
                     .bulk = bulk};
   rr_status st;
   uint64_t deadline = rc_wall_ms() + 20000;
@@ -250,25 +250,25 @@ int rc_post_write_split(rc_env *env, size_t src_off, size_t dst_off, uint32_t le
   return i;
 }
 
-int rc_post_write(rc_env *env, size_t src_off, size_t dst_off, uint32_t len, uint32_t imm_flags, uint16_t fence) {
-  return rc_post_write_split(env, src_off, dst_off, len, 0, imm_flags, fence);
+int rc_post_write(rc_env *env, size_t src_off, size_t dst_off, uint32_t len, uint32_t imm_flags, uint16_t epoch_tag) {
+  return rc_post_write_split(env, src_off, dst_off, len, 0, imm_flags, epoch_tag);
 }
 
 /* Post an eager write of len bytes from A's buffer at src_off naming
  * `name`, which the harness places at B's dst_off (resolved into an
  * ordinary write at on_write_begin when `resolve`). Returns its index. */
 int rc_post_eager(rc_env *env, size_t src_off, size_t dst_off, uint32_t len, rr_eager_name name, int resolve,
-                  uint16_t fence) {
+                  uint16_t epoch_tag) {
   rc_side *a = &env->side[0], *b = &env->side[1];
   assert_true(a->nposted < RC_MAX_WRITES);
   assert_true(src_off + len <= RC_BUF_BYTES && dst_off + len <= RC_BUF_BYTES);
   int i = a->nposted;
   rc_write *w = &a->w[i];
-  *w = (rc_write){.src = a->buf + src_off, .dst = b->buf + dst_off, .len = len, .imm = (uint32_t)i, .fence = fence,
+  *w = (rc_write){.src = a->buf + src_off, .dst = b->buf + dst_off, .len = len, .imm = (uint32_t)i, .epoch_tag = epoch_tag,
                   .eager = 1, .resolve = resolve, .name = name};
   a->nposted++; /* before posting: a rail may deliver inside post_eager */
   rr_eager_wr wr = {.wr_id = (uint64_t)i, .local = w->src, .len = len, .local_mr = a->mr, .imm = w->imm,
-                    .fence = fence, .name = name};
+                    .epoch_tag = epoch_tag, .name = name};
   rr_status st;
   uint64_t deadline = rc_wall_ms() + 20000;
   while ((st = a->ep->ops->post_eager(a->ep, &wr)) == RR_AGAIN && rc_wall_ms() < deadline) rc_round_once(env);
@@ -313,7 +313,7 @@ static int setup(void **state) {
     rc_side *s = &env->side[i];
     s->env = env;
     s->idx = i;
-    s->sink_fence_tag = -1;
+    s->sink_epoch_tag = -1;
     s->refuse_ctrl_seq = -1;
     s->buf = aligned_alloc(4096, RC_BUF_BYTES);
     if (!s->buf) return -1;

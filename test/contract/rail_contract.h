@@ -36,7 +36,7 @@ typedef struct rc_write {
   uint32_t len;
   uint32_t bulk; /* of len, bytes sent as a plain write ahead of the immediate (adaptive routing) */
   uint32_t imm;
-  uint16_t fence; /* its epoch tag (rr_write_wr.fence) */
+  uint16_t epoch_tag; /* its epoch tag (rr_write_wr.epoch_tag) */
   int done;      /* on_write_done seen */
   int recvd;     /* on_write_recv seen */
   /* An eager write (post_eager): what it named, and whether the engine the
@@ -78,7 +78,7 @@ typedef struct rc_side {
   int begin_uncapable;          /* on_write_begin on a rail without RR_RAIL_CAP_WRITE_BEGIN */
   int after_failure;            /* callbacks after one returned a failure */
   /* what the engine the harness plays answers */
-  int sink_fence_tag;           /* on_write_begin sinks writes with this fence tag (-1: none) */
+  int sink_epoch_tag;           /* on_write_begin sinks writes with this epoch tag (-1: none) */
   int64_t refuse_ctrl_seq;      /* on_ctrl fails this message with RR_ERR_PROTOCOL (-1: none) */
   int refused;                  /* a callback returned a failure */
 } rc_side;
@@ -125,10 +125,10 @@ void rc_round_once(rc_env *env);
 int rc_pump_until(rc_env *env, rc_pred done);
 void rc_pump_rounds(rc_env *env, int rounds);
 int rc_post_write_split(rc_env *env, size_t src_off, size_t dst_off, uint32_t len, uint32_t bulk, uint32_t imm_flags,
-                        uint16_t fence);
-int rc_post_write(rc_env *env, size_t src_off, size_t dst_off, uint32_t len, uint32_t imm_flags, uint16_t fence);
+                        uint16_t epoch_tag);
+int rc_post_write(rc_env *env, size_t src_off, size_t dst_off, uint32_t len, uint32_t imm_flags, uint16_t epoch_tag);
 int rc_post_eager(rc_env *env, size_t src_off, size_t dst_off, uint32_t len, rr_eager_name name, int resolve,
-                  uint16_t fence);
+                  uint16_t epoch_tag);
 void rc_post_ctrl(rc_env *env, int from);
 void rc_post_drain(rc_env *env, uint32_t epoch);
 void rc_destroy_ep(rc_side *s);
@@ -157,10 +157,10 @@ int rc_b_failed(rc_env *env);
   X(test_write_begin_sink)                   \
   X(test_write_begin_refusal)                \
   X(test_callback_failure_stops_progress)    \
-  X(test_fence_sender)                       \
-  X(test_fence_receiver_midway)              \
-  X(test_fence_both_midway)                  \
-  X(test_fence_keeps_endpoint)               \
+  X(test_invalidate_sender)                       \
+  X(test_invalidate_receiver_midway)              \
+  X(test_invalidate_both_midway)                  \
+  X(test_invalidate_keeps_endpoint)               \
   X(test_flushed)                            \
   X(test_peer_gone_is_reported)              \
   X(test_destroy_busy_writer_first)          \

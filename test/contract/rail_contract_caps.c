@@ -132,7 +132,7 @@ void test_ops_and_path_stats(void **state) {
                                (void (*)(void))o->ep_addr,    (void (*)(void))o->ep_connect,
                                (void (*)(void))o->post_write, (void (*)(void))o->post_ctrl,
                                (void (*)(void))o->post_drain, (void (*)(void))o->progress,
-                               (void (*)(void))o->fence,      (void (*)(void))o->backlog,
+                               (void (*)(void))o->invalidate, (void (*)(void))o->backlog,
                                (void (*)(void))o->flushed,    (void (*)(void))o->last_alive_ns,
                                (void (*)(void))o->destroy};
   for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) assert_non_null(req[i]);
@@ -194,14 +194,14 @@ void test_probe_write(void **state) {
   assert_memory_equal(b->buf + 4096, a->buf, 4096);
 }
 
-/* Flags that hold only together (rail.h): a rail whose fence keeps the
- * endpoint needs on_write_begin and epoch tags, for what of a fenced epoch
- * arrives after the fence is sunk there by its tag; one that carries eager
+/* Flags that hold only together (rail.h): a rail whose invalidation keeps the
+ * endpoint needs on_write_begin and epoch tags, for what of an invalidated epoch
+ * arrives after the invalidation is sunk there by its tag; one that carries eager
  * writes needs on_write_begin, where the receiver places them. */
 void test_caps_that_need_each_other(void **state) {
   rc_env *env = *state;
   uint32_t c = env->caps;
-  if (c & RR_RAIL_CAP_FENCE_KEEPS_EP) {
+  if (c & RR_RAIL_CAP_INVALIDATE_KEEPS_EP) {
     assert_true(c & RR_RAIL_CAP_WRITE_BEGIN);
     assert_true(c & RR_RAIL_CAP_EPOCH_TAG);
   }

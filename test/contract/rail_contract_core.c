@@ -1,7 +1,7 @@
 /* The rail contract cases on what every rail promises (rail_contract.h):
  * writes land, drains follow the writes before them, control messages
  * come in order, a failing callback stops progress, nothing lands after
- * fence(), and an endpoint ends cleanly. Each case states the rail.h
+ * invalidate(), and an endpoint ends cleanly. Each case states the rail.h
  * promise it checks; one that needs a capability flag is skipped by that
  * flag, never by the transport's name. */
 #include <setjmp.h>
@@ -209,19 +209,19 @@ void test_callback_failure_stops_progress(void **state) {
   assert_int_equal(env->side[1].bad_ctrl, 0);
 }
 
-/* After fence() returns, nothing issued before it lands in registered
+/* After invalidate() returns, nothing issued before it lands in registered
  * memory. On a rail that asks the engine (WRITE_BEGIN) that is the rail
- * and the engine together: the rail carries each write's fence tag and
+ * and the engine together: the rail carries each write's epoch tag and
  * honours a NULL destination, the engine sinks the old tag (played here
- * from the fence on). `fence_sender`, `fence_receiver`: which ends fence;
- * `midway`: fence once the receiver has begun taking writes. The sender's
- * fence alone cannot stop a write whose landing the receiver has begun
+ * from the invalidation on). `invalidate_sender`, `invalidate_receiver`: which ends invalidate;
+ * `midway`: invalidate once the receiver has begun taking writes. The sender's
+ * invalidate alone cannot stop a write whose landing the receiver has begun
  * (TCP: the engine gave it a destination; RC: the responder places what
- * reached it): only the receiver's own fence cuts that one off, which is
+ * reached it): only the receiver's own invalidation cuts that one off, which is
  * why there is no sender-only midway case. rail.h's "on either side"
- * means: each side's fence for what lands on that side. */
+ * means: each side's invalidation for what lands on that side. */
 /* n writes of epoch tag 1 from offset 0, every other one large enough to
- * be in flight for a while: what a fence is to cut off. */
+ * be in flight for a while: what an invalidation is to cut off. */
 static void post_old_epoch(rc_env *env, int n) {
   size_t off = 0;
   for (int i = 0; i < n; i++) {
@@ -231,7 +231,7 @@ static void post_old_epoch(rc_env *env, int n) {
   }
 }
 
-static void fence_case(rc_env *env, int fence_sender, int fence_receiver, int midway) {
+static void invalidate_case(rc_env *env, int invalidate_sender, int invalidate_receiver, int midway) {
   rc_side *a = &env->side[0], *b = &env->side[1];
   post_old_epoch(env, 12);
   if (midway) {
@@ -244,9 +244,9 @@ static void fence_case(rc_env *env, int fence_sender, int fence_receiver, int mi
       if (env->fx->tick) env->fx->tick(env);
     }
   }
-  if (fence_sender) a->ep->ops->fence(a->ep);
-  if (fence_receiver) b->ep->ops->fence(b->ep);
-  b->sink_fence_tag = 1; /* the engine's side of the fence */
+  if (invalidate_sender) a->ep->ops->invalidate(a->ep);
+  if (invalidate_receiver) b->ep->ops->invalidate(b->ep);
+  b->sink_epoch_tag = 1; /* the engine's side of the invalidation */
   char *snap = malloc(RC_BUF_BYTES);
   assert_non_null(snap);
   memcpy(snap, b->buf, RC_BUF_BYTES);
@@ -259,9 +259,9 @@ static void fence_case(rc_env *env, int fence_sender, int fence_receiver, int mi
   }
 }
 
-void test_fence_sender(void **state) { fence_case(*state, 1, 0, 0); }
-void test_fence_receiver_midway(void **state) { fence_case(*state, 0, 1, 1); }
-void test_fence_both_midway(void **state) { fence_case(*state, 1, 1, 1); }
+void test_invalidate_sender(void **state) { invalidate_case(*state, 1, 0, 0); }
+void test_invalidate_receiver_midway(void **state) { invalidate_case(*state, 0, 1, 1); }
+void test_invalidate_both_midway(void **state) { invalidate_case(*state, 1, 1, 1); }
 
 static int marked_writes_and_ctrl_in(rc_env *env) {
   const rc_side *a = &env->side[0], *b = &env->side[1];
@@ -271,24 +271,24 @@ static int marked_writes_and_ctrl_in(rc_env *env) {
   return b->ctrl_next == a->ctrl_sent && a->ctrl_next == b->ctrl_sent;
 }
 
-/* RR_RAIL_CAP_FENCE_KEEPS_EP: after fence() on both ends the endpoints
+/* RR_RAIL_CAP_INVALIDATE_KEEPS_EP: after invalidate() on both ends the endpoints
  * carry on. Writes posted after it land and complete, and control messages
  * go both ways, while nothing of before it lands any more (the engine
  * sinks the old epoch tag). */
-void test_fence_keeps_endpoint(void **state) {
+void test_invalidate_keeps_endpoint(void **state) {
   rc_env *env = *state;
-  if (!(env->caps & RR_RAIL_CAP_FENCE_KEEPS_EP)) {
-    skip(); /* fence() breaks the endpoint: the engine drains such a rail instead */
+  if (!(env->caps & RR_RAIL_CAP_INVALIDATE_KEEPS_EP)) {
+    skip(); /* invalidate() breaks the endpoint: the engine drains such a rail instead */
     return;
   }
   rc_side *a = &env->side[0], *b = &env->side[1];
   post_old_epoch(env, 8);
   rc_pump_rounds(env, 2);
-  a->ep->ops->fence(a->ep);
-  b->ep->ops->fence(b->ep);
-  b->sink_fence_tag = 1; /* the engine's side of the fence */
+  a->ep->ops->invalidate(a->ep);
+  b->ep->ops->invalidate(b->ep);
+  b->sink_epoch_tag = 1; /* the engine's side of the invalidation */
   env->mark = a->nposted;
-  size_t off = RC_BUF_BYTES / 2; /* clear of the writes before the fence */
+  size_t off = RC_BUF_BYTES / 2; /* clear of the writes before the invalidation */
   for (int i = 0; i < 10; i++) {
     uint32_t len = rc_write_len(i);
     rc_post_write(env, off, off, len, 0, 2);

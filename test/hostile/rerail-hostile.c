@@ -320,7 +320,7 @@ static int attack_frame(uint64_t conn, int rail, const char *kind) {
   /* A write is checked (key, range, length) only when it names the
    * receiver's current epoch, which the attacker does not know: older ones
    * are sunk unread, as frames that sat in a failed rail's buffers must be.
-   * So the write kinds sweep the 16-bit fence (and every slot) with
+   * So the write kinds sweep the 16-bit epoch tag (and every slot) with
    * header-only frames; the first that names the current epoch is refused
    * and fails the rail, which ends the sweep. */
   uint8_t hb[TCP_FRAME_BYTES];
@@ -333,7 +333,7 @@ static int attack_frame(uint64_t conn, int rail, const char *kind) {
     static uint8_t batch[32 * TCP_FRAME_BYTES];
     for (uint32_t f = 0; f < 65536; f++) {
       for (uint32_t slot = 0; slot < 32; slot++) {
-        h.fence = (uint16_t)f;
+        h.epoch_tag = (uint16_t)f;
         h.imm = (f & 0xf) << 28 | slot << 23 | chunk | (eager ? 1u << 19 : 0);
         /* eager: receive 3200 + slot assumed from receive 0, far past the 32 a sender may assume */
         if (eager) h.raddr = 3200u + slot;

@@ -55,7 +55,7 @@ typedef struct sim_dev {
 typedef struct sim_pair sim_pair;
 
 /* Receive state of one stream: a write may land in two steps (the rest of
- * its payload on a later progress call), so a fence can cut it mid-way. */
+ * its payload on a later progress call), so an invalidation can cut it mid-way. */
 typedef struct sim_rx {
   sim_item *cur;      /* a write partly landed, or being sunk */
   uint32_t done;      /* payload bytes of cur already handled */
@@ -79,7 +79,7 @@ typedef struct sim_ep {
    * landed in our memory (their writer's completion already queued) and
    * that this end has not polled yet, each visible from its time on.
    * Reported in order, and before any control message or drain that came
-   * behind them; lost when the endpoint breaks or is fenced, as a failed
+   * behind them; lost when the endpoint breaks or is invalidated, as a failed
    * device's completion queue is. */
   struct sim_rcq {
     rr_write_hdr hdr;
@@ -88,7 +88,7 @@ typedef struct sim_ep {
   uint32_t rcq_n, rcq_cap;
   rr_status broken;   /* the endpoint broke (takes effect at broken_at) */
   uint64_t broken_at;
-  int fenced;         /* verbs: a fence killed it */
+  int invalidated;    /* verbs: an invalidation killed it */
   int attached;       /* handed to its engine */
   uint64_t last_rx_ns, last_ack_ns;
 } sim_ep;
@@ -137,7 +137,7 @@ typedef struct sim_event {
 #define SIM_MAX_EVENTS 256
 
 typedef struct sim_stats {
-  uint64_t seeds, failed, rollbacks, violations, reconnects, ctrl_dups, splits, mid_fences, errors_expected,
+  uint64_t seeds, failed, rollbacks, violations, reconnects, ctrl_dups, splits, mid_invalidations, errors_expected,
       garbled, writes, ctrls, steps, vtime_ms, sink_writes, placed_sends, claims,
       group_writes, split_writes, acks_held; /* writes of several chunks; of which split (adaptive routing) */
 } sim_stats;
@@ -164,7 +164,7 @@ typedef struct sim_world {
   uint32_t sq_depth;            /* writes an endpoint queues before RR_AGAIN */
   size_t window;                /* bytes a stream holds in flight, unread by the peer (flow control) */
   uint64_t verbs_retry_ns;      /* a verbs pair whose path stays down this long breaks */
-  unsigned dup_pm, delay_pm, split_pm, midfence_pm; /* per-mille fault rates */
+  unsigned dup_pm, delay_pm, split_pm, midinvalidate_pm; /* per-mille fault rates */
   unsigned recv_post_pm;     /* chance per receiver step to post a receive (a slow receiver lets eager messages come first) */
   unsigned garble_pm;           /* control messages garbled in flight (reserved header bits set) */
   uint64_t garbled;             /* garbled messages sent: the violations they may cause */

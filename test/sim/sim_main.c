@@ -102,7 +102,7 @@ extern void __asan_set_death_callback(void (*cb)(void)) __attribute__((weak));
 static const uint64_t DELTAS[] = {20 * SIM_MS, 50 * SIM_MS, 100 * SIM_MS, 200 * SIM_MS};
 static const uint64_t HOLDS[] = {0, 5 * SIM_MS, 20 * SIM_MS, 100 * SIM_MS};
 static const unsigned DUPS[] = {0, 5, 50}, DELAYS[] = {0, 20, 200}, WDELAYS[] = {0, 0, 5, 50}, SPLITS[] = {0, 50, 300},
-                      MIDFENCES[] = {0, 100, 500}, GARBLES[] = {0, 0, 0, 2, 20};
+                      MIDINVALIDATIONS[] = {0, 100, 500}, GARBLES[] = {0, 0, 0, 2, 20};
 static const unsigned RECV_POSTS[] = {800, 800, 100, 20};
 #define PICK(arr) (arr)[sim_below(&w->rng, sizeof(arr) / sizeof *(arr))]
 
@@ -152,9 +152,9 @@ static void setup(sim_world *w, uint64_t seed, int verbose) {
   w->delay_pm = PICK(DELAYS);
   w->wdelay_pm = PICK(WDELAYS);
   w->split_pm = PICK(SPLITS);
-  w->midfence_pm = PICK(MIDFENCES);
+  w->midinvalidate_pm = PICK(MIDINVALIDATIONS);
   w->recv_post_pm = PICK(RECV_POSTS);
-  /* A verbs rail marked down is fenced, i.e. its QP is gone: without
+  /* A verbs rail marked down is invalidated, i.e. its QP is gone: without
    * reconnects it could never come back. Seeds without reconnects (the
    * listener full) are all-TCP. */
   int verbs = 0;
@@ -210,11 +210,11 @@ static void setup(sim_world *w, uint64_t seed, int verbose) {
       printf(" %s/%d stream(s)/%llu us/write %u%s", w->kind[r] == SIM_TCP ? "tcp" : w->placed[r] ? "verbs-placed" : "verbs",
              w->nstreams[r], (unsigned long long)(w->lat_ns[r] / SIM_US), w->write_max[r], w->ar[r] ? " AR" : "");
     printf("; %s, delta %llu ms, hold %llu ms, reconnect %s, queue %u; per mille: dup %u, delay %u (writes %u), "
-           "split %u, midfence %u, garble %u; chaos until %llu ms\n",
+           "split %u, midinvalidate %u, garble %u; chaos until %llu ms\n",
            cfg.failover_mode == RR_FAILOVER_BALANCE ? "balance" : "chain",
            (unsigned long long)(cfg.progress_timeout_ns / SIM_MS), (unsigned long long)(cfg.failback_hold_ns / SIM_MS),
            w->reconnect ? "on" : "off", w->sq_depth, w->dup_pm, w->delay_pm, w->wdelay_pm, w->split_pm,
-           w->midfence_pm, w->garble_pm, (unsigned long long)((w->chaos_end_ns - SIM_START_NS) / SIM_MS));
+           w->midinvalidate_pm, w->garble_pm, (unsigned long long)((w->chaos_end_ns - SIM_START_NS) / SIM_MS));
   }
   sim_schedule_faults(w);
 }
@@ -446,7 +446,7 @@ int main(int argc, char **argv) {
     sim_stats *a = &W.st;
     total.seeds += a->seeds, total.failed += a->failed, total.rollbacks += a->rollbacks;
     total.violations += a->violations, total.reconnects += a->reconnects, total.ctrl_dups += a->ctrl_dups;
-    total.splits += a->splits, total.mid_fences += a->mid_fences, total.errors_expected += a->errors_expected;
+    total.splits += a->splits, total.mid_invalidations += a->mid_invalidations, total.errors_expected += a->errors_expected;
     total.writes += a->writes, total.ctrls += a->ctrls, total.steps += a->steps, total.vtime_ms += a->vtime_ms;
     total.sink_writes += a->sink_writes;
     total.placed_sends += a->placed_sends, total.claims += a->claims, total.acks_held += a->acks_held;
@@ -462,13 +462,13 @@ int main(int argc, char **argv) {
   double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
   printf("rerail-sim: %llu seed(s) from %llu: %llu failed; %.1f s, %.0f seeds/s; virtual %.1f s; "
          "%llu writes (%llu of several chunks, %llu split for adaptive routing), %llu control messages (%llu duplicated), %llu rollbacks, %llu reconnects, "
-         "%llu writes split (%llu fenced mid-payload), %llu stale writes sunk, %llu frames garbled, %llu clean errors, "
+         "%llu writes split (%llu invalidated mid-payload), %llu stale writes sunk, %llu frames garbled, %llu clean errors, "
          "%llu sends done on placement, %llu placement claims taken, %llu acked sends held for an older write\n",
          (unsigned long long)total.seeds, (unsigned long long)first, (unsigned long long)total.failed, secs,
          secs > 0 ? (double)total.seeds / secs : 0.0, (double)total.vtime_ms / 1e3, (unsigned long long)total.writes,
          (unsigned long long)total.group_writes, (unsigned long long)total.split_writes,
          (unsigned long long)total.ctrls, (unsigned long long)total.ctrl_dups, (unsigned long long)total.rollbacks,
-         (unsigned long long)total.reconnects, (unsigned long long)total.splits, (unsigned long long)total.mid_fences,
+         (unsigned long long)total.reconnects, (unsigned long long)total.splits, (unsigned long long)total.mid_invalidations,
          (unsigned long long)total.sink_writes, (unsigned long long)total.garbled,
          (unsigned long long)total.errors_expected, (unsigned long long)total.placed_sends,
          (unsigned long long)total.claims, (unsigned long long)total.acks_held);

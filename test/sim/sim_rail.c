@@ -3,16 +3,16 @@
  * (as on a real rail) and nothing is ordered across rails.
  *
  * Two kinds, chosen per rail by the seed:
- *   TCP-like   (RR_RAIL_CAP_WRITE_BEGIN, FENCE_KEEPS_EP, EPOCH_TAG, EAGER):
+ *   TCP-like   (RR_RAIL_CAP_WRITE_BEGIN, INVALIDATE_KEEPS_EP, EPOCH_TAG, EAGER):
  *              one or two streams; control on stream 0, writes on any, a
  *              drain marker on every stream and delivered once all carried it. A write asks on_write_begin
- *              where it goes. fence() drops what is queued and sinks the
+ *              where it goes. invalidate() drops what is queued and sinks the
  *              rest of a write landing; what is on the wire still arrives.
  *   verbs-like (RR_RAIL_CAP_EP_ORDERED): one FIFO. A write lands at the
  *              writer's (rkey, raddr) after the key and range are checked
  *              against the receiver's registrations on that device, then
  *              on_write_recv reports it; the writer's completion follows the
- *              landing. fence() kills the endpoint for good (a QP in error):
+ *              landing. invalidate() kills the endpoint for good (a QP in error):
  *              nothing issued before lands on either side, and the peer's
  *              endpoint breaks a little later (retries exhausted).
  *
@@ -87,12 +87,12 @@ static sim_item *item_clone(const sim_item *src) {
 /* For the trace: a write's immediate, and a control message, in words. */
 static const char *imm_str(char *buf, size_t n, const rr_write_hdr *h) {
   if (h->flags & RR_WRITE_EAGER)
-    snprintf(buf, n, "eager e%u seq %u tag %d len %u fence %u", imm_epoch(h->imm), h->eager.seq, (int)h->eager.tag,
-             h->len, h->fence);
+    snprintf(buf, n, "eager e%u seq %u tag %d len %u epoch tag %u", imm_epoch(h->imm), h->eager.seq, (int)h->eager.tag,
+             h->len, h->epoch_tag);
   else
-    snprintf(buf, n, "e%u slot%u sub%u chunk%u%s%s len %u fence %u", imm_epoch(h->imm), imm_slot(h->imm),
+    snprintf(buf, n, "e%u slot%u sub%u chunk%u%s%s len %u epoch tag %u", imm_epoch(h->imm), imm_slot(h->imm),
              imm_sub(h->imm), imm_chunk(h->imm), imm_last(h->imm) ? " last" : "", imm_ack_now(h->imm) ? " ack-now" : "",
-             h->len, h->fence);
+             h->len, h->epoch_tag);
   return buf;
 }
 
@@ -142,7 +142,7 @@ static const char *ctrl_str(char *buf, size_t n, const void *msg, uint32_t len) 
 /* What the endpoint answers now: its breakage once it took effect. */
 static rr_status ep_status(const sim_ep *e) {
   if (e->broken != RR_OK && sim_now_ns >= e->broken_at) return e->broken;
-  if (e->fenced) return RR_ERR_RAIL;
+  if (e->invalidated) return RR_ERR_RAIL;
   return RR_OK;
 }
 
@@ -210,7 +210,7 @@ sim_dev *sim_dev_open(sim_world *w, int side, int rail, int kind) {
   d->rail = rail;
   d->base.ops = kind == SIM_TCP ? &sim_rail_ops_tcp : &sim_rail_ops_verbs;
   d->base.index = (side == SIM_RECV ? SIM_DEV_BASE_RECV : 0) + rail;
-  uint32_t caps = kind == SIM_TCP ? RR_RAIL_CAP_WRITE_BEGIN | RR_RAIL_CAP_FENCE_KEEPS_EP | RR_RAIL_CAP_EPOCH_TAG | RR_RAIL_CAP_EAGER
+  uint32_t caps = kind == SIM_TCP ? RR_RAIL_CAP_WRITE_BEGIN | RR_RAIL_CAP_INVALIDATE_KEEPS_EP | RR_RAIL_CAP_EPOCH_TAG | RR_RAIL_CAP_EAGER
                                   : RR_RAIL_CAP_EP_ORDERED;
   if (kind == SIM_VERBS && w->placed[rail]) caps |= RR_RAIL_CAP_WRITE_DONE_PLACED;
   if (kind == SIM_VERBS && w->ar[rail]) caps |= RR_RAIL_CAP_ADAPTIVE_ROUTING;
@@ -321,7 +321,7 @@ static rr_status sim_post_write(rr_rail_ep *rep, const rr_write_wr *wr) {
                     .len = (uint32_t)(wr->len - wr->bulk),
                     .rkey = wr->rkey,
                     .raddr = wr->remote_addr,
-                    .fence = e->pair->kind == SIM_TCP ? wr->fence : 0,
+                    .epoch_tag = e->pair->kind == SIM_TCP ? wr->epoch_tag : 0,
                     .flags = wr->flags};
   return queue_write(e, &h, wr->wr_id, wr->local, wr->len, wr->bulk, wr->local_mr);
 }
@@ -334,7 +334,7 @@ static rr_status sim_post_eager(rr_rail_ep *rep, const rr_eager_wr *wr) {
   rr_status st = ep_status(e);
   if (st != RR_OK) return st;
   if (e->sq_writes >= w->sq_depth) return RR_AGAIN;
-  rr_write_hdr h = {.imm = wr->imm, .len = (uint32_t)wr->len, .fence = wr->fence, .flags = RR_WRITE_EAGER,
+  rr_write_hdr h = {.imm = wr->imm, .len = (uint32_t)wr->len, .epoch_tag = wr->epoch_tag, .flags = RR_WRITE_EAGER,
                     .eager = wr->name};
   return queue_write(e, &h, wr->wr_id, wr->local, wr->len, 0, wr->local_mr);
 }
@@ -411,7 +411,7 @@ static rr_status transmit(sim_ep *e) {
       /* The source is read now: a write queued before its send completed
        * must not read the buffer NCCL got back (invariant 8: such a send
        * completes only on the ack, and only once no endpoint the sender
-       * left unfenced holds an older write of it, rule e). */
+       * left uninvalidated holds an older write of it, rule e). */
       if (it->msg >= 0 && !sim_traffic_send_live(w, it->msg))
         sim_fail(w, "rail %d: a write (imm 0x%08x) read its send buffer after the send completed", r, it->hdr.imm);
       if (it->len) memcpy(it->data, it->local, it->len);
@@ -475,8 +475,8 @@ static int land(sim_world *w, sim_ep *e, sim_item *it, char *dst, uint32_t from,
     sim_trace(w, "rail%d pair%u: bytes %u..%u land at %s", e->pair->rail, e->pair->id, from, to, b);
   }
   if (!sim_traffic_landing_ok(w, dst + from, to - from)) {
-    sim_fail(w, "rail%d pair%u: a write (imm 0x%08x, %u bytes, fence %u) landed outside every posted receive",
-             e->pair->rail, e->pair->id, it->hdr.imm, it->hdr.len, it->hdr.fence);
+    sim_fail(w, "rail%d pair%u: a write (imm 0x%08x, %u bytes, epoch tag %u) landed outside every posted receive",
+             e->pair->rail, e->pair->id, it->hdr.imm, it->hdr.len, it->hdr.epoch_tag);
     return 0;
   }
   memcpy(dst + from, it->data + from, to - from);
@@ -527,7 +527,7 @@ static rr_status rcq_deliver(sim_world *w, sim_ep *e) {
 }
 
 /* Maybe stop half way through a write: the rest lands on a later progress
- * call, unless a fence comes first. Sometimes the fence is provoked: another
+ * call, unless an invalidation comes first. Sometimes the invalidation is provoked: another
  * rail fails at both ends right now. */
 static int split_write(sim_world *w, sim_ep *e, int s, sim_item *it, char *dst) {
   if (it->len < 2 || !sim_chance(&w->rng, w->split_pm)) return 0;
@@ -540,11 +540,11 @@ static int split_write(sim_world *w, sim_ep *e, int s, sim_item *it, char *dst) 
   e->rx[s].done = first;
   e->rx[s].dst = dst;
   w->st.splits++;
-  if (w->nrails > 1 && sim_now_ns < w->chaos_end_ns && sim_chance(&w->rng, w->midfence_pm)) {
+  if (w->nrails > 1 && sim_now_ns < w->chaos_end_ns && sim_chance(&w->rng, w->midinvalidate_pm)) {
     int r = (e->pair->rail + 1 + (int)sim_below(&w->rng, (uint64_t)w->nrails - 1)) % w->nrails;
     if (w->expect_error || !w->cur[r] || w->cur[r]->mute || !sim_fault_ok(w, r, sim_now_ns, sim_now_ns + sim_loss_span(w), !w->reconnect)) return 1;
     sim_event_add(w, sim_now_ns, SIM_EV_BREAK_BOTH, r, 0, NULL);
-    w->st.mid_fences++;
+    w->st.mid_invalidations++;
     sim_trace(w, "rail%d: write imm 0x%08x half landed; rail%d fails now", e->pair->rail, it->hdr.imm, r);
   }
   return 1;
@@ -677,9 +677,9 @@ static rr_status sim_progress(rr_rail_ep *rep) {
   sim_world *w = ep_world(e);
   sim_pair *p = e->pair;
   int from = 1 - e->side;
-  /* A fenced QP reports nothing more (its flushed requests are the engine's
+  /* An invalidated QP reports nothing more (its flushed requests are the engine's
    * to replay); only posting on it fails. */
-  if (e->fenced && (e->broken == RR_OK || sim_now_ns < e->broken_at)) return RR_OK;
+  if (e->invalidated && (e->broken == RR_OK || sim_now_ns < e->broken_at)) return RR_OK;
   rr_status st = ep_status(e);
   if (st != RR_OK) return st;
   /* A verbs path down past the retry limit with something in flight: the
@@ -738,7 +738,7 @@ static void rx_drop(sim_ep *e) {
   }
 }
 
-static void sim_fence(rr_rail_ep *rep) {
+static void sim_invalidate(rr_rail_ep *rep) {
   sim_ep *e = to_ep(rep);
   sim_world *w = ep_world(e);
   sim_pair *p = e->pair;
@@ -747,12 +747,12 @@ static void sim_fence(rr_rail_ep *rep) {
   e->sq_writes = e->sq_ctrl = 0;
   if (p->kind == SIM_TCP) {
     for (int s = 0; s < p->nstreams; s++) e->rx[s].dst = NULL; /* the rest of a write is sunk */
-    sim_trace(w, "rail%d pair%u: %s end fenced", p->rail, p->id, e->side == SIM_SEND ? "send" : "recv");
+    sim_trace(w, "rail%d pair%u: %s end invalidated", p->rail, p->id, e->side == SIM_SEND ? "send" : "recv");
     return;
   }
   /* A QP in the error state: nothing issued before lands on either side,
    * and nothing more is reported (arrivals not polled yet are lost). */
-  e->fenced = 1;
+  e->invalidated = 1;
   rx_drop(e);
   e->cq_n = 0;
   e->rcq_n = 0;
@@ -760,7 +760,7 @@ static void sim_fence(rr_rail_ep *rep) {
     for (int s = 0; s < p->nstreams; s++) q_free(&p->wire[side][s]);
   sim_ep *peer = p->ep[1 - e->side];
   if (peer) ep_break(peer, RR_ERR_RAIL, sim_now_ns + sim_range(&w->rng, SIM_MS, w->verbs_retry_ns));
-  sim_trace(w, "rail%d pair%u: %s end fenced (QP to error)", p->rail, p->id, e->side == SIM_SEND ? "send" : "recv");
+  sim_trace(w, "rail%d pair%u: %s end invalidated (QP to error)", p->rail, p->id, e->side == SIM_SEND ? "send" : "recv");
 }
 
 static size_t sim_backlog(rr_rail_ep *rep) { return to_ep(rep)->sq_bytes; }
@@ -769,7 +769,7 @@ static size_t sim_backlog(rr_rail_ep *rep) { return to_ep(rep)->sq_bytes; }
  * wire (it has reached the peer's host). */
 static int sim_flushed(rr_rail_ep *rep) {
   sim_ep *e = to_ep(rep);
-  if (e->broken || e->fenced || !e->pair) return 1;
+  if (e->broken || e->invalidated || !e->pair) return 1;
   if (e->sq_bytes) return 0;
   for (int s = 0; s < e->pair->nstreams; s++)
     if (e->pair->wire[e->side][s].head) return 0;
@@ -790,7 +790,7 @@ static uint64_t sim_last_alive(rr_rail_ep *rep, uint64_t now_ns) {
   uint64_t gone = p->closed_at[1 - e->side] ? p->closed_at[1 - e->side] : UINT64_MAX;
   const sim_ep *peer = p->ep[1 - e->side];
   if (peer && peer->broken != RR_OK && peer->broken_at < gone) gone = peer->broken_at;
-  if (peer && peer->fenced && now_ns < gone) gone = now_ns;
+  if (peer && peer->invalidated && now_ns < gone) gone = now_ns;
   for (int s = 0; s < p->nstreams; s++)
     for (const sim_item *it = p->wire[e->side][s].head; it; it = it->next) {
       if (it->arrive <= now_ns && pair_flows(w, p) && it->arrive < gone) {
@@ -840,7 +840,7 @@ static void sim_destroy(rr_rail_ep *rep) {
     .post_ctrl = sim_post_ctrl,                     \
     .post_drain = sim_post_drain,                   \
     .progress = sim_progress,                       \
-    .fence = sim_fence,                             \
+    .invalidate = sim_invalidate,                   \
     .backlog = sim_backlog,                         \
     .flushed = sim_flushed,                         \
     .last_alive_ns = sim_last_alive,                \

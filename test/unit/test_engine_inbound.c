@@ -52,7 +52,7 @@ static rr_status fake_post_ctrl(rr_rail_ep *ep, const void *msg, uint32_t len) {
 static rr_status fake_post_write(rr_rail_ep *ep, const rr_write_wr *w) { (void)ep, (void)w; return RR_OK; }
 static rr_status fake_post_drain(rr_rail_ep *ep, uint32_t epoch) { (void)ep, (void)epoch; return RR_OK; }
 static rr_status fake_progress(rr_rail_ep *ep) { (void)ep; return RR_OK; }
-static void fake_fence(rr_rail_ep *ep) { (void)ep; }
+static void fake_invalidate(rr_rail_ep *ep) { (void)ep; }
 static size_t fake_backlog(rr_rail_ep *ep) { (void)ep; return 0; }
 static int fake_flushed(rr_rail_ep *ep) { (void)ep; return 1; }
 static uint64_t fake_last_alive(rr_rail_ep *ep, uint64_t now) {
@@ -70,7 +70,7 @@ static const rr_rail_ops fake_ops = {
     .post_ctrl = fake_post_ctrl,
     .post_drain = fake_post_drain,
     .progress = fake_progress,
-    .fence = fake_fence,
+    .invalidate = fake_invalidate,
     .backlog = fake_backlog,
     .flushed = fake_flushed,
     .last_alive_ns = fake_last_alive,

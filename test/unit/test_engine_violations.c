@@ -82,7 +82,7 @@ static void forge(tcp_frame_hdr h, uint64_t grew[RR_CTR_COUNT]) {
   uint64_t before[RR_CTR_COUNT], total = violations_total();
   for (int c = 0; c < RR_CTR_COUNT; c++) before[c] = rr_counter_get((rr_counter)c);
   h.type = TCP_FRAME_WRITE;
-  h.fence = (uint16_t)r.e.epoch;
+  h.epoch_tag = (uint16_t)r.e.epoch;
   h.imm = (h.imm & ~(0xfu << 28)) | (r.e.epoch & 0xf) << 28;
   uint8_t frame[TCP_FRAME_BYTES];
   tcp_frame_encode(&h, frame);

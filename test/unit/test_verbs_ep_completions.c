@@ -49,13 +49,13 @@ static void test_two_qps_global_order(void **state) {
   assert_int_equal(done, 3);
 }
 
-/* An error completion on either QP fails the endpoint; a fence puts both in error. */
-static void test_two_qps_fail_and_fence(void **state) {
+/* An error completion on either QP fails the endpoint; an invalidation puts both in error. */
+static void test_two_qps_fail_and_invalidate(void **state) {
   world *w = *state;
   push_wc((struct ibv_wc){.wr_id = 0, .status = IBV_WC_RETRY_EXC_ERR, .qp_num = 0x101});
   assert_int_equal(progress(w, 0), RR_ERR_RAIL);
   assert_int_equal(progress(w, 1), RR_OK);
-  w->ep[1]->ops->fence(w->ep[1]);
+  w->ep[1]->ops->invalidate(w->ep[1]);
   assert_int_equal(write_imm(w, 1, 1), RR_ERR_RAIL);
 }
 
@@ -106,7 +106,7 @@ static void test_stray_completion_counted(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_two_qps_global_order, setup_pair2, teardown),
-      cmocka_unit_test_setup_teardown(test_two_qps_fail_and_fence, setup_pair2, teardown),
+      cmocka_unit_test_setup_teardown(test_two_qps_fail_and_invalidate, setup_pair2, teardown),
       cmocka_unit_test(test_completion_errors_classified),
       cmocka_unit_test_setup_teardown(test_stray_completion_counted, setup, teardown),
   };

@@ -79,7 +79,7 @@ typedef struct tcp_tx {
 } tcp_tx;
 
 /* RX_SINK reads a write's payload into a scratch buffer and forgets it: the
- * engine refused it (a fenced epoch) or a fence cut it off mid-way. */
+ * engine refused it (an invalidated epoch) or an invalidation cut it off mid-way. */
 typedef enum rx_state { RX_HEADER, RX_DIRECT, RX_SINK } rx_state;
 
 typedef struct tcp_stream {
@@ -130,7 +130,7 @@ typedef struct tcp_ctrl {
   char *buf[CTRL_SLOTS];
 } tcp_ctrl;
 
-/* Discarded payloads (a fenced epoch's, and what a closing socket still
+/* Discarded payloads (an invalidated epoch's, and what a closing socket still
  * holds) are read into this and never looked at. One per thread rather than
  * per endpoint: 64 KiB each was a fifth of a connection's memory, and a
  * thread reads one socket at a time. */
@@ -231,7 +231,7 @@ static rr_status tcp_post_write(rr_rail_ep *rep, const rr_write_wr *wr) {
   if (wr->len > UINT32_MAX) return RR_ERR_INVALID;
   tcp_frame_hdr h = {.type = TCP_FRAME_WRITE,
                      .flags = (uint8_t)((wr->flags & RR_WRITE_PROBE) ? TCP_FRAME_F_PROBE : 0),
-                     .fence = wr->fence,
+                     .epoch_tag = wr->epoch_tag,
                      .len = (uint32_t)wr->len,
                      .imm = wr->imm,
                      .rkey = wr->rkey,
@@ -245,7 +245,7 @@ static rr_status tcp_post_eager(rr_rail_ep *rep, const rr_eager_wr *wr) {
   if (wr->len > UINT32_MAX) return RR_ERR_INVALID;
   tcp_frame_hdr h = {.type = TCP_FRAME_WRITE,
                      .flags = TCP_FRAME_F_EAGER,
-                     .fence = wr->fence,
+                     .epoch_tag = wr->epoch_tag,
                      .len = (uint32_t)wr->len,
                      .imm = wr->imm,
                      .rkey = (uint32_t)wr->name.tag,
@@ -420,15 +420,15 @@ static rr_status parse_staging(tcp_ep *ep, tcp_stream *s) {
     }
     if (h.type != TCP_FRAME_WRITE)
       return refuse_frame(ep, RR_CTR_TCP_BAD_TYPE, "an unknown frame type");
-    /* The engine says where the payload goes: nowhere (a fenced epoch: read
+    /* The engine says where the payload goes: nowhere (an invalidated epoch: read
      * and forget it), or exactly one place inside the posted receive (or its
      * early buffer, for an eager write ahead of its receive). A write it
      * refuses fails the rail before a byte is written. It may rewrite wh (an
      * eager write resolved): what it hands back is what is delivered. */
-    rr_write_hdr wh = {.imm = h.imm, .len = h.len, .rkey = h.rkey, .raddr = h.raddr, .fence = h.fence,
+    rr_write_hdr wh = {.imm = h.imm, .len = h.len, .rkey = h.rkey, .raddr = h.raddr, .epoch_tag = h.epoch_tag,
                        .flags = (uint8_t)((h.flags & TCP_FRAME_F_PROBE) ? RR_WRITE_PROBE : 0)};
     if (h.flags & TCP_FRAME_F_EAGER)
-      wh = (rr_write_hdr){.imm = h.imm, .len = h.len, .fence = h.fence, .flags = RR_WRITE_EAGER,
+      wh = (rr_write_hdr){.imm = h.imm, .len = h.len, .epoch_tag = h.epoch_tag, .flags = RR_WRITE_EAGER,
                           .eager = {.seq = (uint32_t)h.raddr, .known = (uint32_t)(h.raddr >> 32), .tag = (int32_t)h.rkey}};
     void *dstp = NULL;
     rr_status st = ep->base.events->on_write_begin(&ep->base, &wh, &dstp);
@@ -600,7 +600,7 @@ static rr_status tcp_progress(rr_rail_ep *rep) {
   return RR_OK;
 }
 
-static void tcp_fence(rr_rail_ep *rep) {
+static void tcp_invalidate(rr_rail_ep *rep) {
   tcp_ep *ep = to_tcp(rep);
   for (int i = 0; i < ep->nstreams; i++) {
     tcp_stream *s = ep->streams[i];
@@ -771,7 +771,7 @@ const rr_rail_ops rr_tcp_rail_ops = {
     .post_ctrl = tcp_post_ctrl,
     .post_drain = tcp_post_drain,
     .progress = tcp_progress,
-    .fence = tcp_fence,
+    .invalidate = tcp_invalidate,
     .backlog = tcp_backlog,
     .flushed = tcp_flushed,
     .last_alive_ns = tcp_last_alive_ns,

@@ -146,7 +146,7 @@ rr_status rr_tcp_dev_open(int index, rr_rail_dev **out) {
    * each other, only each stream's frames are. Host memory only: sockets
    * move bytes through the CPU, so GPU memory is never theirs (a DMA-BUF of
    * host memory is registered by its address, as host memory). */
-  d->base.attr = (rr_rail_dev_attr){.caps = RR_RAIL_CAP_WRITE_BEGIN | RR_RAIL_CAP_FENCE_KEEPS_EP |
+  d->base.attr = (rr_rail_dev_attr){.caps = RR_RAIL_CAP_WRITE_BEGIN | RR_RAIL_CAP_INVALIDATE_KEEPS_EP |
                                             RR_RAIL_CAP_EPOCH_TAG | RR_RAIL_CAP_EAGER |
                                             RR_RAIL_CAP_SETUP_IS_DATA | RR_RAIL_CAP_PROBE_WRITE |
                                             RR_RAIL_CAP_PATH_STATS,

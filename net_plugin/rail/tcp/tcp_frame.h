@@ -20,7 +20,7 @@ enum tcp_frame_type {
 typedef struct tcp_frame_hdr {
   uint8_t type;      /* enum tcp_frame_type */
   uint8_t flags;     /* WRITE: TCP_FRAME_F_*; others: 0 */
-  uint16_t fence;    /* WRITE: the writer's fence tag (rr_write_wr.fence) */
+  uint16_t epoch_tag;    /* WRITE: the writer's epoch tag (rr_write_wr.epoch_tag) */
   uint32_t len;      /* payload bytes following the header */
   uint32_t imm;      /* WRITE: immediate data; DRAIN: the epoch */
   uint32_t rkey;     /* WRITE: the key the writer names the receive buffer by */
@@ -35,16 +35,16 @@ typedef struct tcp_frame_hdr {
  * receiver reads and forgets it. */
 #define TCP_FRAME_F_PROBE 0x2u
 
-/* Offsets on the wire: type 0, flags 1, fence 2, len 4, imm 8, rkey 12, raddr 16. */
+/* Offsets on the wire: type 0, flags 1, epoch_tag 2, len 4, imm 8, rkey 12, raddr 16. */
 #define TCP_FRAME_BYTES 24
 
 static inline void tcp_frame_encode(const tcp_frame_hdr *h, uint8_t out[TCP_FRAME_BYTES]) {
-  uint16_t fence = htole16(h->fence);
+  uint16_t epoch_tag = htole16(h->epoch_tag);
   uint32_t len = htole32(h->len), imm = htole32(h->imm), rkey = htole32(h->rkey);
   uint64_t raddr = htole64(h->raddr);
   out[0] = h->type;
   out[1] = h->flags;
-  memcpy(out + 2, &fence, 2);
+  memcpy(out + 2, &epoch_tag, 2);
   memcpy(out + 4, &len, 4);
   memcpy(out + 8, &imm, 4);
   memcpy(out + 12, &rkey, 4);
@@ -52,15 +52,15 @@ static inline void tcp_frame_encode(const tcp_frame_hdr *h, uint8_t out[TCP_FRAM
 }
 
 static inline void tcp_frame_decode(const uint8_t in[TCP_FRAME_BYTES], tcp_frame_hdr *h) {
-  uint16_t fence;
+  uint16_t epoch_tag;
   uint32_t len, imm, rkey;
   uint64_t raddr;
-  memcpy(&fence, in + 2, 2);
+  memcpy(&epoch_tag, in + 2, 2);
   memcpy(&len, in + 4, 4);
   memcpy(&imm, in + 8, 4);
   memcpy(&rkey, in + 12, 4);
   memcpy(&raddr, in + 16, 8);
-  *h = (tcp_frame_hdr){.type = in[0], .flags = in[1], .fence = le16toh(fence), .len = le32toh(len),
+  *h = (tcp_frame_hdr){.type = in[0], .flags = in[1], .epoch_tag = le16toh(epoch_tag), .len = le32toh(len),
                        .imm = le32toh(imm), .rkey = le32toh(rkey), .raddr = le64toh(raddr)};
 }
 

@@ -33,7 +33,7 @@
  * Every message received is untrusted: its header and length are checked,
  * and anything malformed fails the endpoint with RR_ERR_PROTOCOL.
  *
- * This file holds the endpoint's state and failure, fence and liveness, and
+ * This file holds the endpoint's state and failure, invalidate and liveness, and
  * the rail's ops table; the rest of the endpoint is in the files verbs_ep.h
  * lists. */
 #include "verbs_ep.h"
@@ -72,21 +72,21 @@ rr_status verbs_ep_check_async(verbs_ep *ep) {
 
 rr_status verbs_ep_usable(verbs_ep *ep) {
   if (verbs_ep_check_async(ep)) return ep->failed;
-  if (ep->fenced) return RR_ERR_RAIL;
+  if (ep->invalidated) return RR_ERR_RAIL;
   return ep->connected ? RR_OK : RR_ERR_INVALID;
 }
 
 /* Every QP goes to the error state: nothing posted on them lands after
  * this, and they are never used again (the engine reopens the rail). */
-static void verbs_fence(rr_rail_ep *rep) {
+static void verbs_invalidate(rr_rail_ep *rep) {
   verbs_ep *ep = to_ep(rep);
-  if (ep->fenced || !ep->qps) return;
+  if (ep->invalidated || !ep->qps) return;
   for (int k = 0; k < ep->nqps; k++) {
     struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
     if (ep->qps[k].qp) ep->hca->api->modify_qp(ep->qps[k].qp, &a, IBV_QP_STATE);
     ep->qps[k].nchain = 0; /* never rung: the engine replays it like the rest */
   }
-  ep->fenced = 1;
+  ep->invalidated = 1;
 }
 
 static size_t verbs_backlog(rr_rail_ep *rep) { return to_ep(rep)->backlog; }
@@ -97,7 +97,7 @@ static size_t verbs_backlog(rr_rail_ep *rep) { return to_ep(rep)->backlog; }
  * asking for it has progress() put a signal behind it (verbs_chain.c). */
 static int verbs_flushed(rr_rail_ep *rep) {
   verbs_ep *ep = to_ep(rep);
-  if (ep->failed || !ep->connected || ep->fenced) return 1;
+  if (ep->failed || !ep->connected || ep->invalidated) return 1;
   int done = 1;
   for (int k = 0; k < ep->nqps; k++) {
     verbs_qp *q = &ep->qps[k];
@@ -148,7 +148,7 @@ static uint64_t next_completion_due(const verbs_ep *ep, const verbs_qp *q) {
  * such a fall below a quarter MiB per δ/4 did. */
 static uint64_t verbs_last_alive_ns(rr_rail_ep *rep, uint64_t now_ns) {
   verbs_ep *ep = to_ep(rep);
-  if (ep->failed || ep->fenced) return ep->last_tx_ns;
+  if (ep->failed || ep->invalidated) return ep->last_tx_ns;
   int waiting = 0;
   uint64_t due = 0;
   for (int k = 0; k < ep->nqps; k++) {
@@ -195,7 +195,7 @@ const rr_rail_ops rr_verbs_rail_ops = {
     .post_ctrl = verbs_post_ctrl,
     .post_drain = verbs_post_drain,
     .progress = verbs_progress,
-    .fence = verbs_fence,
+    .invalidate = verbs_invalidate,
     .backlog = verbs_backlog,
     .flushed = verbs_flushed,
     .last_alive_ns = verbs_last_alive_ns,

@@ -88,7 +88,7 @@ rr_status verbs_ctrl_signal(verbs_ep *ep, verbs_qp *q) {
 /* Deliver the messages of our ring that are due: landed whole, and not
  * ahead of an ordered request the peer posted before them. */
 rr_status verbs_ctrl_deliver(verbs_ep *ep, uint64_t now) {
-  while (!ep->fenced && !ep->failed) {
+  while (!ep->invalidated && !ep->failed) {
     verbs_ring_msg m;
     switch (verbs_ring_read(ep->ring, &ep->rs, &m)) {
     case VERBS_RING_READ_EMPTY:

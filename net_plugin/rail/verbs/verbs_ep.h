@@ -1,6 +1,6 @@
 /* The verbs rail's endpoint, shared by the files that implement it
  * (rail_verbs.c says how it works as a whole):
- *   rail_verbs.c      state, failure, fence, liveness, the rail's ops table
+ *   rail_verbs.c      state, failure, invalidate, liveness, the rail's ops table
  *   verbs_ep_setup.c  open (QPs, buffers, the control ring), address, connect, destroy
  *   verbs_post.c      the send and receive queues: writes, drains, receives, chained
  *                     posts and which requests are signalled
@@ -170,7 +170,7 @@ struct verbs_ep {
   uint32_t max_inline;            /* bytes a request may carry inline (the QPs' cap) */
   int attached;
   int connected;
-  int fenced;
+  int invalidated;
   rr_status failed;
   /* Lock-free: the monitor marks (first error wins), the owner acts under its engine's lock. */
   _Atomic int async_event;        /* ibv_event_type + 1 of an async error, 0 when none */

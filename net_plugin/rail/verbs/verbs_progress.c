@@ -163,7 +163,7 @@ static rr_status on_arrival(verbs_ep *ep, int q, const struct ibv_wc *wc, uint64
 static rr_status deliver(verbs_ep *ep, uint64_t now) {
   for (;;) {
     rr_status st = verbs_ctrl_deliver(ep, now);
-    if (st != RR_OK || ep->fenced) return st;
+    if (st != RR_OK || ep->invalidated) return st;
     int q = (int)(ep->rs.rx_ops % (uint32_t)ep->nqps);
     verbs_qp *qp = &ep->qps[q];
     if (qp->arr_head == qp->arr_tail) return RR_OK;
@@ -187,7 +187,7 @@ static rr_status deliver(verbs_ep *ep, uint64_t now) {
 #define POLL_BATCH 32
 static rr_status progress_once(verbs_ep *ep) {
   /* Nothing waits on a chain past a pass (verbs_chain.c). */
-  for (int k = 0; k < ep->nqps && !ep->fenced; k++) {
+  for (int k = 0; k < ep->nqps && !ep->invalidated; k++) {
     rr_status st = verbs_ring_chain(ep, &ep->qps[k], 0);
     if (st != RR_OK) return st;
   }
@@ -200,9 +200,9 @@ static rr_status progress_once(verbs_ep *ep) {
     for (int i = 0; i < n; i++) {
       /* Every completion polled is host work, whatever it brings. */
       ep->base.cost.n[(wc[i].wr_id & RECV_TAG) ? RR_TEL_COST_CQES_RECV : RR_TEL_COST_CQES_SEND]++;
-      /* After a fence the QPs are in error: their flushed requests are
+      /* After an invalidation the QPs are in error: their flushed requests are
        * replayed by the engine, nothing of them is reported. */
-      if (ep->fenced) continue;
+      if (ep->invalidated) continue;
       int q = qp_index(ep, wc[i].qp_num);
       if (q < 0) {
         stray(ep, &wc[i]);
@@ -223,7 +223,7 @@ static rr_status progress_once(verbs_ep *ep) {
     }
     if (n < POLL_BATCH) break;
   }
-  if (!ep->fenced) {
+  if (!ep->invalidated) {
     rr_status st = deliver(ep, rr_now_ns());
     if (st == RR_OK) st = verbs_ctrl_return_credit(ep);
     if (st != RR_OK) return st;
@@ -231,7 +231,7 @@ static rr_status progress_once(verbs_ep *ep) {
   /* An unsignalled tail someone asked about (flushed(), last_alive_ns())
    * gets a signal behind it (verbs_chain.c); writes never need one: their
    * chains end signalled. */
-  for (int k = 0; k < ep->nqps && !ep->fenced; k++) {
+  for (int k = 0; k < ep->nqps && !ep->invalidated; k++) {
     verbs_qp *q = &ep->qps[k];
     if (!q->signal_wanted) continue;
     if (q->sq_tail == q->last_signaled) {
