@@ -53,11 +53,13 @@
  * (probe_size(): 1 MiB after a demotion, growing to RR_GRAY_PROBE_BYTES as
  * probes pass), posted when the rail has handed everything on and timed
  * until it has again (rr_rail_ops.flushed: the peer's kernel or NIC
- * acknowledged it). Probes at restore_pct of what the link sustains
- * (restore_reference()) for the fail-back hold (with the same flap damping)
- * bring traffic back. docs/failover.md, "Degraded rails". */
+ * acknowledged it). Healthy probes (restore_pct of what the link sustains,
+ * restore_reference()) covering the fail-back hold (with the same flap
+ * damping), at least two and none bad between (gray_restore.h), bring
+ * traffic back. docs/failover.md, "Degraded rails". */
 #include "engine_internal.h"
 #include "gray_latency.h"
+#include "gray_restore.h"
 #include "rr_clock.h"
 #include "rr_counters.h"
 #include "rr_health_bus.h"
@@ -127,7 +129,7 @@ typedef struct gray_link {
   uint64_t last_loss_ns;
   const rr_engine *probe_owner; /* the connection whose probe is in flight (compared only) */
   uint64_t probe_since;
-  uint64_t ok_since;        /* probes at the restore level since (0: the last one was not) */
+  gray_ok_run ok;           /* the run of healthy probes since the last bad one (gray_restore.h) */
   uint64_t probe_done_ns;   /* the last probe on this link ended */
   uint32_t probe_shrink;    /* its probes are RR_GRAY_PROBE_BYTES >> this (probe_size()) */
 } gray_link;
@@ -412,7 +414,7 @@ static int other_rail_usable(const rr_engine *e, int r) {
 static void demote(rr_engine *e, int r, gray_link *l, uint64_t now) {
   engine_rail *rl = &e->rails[r];
   l->restored = 0; /* a new verdict: the next restore is proven afresh */
-  l->ok_since = 0;
+  l->ok.probes = 0;
   l->probe_shrink = RR_GRAY_PROBE_SHRINK_MAX; /* it is slow: probe small, grow as probes pass */
   rl->degraded_frac = l->lossy ? l->loss_frac : l->below_frac;
   uint64_t since = l->lossy ? l->loss_since : l->slowlat ? l->lat.run_since : l->below_since;
@@ -464,7 +466,9 @@ int engine_gray_needs_reopen(const rr_engine *e, int r) {
 /* What a probe of l must deliver to count as healthy: its share of what
  * the link sustains, or of what a sibling link to the same peer host
  * sustains now if that is less (a rail that delivers half of what its
- * healthy siblings deliver now is not the slow one).
+ * healthy siblings deliver now is not the slow one), but never under half
+ * of the link's own (gray_restore_ref(): under load the sibling's rate fell
+ * to what a rail shaped to 5 % delivered, and restored it).
  *
  * Sustained, not the level: the level is the best 100 ms window seen, and
  * where completions come in bursts (an emulated NIC completes a 4 MiB
@@ -480,15 +484,15 @@ static double link_reference(const gray_link *l) {
 }
 
 static double restore_reference(const gray_link *l, uint64_t now) {
-  double ref = link_reference(l);
+  double own = link_reference(l), sib = 0;
   for (int i = 0; i < gray_nlinks; i++) {
     const gray_link *o = &gray_links[i];
     if (o == l || strcmp(o->host, l->host) || !o->loaded_rate_ns || now - o->loaded_rate_ns > RR_GRAY_SIBLING_NS)
       continue;
     double r = link_reference(o);
-    if (r > 0 && r < ref) ref = r;
+    if (r > 0 && (sib <= 0 || r < sib)) sib = r;
   }
-  return ref;
+  return gray_restore_ref(own, sib);
 }
 
 /* How large l's next probe is. A demoted link is probed with one write
@@ -581,9 +585,9 @@ static void probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
       bad = 1, ok = 0;
     /* Once a connection restored the link, the others' probes compete
      * with its traffic on the same NIC: they no longer judge the link. */
-    if (bad && !l->restored) l->ok_since = 0;
-    /* The probe saw the rail healthy from its start: the hold runs from there. */
-    else if (ok && !l->ok_since) l->ok_since = rl->probe_start_ns;
+    /* A healthy probe saw the rail healthy from its start: the run (and
+     * the hold) begins there and reaches to the last healthy probe's end. */
+    if (!bad || !l->restored) gray_ok_judge(&l->ok, ok, bad, rl->probe_start_ns, now);
     probe_count(done, ok, bad, rl->probe_bytes, now - rl->probe_start_ns, ref);
     if (bad && l->probe_shrink < RR_GRAY_PROBE_SHRINK_MAX) l->probe_shrink++;
     else if (ok && l->probe_shrink) l->probe_shrink--;
@@ -618,7 +622,7 @@ static void probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
    * last sign of life was that old. Silence on a restored rail is judged
    * from the restore on (watch_since_ns), as on a connection that starts
    * work: a rail that has carried nothing for a while is not silent. */
-  if (l->ok_since && now - l->ok_since >= engine_rail_hold_ns(e, rl) && !rl->probe_start_ns &&
+  if (gray_ok_covers(&l->ok, engine_rail_hold_ns(e, rl)) && !rl->probe_start_ns &&
       rl->ep->ops->flushed(rl->ep)) {
     rl->watch_since_ns = now;
     l->degraded = l->lossy = l->slowlat = 0;
@@ -688,7 +692,7 @@ void engine_gray_on_state(rr_engine *e, int r, rr_rail_state old, rr_rail_state 
     run_reset(l, now);
     l->degraded = l->lossy = l->slowlat = l->restored = 0;
     gray_lat_reset(&l->lat);
-    l->ok_since = 0;
+    l->ok.probes = 0;
   }
   if (!held) pthread_mutex_unlock(&gray_lock);
 }
