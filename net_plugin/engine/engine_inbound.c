@@ -65,8 +65,10 @@
 
 /* Bytes this end invited and has not seen land: receives whose
  * clear-to-send went, less the chunks in place at the front of each. An
- * upper bound (the message may be shorter than the receive posted). */
-static uint64_t invited_bytes(const rr_engine *e) {
+ * upper bound (the message may be shorter than the receive posted).
+ * Counting stops once it reaches `enough`: each arrival only asks whether
+ * any are left, and it is on the data path. */
+static uint64_t invited_bytes(const rr_engine *e, uint64_t enough) {
   uint64_t b = 0;
   for (int i = 0; i < RR_NET_MAX_REQUESTS; i++) {
     const rr_recv_req *r = &e->rreq[i];
@@ -76,6 +78,7 @@ static uint64_t invited_bytes(const rr_engine *e) {
       size_t have = (size_t)s->prefix * e->cfg.chunk_size;
       if ((s->expected && s->prefix >= s->expected) || have >= s->posted_size) continue;
       b += s->posted_size - have;
+      if (b >= enough) return b;
     }
   }
   return b;
@@ -98,7 +101,7 @@ void engine_inbound_on_arrival(rr_engine *e, int r, uint64_t bytes, uint64_t now
     }
   }
   in->last_arrival_ns = now;
-  in->out_after_last = invited_bytes(e) > 0;
+  in->out_after_last = invited_bytes(e, 1) > 0;
   rl->heard = 1; /* the peer's write: the peer is there */
 }
 
@@ -106,7 +109,7 @@ uint64_t engine_inbound_due(const rr_engine *e, int r, uint64_t life) {
   const engine_rail *rl = &e->rails[r];
   const engine_inbound *in = &rl->in;
   if (e->cfg.role != RR_ENGINE_RECV || !in->last_arrival_ns || in->last_arrival_ns < rl->watch_since_ns) return 0;
-  uint64_t bytes = invited_bytes(e);
+  uint64_t bytes = invited_bytes(e, UINT64_MAX);
   if (!bytes) return 0;
   uint64_t delta = e->cfg.progress_timeout_ns;
   double floor = (double)FLOOR_BYTES * 4.0 / (double)(delta ? delta : 1);
