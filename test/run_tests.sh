@@ -10,4 +10,13 @@ set -euo pipefail
 top="$(cd "$(dirname "$0")/.." && pwd)"
 export BUILD_DIR="${BUILD_DIR:-$top/build}"
 "$top/tools/build.sh" -DRERAIL_WERROR=ON "$@"
-ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 900
+if ! ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 900; then
+  # A CI report may keep only the end of this output: repeat each failed
+  # test's own verdict lines (its "FAIL ..." lines) here, after ctest's summary.
+  echo "=== verdict lines of the failed tests ==="
+  awk '/^[0-9]+\/[0-9]+ Testing: / { t = $3; buf = ""; n = 0; next }
+       /(^|[: ])FAIL[: ]/ { if (n++ < 8) buf = buf t ": " substr($0, 1, 400) "\n" }
+       /^Test Failed/ { printf "%s", buf }' \
+    "$BUILD_DIR/Testing/Temporary/LastTest.log" 2>/dev/null || true
+  exit 1
+fi

@@ -36,7 +36,7 @@ DELTA=${RERAIL_CHAOS_DELTA:-300}
 echo "chaos: 2 hosts x $RAILS rails, 4 connections, $SECS s, seed $SEED (RERAIL_CHAOS_SEED=$SEED to replay the fault sequence)"
 lab_start rrc$$ 2 $RAILS
 mkdir -p "$WORK/chaos-tel"
-PAIR_ENV=("RERAIL_TELEMETRY_DIR=$WORK/chaos-tel" "RERAIL_PROGRESS_TIMEOUT=$DELTA" RERAIL_BACKUPS=3 "RERAIL_LOG_LEVEL=${RERAIL_CHAOS_LOG:-warn}" "NCCL_DEBUG=${RERAIL_CHAOS_LOG:-warn}")
+PAIR_ENV=("RERAIL_TELEMETRY_DIR=$WORK/chaos-tel" RERAIL_TELEMETRY_KEEP=1 "RERAIL_PROGRESS_TIMEOUT=$DELTA" RERAIL_BACKUPS=3 "RERAIL_LOG_LEVEL=${RERAIL_CHAOS_LOG:-warn}" "NCCL_DEBUG=${RERAIL_CHAOS_LOG:-warn}")
 pair_start chaos --conns 4 --max-size 4M --duration "$SECS" --stall-report --quiet \
   --timeout "$(calc "$SECS + 90")" --seed "$SEED"
 FAULTS="$PAIR_DIR/faults.log"
@@ -56,13 +56,15 @@ while [ "$(us)" -lt "$end_us" ] && kill -0 "$CPID" 2>/dev/null && kill -0 "$SPID
   fault_step
 done
 ELAPSED=$(calc "$EPOCHREALTIME - $T0")
-# Both processes' .prom files, read while they run (a process removes its own
-# when it ends); "?" when neither exported one, which fails the run.
-DEMOTIONS=$(prom_sum "$WORK/chaos-tel" rerail_rail_demotions_total)
 # heal everything: the run ends on a healthy network
 heal_all
 
 pair_wait "$(calc "$SECS + 150" | cut -d. -f1)"
+# Both processes' last .prom files (RERAIL_TELEMETRY_KEEP: each writes its
+# totals when its exporter stops and leaves the file), so the count covers the
+# whole run, heal included, whenever the processes end against the fault loop;
+# "?" when neither left one, which fails the run.
+DEMOTIONS=$(prom_sum "$WORK/chaos-tel" rerail_rail_demotions_total)
 
 longest=$(jget "$PAIR_DIR/server.json" 'd["stall"]["longest"]["ms"]')
 at=$(jget "$PAIR_DIR/server.json" 'd["stall"]["longest"]["start_s"]')
