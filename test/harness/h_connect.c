@@ -4,7 +4,9 @@
  * failure). */
 #include "harness.h"
 
+#include <inttypes.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <time.h>
 
 static void check_call_time(const char *what, int idx, uint64_t ns) {
@@ -29,6 +31,20 @@ void h_set_attrs(hnet *n, int xfer_send, int xfer_recv) {
   if (xfer_recv) a.recv[0] = a.recv[1] = 1, a.recv[2] = a.recv[3] = g_opt.conns, a.op = 1u << 7;
   int rc = n->set_net_attr(n, &a);
   if (rc != HNET_SUCCESS) h_error("setNetAttr() returned %s", hnet_result_str(rc));
+}
+
+/* The connection's id as the plugin knows it (the same at both ends), for
+ * scripts that play a peer holding the handle: hostile_peers.sh reopens a
+ * rail of connection k by it. "<role>.connected.<k>" for a send comm,
+ * "<role>.accepted.<k>" for a receive comm; nothing when the plugin exports
+ * no ids. */
+static int publish_conn_id(const h_conn *c) {
+  uint64_t id;
+  if (!g_opt.rdv || hnet_conn_id(c->net, c->comm, &id) != 0) return 0;
+  char name[64], text[32];
+  snprintf(name, sizeof name, "%s.%d", c->is_send ? "connected" : "accepted", c->idx);
+  snprintf(text, sizeof text, "%016" PRIx64 "\n", id);
+  return h_rdv_put_flag(g_opt.role, name, text);
 }
 
 int h_connect_all(hnet *n, h_conn *send, int nsend, h_conn *recv, int nrecv) {
@@ -58,6 +74,7 @@ int h_connect_all(hnet *n, h_conn *send, int nsend, h_conn *recv, int nrecv) {
         c->comm = comm;
         pending--;
         progress = 1;
+        if (publish_conn_id(c)) return -1;
       } else {
         atomic_fetch_add_explicit(&g_cnt.null_connect, 1, memory_order_relaxed);
       }
@@ -79,6 +96,7 @@ int h_connect_all(hnet *n, h_conn *send, int nsend, h_conn *recv, int nrecv) {
         c->comm = comm;
         pending--;
         progress = 1;
+        if (publish_conn_id(c)) return -1;
         /* NCCL closes the listen comm as soon as accept() has returned the comm */
         rc = H_CALL(A_CLOSE, c->net->close_listen(c->net, c->listen));
         c->listen = NULL;
