@@ -571,6 +571,30 @@ static void test_strangers_at_cap_do_not_stop_honest(void **state) {
 /* RR_TEST_IFNAME pools other interfaces than lo (two_rails.sh: two NICs, so
  * every connection has two rails) and RR_TEST_FILTER picks the cases. */
 
+/* rr_net_conn_id (rerailConnId_v1): both comms of a connection give the id
+ * the connector drew; two connections differ; a listen comm or a pointer
+ * that is no comm gives none. */
+static void test_conn_id_same_at_both_ends(void **state) {
+  (void)state;
+  pair a, b;
+  connect_pair(&a);
+  connect_pair(&b);
+  uint64_t as = 0, ar = 1, bs = 0, none = 7;
+  assert_int_equal(rr_net_conn_id(a.send, &as), RR_OK);
+  assert_int_equal(rr_net_conn_id(a.recv, &ar), RR_OK);
+  assert_int_equal(rr_net_conn_id(b.send, &bs), RR_OK);
+  assert_int_equal(as, a.send->conn.conn_id);
+  assert_int_equal(as, ar);
+  assert_true(as != bs);
+  uint32_t not_a_comm[16] = {0};
+  assert_int_equal(rr_net_conn_id(a.listen, &none), RR_ERR_INVALID);
+  assert_int_equal(rr_net_conn_id(not_a_comm, &none), RR_ERR_INVALID);
+  assert_int_equal(rr_net_conn_id(NULL, &none), RR_ERR_INVALID);
+  assert_int_equal(none, 7);
+  close_pair(&a);
+  close_pair(&b);
+}
+
 int main(void) {
   core_tests_setup();
   const struct CMUnitTest tests[] = {
@@ -585,6 +609,7 @@ int main(void) {
       cmocka_unit_test(test_group_kept_while_open),
       cmocka_unit_test(test_frames_before_commit_on_another_rail),
       cmocka_unit_test(test_commit_on_higher_rail_lower_silent),
+      cmocka_unit_test(test_conn_id_same_at_both_ends),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
