@@ -11,16 +11,16 @@
 #include "core_pair.h"
 #include "rr_params.h"
 
-/* Call connect() and accept() in turn, as NCCL's proxy does, until both
- * gave a comm (those already there are kept). */
-void finish_pair(pair *p, const char *handle) {
-  for (int i = 0; i < 100000 && (!p->send || !p->recv); i++) {
-    if (!p->send) assert_int_equal(rr_net_connect(p->ctx, 0, handle, &p->send), RR_OK);
+void finish_pair_on(pair *p, int dev, const void *handle) {
+  for (int i = 0; i < 200000 && (!p->send || !p->recv); i++) {
+    if (!p->send) assert_int_equal(rr_net_connect(p->ctx, dev, handle, &p->send), RR_OK);
     if (!p->recv) assert_int_equal(rr_net_accept(p->listen, &p->recv), RR_OK);
   }
   assert_non_null(p->send);
   assert_non_null(p->recv);
 }
+
+void finish_pair(pair *p, const char *handle) { finish_pair_on(p, 0, handle); }
 
 /* A pair of one context whose communicator gives trafficClass cls (-1: none). */
 void connect_pair_class(pair *p, int cls) {

@@ -1,5 +1,5 @@
 /* What the core's end-to-end tests share (test_core_loopback.c: traffic;
- * test_core_setup.c: connection setup): a connected pair of comms inside one
+ * test_core_setup.c: connection setup; test_ib_oob.c): a connected pair of comms inside one
  * process, made and closed as NCCL's proxy does, and the settings both run
  * under. */
 #ifndef RERAIL_TEST_CORE_PAIR_H
@@ -14,8 +14,9 @@ typedef struct pair {
   rr_recv_comm *recv;
 } pair;
 
-/* Call connect() and accept() in turn, as NCCL's proxy does, until both
- * gave a comm (those already there are kept). */
+/* Call connect() (on device dev; finish_pair: 0) and accept() in turn, as
+ * NCCL's proxy does, until both gave a comm (those already there are kept). */
+void finish_pair_on(pair *p, int dev, const void *handle);
 void finish_pair(pair *p, const char *handle);
 /* A pair of one context whose communicator gives trafficClass cls (-1: none). */
 void connect_pair_class(pair *p, int cls);
