@@ -26,20 +26,20 @@
 #include "setup_wire.h"
 #include "tcp_frame.h"
 
-/* A context and a listener under RERAIL_CONNECT_TIMEOUT=timeout_ms, for the
- * tests of what the connect timeout decides; _close undoes both and the
- * setting. */
-static void timed_listener_open(const char *timeout_ms, rr_net_ctx **ctx, char *handle, rr_listen_comm **l) {
-  setenv("RERAIL_CONNECT_TIMEOUT", timeout_ms, 1);
+/* A context and a listener, under RERAIL_CONNECT_TIMEOUT=timeout_ms for the
+ * tests of what the connect timeout decides (NULL: the default);
+ * listener_close undoes both and the setting. */
+static void listener_open(const char *timeout_ms, rr_net_ctx **ctx, char *handle, rr_listen_comm **l) {
+  if (timeout_ms) setenv("RERAIL_CONNECT_TIMEOUT", timeout_ms, 1);
   rr_params_reload();
   rr_init_args args = {.traffic_class = -1};
   assert_int_equal(rr_net_init(&args, ctx), RR_OK);
   assert_int_equal(rr_net_listen(*ctx, 0, handle, l), RR_OK);
 }
 
-static void timed_listener_close(rr_net_ctx *ctx, rr_listen_comm *l) {
-  rr_net_close_listen(l);
-  rr_net_finalize(ctx);
+static void listener_close(rr_net_ctx *ctx, rr_listen_comm *l) {
+  assert_int_equal(rr_net_close_listen(l), RR_OK);
+  assert_int_equal(rr_net_finalize(ctx), RR_OK);
   unsetenv("RERAIL_CONNECT_TIMEOUT");
   rr_params_reload();
 }
@@ -53,7 +53,7 @@ static void test_unreachable_peer_retries_until_timeout(void **state) {
   rr_net_ctx *ctx;
   char handle[RR_NET_HANDLE_SIZE];
   rr_listen_comm *l;
-  timed_listener_open("1000", &ctx, handle, &l);
+  listener_open("1000", &ctx, handle, &l);
   int fds_before = open_fds();
   handle[42 + 3] = 2; /* the first address: 127.0.0.2, where nothing listens */
   rr_send_comm *s = NULL;
@@ -70,7 +70,7 @@ static void test_unreachable_peer_retries_until_timeout(void **state) {
   assert_true(took_ms >= 1000);
   assert_true(calls > 10);
   assert_int_equal(open_fds(), fds_before);
-  timed_listener_close(ctx, l);
+  listener_close(ctx, l);
 }
 
 /* NCCL's proxy sets connections up round-robin from one thread: with
@@ -85,7 +85,7 @@ static void test_slow_turns_with_progress_connect(void **state) {
   rr_net_ctx *ctx;
   char handle[RR_NET_HANDLE_SIZE];
   rr_listen_comm *l;
-  timed_listener_open("300", &ctx, handle, &l);
+  listener_open("300", &ctx, handle, &l);
   rr_send_comm *s = NULL;
   rr_recv_comm *r = NULL;
   uint64_t t0 = rr_now_ns();
@@ -112,7 +112,7 @@ static void test_silent_listener_times_out(void **state) {
   rr_net_ctx *ctx;
   char handle[RR_NET_HANDLE_SIZE];
   rr_listen_comm *l;
-  timed_listener_open("300", &ctx, handle, &l);
+  listener_open("300", &ctx, handle, &l);
   rr_send_comm *s = NULL;
   rr_status st = RR_OK;
   uint64_t t0 = rr_now_ns();
@@ -123,7 +123,7 @@ static void test_silent_listener_times_out(void **state) {
   }
   assert_int_equal(st, RR_ERR_PEER);
   assert_true(rr_now_ns() - t0 >= 300000000ull);
-  timed_listener_close(ctx, l);
+  listener_close(ctx, l);
 }
 
 /* A peer process with thousands of connections answers each only in its
@@ -139,7 +139,7 @@ static void test_peer_process_answers_keep_connection_waiting(void **state) {
   rr_net_ctx *ctx;
   char served[RR_NET_HANDLE_SIZE], waiting[RR_NET_HANDLE_SIZE];
   rr_listen_comm *l, *l_waiting;
-  timed_listener_open("300", &ctx, served, &l);
+  listener_open("300", &ctx, served, &l);
   assert_int_equal(rr_net_listen(ctx, 0, waiting, &l_waiting), RR_OK);
   rr_send_comm *w = NULL;
   int made = 0;
@@ -166,7 +166,7 @@ static void test_peer_process_answers_keep_connection_waiting(void **state) {
   assert_true(rr_now_ns() - last_made >= 300000000ull);
   assert_true(rr_now_ns() - last_made < 3000000000ull);
   rr_net_close_listen(l_waiting);
-  timed_listener_close(ctx, l);
+  listener_close(ctx, l);
 }
 
 /* The listener's pending sockets, open ones only (its lock is free: the
@@ -223,12 +223,10 @@ static int closed_by_listener(int fd) {
  * and the connection is still made on those sockets. */
 static void test_slow_connector_not_refused(void **state) {
   (void)state;
-  rr_init_args args = {.traffic_class = -1};
   rr_net_ctx *ctx;
-  assert_int_equal(rr_net_init(&args, &ctx), RR_OK);
   char handle[RR_NET_HANDLE_SIZE];
   rr_listen_comm *l;
-  assert_int_equal(rr_net_listen(ctx, 0, handle, &l), RR_OK);
+  listener_open(NULL, &ctx, handle, &l);
   rr_send_comm *s = NULL;
   rr_recv_comm *r = NULL;
   assert_int_equal(rr_net_connect(ctx, 0, handle, &s), RR_OK);
@@ -334,7 +332,7 @@ static void test_group_kept_while_open(void **state) {
   rr_net_ctx *ctx;
   char handle[RR_NET_HANDLE_SIZE];
   rr_listen_comm *l;
-  timed_listener_open("400", &ctx, handle, &l);
+  listener_open("400", &ctx, handle, &l);
   rr_peer_addrs peer;
   assert_int_equal(rr_handle_decode(handle, &peer), RR_OK);
 
@@ -360,7 +358,7 @@ static void test_group_kept_while_open(void **state) {
   assert_int_equal(l->ngroups, 0);
   close(vanished);
 
-  timed_listener_close(ctx, l);
+  listener_close(ctx, l);
 }
 
 /* The race the flapping lab case met: the connector sent its COMMIT on its
@@ -373,12 +371,10 @@ static void test_group_kept_while_open(void **state) {
  * the transport parses a garbled header: a protocol violation). */
 static void test_frames_before_commit_on_another_rail(void **state) {
   (void)state;
-  rr_init_args args = {.traffic_class = -1};
   rr_net_ctx *ctx;
-  assert_int_equal(rr_net_init(&args, &ctx), RR_OK);
   char handle[RR_NET_HANDLE_SIZE];
   rr_listen_comm *l;
-  assert_int_equal(rr_net_listen(ctx, 0, handle, &l), RR_OK);
+  listener_open(NULL, &ctx, handle, &l);
   rr_peer_addrs peer;
   assert_int_equal(rr_handle_decode(handle, &peer), RR_OK);
   int rail0 = hand_dial(l, peer.secret, 0xc0ffee, 0), rail1 = hand_dial(l, peer.secret, 0xc0ffee, 1);
@@ -416,8 +412,7 @@ static void test_frames_before_commit_on_another_rail(void **state) {
   close(rail0);
   close(rail1);
   assert_int_equal(rr_net_close_recv(rc), RR_OK);
-  assert_int_equal(rr_net_close_listen(l), RR_OK);
-  assert_int_equal(rr_net_finalize(ctx), RR_OK);
+  listener_close(ctx, l);
 }
 
 /* COMMIT on a higher rail while every socket of a lower one is held and
@@ -425,12 +420,10 @@ static void test_frames_before_commit_on_another_rail(void **state) {
  * path): the listener does not wait on the lower rail. */
 static void test_commit_on_higher_rail_lower_silent(void **state) {
   (void)state;
-  rr_init_args args = {.traffic_class = -1};
   rr_net_ctx *ctx;
-  assert_int_equal(rr_net_init(&args, &ctx), RR_OK);
   char handle[RR_NET_HANDLE_SIZE];
   rr_listen_comm *l;
-  assert_int_equal(rr_net_listen(ctx, 0, handle, &l), RR_OK);
+  listener_open(NULL, &ctx, handle, &l);
   rr_peer_addrs peer;
   assert_int_equal(rr_handle_decode(handle, &peer), RR_OK);
   int rail0 = hand_dial(l, peer.secret, 0xbeef, 0), rail1 = hand_dial(l, peer.secret, 0xbeef, 1);
@@ -441,8 +434,7 @@ static void test_commit_on_higher_rail_lower_silent(void **state) {
   close(rail0);
   close(rail1);
   assert_int_equal(rr_net_close_recv(rc), RR_OK);
-  assert_int_equal(rr_net_close_listen(l), RR_OK);
-  assert_int_equal(rr_net_finalize(ctx), RR_OK);
+  listener_close(ctx, l);
 }
 
 /* ---- Sockets that have not proved the secret (listen_admit.c): held
@@ -459,7 +451,7 @@ static void test_unproved_held_while_uncrowded(void **state) {
   rr_net_ctx *ctx;
   char handle[RR_NET_HANDLE_SIZE];
   rr_listen_comm *l;
-  timed_listener_open("300", &ctx, handle, &l);
+  listener_open("300", &ctx, handle, &l);
   rr_peer_addrs peer;
   assert_int_equal(rr_handle_decode(handle, &peer), RR_OK);
   uint64_t no_handshake = rr_counter_get(RR_CTR_REFUSED_NO_HANDSHAKE);
@@ -488,7 +480,7 @@ static void test_unproved_held_while_uncrowded(void **state) {
   close(slow);
   close(half);
   close(silent);
-  timed_listener_close(ctx, l);
+  listener_close(ctx, l);
 }
 
 /* n strangers' sockets from src, taken in by the listener. */
@@ -506,7 +498,7 @@ static void test_crowded_evicts_idle_longest(void **state) {
   rr_net_ctx *ctx;
   char handle[RR_NET_HANDLE_SIZE];
   rr_listen_comm *l;
-  timed_listener_open("300", &ctx, handle, &l);
+  listener_open("300", &ctx, handle, &l);
   uint64_t crowded_out = rr_counter_get(RR_CTR_REFUSED_CROWDED_OUT);
   uint64_t per_source = rr_counter_get(RR_CTR_REFUSED_PER_SOURCE);
   int a[RR_LISTEN_PER_SOURCE], b[RR_LISTEN_PER_SOURCE];
@@ -538,7 +530,7 @@ static void test_crowded_evicts_idle_longest(void **state) {
   for (int i = 0; i < RR_LISTEN_PER_SOURCE; i++) close(a[i]), close(b[i]);
   close(c);
   close(more);
-  timed_listener_close(ctx, l);
+  listener_close(ctx, l);
 }
 
 /* Strangers that hold every slot a listener has, and never speak, do not
@@ -553,7 +545,7 @@ static void test_strangers_at_cap_do_not_stop_honest(void **state) {
   for (int round = 0; round < 2; round++) {
     pair p = {0};
     char handle[RR_NET_HANDLE_SIZE];
-    timed_listener_open("300", &p.ctx, handle, &p.listen);
+    listener_open("300", &p.ctx, handle, &p.listen);
     int a[RR_LISTEN_PER_SOURCE], b[RR_LISTEN_PER_SOURCE];
     flood_from(p.listen, srcs[round][0], a, RR_LISTEN_PER_SOURCE);
     flood_from(p.listen, srcs[round][1], b, RR_LISTEN_PER_SOURCE);
