@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #include "bench_common.h"
+#include "bench_oob.h"
 #include "net_api.h"
 
 #define MAX_DEPTH 32   /* NCCL_NET_MAX_REQUESTS */
@@ -77,74 +78,6 @@ typedef struct options {
 
 static options g_opt;
 static pid_t g_child = -1;
-
-/* ---- out-of-band channel: socketpair (--fork) or files (--oob-dir) ---- */
-typedef struct oob {
-  int fd;             /* socketpair end, or -1 for files */
-  const char *dir;
-  int rank;
-  uint64_t sseq, rseq;
-} oob;
-
-static oob g_oob;
-
-static void oob_send(const void *buf, size_t len) {
-  if (g_oob.fd >= 0) {
-    const char *p = buf;
-    while (len) {
-      ssize_t r = write(g_oob.fd, p, len);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) bc_die("out-of-band channel: peer gone");
-      p += r;
-      len -= (size_t)r;
-    }
-    return;
-  }
-  char tmp[4096], path[4096];
-  snprintf(tmp, sizeof(tmp), "%s/.m-%d-%llu.tmp", g_oob.dir, g_oob.rank, (unsigned long long)g_oob.sseq);
-  snprintf(path, sizeof(path), "%s/m-%d-%llu", g_oob.dir, g_oob.rank, (unsigned long long)g_oob.sseq);
-  g_oob.sseq++;
-  FILE *f = fopen(tmp, "wb");
-  if (!f || fwrite(buf, 1, len, f) != len || fclose(f)) bc_die("out-of-band file %s: %s", tmp, strerror(errno));
-  if (rename(tmp, path)) bc_die("rename %s: %s", path, strerror(errno));
-}
-
-static void oob_recv(void *buf, size_t len) {
-  uint64_t deadline = bc_now_ns() + (uint64_t)(g_opt.timeout_s * 1e9);
-  if (g_oob.fd >= 0) {
-    char *p = buf;
-    while (len) {
-      ssize_t r = read(g_oob.fd, p, len);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) bc_die("out-of-band channel: peer gone");
-      p += r;
-      len -= (size_t)r;
-    }
-    return;
-  }
-  char path[4096];
-  snprintf(path, sizeof(path), "%s/m-%d-%llu", g_oob.dir, 1 - g_oob.rank, (unsigned long long)g_oob.rseq);
-  g_oob.rseq++;
-  for (;;) {
-    FILE *f = fopen(path, "rb");
-    if (f) {
-      size_t got = fread(buf, 1, len, f);
-      fclose(f);
-      if (got != len) bc_die("out-of-band file %s: short", path);
-      unlink(path);
-      return;
-    }
-    if (bc_now_ns() > deadline) bc_die("timed out waiting for the peer (%s)", path);
-    usleep(100);
-  }
-}
-
-static void oob_barrier(void) {
-  uint32_t t = 0xba5e;
-  oob_send(&t, sizeof(t));
-  oob_recv(&t, sizeof(t));
-  if (t != 0xba5e) bc_die("out-of-band channel out of step");
-}
 
 /* ---- plugin calls ---- */
 static hnet g_net;
@@ -902,7 +835,7 @@ int main(int argc, char **argv) {
   if (g_opt.rank >= 0) {
     struct stat st;
     if (stat(g_opt.oob_dir, &st) || !S_ISDIR(st.st_mode)) bc_die("--oob-dir %s is not a directory", g_opt.oob_dir);
-    g_oob = (oob){.fd = -1, .dir = g_opt.oob_dir, .rank = g_opt.rank};
+    g_oob = (oob){.fd = -1, .dir = g_opt.oob_dir, .rank = g_opt.rank, .timeout_s = g_opt.timeout_s};
     return run_rank();
   }
   int sv[2];
@@ -915,7 +848,7 @@ int main(int argc, char **argv) {
     prctl(PR_SET_PDEATHSIG, SIGTERM); /* never outlive rank 0 */
     if (getppid() == 1) _exit(1);
     close(sv[0]);
-    g_oob = (oob){.fd = sv[1], .rank = 1};
+    g_oob = (oob){.fd = sv[1], .rank = 1, .timeout_s = g_opt.timeout_s};
     run_rank();
     fflush(stdout);
     _exit(0);
@@ -923,7 +856,7 @@ int main(int argc, char **argv) {
   close(sv[1]);
   g_child = pid;
   atexit(kill_child);
-  g_oob = (oob){.fd = sv[0], .rank = 0};
+  g_oob = (oob){.fd = sv[0], .rank = 0, .timeout_s = g_opt.timeout_s};
   int rc = run_rank();
   int st;
   waitpid(pid, &st, 0);

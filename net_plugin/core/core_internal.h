@@ -76,6 +76,9 @@ const struct sockaddr_storage *rr_core_setup_addr(int dev, int *own_ip);
  * NCCL's default choice); 0 when there is none. */
 int rr_core_choose_oob(const rr_netif *nifs, int nnifs, const char *spec, rr_netif *out);
 
+/* conn_listen.c: whether a and b hold the same IP address (ports aside). */
+int rr_same_ip(const struct sockaddr_storage *a, const struct sockaddr_storage *b);
+
 
 /* flush.c: test() of a request iflush returned. */
 rr_status rr_core_flush_test(void *request, int *done);

@@ -300,6 +300,16 @@ rr_status rr_net_test(void *request, int *done, size_t *sizes) {
   return rr_engine_test(request, done, sizes);
 }
 
+rr_status rr_net_conn_id(const void *comm, uint64_t *id) {
+  if (!comm) return RR_ERR_INVALID;
+  uint32_t magic;
+  memcpy(&magic, comm, sizeof magic); /* both comms begin with it */
+  if (magic == RR_MAGIC_SEND) *id = ((const rr_send_comm *)comm)->conn.conn_id;
+  else if (magic == RR_MAGIC_RECV) *id = ((const rr_recv_comm *)comm)->conn_id;
+  else return RR_ERR_INVALID;
+  return RR_OK;
+}
+
 /* Closing a comm: its engine leaves the monitor first, so the background
  * thread never touches it again; then it delivers what it owes the peer
  * (acknowledgements, messages reported done) and says BYE, within the

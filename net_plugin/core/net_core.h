@@ -95,6 +95,11 @@ rr_status rr_net_iflush(rr_recv_comm *comm, int n, void **data, const int *sizes
 /* sizes (may be NULL) receives one size per grouped receive, as sent. */
 rr_status rr_net_test(void *request, int *done, size_t *sizes);
 
+/* The connection id of a live send or receive comm (the connector draws it;
+ * both ends carry it): RR_ERR_INVALID for anything else. Only read, so a
+ * test program may ask from any thread while the comm is in use. */
+rr_status rr_net_conn_id(const void *comm, uint64_t *id);
+
 rr_status rr_net_close_send(rr_send_comm *comm);
 rr_status rr_net_close_recv(rr_recv_comm *comm);
 rr_status rr_net_close_listen(rr_listen_comm *comm);

@@ -2,7 +2,8 @@
  * bootstrap network for the same job). A handle is published as
  * "<role>.handle.<conn>" by writing a temporary file and renaming it, so the
  * peer never reads half a file. Flags ("<role>.done", "<role>.abort", ...)
- * work the same way. Every handle file carries the parameters that shape the
+ * work the same way, and so do the plugin's connection ids
+ * ("<role>.accepted.<conn>", "<role>.connected.<conn>": h_connect.c). Every handle file carries the parameters that shape the
  * schedule, and the reader refuses to go on when they differ from its own. */
 #include "harness.h"
 
@@ -198,7 +199,7 @@ static int own_file(const char *name, const char *role) {
   size_t rl = strlen(role);
   if (strncmp(name, role, rl) || name[rl] != '.') return 0;
   name += rl + 1;
-  if (!strncmp(name, "handle.", 7)) return 1;
+  if (!strncmp(name, "handle.", 7) || !strncmp(name, "accepted.", 9) || !strncmp(name, "connected.", 10)) return 1;
   for (int i = 0; flag_names[i]; i++)
     if (!strcmp(name, flag_names[i])) return 1;
   return 0;

@@ -346,104 +346,6 @@ static int parse_args(int argc, char **argv) {
   return 0;
 }
 
-/* ---- connection setup -------------------------------------------------- */
-
-static void check_call_time(const char *what, int idx, uint64_t ns) {
-  if ((double)ns * 1e-9 > g_opt.max_call_s)
-    h_error("a single %s() call for connection %d blocked for %.3f s: NCCL requires connect/accept "
-            "not to block (limit %.3f s)", what, idx, (double)ns * 1e-9, g_opt.max_call_s);
-}
-
-/* NCCL's attribute hints (v11+): the comm-wide ones before connect/accept,
- * the transfer ones before the first isend/irecv of an operation. */
-static void set_attrs(hnet *n, int xfer_send, int xfer_recv) {
-  if (!n->set_net_attr) return;
-  hnet_net_attr a;
-  for (int i = 0; i < 4; i++) a.send[i] = a.recv[i] = HNET_ATTR_UNDEF;
-  a.op = a.algo = a.proto = (uint32_t)HNET_ATTR_UNDEF;
-  /* [max peers, min peers, max flows per peer, min flows per peer] */
-  a.send[1] = a.send[3] = a.recv[1] = a.recv[3] = 1;
-  a.send[0] = a.recv[0] = 1;
-  a.send[2] = a.recv[2] = g_opt.conns;
-  a.op = 1u << 5 | 1u << 6 | 1u << 7;   /* SendRecv, Send, Recv */
-  if (xfer_send) a.send[0] = a.send[1] = 1, a.send[2] = a.send[3] = g_opt.conns, a.op = 1u << 6;
-  if (xfer_recv) a.recv[0] = a.recv[1] = 1, a.recv[2] = a.recv[3] = g_opt.conns, a.op = 1u << 7;
-  int rc = n->set_net_attr(n, &a);
-  if (rc != HNET_SUCCESS) h_error("setNetAttr() returned %s", hnet_result_str(rc));
-}
-
-int h_connect_all(hnet *n, h_conn *send, int nsend, h_conn *recv, int nrecv) {
-  int pending = 0;
-  (void)n;
-  /* NCCL sets the comm-wide hints before every connect and accept */
-  for (int i = 0; i < nsend; i++) set_attrs(send[i].net, 0, 0);
-  for (int i = 0; i < nrecv; i++) set_attrs(recv[i].net, 0, 0);
-  for (int i = 0; i < nsend; i++) pending += !send[i].comm;
-  for (int i = 0; i < nrecv; i++) pending += !recv[i].comm;
-  while (pending) {
-    int progress = 0;
-    for (int i = 0; i < nsend; i++) {
-      h_conn *c = &send[i];
-      if (c->comm) continue;
-      void *comm = NULL;
-      uint64_t t0 = h_now_ns();
-      int rc = c->net->connect(c->net, g_opt.dev, c->handle, &comm);
-      uint64_t dt = h_now_ns() - t0;
-      h_note_call(A_CONNECT, dt);
-      check_call_time("connect", c->idx, dt);
-      if (rc != HNET_SUCCESS) {
-        h_error("connect() for connection %d returned %s", c->idx, hnet_result_str(rc));
-        return -1;
-      }
-      if (comm) {
-        c->comm = comm;
-        pending--;
-        progress = 1;
-      } else {
-        atomic_fetch_add_explicit(&g_cnt.null_connect, 1, memory_order_relaxed);
-      }
-    }
-    for (int i = 0; i < nrecv; i++) {
-      h_conn *c = &recv[i];
-      if (c->comm) continue;
-      void *comm = NULL;
-      uint64_t t0 = h_now_ns();
-      int rc = c->net->accept(c->net, c->listen, &comm);
-      uint64_t dt = h_now_ns() - t0;
-      h_note_call(A_ACCEPT, dt);
-      check_call_time("accept", c->idx, dt);
-      if (rc != HNET_SUCCESS) {
-        h_error("accept() for connection %d returned %s", c->idx, hnet_result_str(rc));
-        return -1;
-      }
-      if (comm) {
-        c->comm = comm;
-        pending--;
-        progress = 1;
-        /* NCCL closes the listen comm as soon as accept() has returned the comm */
-        rc = H_CALL(A_CLOSE, c->net->close_listen(c->net, c->listen));
-        c->listen = NULL;
-        if (rc != HNET_SUCCESS) {
-          h_error("closeListen() for connection %d returned %s", c->idx, hnet_result_str(rc));
-          return -1;
-        }
-      } else {
-        atomic_fetch_add_explicit(&g_cnt.null_accept, 1, memory_order_relaxed);
-      }
-    }
-    if (atomic_load(&g_abort)) return -1;
-    if (h_peer_aborted()) {
-      h_error("the %s aborted during connection setup", h_role_name(1 - g_opt.role));
-      return -1;
-    }
-    if (!progress) {
-      struct timespec ts = {0, 50 * 1000};
-      nanosleep(&ts, NULL);
-    }
-  }
-  return 0;
-}
-
 /* ---- traffic ------------------------------------------------------------ */
 
 static void dump_all(void) {
@@ -461,7 +363,7 @@ int h_drive(h_conn **cs, int n) {
   h_report_start();
   for (int i = 0; i < n; i++) {
     conn_start(cs[i]);
-    set_attrs(cs[i]->net, cs[i]->is_send, !cs[i]->is_send);
+    h_set_attrs(cs[i]->net, cs[i]->is_send, !cs[i]->is_send);
   }
   for (;;) {
     int active = 0, progress = 0;

@@ -271,8 +271,12 @@ int h_mode_bad_handle(hnet *n);
 int h_mode_wrong_token(hnet *n);
 int h_drive(h_conn **cs, int n);             /* progress until all finish; -1 on failure */
 
-/* ---- shared with harness.c --------------------------------------------- */
+/* ---- connection setup (h_connect.c) ------------------------------------ */
 int h_connect_all(hnet *n, h_conn *send, int nsend, h_conn *recv, int nrecv);
+/* NCCL's attribute hints (v11+); xfer_*: those of a transfer's first post. */
+void h_set_attrs(hnet *n, int xfer_send, int xfer_recv);
+
+/* ---- shared with harness.c --------------------------------------------- */
 int h_resolved_group(void);
 
 #endif

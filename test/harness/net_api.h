@@ -116,6 +116,10 @@ void hnet_unload(hnet *n);
  * transport) or buf is too small. Call it before hnet_unload(). */
 #define HNET_COUNTERS_MAX 4096 /* RERAIL_COUNTERS_MAX_TEXT */
 int hnet_plugin_counters(const hnet *n, char *buf, size_t len);
+/* The id of the connection a send or receive comm of this plugin carries
+ * (rerail's rerailConnId_v1, include/rerail/conn_id.h): 0 and *id, or -1
+ * when the plugin exports none or does not know the comm. */
+int hnet_conn_id(const hnet *n, const void *comm, uint64_t *id);
 
 /* The logger handed to init(): prints to stderr with the level, filtered by
  * NCCL_DEBUG (VERSION, WARN (default), INFO, TRACE; ABORT lines always print).

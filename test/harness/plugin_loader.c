@@ -50,7 +50,6 @@
 #include "nccl/net_v7.h"
 #include "nccl/net_v8.h"
 #include "nccl/net_v9.h"
-#include "rerail/counters.h"
 
 _Static_assert(sizeof(hnet_net_attr) == sizeof(nccl_net_attr_v11_t), "net attr layout (v11)");
 _Static_assert(sizeof(hnet_net_attr) == sizeof(nccl_net_attr_v12_t), "net attr layout (v12)");
@@ -711,15 +710,6 @@ int hnet_load(const char *name_or_path, int version, hnet *out) {
   }
   if (tried[0]) fprintf(stderr, "hnet: could not load a net plugin from \"%s\":%s\n", spec, tried);
   return -1;
-}
-
-int hnet_plugin_counters(const hnet *n, char *buf, size_t len) {
-  if (!n->dl || !buf) return -1;
-  void *sym = dlsym(n->dl, RERAIL_COUNTERS_SYMBOL);
-  if (!sym) return -1;
-  rerail_counters_v1_fn *fn;
-  memcpy(&fn, &sym, sizeof fn); /* ISO C has no object-to-function pointer cast */
-  return fn(buf, len);
 }
 
 void hnet_unload(hnet *n) {

@@ -8,7 +8,8 @@
 #
 # Cases: each net version 7..12 bound explicitly; the newest one with
 # --bidir --threads (both comm types in each process, one thread per
-# connection); a --duration run (the sender ends the schedule in-band); and
+# connection), whose connection ids both ends must agree on; a --duration
+# run (the sender ends the schedule in-band); and
 # three v12 contexts in each process (three communicators) with a server that
 # is slow to accept; a server and a client bound to different versions (v8
 # against v12); a teardown where one side closes 500 ms later (no warnings
@@ -60,6 +61,29 @@ done
 run_pair bidir_threads "${COMMON[@]}" --bidir --threads --conns 4
 if [ "$SRC" -eq 0 ] && [ "$CRC" -eq 0 ]; then pass bidir_threads "$(rate bidir_threads)"
 else fail bidir_threads "server exit $SRC, client exit $CRC"; fi
+
+# ids_agree RDV N: connection k's id (rerailConnId_v1, published by each
+# harness at setup) is the same at its receiving and its sending end, in both
+# directions, and no two connections share one. Prints the first mismatch.
+ids_agree() {
+  local rdv=$1 n=$2 k a b recv send seen=" "
+  for k in $(seq 0 $((n - 1))); do
+    for recv in server client; do
+      send=client
+      [ $recv = client ] && send=server
+      a=$(cat "$rdv/$recv.accepted.$k" 2>/dev/null)
+      b=$(cat "$rdv/$send.connected.$k" 2>/dev/null)
+      if ! [[ "$a" =~ ^[0-9a-f]{16}$ ]] || [ "$a" != "$b" ]; then
+        echo "$recv.accepted.$k '$a', $send.connected.$k '$b'"
+        return 1
+      fi
+      case "$seen" in *" $a "*) echo "id $a names two connections"; return 1 ;; esac
+      seen="$seen$a "
+    done
+  done
+}
+if why=$(ids_agree "$WORK/bidir_threads/rdv" 4); then pass conn_ids "both ends of 8 connections name each by the same id"
+else fail conn_ids "$why"; fi
 
 run_pair bidir_threads_v8 "${COMMON[@]}" --bidir --threads --net-version 8 --inflight 3 --group 3
 if [ "$SRC" -eq 0 ] && [ "$CRC" -eq 0 ]; then pass bidir_threads_v8 "$(rate bidir_threads_v8)"

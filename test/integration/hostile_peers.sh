@@ -31,9 +31,7 @@ HOSTILE=${3:?usage: $0 PLUGIN_DIR HARNESS HOSTILE}
 SECS=$(scaled 40 30)
 SECS=${SECS%.*}
 lab_start "${RERAIL_LAB:-rrh}$$" 3 2
-# The server logs at INFO: its "accepted connection ID" lines are how a peer
-# that read the handle learns what to reopen (it could as well sniff a hello).
-PAIR_ENV=(RERAIL_PROGRESS_TIMEOUT=300 RERAIL_BACKUPS=1 RERAIL_LOG_LEVEL=info NCCL_DEBUG=INFO)
+PAIR_ENV=(RERAIL_PROGRESS_TIMEOUT=300 RERAIL_BACKUPS=1)
 pair_start hostile --conns 8 --max-size 2M --duration "$SECS" --quiet --timeout $((SECS + 90)) --seed 10
 RDV="$PAIR_DIR/rdv"
 ALOG="$PAIR_DIR/attacks.log"
@@ -60,14 +58,13 @@ if echo "$LISTEN" | grep -qE '^(0\.0\.0\.0|\*|\[::\]):'; then
   BAD+=("a listener on the wildcard address: $(echo "$LISTEN" | tr '\n' ' ')")
 fi
 
-# handle FILE -> its port (bytes 40..41, big-endian)
-port_of() { local h; h=$(sed -n 's/^handle //p' "$1"); echo $((16#${h:80:4})); }
-# conn K -> the id the server's listener gave that connection
+# conn K -> its id, which a peer that read the handle names to reopen a rail
+# (it could as well sniff a hello): the server's harness publishes what the
+# plugin says (rerailConnId_v1) once accept() returned the connection.
 conn_id() {
-  local p
-  p=$(port_of "$RDV/server.handle.$1")
-  grep -aoE "accepted connection [0-9a-f]{16} .*\(listener port $p\)" "$PAIR_DIR/server.log" |
-    head -n 1 | awk '{print $3}'
+  local id
+  id=$(cat "$RDV/server.accepted.$1" 2>/dev/null)
+  [[ "$id" =~ ^[0-9a-f]{16}$ ]] && echo "$id"
 }
 H() { echo "--handle $RDV/server.handle.$1"; }
 SRC0=10.77.0.3
@@ -94,7 +91,7 @@ done
 ID=()
 for k in 0 1 2 3 4 5 6 7; do ID[k]=$(conn_id $k); done
 if [ ${#ID[@]} -ne 8 ] || printf '%s\n' "${ID[@]}" | grep -qx ''; then
-  BAD+=("connection ids not found in the server's log")
+  BAD+=("connection ids not published by the server's harness")
   ID=(0 0 0 0 0 0 0 0)
 fi
 # shellcheck disable=SC2046

@@ -228,6 +228,10 @@ uint64_t sim_next_arrival(sim_world *w);
 void sim_pairs_free(sim_world *w);
 int sim_pair_quiet(const sim_pair *p);
 
+/* sim_describe.c: for the trace, into buf (n bytes), which they return. */
+const char *sim_imm_str(char *buf, size_t n, const rr_write_hdr *h);
+const char *sim_ctrl_str(char *buf, size_t n, const void *msg, uint32_t len);
+
 /* sim_traffic.c */
 void sim_traffic_init(sim_world *w);
 void sim_traffic_setup_mrs(sim_world *w);

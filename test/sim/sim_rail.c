@@ -20,7 +20,6 @@
  * written anywhere else fails the seed. */
 #include "sim.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,61 +81,6 @@ static sim_item *item_clone(const sim_item *src) {
   memcpy(it, src, sizeof *it + src->len);
   it->next = NULL;
   return it;
-}
-
-/* For the trace: a write's immediate, and a control message, in words. */
-static const char *imm_str(char *buf, size_t n, const rr_write_hdr *h) {
-  if (h->flags & RR_WRITE_EAGER)
-    snprintf(buf, n, "eager e%u seq %u tag %d len %u epoch tag %u", imm_epoch(h->imm), h->eager.seq, (int)h->eager.tag,
-             h->len, h->epoch_tag);
-  else
-    snprintf(buf, n, "e%u slot%u sub%u chunk%u%s%s len %u epoch tag %u", imm_epoch(h->imm), imm_slot(h->imm),
-             imm_sub(h->imm), imm_chunk(h->imm), imm_last(h->imm) ? " last" : "", imm_ack_now(h->imm) ? " ack-now" : "",
-             h->len, h->epoch_tag);
-  return buf;
-}
-
-static const char *ctrl_str(char *buf, size_t n, const void *msg, uint32_t len) {
-  static const char *const names[] = {"?", "CTS", "ACK", "PROBE", "FAIL", "RESUME_SLOT", "RESUME_END", "DOWN", "BYE", "PLACED"};
-  engine_msg m;
-  if (engine_msg_decode(msg, len, RR_MAX_RAILS + 1, &m, NULL) != RR_OK && m.type != ENGINE_CTRL_CTS &&
-      m.type != ENGINE_CTRL_RESUME_SLOT) {
-    snprintf(buf, n, "type %u (%u bytes)", len ? *(const uint8_t *)msg : 0, len);
-    return buf;
-  }
-  const char *name = m.type < sizeof names / sizeof *names ? names[m.type] : "?";
-  switch (m.type) {
-  case ENGINE_CTRL_ACK: snprintf(buf, n, "ACK seq %u mask 0x%x", m.u.ack.seq, m.u.ack.more); break;
-  case ENGINE_CTRL_FAIL:
-  case ENGINE_CTRL_DOWN: snprintf(buf, n, "%s e%u down 0x%x", name, m.u.fail.epoch, m.u.fail.down_mask); break;
-  case ENGINE_CTRL_RESUME_END:
-    snprintf(buf, n, "RESUME_END e%u recv_seq %u slots 0x%x", m.u.end.epoch, m.u.end.recv_seq, m.u.end.slot_mask);
-    break;
-  case ENGINE_CTRL_PROBE: snprintf(buf, n, "PROBE rail %u", m.u.probe_rail); break;
-  case ENGINE_CTRL_PLACED:
-    snprintf(buf, n, "PLACED seq %u sub %u size %llu", m.u.placed.seq, m.u.placed.sub,
-             (unsigned long long)m.u.placed.size);
-    break;
-  default: {
-    /* CTS and RESUME_SLOT: the sequence number sits at a known offset. */
-    uint32_t seq = 0, epoch = 0, prefix0 = 0;
-    const uint8_t *b = msg;
-    if (m.type == ENGINE_CTRL_CTS && len >= 8) memcpy(&seq, b + 4, 4);
-    if (m.type == ENGINE_CTRL_RESUME_SLOT && len >= 12) {
-      memcpy(&epoch, b + 4, 4);
-      memcpy(&prefix0, b + 8, 4);
-      /* the CTS body follows the prefixes; its count is at body + 4 */
-      for (uint32_t k = 1; k <= RR_NET_MAX_RECVS; k++)
-        if (8 + 4 * k + 5 <= len && b[8 + 4 * k + 4] == k) {
-          memcpy(&seq, b + 8 + 4 * k, 4);
-          break;
-        }
-    }
-    if (m.type == ENGINE_CTRL_CTS) snprintf(buf, n, "CTS seq %u", seq);
-    else snprintf(buf, n, "%s e%u seq %u prefix0 %u", name, epoch, seq, prefix0);
-  }
-  }
-  return buf;
 }
 
 /* What the endpoint answers now: its breakage once it took effect. */
@@ -292,7 +236,7 @@ static rr_status queue_write(sim_ep *e, const rr_write_hdr *h, uint64_t wr_id, c
   q_push(&e->sq, it);
   if (w->verbose) {
     char b[96];
-    sim_trace(w, "rail%d pair%u: post write %s", e->pair->rail, e->pair->id, imm_str(b, sizeof b, &it->hdr));
+    sim_trace(w, "rail%d pair%u: post write %s", e->pair->rail, e->pair->id, sim_imm_str(b, sizeof b, &it->hdr));
   }
   e->sq_writes++;
   e->sq_bytes += len + 32;
@@ -352,7 +296,7 @@ static rr_status sim_post_ctrl(rr_rail_ep *rep, const void *msg, uint32_t len) {
   if (w->verbose) {
     char b[96];
     sim_trace(w, "rail%d pair%u: %s posts %s", e->pair->rail, e->pair->id, e->side == SIM_SEND ? "sender" : "receiver",
-              ctrl_str(b, sizeof b, msg, len));
+              sim_ctrl_str(b, sizeof b, msg, len));
   }
   e->sq_ctrl++;
   e->sq_bytes += len + 32;
@@ -555,7 +499,7 @@ static rr_status deliver_write(sim_world *w, sim_ep *e, int s, sim_item *it) {
   char *dst = NULL;
   if (w->verbose) {
     char b[96];
-    sim_trace(w, "rail%d pair%u: write arrives: %s", p->rail, p->id, imm_str(b, sizeof b, &it->hdr));
+    sim_trace(w, "rail%d pair%u: write arrives: %s", p->rail, p->id, sim_imm_str(b, sizeof b, &it->hdr));
   }
   if (p->kind == SIM_TCP) {
     void *d = NULL;
@@ -647,7 +591,7 @@ static rr_status deliver_stream(sim_world *w, sim_ep *e, int s) {
       if (w->verbose) {
         char b[96];
         sim_trace(w, "rail%d pair%u: %s gets %s", p->rail, p->id, e->side == SIM_SEND ? "sender" : "receiver",
-                  ctrl_str(b, sizeof b, it->data, it->len));
+                  sim_ctrl_str(b, sizeof b, it->data, it->len));
       }
       st = e->base.events->on_ctrl(&e->base, it->data, it->len);
       free(it);

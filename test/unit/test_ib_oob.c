@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "core_internal.h"
+#include "core_pair.h"
 #include "net_core.h"
 #include "rail_verbs.h"
 #include "verbs_ep.h"
@@ -77,14 +78,7 @@ static void test_ib_ports_are_devices(void **state) {
   assert_true(p0.ptr_support & RR_PTR_HOST);
 }
 
-typedef struct pair {
-  rr_net_ctx *ctx;
-  rr_listen_comm *listen;
-  rr_send_comm *send;
-  rr_recv_comm *recv;
-} pair;
-
-static void connect_pair(pair *p, int dev) {
+static void connect_pair_dev(pair *p, int dev) {
   rr_init_args args = {.traffic_class = -1};
   assert_int_equal(rr_net_init(&args, &p->ctx), RR_OK);
   unsigned char handle[RR_NET_HANDLE_SIZE];
@@ -100,19 +94,7 @@ static void connect_pair(pair *p, int dev) {
   }
   p->send = NULL;
   p->recv = NULL;
-  for (int i = 0; i < 200000 && (!p->send || !p->recv); i++) {
-    if (!p->send) assert_int_equal(rr_net_connect(p->ctx, dev, handle, &p->send), RR_OK);
-    if (!p->recv) assert_int_equal(rr_net_accept(p->listen, &p->recv), RR_OK);
-  }
-  assert_non_null(p->send);
-  assert_non_null(p->recv);
-}
-
-static void close_pair(pair *p) {
-  assert_int_equal(rr_net_close_send(p->send), RR_OK);
-  assert_int_equal(rr_net_close_recv(p->recv), RR_OK);
-  assert_int_equal(rr_net_close_listen(p->listen), RR_OK);
-  assert_int_equal(rr_net_finalize(p->ctx), RR_OK);
+  finish_pair_on(p, dev, handle);
 }
 
 /* Every QP of every verbs rail of an engine is at RTS, addressed by LID. */
@@ -175,7 +157,7 @@ static void test_setup_over_oob_and_traffic(void **state) {
   (void)state;
   for (int dev = 0; dev < 2; dev++) {
     pair p;
-    connect_pair(&p, dev);
+    connect_pair_dev(&p, dev);
     assert_true(p.send->engine.nrails >= 1);
     assert_true(check_rtr(&p.send->engine) >= 1);
     assert_true(check_rtr(&p.recv->engine) >= 1);
