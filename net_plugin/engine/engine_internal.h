@@ -4,6 +4,7 @@
  * code outside net_plugin/engine that includes this header says why. */
 #ifndef RERAIL_ENGINE_INTERNAL_H
 #define RERAIL_ENGINE_INTERNAL_H
+#include <assert.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -310,6 +311,17 @@ struct rr_engine {
   rr_engine_stats stats;
   char violation_why[96];   /* the first violation, for the log */
 };
+
+/* An engine is one end of a connection, a sender or a receiver for its
+ * whole life (rr_engine_config.role). Code that serves both ends asks
+ * engine_is_sender/engine_is_receiver where their behaviour differs, and
+ * reaches a field that only one role uses through engine_snd/engine_rcv:
+ * in a build with assertions (the CI's sanitizer build, and the simulation
+ * in it) a wrong-role access stops there. */
+static inline int engine_is_sender(const rr_engine *e) { return e->cfg.role == RR_ENGINE_SEND; }
+static inline int engine_is_receiver(const rr_engine *e) { return e->cfg.role == RR_ENGINE_RECV; }
+#define engine_snd(e) (assert(engine_is_sender(e)), (e))
+#define engine_rcv(e) (assert(engine_is_receiver(e)), (e))
 
 /* Send request idx (< sreq_cap). */
 static inline rr_send_req *engine_sreq(const rr_engine *e, uint32_t idx) {
