@@ -325,7 +325,7 @@ static inline int engine_is_receiver(const rr_engine *e) { return e->cfg.role ==
 
 /* Send request idx (< sreq_cap). */
 static inline rr_send_req *engine_sreq(const rr_engine *e, uint32_t idx) {
-  return &e->sreq_chunk[idx / RR_SEND_CHUNK][idx % RR_SEND_CHUNK];
+  return &engine_snd(e)->sreq_chunk[idx / RR_SEND_CHUNK][idx % RR_SEND_CHUNK];
 }
 /* Room for another RR_SEND_CHUNK send requests (engine.c). */
 rr_status engine_sreq_grow(rr_engine *e);
@@ -443,7 +443,7 @@ rr_status engine_gray_probe_begin(rr_engine *e, int rail, const rr_write_hdr *h)
 
 /* engine_send.c (engine_phase.h: the rollback's phases) */
 /* Posting waits for a rollback's announcement. */
-static inline int engine_send_holding(const rr_engine *e) { return e->send_phase != RR_SEND_STREAMING; }
+static inline int engine_send_holding(const rr_engine *e) { return engine_snd(e)->send_phase != RR_SEND_STREAMING; }
 /* now: the caller's clock reading, or 0 to read it when a chunk is posted. */
 rr_status engine_send_post(rr_engine *e, uint64_t now);
 rr_status engine_send_on_msg(rr_engine *e, int rail, const engine_msg *m);

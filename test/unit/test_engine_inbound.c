@@ -130,7 +130,7 @@ static void recv_end_close(recv_end *r) {
 static uint64_t land_first(recv_end *r) {
   rr_write_hdr h = {.imm = imm_encode(r->e.epoch, 0, 0, 1, 0, 0), .len = MSG};
   assert_int_equal(rr_engine_rail_events.on_write_recv(&r->rail.ep, &h), RR_OK);
-  assert_int_equal(r->e.rreq[0].landed || r->e.rreq[0].complete, 1);
+  assert_int_equal(engine_rcv(&r->e)->rreq[0].landed || engine_rcv(&r->e)->rreq[0].complete, 1);
   uint64_t t = r->e.rails[0].in.last_arrival_ns;
   assert_true(t > 0);
   r->rail.life = t;
