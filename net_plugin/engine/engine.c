@@ -76,36 +76,45 @@ rr_status engine_sreq_grow(rr_engine *e) {
   return RR_OK;
 }
 
-/* The request pools of the engine's role (engine_internal.h). */
+/* The request pools of the engine's role (engine_internal.h), and the
+ * sender's free list of bounce buffers (their arena comes on first use). */
 static rr_status engine_pools_alloc(rr_engine *e) {
   if (engine_is_sender(e)) {
-    engine_snd(e)->cts = calloc(RR_NET_MAX_REQUESTS, sizeof *engine_snd(e)->cts);
-    engine_snd(e)->fifo = calloc(RR_SEND_POOL, sizeof *engine_snd(e)->fifo);
-    return engine_snd(e)->cts && engine_snd(e)->fifo ? engine_sreq_grow(e) : RR_ERR_NOMEM;
+    engine_sender *snd = engine_snd(e);
+    snd->cts = calloc(RR_NET_MAX_REQUESTS, sizeof *snd->cts);
+    snd->fifo = calloc(RR_SEND_POOL, sizeof *snd->fifo);
+    for (int i = 0; i < RR_BOUNCE_COUNT; i++) snd->bounce_free[i] = (int16_t)i;
+    snd->nbounce_free = RR_BOUNCE_COUNT;
+    return snd->cts && snd->fifo ? engine_sreq_grow(e) : RR_ERR_NOMEM;
   }
   if (engine_is_receiver(e)) {
-    engine_rcv(e)->rreq = calloc(RR_NET_MAX_REQUESTS, sizeof *engine_rcv(e)->rreq);
-    return engine_rcv(e)->rreq ? RR_OK : RR_ERR_NOMEM;
+    engine_receiver *rcv = engine_rcv(e);
+    rcv->rreq = calloc(RR_NET_MAX_REQUESTS, sizeof *rcv->rreq);
+    return rcv->rreq ? RR_OK : RR_ERR_NOMEM;
   }
   return RR_ERR_INVALID;
 }
 
 /* The pools and what hangs off them: a receive slot keeps its chunk
- * bitmaps across receives (engine_recv.c, sub_prepare), and the early
- * buffer is made on the first eager message. */
+ * bitmaps across receives (engine_recv.c, sub_prepare), the early buffer
+ * is made on the first eager message, the bounce arena on the first
+ * small send. */
 static void engine_pools_free(rr_engine *e) {
-  free(engine_snd(e)->cts);
-  for (uint32_t i = 0; i < engine_snd(e)->sreq_cap / RR_SEND_CHUNK; i++) free(engine_snd(e)->sreq_chunk[i]);
-  engine_snd(e)->sreq_cap = 0;
-  free(engine_snd(e)->fifo);
-  for (int i = 0; engine_rcv(e)->rreq && i < RR_NET_MAX_REQUESTS; i++)
-    for (int k = 0; k < RR_NET_MAX_RECVS; k++) free(engine_rcv(e)->rreq[i].sub[k].seen);
-  free(engine_rcv(e)->rreq);
-  free(engine_rcv(e)->early_buf);
-  engine_snd(e)->cts = NULL;
-  engine_snd(e)->fifo = NULL;
-  engine_rcv(e)->rreq = NULL;
-  engine_rcv(e)->early_buf = NULL;
+  if (engine_is_sender(e)) {
+    engine_sender *snd = engine_snd(e);
+    free(snd->cts);
+    for (uint32_t i = 0; i < snd->sreq_cap / RR_SEND_CHUNK; i++) free(snd->sreq_chunk[i]);
+    free(snd->fifo);
+    free(snd->bounce);
+    snd->cts = NULL, snd->fifo = NULL, snd->bounce = NULL, snd->sreq_cap = 0;
+  } else if (engine_is_receiver(e)) {
+    engine_receiver *rcv = engine_rcv(e);
+    for (int i = 0; rcv->rreq && i < RR_NET_MAX_REQUESTS; i++)
+      for (int k = 0; k < RR_NET_MAX_RECVS; k++) free(rcv->rreq[i].sub[k].seen);
+    free(rcv->rreq);
+    free(rcv->early_buf);
+    rcv->rreq = NULL, rcv->early_buf = NULL;
+  }
 }
 
 rr_status rr_engine_init(rr_engine *e, const rr_engine_config *cfg) {
@@ -120,15 +129,13 @@ rr_status rr_engine_init(rr_engine *e, const rr_engine_config *cfg) {
     engine_pools_free(e);
     return RR_ERR_SYSTEM;
   }
-  for (int i = 0; i < RR_BOUNCE_COUNT; i++) engine_snd(e)->bounce_free[i] = (int16_t)i;
-  engine_snd(e)->nbounce_free = RR_BOUNCE_COUNT;
   atomic_store_explicit(&e->last_progress_ns, rr_now_ns(), memory_order_relaxed);
   return RR_OK;
 }
 
 rr_status rr_engine_add_rail(rr_engine *e, rr_rail_ep *ep, int weight, const char *ifname,
                              const char *peer_addr) {
-  if (e->nrails == RR_MAX_RAILS || engine_rcv(e)->recv_seq != 0) return RR_ERR_INVALID;
+  if (e->nrails == RR_MAX_RAILS || (engine_is_receiver(e) && engine_rcv(e)->recv_seq != 0)) return RR_ERR_INVALID;
   int idx = e->nrails++;
   engine_rail *r = &e->rails[idx];
   memset(r, 0, sizeof *r);
@@ -178,7 +185,7 @@ void rr_engine_fini(rr_engine *e) {
   for (int i = 0; i < e->nrails; i++) {
     rr_rail_ep *ep = e->rails[i].ep;
     if (!ep) continue;
-    if (engine_snd(e)->bounce_reg[i]) ep->ops->dereg_mr(engine_snd(e)->bounce_reg[i]);
+    if (engine_is_sender(e) && engine_snd(e)->bounce_reg[i]) ep->ops->dereg_mr(engine_snd(e)->bounce_reg[i]);
     rr_tel_rail *tx = ep->tel_tx, *rx = ep->tel_rx;
     ep->ops->destroy(ep);
     rr_tel_rail_close(tx);
@@ -186,8 +193,6 @@ void rr_engine_fini(rr_engine *e) {
   }
   e->nrails = 0;
   engine_pools_free(e);
-  free(engine_snd(e)->bounce);
-  engine_snd(e)->bounce = NULL;
   pthread_mutex_destroy(&e->lock);
 }
 
@@ -260,8 +265,9 @@ rr_status engine_progress(rr_engine *e) {
   if (engine_is_sender(e)) {
     rr_status st = engine_send_post(e, 0);
     if (st != RR_OK) return engine_fail(e, st, "posting chunks failed");
+  } else {
+    engine_rcv(e)->ctrl_queued = 0; /* the rails' progress below hands them over */
   }
-  engine_rcv(e)->ctrl_queued = 0;
   for (int i = 0; i < e->nrails && !e->failed; i++) rail_progress(e, i, 1);
   if (e->failed) return e->failed;
   if (coarse - e->last_tick_ns >= 1000000 || coarse < e->last_tick_ns) {
@@ -303,13 +309,16 @@ rr_status engine_progress(rr_engine *e) {
  * wake_idle), so a NIC going down is still seen within a millisecond. */
 int rr_engine_idle_background(const rr_engine *e, uint64_t now_ns) {
   if (e->last_work_ns && now_ns - e->last_work_ns < RR_ENGINE_IDLE_AFTER_NS) return 0;
-  if (e->busy || e->peer_spoke || e->closing || e->peer_bye || engine_rcv(e)->urgent || engine_rcv(e)->ctrl_queued ||
-      e->fail_notice_pending || engine_snd(e)->down_notice_pending || engine_snd(e)->restore_notice || e->peer_down_mask)
-    return 0;
+  if (e->busy || e->peer_spoke || e->closing || e->peer_bye || e->fail_notice_pending) return 0;
   if (engine_is_sender(e)) {
-    if (engine_snd(e)->send_phase != RR_SEND_STREAMING || engine_snd(e)->claims_owed || engine_snd(e)->nparked || engine_snd(e)->no_carrier_since_ns) return 0;
-  } else if (engine_rcv(e)->recv_phase != RR_RECV_STREAMING || engine_rcv(e)->ack_pending || engine_rcv(e)->cts_held) {
-    return 0;
+    const engine_sender *snd = engine_snd(e);
+    if (snd->send_phase != RR_SEND_STREAMING || snd->claims_owed || snd->nparked || snd->no_carrier_since_ns ||
+        snd->down_notice_pending || snd->restore_notice)
+      return 0;
+  } else {
+    const engine_receiver *rcv = engine_rcv(e);
+    if (rcv->recv_phase != RR_RECV_STREAMING || rcv->ack_pending || rcv->cts_held || rcv->urgent || rcv->ctrl_queued)
+      return 0;
   }
   for (int i = 0; i < e->nrails; i++) {
     const engine_rail *rl = &e->rails[i];
@@ -352,6 +361,8 @@ static void peer_heard(rr_engine *e, const rr_rail_ep *ep) {
 }
 
 static rr_status ev_write_done(rr_rail_ep *ep, uint64_t wr_id) {
+  /* A receiver posts no writes: its (empty) pool of sends owns none. */
+  if (!engine_is_sender(ep_engine(ep))) return wr_id == ENGINE_PROBE_WR_ID ? RR_OK : RR_ERR_INTERNAL;
   int placed = (ep->dev->attr.caps & RR_RAIL_CAP_WRITE_DONE_PLACED) != 0;
   return engine_send_on_write_done(ep_engine(ep), ep->rail, wr_id, placed);
 }

@@ -514,6 +514,6 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
   }
   /* A rollback request that got no answer: ask again (it may have gone down
    * with a rail). */
-  if (engine_send_holding(e) && since(now, engine_snd(e)->resume_wait_since_ns) > delta / 2)
+  if (engine_is_sender(e) && engine_send_holding(e) && since(now, engine_snd(e)->resume_wait_since_ns) > delta / 2)
     engine_send_set_phase(e, engine_snd(e)->send_phase, RR_SEND_NO_ANSWER, now);
 }

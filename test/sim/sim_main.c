@@ -362,7 +362,7 @@ static void dump_engines(sim_world *w) {
     printf("%s engine: epoch %u, failed %d (%s), rollback phase %s, fail_notice_pending %d, announce_slot %u\n",
            side == SIM_SEND ? "sender" : "receiver", e->epoch, e->failed, e->failed_why,
            side == SIM_SEND ? engine_send_phase_name(engine_snd(e)->send_phase) : engine_recv_phase_name(engine_rcv(e)->recv_phase),
-           e->fail_notice_pending, engine_rcv(e)->announce_slot);
+           e->fail_notice_pending, side == SIM_RECV ? engine_rcv(e)->announce_slot : 0);
     for (int r = 0; r < e->nrails; r++)
       printf("  rail%d: state %d need_drain %d drain_posted %u backlog %zu why '%s'\n", r, e->rails[r].state,
              e->rails[r].need_drain, e->rails[r].drain_posted, e->rails[r].ep->ops->backlog(e->rails[r].ep),
