@@ -19,8 +19,8 @@ rr_status engine_fail(rr_engine *e, rr_status st, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(e->failed_why, sizeof e->failed_why, fmt, ap);
     va_end(ap);
-    RR_WARN("%s connection to %s failed: %s (%s)", engine_is_sender(e) ? "send" : "receive",
-            e->cfg.peer, e->failed_why, rr_status_str(st));
+    RR_WARN("%s connection to %s failed: %s (%s)", engine_role_word(e), e->cfg.peer, e->failed_why,
+            rr_status_str(st));
     rr_health_event ev = {.kind = RR_HEV_ERROR, .dev = e->nrails ? e->rails[0].ep->dev->index : -1,
                           .to_dev = -1, .state = RR_LINK_DOWN};
     snprintf(ev.peer, sizeof ev.peer, "%s", e->cfg.peer);
@@ -55,7 +55,7 @@ rr_status engine_violation(rr_engine *e, int rail, engine_violation_kind kind, c
     snprintf(e->violation_why, sizeof e->violation_why, "%s", why);
     RR_WARN("%s connection to %s: rail %d broke the protocol (%s): failing that rail over; "
             "further violations on this connection are counted, not logged",
-            engine_is_sender(e) ? "send" : "receive", e->cfg.peer, rail, why);
+            engine_role_word(e), e->cfg.peer, rail, why);
   } else {
     RR_TRACE("%s: rail %d: protocol violation %llu: %s", e->cfg.peer, rail,
              (unsigned long long)e->stats.violations, why);
@@ -149,9 +149,9 @@ rr_status rr_engine_add_rail(rr_engine *e, rr_rail_ep *ep, int weight, const cha
   snprintf(r->why, sizeof r->why, "up");
   snprintf(r->peer_addr, sizeof r->peer_addr, "%s", peer_addr ? peer_addr : "?");
   /* A sender's rails record what they send, a receiver's what lands. */
-  rr_tel_rail *t = rr_tel_rail_open(ep->dev->index, ifname, peer_addr, idx,
-                                    engine_is_sender(e) ? RR_TEL_TX : RR_TEL_RX);
-  if (engine_is_sender(e)) ep->tel_tx = t;
+  int tx = engine_is_sender(e);
+  rr_tel_rail *t = rr_tel_rail_open(ep->dev->index, ifname, peer_addr, idx, tx ? RR_TEL_TX : RR_TEL_RX);
+  if (tx) ep->tel_tx = t;
   else ep->tel_rx = t;
   /* Dashboards see the rail's state and counters from the first export. */
   rr_tel_conn_rail_add(r->ifname, e->cfg.peer);
@@ -175,8 +175,7 @@ rr_status rr_engine_add_rail_later(rr_engine *e, rr_rail_ep *ep, int weight, con
   rr_health_event ev = {.kind = RR_HEV_RAIL_STATE, .dev = ep->dev->index, .to_dev = -1, .state = RR_LINK_DOWN};
   snprintf(ev.ifname, sizeof ev.ifname, "%s", rl->ifname);
   snprintf(ev.peer, sizeof ev.peer, "%s", e->cfg.peer);
-  snprintf(ev.reason, sizeof ev.reason, "%s %.40s: %.40s", engine_is_sender(e) ? "send" : "recv",
-           rl->name, rl->why);
+  snprintf(ev.reason, sizeof ev.reason, "%s %.40s: %.40s", engine_role_abbr(e), rl->name, rl->why);
   rr_health_report(&ev);
   return RR_OK;
 }

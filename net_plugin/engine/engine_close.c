@@ -96,8 +96,7 @@ rr_status rr_engine_close(rr_engine *e, uint64_t timeout_ns) {
     e->stats.closes_owed++;
     rr_counter_inc(RR_CTR_CLOSES_OWED);
     RR_INFO(RR_SUB_NET, "closing the %s connection to %s: what it owed the peer was not all delivered within %llu ms",
-            engine_is_sender(e) ? "send" : "receive", e->cfg.peer,
-            (unsigned long long)(timeout_ns / 1000000));
+            engine_role_word(e), e->cfg.peer, (unsigned long long)(timeout_ns / 1000000));
   }
   pthread_mutex_unlock(&e->lock);
   return st;
@@ -107,7 +106,7 @@ rr_status engine_on_bye(rr_engine *e, const engine_msg *m) {
   e->peer_bye = 1;
   e->peer_bye_seq = m->u.bye_seq;
   RR_INFO(RR_SUB_NET, "%s connection to %s: the peer is closing (BYE at %u)",
-          engine_is_sender(e) ? "send" : "receive", e->cfg.peer, m->u.bye_seq);
+          engine_role_word(e), e->cfg.peer, m->u.bye_seq);
   return RR_OK;
 }
 
@@ -115,8 +114,7 @@ void engine_closed_by_peer(rr_engine *e) {
   if (e->failed) return;
   e->failed = RR_ERR_PEER;
   snprintf(e->failed_why, sizeof e->failed_why, "closed by the peer");
-  RR_INFO(RR_SUB_NET, "%s connection to %s closed by the peer", engine_is_sender(e) ? "send" : "receive",
-          e->cfg.peer);
+  RR_INFO(RR_SUB_NET, "%s connection to %s closed by the peer", engine_role_word(e), e->cfg.peer);
 }
 
 void engine_report_unanswered(rr_engine *e, const char *what, uint32_t seq) {

@@ -329,6 +329,10 @@ struct rr_engine {
  * in it) a wrong-role access stops there. */
 static inline int engine_is_sender(const rr_engine *e) { return e->cfg.role == RR_ENGINE_SEND; }
 static inline int engine_is_receiver(const rr_engine *e) { return e->cfg.role == RR_ENGINE_RECV; }
+/* The end in messages: "send" or "receive" for the connection, "send" or
+ * "recv" in a rail's lines and health reasons (short: they share a field). */
+static inline const char *engine_role_word(const rr_engine *e) { return engine_is_sender(e) ? "send" : "receive"; }
+static inline const char *engine_role_abbr(const rr_engine *e) { return engine_is_sender(e) ? "send" : "recv"; }
 #define engine_snd(e) (assert(engine_is_sender(e)), &(e)->snd)
 #define engine_rcv(e) (assert(engine_is_receiver(e)), &(e)->rcv)
 
