@@ -19,8 +19,8 @@ rr_status engine_fail(rr_engine *e, rr_status st, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(e->failed_why, sizeof e->failed_why, fmt, ap);
     va_end(ap);
-    RR_WARN("%s connection to %s failed: %s (%s)", e->cfg.role == RR_ENGINE_SEND ? "send" : "receive",
-            e->cfg.peer, e->failed_why, rr_status_str(st));
+    RR_WARN("%s connection to %s failed: %s (%s)", engine_role_word(e), e->cfg.peer, e->failed_why,
+            rr_status_str(st));
     rr_health_event ev = {.kind = RR_HEV_ERROR, .dev = e->nrails ? e->rails[0].ep->dev->index : -1,
                           .to_dev = -1, .state = RR_LINK_DOWN};
     snprintf(ev.peer, sizeof ev.peer, "%s", e->cfg.peer);
@@ -55,7 +55,7 @@ rr_status engine_violation(rr_engine *e, int rail, engine_violation_kind kind, c
     snprintf(e->violation_why, sizeof e->violation_why, "%s", why);
     RR_WARN("%s connection to %s: rail %d broke the protocol (%s): failing that rail over; "
             "further violations on this connection are counted, not logged",
-            e->cfg.role == RR_ENGINE_SEND ? "send" : "receive", e->cfg.peer, rail, why);
+            engine_role_word(e), e->cfg.peer, rail, why);
   } else {
     RR_TRACE("%s: rail %d: protocol violation %llu: %s", e->cfg.peer, rail,
              (unsigned long long)e->stats.violations, why);
@@ -68,44 +68,53 @@ int engine_rail_invalidate_cheap(const rr_engine *e, int r) {
 }
 
 rr_status engine_sreq_grow(rr_engine *e) {
-  if (e->sreq_cap >= RR_SEND_POOL) return RR_ERR_INTERNAL;
+  if (engine_snd(e)->sreq_cap >= RR_SEND_POOL) return RR_ERR_INTERNAL;
   rr_send_req *c = calloc(RR_SEND_CHUNK, sizeof *c);
   if (!c) return RR_ERR_NOMEM;
-  e->sreq_chunk[e->sreq_cap / RR_SEND_CHUNK] = c;
-  e->sreq_cap += RR_SEND_CHUNK;
+  engine_snd(e)->sreq_chunk[engine_snd(e)->sreq_cap / RR_SEND_CHUNK] = c;
+  engine_snd(e)->sreq_cap += RR_SEND_CHUNK;
   return RR_OK;
 }
 
-/* The request pools of the engine's role (engine_internal.h). */
+/* The request pools of the engine's role (engine_internal.h), and the
+ * sender's free list of bounce buffers (their arena comes on first use). */
 static rr_status engine_pools_alloc(rr_engine *e) {
-  if (e->cfg.role == RR_ENGINE_SEND) {
-    e->cts = calloc(RR_NET_MAX_REQUESTS, sizeof *e->cts);
-    e->fifo = calloc(RR_SEND_POOL, sizeof *e->fifo);
-    return e->cts && e->fifo ? engine_sreq_grow(e) : RR_ERR_NOMEM;
+  if (engine_is_sender(e)) {
+    engine_sender *snd = engine_snd(e);
+    snd->cts = calloc(RR_NET_MAX_REQUESTS, sizeof *snd->cts);
+    snd->fifo = calloc(RR_SEND_POOL, sizeof *snd->fifo);
+    for (int i = 0; i < RR_BOUNCE_COUNT; i++) snd->bounce_free[i] = (int16_t)i;
+    snd->nbounce_free = RR_BOUNCE_COUNT;
+    return snd->cts && snd->fifo ? engine_sreq_grow(e) : RR_ERR_NOMEM;
   }
-  if (e->cfg.role == RR_ENGINE_RECV) {
-    e->rreq = calloc(RR_NET_MAX_REQUESTS, sizeof *e->rreq);
-    return e->rreq ? RR_OK : RR_ERR_NOMEM;
+  if (engine_is_receiver(e)) {
+    engine_receiver *rcv = engine_rcv(e);
+    rcv->rreq = calloc(RR_NET_MAX_REQUESTS, sizeof *rcv->rreq);
+    return rcv->rreq ? RR_OK : RR_ERR_NOMEM;
   }
   return RR_ERR_INVALID;
 }
 
 /* The pools and what hangs off them: a receive slot keeps its chunk
- * bitmaps across receives (engine_recv.c, sub_prepare), and the early
- * buffer is made on the first eager message. */
+ * bitmaps across receives (engine_recv.c, sub_prepare), the early buffer
+ * is made on the first eager message, the bounce arena on the first
+ * small send. */
 static void engine_pools_free(rr_engine *e) {
-  free(e->cts);
-  for (uint32_t i = 0; i < e->sreq_cap / RR_SEND_CHUNK; i++) free(e->sreq_chunk[i]);
-  e->sreq_cap = 0;
-  free(e->fifo);
-  for (int i = 0; e->rreq && i < RR_NET_MAX_REQUESTS; i++)
-    for (int k = 0; k < RR_NET_MAX_RECVS; k++) free(e->rreq[i].sub[k].seen);
-  free(e->rreq);
-  free(e->early_buf);
-  e->cts = NULL;
-  e->fifo = NULL;
-  e->rreq = NULL;
-  e->early_buf = NULL;
+  if (engine_is_sender(e)) {
+    engine_sender *snd = engine_snd(e);
+    free(snd->cts);
+    for (uint32_t i = 0; i < snd->sreq_cap / RR_SEND_CHUNK; i++) free(snd->sreq_chunk[i]);
+    free(snd->fifo);
+    free(snd->bounce);
+    snd->cts = NULL, snd->fifo = NULL, snd->bounce = NULL, snd->sreq_cap = 0;
+  } else if (engine_is_receiver(e)) {
+    engine_receiver *rcv = engine_rcv(e);
+    for (int i = 0; rcv->rreq && i < RR_NET_MAX_REQUESTS; i++)
+      for (int k = 0; k < RR_NET_MAX_RECVS; k++) free(rcv->rreq[i].sub[k].seen);
+    free(rcv->rreq);
+    free(rcv->early_buf);
+    rcv->rreq = NULL, rcv->early_buf = NULL;
+  }
 }
 
 rr_status rr_engine_init(rr_engine *e, const rr_engine_config *cfg) {
@@ -120,15 +129,13 @@ rr_status rr_engine_init(rr_engine *e, const rr_engine_config *cfg) {
     engine_pools_free(e);
     return RR_ERR_SYSTEM;
   }
-  for (int i = 0; i < RR_BOUNCE_COUNT; i++) e->bounce_free[i] = (int16_t)i;
-  e->nbounce_free = RR_BOUNCE_COUNT;
   atomic_store_explicit(&e->last_progress_ns, rr_now_ns(), memory_order_relaxed);
   return RR_OK;
 }
 
 rr_status rr_engine_add_rail(rr_engine *e, rr_rail_ep *ep, int weight, const char *ifname,
                              const char *peer_addr) {
-  if (e->nrails == RR_MAX_RAILS || e->recv_seq != 0) return RR_ERR_INVALID;
+  if (e->nrails == RR_MAX_RAILS || (engine_is_receiver(e) && engine_rcv(e)->recv_seq != 0)) return RR_ERR_INVALID;
   int idx = e->nrails++;
   engine_rail *r = &e->rails[idx];
   memset(r, 0, sizeof *r);
@@ -142,9 +149,9 @@ rr_status rr_engine_add_rail(rr_engine *e, rr_rail_ep *ep, int weight, const cha
   snprintf(r->why, sizeof r->why, "up");
   snprintf(r->peer_addr, sizeof r->peer_addr, "%s", peer_addr ? peer_addr : "?");
   /* A sender's rails record what they send, a receiver's what lands. */
-  rr_tel_rail *t = rr_tel_rail_open(ep->dev->index, ifname, peer_addr, idx,
-                                    e->cfg.role == RR_ENGINE_SEND ? RR_TEL_TX : RR_TEL_RX);
-  if (e->cfg.role == RR_ENGINE_SEND) ep->tel_tx = t;
+  int tx = engine_is_sender(e);
+  rr_tel_rail *t = rr_tel_rail_open(ep->dev->index, ifname, peer_addr, idx, tx ? RR_TEL_TX : RR_TEL_RX);
+  if (tx) ep->tel_tx = t;
   else ep->tel_rx = t;
   /* Dashboards see the rail's state and counters from the first export. */
   rr_tel_conn_rail_add(r->ifname, e->cfg.peer);
@@ -168,8 +175,7 @@ rr_status rr_engine_add_rail_later(rr_engine *e, rr_rail_ep *ep, int weight, con
   rr_health_event ev = {.kind = RR_HEV_RAIL_STATE, .dev = ep->dev->index, .to_dev = -1, .state = RR_LINK_DOWN};
   snprintf(ev.ifname, sizeof ev.ifname, "%s", rl->ifname);
   snprintf(ev.peer, sizeof ev.peer, "%s", e->cfg.peer);
-  snprintf(ev.reason, sizeof ev.reason, "%s %.40s: %.40s", e->cfg.role == RR_ENGINE_SEND ? "send" : "recv",
-           rl->name, rl->why);
+  snprintf(ev.reason, sizeof ev.reason, "%s %.40s: %.40s", engine_role_abbr(e), rl->name, rl->why);
   rr_health_report(&ev);
   return RR_OK;
 }
@@ -178,7 +184,7 @@ void rr_engine_fini(rr_engine *e) {
   for (int i = 0; i < e->nrails; i++) {
     rr_rail_ep *ep = e->rails[i].ep;
     if (!ep) continue;
-    if (e->bounce_reg[i]) ep->ops->dereg_mr(e->bounce_reg[i]);
+    if (engine_is_sender(e) && engine_snd(e)->bounce_reg[i]) ep->ops->dereg_mr(engine_snd(e)->bounce_reg[i]);
     rr_tel_rail *tx = ep->tel_tx, *rx = ep->tel_rx;
     ep->ops->destroy(ep);
     rr_tel_rail_close(tx);
@@ -186,15 +192,13 @@ void rr_engine_fini(rr_engine *e) {
   }
   e->nrails = 0;
   engine_pools_free(e);
-  free(e->bounce);
-  e->bounce = NULL;
   pthread_mutex_destroy(&e->lock);
 }
 
 int engine_outstanding(const rr_engine *e) {
-  if (e->cfg.role == RR_ENGINE_SEND) return e->fifo_head != e->fifo_tail || e->cts_wanted;
+  if (engine_is_sender(e)) return engine_snd(e)->fifo_head != engine_snd(e)->fifo_tail || engine_snd(e)->cts_wanted;
   for (int i = 0; i < RR_NET_MAX_REQUESTS; i++)
-    if (e->rreq[i].in_use && !e->rreq[i].complete) return 1;
+    if (engine_rcv(e)->rreq[i].in_use && !engine_rcv(e)->rreq[i].complete) return 1;
   return 0;
 }
 
@@ -257,11 +261,12 @@ rr_status engine_progress(rr_engine *e) {
    * stamped (a posted write, a completion) and once per health tick. */
   uint64_t coarse = rr_now_coarse_ns();
   atomic_store_explicit(&e->last_progress_ns, coarse, memory_order_relaxed);
-  if (e->cfg.role == RR_ENGINE_SEND) {
+  if (engine_is_sender(e)) {
     rr_status st = engine_send_post(e, 0);
     if (st != RR_OK) return engine_fail(e, st, "posting chunks failed");
+  } else {
+    engine_rcv(e)->ctrl_queued = 0; /* the rails' progress below hands them over */
   }
-  e->ctrl_queued = 0;
   for (int i = 0; i < e->nrails && !e->failed; i++) rail_progress(e, i, 1);
   if (e->failed) return e->failed;
   if (coarse - e->last_tick_ns >= 1000000 || coarse < e->last_tick_ns) {
@@ -269,7 +274,7 @@ rr_status engine_progress(rr_engine *e) {
     engine_rails_tick(e, rr_now_ns());
   }
   if (e->failed) return e->failed;
-  if (e->cfg.role == RR_ENGINE_RECV) {
+  if (engine_is_receiver(e)) {
     rr_status st = engine_recv_outbox(e);
     if (st != RR_OK) return engine_fail(e, st, "control messages failed");
   } else {
@@ -303,13 +308,16 @@ rr_status engine_progress(rr_engine *e) {
  * wake_idle), so a NIC going down is still seen within a millisecond. */
 int rr_engine_idle_background(const rr_engine *e, uint64_t now_ns) {
   if (e->last_work_ns && now_ns - e->last_work_ns < RR_ENGINE_IDLE_AFTER_NS) return 0;
-  if (e->busy || e->peer_spoke || e->closing || e->peer_bye || e->urgent || e->ctrl_queued ||
-      e->fail_notice_pending || e->down_notice_pending || e->restore_notice || e->peer_down_mask)
-    return 0;
-  if (e->cfg.role == RR_ENGINE_SEND) {
-    if (e->send_phase != RR_SEND_STREAMING || e->claims_owed || e->nparked || e->no_carrier_since_ns) return 0;
-  } else if (e->recv_phase != RR_RECV_STREAMING || e->ack_pending || e->cts_held) {
-    return 0;
+  if (e->busy || e->peer_spoke || e->closing || e->peer_bye || e->fail_notice_pending) return 0;
+  if (engine_is_sender(e)) {
+    const engine_sender *snd = engine_snd(e);
+    if (snd->send_phase != RR_SEND_STREAMING || snd->claims_owed || snd->nparked || snd->no_carrier_since_ns ||
+        snd->down_notice_pending || snd->restore_notice)
+      return 0;
+  } else {
+    const engine_receiver *rcv = engine_rcv(e);
+    if (rcv->recv_phase != RR_RECV_STREAMING || rcv->ack_pending || rcv->cts_held || rcv->urgent || rcv->ctrl_queued)
+      return 0;
   }
   for (int i = 0; i < e->nrails; i++) {
     const engine_rail *rl = &e->rails[i];
@@ -352,6 +360,8 @@ static void peer_heard(rr_engine *e, const rr_rail_ep *ep) {
 }
 
 static rr_status ev_write_done(rr_rail_ep *ep, uint64_t wr_id) {
+  /* A receiver posts no writes: its (empty) pool of sends owns none. */
+  if (!engine_is_sender(ep_engine(ep))) return wr_id == ENGINE_PROBE_WR_ID ? RR_OK : RR_ERR_INTERNAL;
   int placed = (ep->dev->attr.caps & RR_RAIL_CAP_WRITE_DONE_PLACED) != 0;
   return engine_send_on_write_done(ep_engine(ep), ep->rail, wr_id, placed);
 }
@@ -359,20 +369,20 @@ static rr_status ev_write_done(rr_rail_ep *ep, uint64_t wr_id) {
 static rr_status ev_write_begin(rr_rail_ep *ep, rr_write_hdr *h, void **dst) {
   rr_engine *e = ep_engine(ep);
   *dst = NULL;
-  if (e->cfg.role != RR_ENGINE_RECV) return engine_violation(e, ep->rail, ENGINE_VIOL_DIRECTION, "data arrived on a send connection");
+  if (!engine_is_receiver(e)) return engine_violation(e, ep->rail, ENGINE_VIOL_DIRECTION, "data arrived on a send connection");
   peer_heard(e, ep);
   return engine_recv_write_begin(e, ep->rail, h, dst);
 }
 
 static rr_status ev_write_recv(rr_rail_ep *ep, const rr_write_hdr *h) {
   rr_engine *e = ep_engine(ep);
-  if (e->cfg.role != RR_ENGINE_RECV) return engine_violation(e, ep->rail, ENGINE_VIOL_DIRECTION, "data arrived on a send connection");
+  if (!engine_is_receiver(e)) return engine_violation(e, ep->rail, ENGINE_VIOL_DIRECTION, "data arrived on a send connection");
   return engine_recv_write(e, ep->rail, h);
 }
 
 static rr_status ev_drain(rr_rail_ep *ep, uint32_t epoch) {
   rr_engine *e = ep_engine(ep);
-  return e->cfg.role == RR_ENGINE_RECV ? engine_recv_on_drain(e, ep->rail, epoch) : RR_OK;
+  return engine_is_receiver(e) ? engine_recv_on_drain(e, ep->rail, epoch) : RR_OK;
 }
 
 static rr_status ev_ctrl(rr_rail_ep *ep, const void *msg, uint32_t len) {
@@ -384,7 +394,7 @@ static rr_status ev_ctrl(rr_rail_ep *ep, const void *msg, uint32_t len) {
   peer_heard(e, ep);
   if (m.type == ENGINE_CTRL_PROBE) return RR_OK; /* its arrival was the point */
   if (m.type == ENGINE_CTRL_BYE) return engine_on_bye(e, &m);
-  return e->cfg.role == RR_ENGINE_SEND ? engine_send_on_msg(e, ep->rail, &m)
+  return engine_is_sender(e) ? engine_send_on_msg(e, ep->rail, &m)
                                        : engine_recv_on_msg(e, ep->rail, &m);
 }
 

@@ -30,10 +30,10 @@
 
 /* Everything this end owes the peer has been posted on a rail. */
 static int owed_posted(const rr_engine *e) {
-  if (e->cfg.role == RR_ENGINE_RECV) return e->ack_pending == 0;
+  if (engine_is_receiver(e)) return engine_rcv(e)->ack_pending == 0;
   if (engine_send_holding(e) || e->fail_notice_pending) return 0; /* a rollback decides what goes again */
-  for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
-    const rr_send_req *r = engine_sreq(e, e->fifo[i % RR_SEND_POOL]);
+  for (uint32_t i = engine_snd(e)->fifo_head; i != engine_snd(e)->fifo_tail; i++) {
+    const rr_send_req *r = engine_sreq(e, engine_snd(e)->fifo[i % RR_SEND_POOL]);
     /* A send NCCL still waits on (not bounced, not acknowledged) is being
      * abandoned by NCCL itself: nothing is owed for it. */
     int promised = r->bounce >= 0 || r->user_done;
@@ -45,7 +45,7 @@ static int owed_posted(const rr_engine *e) {
      * (docs/protocol.md, "Eager writes"); if the assumption was wrong the
      * receiver dropped it and it must go again. Sure only once the shape
      * is known (a clear-to-send or an ack said so). */
-    if (r->eager || !seq_before(r->seq, e->known_seq)) return 0;
+    if (r->eager || !seq_before(r->seq, engine_snd(e)->known_seq)) return 0;
   }
   return 1;
 }
@@ -70,12 +70,12 @@ rr_status rr_engine_close(rr_engine *e, uint64_t timeout_ns) {
   pthread_mutex_lock(&e->lock);
   e->closing = 1;
   while (!e->failed) {
-    if (e->cfg.role == RR_ENGINE_RECV && e->ack_pending) e->ack_flush = 1; /* owed now, not later */
+    if (engine_is_receiver(e) && engine_rcv(e)->ack_pending) engine_rcv(e)->ack_flush = 1; /* owed now, not later */
     engine_progress(e);
     if (e->failed) break;
     if (!e->bye_sent && owed_posted(e)) {
       engine_msg bye = {.type = ENGINE_CTRL_BYE,
-                        .u.bye_seq = e->cfg.role == RR_ENGINE_SEND ? e->send_seq : e->recv_seq};
+                        .u.bye_seq = engine_is_sender(e) ? engine_snd(e)->send_seq : engine_rcv(e)->recv_seq};
       if (engine_post_msg(e, &bye) == RR_OK) e->bye_sent = 1;
       continue; /* progress hands it to the rail */
     }
@@ -96,8 +96,7 @@ rr_status rr_engine_close(rr_engine *e, uint64_t timeout_ns) {
     e->stats.closes_owed++;
     rr_counter_inc(RR_CTR_CLOSES_OWED);
     RR_INFO(RR_SUB_NET, "closing the %s connection to %s: what it owed the peer was not all delivered within %llu ms",
-            e->cfg.role == RR_ENGINE_SEND ? "send" : "receive", e->cfg.peer,
-            (unsigned long long)(timeout_ns / 1000000));
+            engine_role_word(e), e->cfg.peer, (unsigned long long)(timeout_ns / 1000000));
   }
   pthread_mutex_unlock(&e->lock);
   return st;
@@ -107,7 +106,7 @@ rr_status engine_on_bye(rr_engine *e, const engine_msg *m) {
   e->peer_bye = 1;
   e->peer_bye_seq = m->u.bye_seq;
   RR_INFO(RR_SUB_NET, "%s connection to %s: the peer is closing (BYE at %u)",
-          e->cfg.role == RR_ENGINE_SEND ? "send" : "receive", e->cfg.peer, m->u.bye_seq);
+          engine_role_word(e), e->cfg.peer, m->u.bye_seq);
   return RR_OK;
 }
 
@@ -115,8 +114,7 @@ void engine_closed_by_peer(rr_engine *e) {
   if (e->failed) return;
   e->failed = RR_ERR_PEER;
   snprintf(e->failed_why, sizeof e->failed_why, "closed by the peer");
-  RR_INFO(RR_SUB_NET, "%s connection to %s closed by the peer", e->cfg.role == RR_ENGINE_SEND ? "send" : "receive",
-          e->cfg.peer);
+  RR_INFO(RR_SUB_NET, "%s connection to %s closed by the peer", engine_role_word(e), e->cfg.peer);
 }
 
 void engine_report_unanswered(rr_engine *e, const char *what, uint32_t seq) {

@@ -439,7 +439,7 @@ static void demote(rr_engine *e, int r, gray_link *l, uint64_t now) {
 
 int engine_gray_demote_silent(rr_engine *e, int r, uint64_t now) {
   engine_rail *rl = &e->rails[r];
-  if (e->cfg.role != RR_ENGINE_SEND || !e->cfg.degraded_pct || e->cfg.failover_mode != RR_FAILOVER_CHAIN ||
+  if (!engine_is_sender(e) || !e->cfg.degraded_pct || e->cfg.failover_mode != RR_FAILOVER_CHAIN ||
       !(rl->ep->dev->attr.caps & RR_RAIL_CAP_PROBE_WRITE) || rl->state != RR_RAIL_ACTIVE || engine_send_holding(e) ||
       !other_rail_usable(e, r))
     return 0;
@@ -631,8 +631,8 @@ static void probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
     rl->g_demoted = 0;
     run_reset(l, now);
     engine_rail_set_state(e, r, RR_RAIL_ACTIVE, "delivers its healthy level again");
-    e->down_notice_pending = 1; /* the receiver restores it on our word */
-    e->restore_notice = 1;
+    engine_snd(e)->down_notice_pending = 1; /* the receiver restores it on our word */
+    engine_snd(e)->restore_notice = 1;
   }
 }
 
@@ -641,7 +641,7 @@ void engine_gray_tick(rr_engine *e, int r, uint64_t now) {
   /* Balance mode already gives a slow rail the share it drains (a backed-up
    * rail is skipped); a rail that cannot be probed could be demoted but
    * never restored: it is judged by failures only. */
-  if (e->cfg.role != RR_ENGINE_SEND || !e->cfg.degraded_pct || e->cfg.failover_mode != RR_FAILOVER_CHAIN ||
+  if (!engine_is_sender(e) || !e->cfg.degraded_pct || e->cfg.failover_mode != RR_FAILOVER_CHAIN ||
       !(rl->ep->dev->attr.caps & RR_RAIL_CAP_PROBE_WRITE))
     return;
   pthread_mutex_lock(&gray_lock);
@@ -664,7 +664,7 @@ void engine_gray_tick(rr_engine *e, int r, uint64_t now) {
 }
 
 void engine_gray_on_state(rr_engine *e, int r, rr_rail_state old, rr_rail_state st, uint64_t now) {
-  if (e->cfg.role != RR_ENGINE_SEND || !e->cfg.degraded_pct) return;
+  if (!engine_is_sender(e) || !e->cfg.degraded_pct) return;
   engine_rail *rl = &e->rails[r];
   rl->g_prev_ns = 0; /* what it posted before this is no delivery of its new state */
   rl->g_lat_t0 = 0;  /* nor a request of it */

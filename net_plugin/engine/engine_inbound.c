@@ -71,7 +71,7 @@
 static uint64_t invited_bytes(const rr_engine *e, uint64_t enough) {
   uint64_t b = 0;
   for (int i = 0; i < RR_NET_MAX_REQUESTS; i++) {
-    const rr_recv_req *r = &e->rreq[i];
+    const rr_recv_req *r = &engine_rcv(e)->rreq[i];
     if (!r->in_use || r->complete || r->landed || r->cts_held) continue;
     for (int k = 0; k < r->n; k++) {
       const rr_recv_sub *s = &r->sub[k];
@@ -108,7 +108,7 @@ void engine_inbound_on_arrival(rr_engine *e, int r, uint64_t bytes, uint64_t now
 uint64_t engine_inbound_due(const rr_engine *e, int r, uint64_t life) {
   const engine_rail *rl = &e->rails[r];
   const engine_inbound *in = &rl->in;
-  if (e->cfg.role != RR_ENGINE_RECV || !in->last_arrival_ns || in->last_arrival_ns < rl->watch_since_ns) return 0;
+  if (!engine_is_receiver(e) || !in->last_arrival_ns || in->last_arrival_ns < rl->watch_since_ns) return 0;
   uint64_t bytes = invited_bytes(e, UINT64_MAX);
   if (!bytes) return 0;
   uint64_t delta = e->cfg.progress_timeout_ns;

@@ -4,6 +4,7 @@
  * code outside net_plugin/engine that includes this header says why. */
 #ifndef RERAIL_ENGINE_INTERNAL_H
 #define RERAIL_ENGINE_INTERNAL_H
+#include <assert.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -206,43 +207,12 @@ typedef struct rr_engine_stats {
 #define RR_BOUNCE_COUNT 8
 #define RR_BOUNCE_SIZE 4096
 
-struct rr_engine {
-  rr_engine_config cfg;
-  /* guards: the whole engine (every field but last_progress_ns and idle_hint); NCCL's threads take it in
-   * every call, the monitor only tries it. Never two engines' at once (docs/locking.md). */
-  pthread_mutex_t lock;     /* NCCL's threads and the background thread share the engine */
-  rr_status failed;         /* sticky failure: every later call reports it */
-  char failed_why[256];
-  uint32_t epoch;
-  /* Lock-free: stored by whoever drives the engine, read by the monitor without the lock
-   * to leave engines NCCL drives alone. */
-  _Atomic uint64_t last_progress_ns; /* when anybody last drove this engine (read unlocked) */
-  /* rr_engine_idle_background's verdict at the end of the last drive, for
-   * the monitor to skip an idle engine without touching more of it than
-   * this cache line (it looks at thousands every 5 ms). Cleared by every
-   * entry that can give the engine something to do outside a drive (isend,
-   * irecv, a rail replaced); a link change wakes engines anyway. */
-  _Atomic int idle_hint;
-  uint64_t last_tick_ns;    /* last health check (coarse clock) */
-  uint64_t last_work_ns;    /* last progress with work outstanding or a word from the peer (coarse; 0: never) */
-  uint8_t peer_spoke;       /* a message or write from the peer was read since the last progress */
-  uint64_t no_rail_since_ns;/* no ACTIVE rail since (0 = there is one) */
-  uint64_t no_rail_life_ns; /* then: the last time any rail was seen working */
-  int busy;                 /* outstanding requests at the last tick */
+/* The fields only a sender uses (rr_engine.snd; engine_snd). */
+typedef struct engine_sender {
   /* NCCL's last isend was refused for want of a clear-to-send: the
    * connection waits on the peer, which is being busy (a peer that stopped
    * answering must fail the send, not leave NCCL retrying forever). */
   uint8_t cts_wanted;
-  int urgent;               /* a queued control message must leave before we return */
-  int ctrl_queued;          /* control messages wait in a rail queue for the next progress */
-
-  int nrails;
-  engine_rail rails[RR_MAX_RAILS];
-  uint32_t peer_down_mask;  /* rails the peer told us it sees down */
-
-  /* sender. The request pools of one role are allocated for an engine of
-   * that role only (rr_engine_init): an engine is one end of a connection,
-   * and a job holds thousands of them (docs, memory per connection). */
   engine_cts_slot *cts;     /* RR_NET_MAX_REQUESTS */
   uint32_t send_seq;        /* the receive the next isend matches */
   /* Receives [known_seq, send_seq) each took one eager message on the
@@ -270,8 +240,17 @@ struct rr_engine {
   uint64_t resume_wait_since_ns;
   uint64_t stall_start_ns;  /* when the failure that caused the current rollback was seen */
   uint64_t no_carrier_since_ns; /* a GPU message has found no rail up that can carry it since (0: none) */
+  int down_notice_pending;  /* a rail that carried no traffic failed; tell the receiver */
+  uint8_t restore_notice;   /* a demoted rail is back: the next DOWN goes even if it names none */
+  uint32_t resume_got;      /* slots whose RESUME_SLOT of this epoch arrived */
+  uint32_t fail_epoch;      /* the epoch its FAIL names (lost in, or waits to leave) */
+  rr_rail_mr *bounce_reg[RR_MAX_RAILS]; /* the bounce arena on each rail's device */
+} engine_sender;
 
-  /* receiver */
+/* The fields only a receiver uses (rr_engine.rcv; engine_rcv). */
+typedef struct engine_receiver {
+  int urgent;               /* a queued control message must leave before we return */
+  int ctrl_queued;          /* control messages wait in a rail queue for the next progress */
   rr_recv_req *rreq;        /* RR_NET_MAX_REQUESTS */
   uint32_t recv_seq;        /* sequence number of the next irecv */
   /* Eager messages for receives not posted yet, by slot (allocated on first use). */
@@ -290,15 +269,46 @@ struct rr_engine {
   uint32_t resume_recv_seq; /* recv_seq when the current rollback began */
   rr_recv_phase recv_phase; /* the announcement's phase (engine_phase.c) */
   uint32_t announce_slot;   /* ANNOUNCING: the next slot to look at (< RR_NET_MAX_REQUESTS) */
+  uint32_t resume_mask;     /* slots this rollback's RESUME_SLOTs named so far */
+} engine_receiver;
+
+struct rr_engine {
+  rr_engine_config cfg;
+  /* guards: the whole engine (every field but last_progress_ns and idle_hint); NCCL's threads take it in
+   * every call, the monitor only tries it. Never two engines' at once (docs/locking.md). */
+  pthread_mutex_t lock;     /* NCCL's threads and the background thread share the engine */
+  rr_status failed;         /* sticky failure: every later call reports it */
+  char failed_why[256];
+  uint32_t epoch;
+  /* Lock-free: stored by whoever drives the engine, read by the monitor without the lock
+   * to leave engines NCCL drives alone. */
+  _Atomic uint64_t last_progress_ns; /* when anybody last drove this engine (read unlocked) */
+  /* rr_engine_idle_background's verdict at the end of the last drive, for
+   * the monitor to skip an idle engine without touching more of it than
+   * this cache line (it looks at thousands every 5 ms). Cleared by every
+   * entry that can give the engine something to do outside a drive (isend,
+   * irecv, a rail replaced); a link change wakes engines anyway. */
+  _Atomic int idle_hint;
+  uint64_t last_tick_ns;    /* last health check (coarse clock) */
+  uint64_t last_work_ns;    /* last progress with work outstanding or a word from the peer (coarse; 0: never) */
+  uint8_t peer_spoke;       /* a message or write from the peer was read since the last progress */
+  uint64_t no_rail_since_ns;/* no ACTIVE rail since (0 = there is one) */
+  uint64_t no_rail_life_ns; /* then: the last time any rail was seen working */
+  int busy;                 /* outstanding requests at the last tick */
+
+  int nrails;
+  engine_rail rails[RR_MAX_RAILS];
   int fail_notice_pending;  /* a FAIL message still has to be posted (either end) */
-  int down_notice_pending;  /* sender: a rail that carried no traffic failed; tell the receiver */
-  uint8_t restore_notice;   /* sender: a demoted rail is back: the next DOWN goes even if it names none */
   uint64_t down_notice_ns;  /* when the peer was last reminded of rails waiting to be reopened */
-  uint32_t resume_mask;     /* receiver: slots this rollback's RESUME_SLOTs named so far */
-  uint32_t resume_got;      /* sender: slots whose RESUME_SLOT of this epoch arrived */
-  uint32_t fail_epoch;      /* sender: the epoch its FAIL names (lost in, or waits to leave) */
-  char *bounce_owner;       /* the bounce arena the registrations below cover */
-  rr_rail_mr *bounce_reg[RR_MAX_RAILS]; /* the bounce arena on each rail's device */
+
+  /* What only one role uses, by role (cfg.role): reached through
+   * engine_snd/engine_rcv, which check the role. The request pools are
+   * allocated for the engine's role only (rr_engine_init): a job holds
+   * thousands of connections (docs/memory_per_connection.md). */
+  union {
+    engine_sender snd;
+    engine_receiver rcv;
+  };
 
   /* Orderly close (engine_close.c). */
   uint8_t closing;          /* rr_engine_close is under way: no rail is reopened */
@@ -311,9 +321,24 @@ struct rr_engine {
   char violation_why[96];   /* the first violation, for the log */
 };
 
+/* An engine is one end of a connection, a sender or a receiver for its
+ * whole life (rr_engine_config.role). Code that serves both ends asks
+ * engine_is_sender/engine_is_receiver where their behaviour differs, and
+ * reaches a field that only one role uses through engine_snd/engine_rcv:
+ * in a build with assertions (the CI's sanitizer build, and the simulation
+ * in it) a wrong-role access stops there. */
+static inline int engine_is_sender(const rr_engine *e) { return e->cfg.role == RR_ENGINE_SEND; }
+static inline int engine_is_receiver(const rr_engine *e) { return e->cfg.role == RR_ENGINE_RECV; }
+/* The end in messages: "send" or "receive" for the connection, "send" or
+ * "recv" in a rail's lines and health reasons (short: they share a field). */
+static inline const char *engine_role_word(const rr_engine *e) { return engine_is_sender(e) ? "send" : "receive"; }
+static inline const char *engine_role_abbr(const rr_engine *e) { return engine_is_sender(e) ? "send" : "recv"; }
+#define engine_snd(e) (assert(engine_is_sender(e)), &(e)->snd)
+#define engine_rcv(e) (assert(engine_is_receiver(e)), &(e)->rcv)
+
 /* Send request idx (< sreq_cap). */
 static inline rr_send_req *engine_sreq(const rr_engine *e, uint32_t idx) {
-  return &e->sreq_chunk[idx / RR_SEND_CHUNK][idx % RR_SEND_CHUNK];
+  return &engine_snd(e)->sreq_chunk[idx / RR_SEND_CHUNK][idx % RR_SEND_CHUNK];
 }
 /* Room for another RR_SEND_CHUNK send requests (engine.c). */
 rr_status engine_sreq_grow(rr_engine *e);
@@ -431,7 +456,7 @@ rr_status engine_gray_probe_begin(rr_engine *e, int rail, const rr_write_hdr *h)
 
 /* engine_send.c (engine_phase.h: the rollback's phases) */
 /* Posting waits for a rollback's announcement. */
-static inline int engine_send_holding(const rr_engine *e) { return e->send_phase != RR_SEND_STREAMING; }
+static inline int engine_send_holding(const rr_engine *e) { return engine_snd(e)->send_phase != RR_SEND_STREAMING; }
 /* now: the caller's clock reading, or 0 to read it when a chunk is posted. */
 rr_status engine_send_post(rr_engine *e, uint64_t now);
 rr_status engine_send_on_msg(rr_engine *e, int rail, const engine_msg *m);

@@ -122,44 +122,44 @@ static void bad_transition(rr_engine *e, const char *side, const char *from, con
 }
 
 void engine_send_set_phase(rr_engine *e, rr_send_phase to, rr_send_cause cause, uint64_t now) {
-  rr_send_phase from = e->send_phase;
+  rr_send_phase from = engine_snd(e)->send_phase;
   if (!edge_allowed(engine_send_edges, engine_send_nedges, from, cause, to)) {
     bad_transition(e, "send", engine_send_phase_name(from), engine_send_phase_name(to), engine_send_cause_name(cause));
     return;
   }
   /* A stall is timed from its first failure, however many follow. */
   if (from == RR_SEND_STREAMING && to != RR_SEND_STREAMING) {
-    e->resume_wait_since_ns = now;
-    if (!e->stall_start_ns) e->stall_start_ns = now;
+    engine_snd(e)->resume_wait_since_ns = now;
+    if (!engine_snd(e)->stall_start_ns) engine_snd(e)->stall_start_ns = now;
   }
   switch (cause) {
   case RR_SEND_RAIL_LOST:
-    e->fail_epoch = e->epoch;
+    engine_snd(e)->fail_epoch = e->epoch;
     e->fail_notice_pending = 1;
     break;
   case RR_SEND_NEW_EPOCH:
-    e->resume_got = 0;
+    engine_snd(e)->resume_got = 0;
     /* Until the announcement is complete, a re-ask names the epoch we wait
      * to leave, which makes the receiver announce again, not roll back again. */
-    e->fail_epoch = e->epoch - 1;
+    engine_snd(e)->fail_epoch = e->epoch - 1;
     break;
   case RR_SEND_NO_ANSWER:
     e->fail_notice_pending = 1;
-    e->resume_wait_since_ns = now;
+    engine_snd(e)->resume_wait_since_ns = now;
     break;
   case RR_SEND_RESUME_END:
-    e->stall_start_ns = 0;
+    engine_snd(e)->stall_start_ns = 0;
     break;
   default:
     break;
   }
-  e->send_phase = to;
+  engine_snd(e)->send_phase = to;
   RR_TRACE("send to %s: rollback phase %s -> %s (%s), epoch %u", e->cfg.peer, engine_send_phase_name(from),
            engine_send_phase_name(to), engine_send_cause_name(cause), e->epoch);
 }
 
 void engine_recv_set_phase(rr_engine *e, rr_recv_phase to, rr_recv_cause cause) {
-  rr_recv_phase from = e->recv_phase;
+  rr_recv_phase from = engine_rcv(e)->recv_phase;
   if (!edge_allowed(engine_recv_edges, engine_recv_nedges, from, cause, to)) {
     bad_transition(e, "recv", engine_recv_phase_name(from), engine_recv_phase_name(to), engine_recv_cause_name(cause));
     return;
@@ -168,18 +168,18 @@ void engine_recv_set_phase(rr_engine *e, rr_recv_phase to, rr_recv_cause cause) 
   case RR_RECV_RAIL_LOST:
   case RR_RECV_SENDER_ASKED:
     /* The new epoch's announcement names the receives posted until now. */
-    e->resume_recv_seq = e->recv_seq;
+    engine_rcv(e)->resume_recv_seq = engine_rcv(e)->recv_seq;
     /* fall through */
   case RR_RECV_SENDER_BEHIND:
     e->fail_notice_pending = 1;
-    e->announce_slot = 0;
-    e->resume_mask = 0;
-    e->urgent = 1;
+    engine_rcv(e)->announce_slot = 0;
+    engine_rcv(e)->resume_mask = 0;
+    engine_rcv(e)->urgent = 1;
     break;
   default:
     break;
   }
-  e->recv_phase = to;
+  engine_rcv(e)->recv_phase = to;
   RR_TRACE("recv from %s: rollback phase %s -> %s (%s), epoch %u", e->cfg.peer, engine_recv_phase_name(from),
            engine_recv_phase_name(to), engine_recv_cause_name(cause), e->epoch);
 }

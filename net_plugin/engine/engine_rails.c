@@ -85,7 +85,7 @@ static void report(rr_engine *e, int r, rr_health_event_kind kind, int to) {
   if (kind == RR_HEV_RAIL_STATE && (ev.state == RR_LINK_DOWN || ev.state == RR_LINK_DEGRADED))
     ev.where = (rr_fault_where)about->where;
   const char *where = rr_fault_where_str(ev.where);
-  snprintf(ev.reason, sizeof ev.reason, "%s %.32s: %.44s%s%s", e->cfg.role == RR_ENGINE_SEND ? "send" : "recv",
+  snprintf(ev.reason, sizeof ev.reason, "%s %.32s: %.44s%s%s", engine_role_abbr(e),
            about->name, about->why, where[0] ? "; " : "", where);
   rr_health_report(&ev);
 }
@@ -194,8 +194,8 @@ void engine_rail_set_state_seen(rr_engine *e, int r, rr_rail_state st, const cha
   snprintf(rl->why, sizeof rl->why, "%s", why);
   engine_gray_on_state(e, r, old, st, now);
   /* DEAD and DOWN look alike in the health table: the transition says which. */
-  RR_INFO(RR_SUB_NET, "%s %s: %s -> %s (%s)", e->cfg.role == RR_ENGINE_SEND ? "send" : "recv",
-          rl->name, rail_state_names[old], rail_state_names[st], why);
+  RR_INFO(RR_SUB_NET, "%s %s: %s -> %s (%s)", engine_role_abbr(e), rl->name, rail_state_names[old],
+          rail_state_names[st], why);
   /* A rail that fails again while on probation is flapping as much as one
    * that fails while carrying traffic: both lengthen its next hold. */
   if ((old == RR_RAIL_ACTIVE || old == RR_RAIL_RECOVERING) && st != RR_RAIL_ACTIVE) {
@@ -210,16 +210,16 @@ void engine_rail_set_state_seen(rr_engine *e, int r, rr_rail_state st, const cha
   if (((st == RR_RAIL_DOWN || st == RR_RAIL_DEGRADED) && old == RR_RAIL_ACTIVE) || st == RR_RAIL_DEAD) {
     if (!rl->invalidated) rl->ep->ops->invalidate(rl->ep), rl->invalidated = 1;
     rl->writes_cur = rl->writes_old = 0; /* an invalidated endpoint reads no source again */
-    if (rl->need_drain) {
+    if (rl->need_drain) { /* a receiver's (engine_recv_rollback) */
       rl->need_drain = 0;
-      if (e->cfg.role == RR_ENGINE_RECV) engine_recv_check_landed(e);
+      engine_recv_check_landed(e);
     }
   }
   /* The receiver may hold a rail usable that failed here while it carried
    * no traffic (on probation, or fresh): it would keep sending its control
    * messages into it. Say so; no rollback is needed for it. */
-  if (e->cfg.role == RR_ENGINE_SEND && old != RR_RAIL_ACTIVE && (st == RR_RAIL_DOWN || st == RR_RAIL_DEAD))
-    e->down_notice_pending = 1;
+  if (engine_is_sender(e) && old != RR_RAIL_ACTIVE && (st == RR_RAIL_DOWN || st == RR_RAIL_DEAD))
+    engine_snd(e)->down_notice_pending = 1;
   /* After the peer's BYE, a rail it closes is the connection ending: there
    * is nobody to replay to or from, and a rollback would throw away what it
    * delivered before the BYE (eager messages waiting for their receives). */
@@ -228,7 +228,7 @@ void engine_rail_set_state_seen(rr_engine *e, int r, rr_rail_state st, const cha
     report(e, r, RR_HEV_RAIL_STATE, -1);
   } else if (old == RR_RAIL_ACTIVE) {
     report(e, r, RR_HEV_RAIL_STATE, -1);
-    if (e->cfg.role == RR_ENGINE_RECV) engine_recv_rollback(e, RR_RECV_RAIL_LOST);
+    if (engine_is_receiver(e)) engine_recv_rollback(e, RR_RECV_RAIL_LOST);
     else engine_send_rail_lost(e, seen);
   } else if (st == RR_RAIL_ACTIVE) {
     /* Balance: join at the others' share, not with a backlog of credit. */
@@ -268,7 +268,7 @@ void engine_rail_swap(rr_engine *e, int r, rr_rail_ep *ep) {
   rl->cause = RR_OK;
   uint64_t now = rr_now_ns();
   rl->swapped_ns = now;
-  if (owed && e->cfg.role == RR_ENGINE_RECV) engine_recv_check_landed(e);
+  if (owed) engine_recv_check_landed(e); /* only a receiver owes drains */
   rl->state = RR_RAIL_DOWN;
   rl->state_since_ns = now;
   rl->last_alive_ns = 0;
@@ -278,7 +278,7 @@ void engine_rail_swap(rr_engine *e, int r, rr_rail_ep *ep) {
   engine_gray_on_state(e, r, RR_RAIL_DOWN, RR_RAIL_DOWN, now);
   snprintf(rl->why, sizeof rl->why, "reconnected");
   rr_counter_inc(RR_CTR_RAIL_RECONNECTS);
-  RR_INFO(RR_SUB_NET, "%s %s: reconnected", e->cfg.role == RR_ENGINE_SEND ? "send" : "recv", rl->name);
+  RR_INFO(RR_SUB_NET, "%s %s: reconnected", engine_role_abbr(e), rl->name);
 }
 
 void rr_engine_rail_replace(rr_engine *e, int rail, rr_rail_ep *ep) {
@@ -357,6 +357,39 @@ static uint64_t first_word_ns(uint64_t delta) {
   return t > delta ? t : delta;
 }
 
+/* What the receiver says again while it may have gone unheard. The sender
+ * reopens the rails it sees down; one this end saw fail that the sender
+ * still trusts (our notice was lost, or it came back on the sender's side
+ * first) would wait forever: say again which rails are down while any
+ * waits. */
+static void receiver_reminds(rr_engine *e, uint64_t now, uint64_t delta) {
+  if (!e->cfg.reopens || since(now, e->down_notice_ns) <= delta) return;
+  for (int i = 0; i < e->nrails; i++)
+    if (e->rails[i].state == RR_RAIL_DOWN && !e->rails[i].fresh && since(now, e->rails[i].state_since_ns) > delta) {
+      e->fail_notice_pending = 1;
+      e->down_notice_ns = now;
+      break;
+    }
+}
+
+/* What the sender says again. It repeats its list of rails down every δ
+ * while one is: a notice lost with a rail must not leave the receiver
+ * trusting it. Not before the peer has shown life on some rail: until its
+ * NCCL accepts the connection its endpoints are not connected (seconds,
+ * when it accepts hundreds in turn), and a message posted into one that
+ * does not take it can only break the rail it goes on (a verbs queue pair
+ * runs out of retries); the receiver holds the rails named for later at
+ * COMMIT down already. A rollback request that got no answer is asked
+ * again (it may have gone down with a rail). */
+static void sender_reminds(rr_engine *e, uint64_t now, uint64_t delta) {
+  if (since(now, e->down_notice_ns) > delta && engine_given_up_mask(e, now) && any_rail_heard(e)) {
+    engine_snd(e)->down_notice_pending = 1;
+    e->down_notice_ns = now;
+  }
+  if (engine_send_holding(e) && since(now, engine_snd(e)->resume_wait_since_ns) > delta / 2)
+    engine_send_set_phase(e, engine_snd(e)->send_phase, RR_SEND_NO_ANSWER, now);
+}
+
 void engine_rails_tick(rr_engine *e, uint64_t now) {
   int busy = engine_outstanding(e);
   if (busy && !e->busy)
@@ -370,7 +403,7 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
     engine_rail *rl = &e->rails[i];
     /* A rail that failed is reopened from the sending side once its NIC is
      * up; until the new transport shows life it stays DOWN. */
-    if (e->cfg.role == RR_ENGINE_SEND && (rl->state == RR_RAIL_DEAD || rl->state == RR_RAIL_DOWN ||
+    if (engine_is_sender(e) && (rl->state == RR_RAIL_DEAD || rl->state == RR_RAIL_DOWN ||
                                          engine_gray_needs_reopen(e, i)) &&
         rr_health_nic_get(rl->ep->dev->index) != RR_LINK_DOWN && busy_or_recent(e, rl, now))
       maybe_reconnect(e, i, now);
@@ -437,12 +470,12 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
           rl->last_alive_ns > rl->state_since_ns + (rl->fresh ? 0 : 20 * MS)) {
         /* A demoted rail reopened comes back demoted, to be probed; the
          * receiver holds it down until the sender's notice says so. */
-        if (rl->g_demoted && e->cfg.role == RR_ENGINE_RECV) break;
+        if (rl->g_demoted && engine_is_receiver(e)) break;
         rl->fresh = 0;
         rl->healthy_since_ns = rl->last_alive_ns;
         if (rl->g_demoted) {
           engine_rail_set_state(e, i, RR_RAIL_DEGRADED, "reopened, still demoted");
-          e->down_notice_pending = 1;
+          engine_snd(e)->down_notice_pending = 1;
         } else {
           engine_rail_set_state(e, i, RR_RAIL_RECOVERING, "signs of life");
         }
@@ -478,42 +511,15 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
         break;
       }
       /* A demoted rail still delivers something: better than nothing. */
-      if (rl->state == RR_RAIL_DEGRADED && e->cfg.role == RR_ENGINE_SEND && !engine_gray_needs_reopen(e, i)) {
+      if (rl->state == RR_RAIL_DEGRADED && engine_is_sender(e) && !engine_gray_needs_reopen(e, i)) {
         rl->g_demoted = 0; /* in service again: the notices must not name it degraded */
         engine_rail_set_state(e, i, RR_RAIL_ACTIVE, "degraded, but no other rail is up");
-        e->down_notice_pending = 1;
-        e->restore_notice = 1;
+        engine_snd(e)->down_notice_pending = 1;
+        engine_snd(e)->restore_notice = 1;
         break;
       }
     }
   if (!e->failed) check_rails_left(e, now);
-  /* The sender reopens the rails it sees down; one this end saw fail that
-   * the sender still trusts (our notice was lost, or it came back on the
-   * sender's side first) would wait forever: say again which rails are
-   * down while any waits. */
-  if (e->cfg.role == RR_ENGINE_RECV && e->cfg.reopens && since(now, e->down_notice_ns) > delta) {
-    for (int i = 0; i < e->nrails; i++)
-      if (e->rails[i].state == RR_RAIL_DOWN && !e->rails[i].fresh && since(now, e->rails[i].state_since_ns) > delta) {
-        e->fail_notice_pending = 1;
-        e->down_notice_ns = now;
-        break;
-      }
-  }
-  /* The sender repeats its list of rails down every δ while one is: a
-   * notice lost with a rail must not leave the receiver trusting it. Not
-   * before the peer has shown life on some rail: until its NCCL accepts the
-   * connection its endpoints are not connected (seconds, when it accepts
-   * hundreds in turn), and a message posted into one that does not take it
-   * can only break the rail it goes on (a verbs queue pair runs out of
-   * retries); the receiver holds the rails named for later at COMMIT down
-   * already. */
-  if (e->cfg.role == RR_ENGINE_SEND && since(now, e->down_notice_ns) > delta && engine_given_up_mask(e, now) &&
-      any_rail_heard(e)) {
-    e->down_notice_pending = 1;
-    e->down_notice_ns = now;
-  }
-  /* A rollback request that got no answer: ask again (it may have gone down
-   * with a rail). */
-  if (engine_send_holding(e) && since(now, e->resume_wait_since_ns) > delta / 2)
-    engine_send_set_phase(e, e->send_phase, RR_SEND_NO_ANSWER, now);
+  if (engine_is_sender(e)) sender_reminds(e, now, delta);
+  else receiver_reminds(e, now, delta);
 }

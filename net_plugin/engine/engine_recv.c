@@ -68,10 +68,10 @@ static void recv_complete(rr_engine *e, rr_recv_req *r) {
    * only frees the sender's copy: it waits for company longer (above). */
   if (r->ack_now) {
     if (!engine_outstanding(e)) {
-      e->ack_flush = 1;
-      e->urgent = 1;
-    } else if (!e->ack_due_ns) {
-      e->ack_due_ns = rr_now_ns() + ACK_COMPANY_NS;
+      engine_rcv(e)->ack_flush = 1;
+      engine_rcv(e)->urgent = 1;
+    } else if (!engine_rcv(e)->ack_due_ns) {
+      engine_rcv(e)->ack_due_ns = rr_now_ns() + ACK_COMPANY_NS;
     }
   }
 }
@@ -80,7 +80,7 @@ static void recv_complete(rr_engine *e, rr_recv_req *r) {
 static void complete_landed(rr_engine *e) {
   if (!rails_drained(e)) return;
   for (int i = 0; i < RR_NET_MAX_REQUESTS; i++) {
-    rr_recv_req *r = &e->rreq[i];
+    rr_recv_req *r = &engine_rcv(e)->rreq[i];
     if (r->in_use && r->landed && !r->complete) recv_complete(e, r);
   }
 }
@@ -103,7 +103,7 @@ static rr_status check_write(rr_engine *e, int rail, const rr_write_hdr *h, rr_r
   uint32_t imm = h->imm;
   if (!write_of_this_epoch(e, rail, h)) return RR_OK;
   int sees_begin = (e->rails[rail].ep->dev->attr.caps & RR_RAIL_CAP_WRITE_BEGIN) != 0;
-  rr_recv_req *r = &e->rreq[imm_slot(imm)];
+  rr_recv_req *r = &engine_rcv(e)->rreq[imm_slot(imm)];
   uint32_t sub = imm_sub(imm), f, n;
   uint64_t len;
   if (!r->in_use || sub >= r->n) return engine_violation(e, rail, ENGINE_VIOL_NO_RECEIVE, "a write for no posted receive (slot %u)", imm_slot(imm));
@@ -195,7 +195,7 @@ static rr_status eager_misfit(rr_engine *e, const rr_recv_req *r, int sub, int t
  * copy is dropped. */
 static int assumption_holds(const rr_engine *e, uint32_t known, uint32_t seq, int tag) {
   for (uint32_t q = known; q != seq; q++) {
-    const rr_recv_req *p = &e->rreq[q % RR_NET_MAX_REQUESTS];
+    const rr_recv_req *p = &engine_rcv(e)->rreq[q % RR_NET_MAX_REQUESTS];
     if (p->seq != q || p->n != 1 || p->cts.e[0].tag != tag) return 0;
   }
   return 1;
@@ -204,9 +204,9 @@ static int assumption_holds(const rr_engine *e, uint32_t known, uint32_t seq, in
 /* Early buffer entries: EARLY_COPIES per slot, because a copy chosen on a
  * later assumption may start arriving (on another stream or rail) while the
  * earlier copy for the same receive is still being written. */
-static engine_early *early_at(rr_engine *e, uint32_t slot, int copy) { return &e->early[slot * EARLY_COPIES + copy]; }
+static engine_early *early_at(rr_engine *e, uint32_t slot, int copy) { return &engine_rcv(e)->early[slot * EARLY_COPIES + copy]; }
 static char *early_data(rr_engine *e, uint32_t slot, int copy) {
-  return e->early_buf + ((size_t)slot * EARLY_COPIES + copy) * RR_BOUNCE_SIZE;
+  return engine_rcv(e)->early_buf + ((size_t)slot * EARLY_COPIES + copy) * RR_BOUNCE_SIZE;
 }
 static int early_is(const rr_engine *e, const engine_early *x, uint32_t seq) {
   return x->state != EARLY_EMPTY && x->seq == seq && x->epoch == e->epoch;
@@ -226,7 +226,7 @@ static rr_status land_early(rr_engine *e, rr_recv_req *r) {
   if (best < 0) return RR_OK;
   engine_early *x = early_at(e, slot, best);
   x->state = EARLY_EMPTY;
-  e->peer_eager = 1;
+  engine_rcv(e)->peer_eager = 1;
   int sub = sub_for_tag(r, x->tag);
   /* No buffer with its tag: it belongs to a later receive, and the sender,
    * seeing this receive's clear-to-send, parks it and sends it again there. */
@@ -252,10 +252,10 @@ static rr_status eager_begin(rr_engine *e, int rail, rr_write_hdr *h, void **dst
       imm_ack_now(imm) || imm_chunk(imm) || h->len > RR_BOUNCE_SIZE)
     return engine_violation(e, rail, ENGINE_VIOL_MALFORMED, "a malformed eager write (%u bytes)", h->len);
   int tag = h->eager.tag;
-  rr_recv_req *r = &e->rreq[slot];
+  rr_recv_req *r = &engine_rcv(e)->rreq[slot];
   if (r->in_use && r->seq == seq) {
     if (!assumption_holds(e, known, seq, tag)) return RR_OK; /* sink it: it comes again where it belongs */
-    e->peer_eager = 1;
+    engine_rcv(e)->peer_eager = 1;
     int sub = sub_for_tag(r, tag);
     if (sub < 0) return RR_OK; /* sink it: a later receive's (land_early says why) */
     if (r->cts.e[sub].flags & ENGINE_CTS_NO_CPU) return RR_OK; /* sink it: GPU memory (land_early says why) */
@@ -264,8 +264,8 @@ static rr_status eager_begin(rr_engine *e, int rail, rr_write_hdr *h, void **dst
                         .rkey = r->cts.e[sub].rkey[rail], .raddr = r->cts.e[sub].addr, .epoch_tag = h->epoch_tag};
     return engine_recv_write_begin(e, rail, h, dst);
   }
-  if (seq - e->recv_seq >= RR_NET_MAX_REQUESTS)
-    return engine_violation(e, rail, ENGINE_VIOL_WINDOW, "an eager write for receive %u (the next to be posted is %u)", seq, e->recv_seq);
+  if (seq - engine_rcv(e)->recv_seq >= RR_NET_MAX_REQUESTS)
+    return engine_violation(e, rail, ENGINE_VIOL_WINDOW, "an eager write for receive %u (the next to be posted is %u)", seq, engine_rcv(e)->recv_seq);
   /* Copies for the same receive: the same assumption twice is a repeat; an
    * earlier assumption than one already here is stale (sink it); a later
    * one supersedes what is here and takes a free entry (an earlier copy
@@ -282,7 +282,7 @@ static rr_status eager_begin(rr_engine *e, int rail, rr_write_hdr *h, void **dst
   }
   if (free_copy < 0)
     return engine_violation(e, rail, ENGINE_VIOL_OVERFLOW, "eager message %u: more copies arriving at once than the early buffer holds", seq);
-  if (!e->early_buf && !(e->early_buf = malloc((size_t)RR_NET_MAX_REQUESTS * EARLY_COPIES * RR_BOUNCE_SIZE)))
+  if (!engine_rcv(e)->early_buf && !(engine_rcv(e)->early_buf = malloc((size_t)RR_NET_MAX_REQUESTS * EARLY_COPIES * RR_BOUNCE_SIZE)))
     return engine_fail(e, RR_ERR_NOMEM, "no memory to hold messages that arrive before their receive");
   *early_at(e, slot, free_copy) = (engine_early){.state = EARLY_ARRIVING, .seq = seq, .epoch = e->epoch,
                                                  .len = h->len, .known = known, .tag = tag};
@@ -297,7 +297,7 @@ static rr_status eager_arrived(rr_engine *e, const rr_write_hdr *h) {
     engine_early *x = early_at(e, slot, c);
     if (!early_is(e, x, seq) || x->state != EARLY_ARRIVING || x->known != known) continue;
     x->state = EARLY_HERE;
-    rr_recv_req *r = &e->rreq[slot];
+    rr_recv_req *r = &engine_rcv(e)->rreq[slot];
     return r->in_use && r->seq == seq ? land_early(e, r) : RR_OK;
   }
   return RR_OK;
@@ -327,7 +327,7 @@ rr_status engine_recv_write(rr_engine *e, int rail, const rr_write_hdr *h) {
   if (st != RR_OK || !s) return st;
   /* A message the sender did not copy (a large one) needs clear-to-sends:
    * hold none back for it. */
-  if (imm_ack_now(h->imm)) e->peer_eager = 0;
+  if (imm_ack_now(h->imm)) engine_rcv(e)->peer_eager = 0;
   chunks_landed(e, r, s, f, n, bytes, h->imm);
   engine_inbound_on_arrival(e, rail, bytes, rr_now_ns()); /* the rail is bringing what we invited */
   if (imm_last(h->imm)) rr_tel_message(e->rails[rail].ep->tel_rx); /* the last chunk landed here */
@@ -349,43 +349,43 @@ rr_status engine_recv_on_drain(rr_engine *e, int rail, uint32_t epoch) {
 static void ack_enqueue(rr_engine *e, uint32_t seq) {
   /* At most one ack per slot waits: a slot's next receive is posted only
    * with a clear-to-send, and acks are flushed before it. */
-  if (e->ack_pending == RR_NET_MAX_REQUESTS) return;
-  if (e->ack_pending == 0) e->ack_since_ns = rr_now_ns();
-  e->ack_queue[(e->ack_head + e->ack_pending) % RR_NET_MAX_REQUESTS] = seq;
-  e->ack_pending++;
-  if (e->ack_pending >= (e->peer_eager ? ACK_DEFER_EAGER : ACK_DEFER_MAX)) e->ack_flush = 1;
+  if (engine_rcv(e)->ack_pending == RR_NET_MAX_REQUESTS) return;
+  if (engine_rcv(e)->ack_pending == 0) engine_rcv(e)->ack_since_ns = rr_now_ns();
+  engine_rcv(e)->ack_queue[(engine_rcv(e)->ack_head + engine_rcv(e)->ack_pending) % RR_NET_MAX_REQUESTS] = seq;
+  engine_rcv(e)->ack_pending++;
+  if (engine_rcv(e)->ack_pending >= (engine_rcv(e)->peer_eager ? ACK_DEFER_EAGER : ACK_DEFER_MAX)) engine_rcv(e)->ack_flush = 1;
 }
 
 /* Post every waiting ack, as few messages as the sequence numbers allow.
  * RR_OK also when no rail takes them now (they stay queued). */
 static rr_status acks_flush(rr_engine *e) {
-  while (e->ack_pending) {
-    uint32_t base = e->ack_queue[e->ack_head], more = 0;
+  while (engine_rcv(e)->ack_pending) {
+    uint32_t base = engine_rcv(e)->ack_queue[engine_rcv(e)->ack_head], more = 0;
     uint32_t rest[RR_NET_MAX_REQUESTS];
     uint32_t nrest = 0;
-    for (uint32_t j = 1; j < e->ack_pending; j++) {
-      uint32_t s = e->ack_queue[(e->ack_head + j) % RR_NET_MAX_REQUESTS], d = s - base;
+    for (uint32_t j = 1; j < engine_rcv(e)->ack_pending; j++) {
+      uint32_t s = engine_rcv(e)->ack_queue[(engine_rcv(e)->ack_head + j) % RR_NET_MAX_REQUESTS], d = s - base;
       if (d >= 1 && d <= 32) more |= 1u << (d - 1);
       else rest[nrest++] = s;
     }
     engine_msg a = {.type = ENGINE_CTRL_ACK, .u.ack = {.seq = base, .more = more}};
     rr_status st = engine_post_msg(e, &a);
     if (st != RR_OK) return st == RR_AGAIN ? RR_OK : st;
-    e->ack_head = 0;
-    e->ack_pending = nrest;
-    memcpy(e->ack_queue, rest, nrest * sizeof *rest);
-    e->ack_since_ns = rr_now_ns();
+    engine_rcv(e)->ack_head = 0;
+    engine_rcv(e)->ack_pending = nrest;
+    memcpy(engine_rcv(e)->ack_queue, rest, nrest * sizeof *rest);
+    engine_rcv(e)->ack_since_ns = rr_now_ns();
   }
-  e->ack_flush = 0;
-  e->ack_due_ns = 0;
+  engine_rcv(e)->ack_flush = 0;
+  engine_rcv(e)->ack_due_ns = 0;
   return RR_OK;
 }
 
 static int acks_due(const rr_engine *e) {
-  if (!e->ack_pending) return 0;
-  if (e->ack_flush) return 1;
+  if (!engine_rcv(e)->ack_pending) return 0;
+  if (engine_rcv(e)->ack_flush) return 1;
   uint64_t now = rr_now_ns();
-  return (e->ack_due_ns && now >= e->ack_due_ns) || now - e->ack_since_ns >= ACK_DEFER_NS;
+  return (engine_rcv(e)->ack_due_ns && now >= engine_rcv(e)->ack_due_ns) || now - engine_rcv(e)->ack_since_ns >= ACK_DEFER_NS;
 }
 
 /* With no rail up, the notice that rails are down still has to reach the
@@ -396,12 +396,12 @@ static void notice_on_down_rail(rr_engine *e) {
    * black hole (silent, yet its endpoint takes everything), while another
    * we gave up on may be one the sender still uses, idle and unaware. */
   for (int k = 1; k <= e->nrails; k++) {
-    int i = (e->notice_rail + k) % e->nrails;
+    int i = (engine_rcv(e)->notice_rail + k) % e->nrails;
     engine_rail *rl = &e->rails[i];
     if (rl->state == RR_RAIL_DEAD) continue;
     engine_msg f = engine_notice(e, ENGINE_CTRL_FAIL, e->epoch, engine_down_mask(e));
     if (engine_post_msg_on(rl->ep, &f) == RR_OK) {
-      e->notice_rail = i;
+      engine_rcv(e)->notice_rail = i;
       e->fail_notice_pending = 0;
       return;
     }
@@ -415,7 +415,7 @@ static void notice_on_down_rail(rr_engine *e) {
 static void cts_unhold(rr_engine *e, rr_recv_req *r) {
   if (!r->cts_held) return;
   r->cts_held = 0;
-  e->cts_held--;
+  engine_rcv(e)->cts_held--;
 }
 
 /* Held clear-to-sends: moot once the eager message is here, sent when it
@@ -423,8 +423,8 @@ static void cts_unhold(rr_engine *e, rr_recv_req *r) {
  * receives it assumed took one message, and may send what needs this one). */
 static rr_status release_held_cts(rr_engine *e) {
   uint64_t now = rr_now_ns();
-  for (int i = 0; i < RR_NET_MAX_REQUESTS && e->cts_held; i++) {
-    rr_recv_req *r = &e->rreq[i];
+  for (int i = 0; i < RR_NET_MAX_REQUESTS && engine_rcv(e)->cts_held; i++) {
+    rr_recv_req *r = &engine_rcv(e)->rreq[i];
     if (!r->cts_held) continue;
     if (r->landed || r->complete || r->sub[0].high) {
       cts_unhold(e, r);
@@ -445,12 +445,12 @@ rr_status engine_recv_outbox(rr_engine *e) {
     if (e->fail_notice_pending) notice_on_down_rail(e);
     return RR_OK;
   }
-  if (e->cts_held) {
+  if (engine_rcv(e)->cts_held) {
     rr_status st = release_held_cts(e);
     if (st != RR_OK) return st;
   }
   /* Acks first: whatever else leaves now carries them along. */
-  if (e->ack_pending && (acks_due(e) || e->fail_notice_pending || e->recv_phase != RR_RECV_STREAMING)) {
+  if (engine_rcv(e)->ack_pending && (acks_due(e) || e->fail_notice_pending || engine_rcv(e)->recv_phase != RR_RECV_STREAMING)) {
     rr_status st = acks_flush(e);
     if (st != RR_OK) return st;
   }
@@ -459,9 +459,9 @@ rr_status engine_recv_outbox(rr_engine *e) {
     if (engine_post_msg(e, &f) != RR_OK) return RR_OK;
     e->fail_notice_pending = 0;
   }
-  while (e->recv_phase == RR_RECV_ANNOUNCING) {
-    rr_recv_req *r = &e->rreq[e->announce_slot];
-    if (r->in_use && !r->complete && seq_before(r->seq, e->resume_recv_seq)) {
+  while (engine_rcv(e)->recv_phase == RR_RECV_ANNOUNCING) {
+    rr_recv_req *r = &engine_rcv(e)->rreq[engine_rcv(e)->announce_slot];
+    if (r->in_use && !r->complete && seq_before(r->seq, engine_rcv(e)->resume_recv_seq)) {
       engine_msg m;
       memset(&m, 0, sizeof m);
       m.type = ENGINE_CTRL_RESUME_SLOT;
@@ -469,13 +469,13 @@ rr_status engine_recv_outbox(rr_engine *e) {
       for (int i = 0; i < r->n; i++) m.u.slot.prefix[i] = r->sub[i].prefix;
       m.u.slot.cts = r->cts;
       if (engine_post_msg(e, &m) != RR_OK) return RR_OK;
-      e->resume_mask |= 1u << e->announce_slot;
+      engine_rcv(e)->resume_mask |= 1u << engine_rcv(e)->announce_slot;
     }
-    if (++e->announce_slot == RR_NET_MAX_REQUESTS) engine_recv_set_phase(e, RR_RECV_END_OWED, RR_RECV_SLOTS_NAMED);
+    if (++engine_rcv(e)->announce_slot == RR_NET_MAX_REQUESTS) engine_recv_set_phase(e, RR_RECV_END_OWED, RR_RECV_SLOTS_NAMED);
   }
-  if (e->recv_phase == RR_RECV_END_OWED) {
+  if (engine_rcv(e)->recv_phase == RR_RECV_END_OWED) {
     engine_msg m = {.type = ENGINE_CTRL_RESUME_END,
-                    .u.end = {.epoch = e->epoch, .recv_seq = e->resume_recv_seq, .slot_mask = e->resume_mask}};
+                    .u.end = {.epoch = e->epoch, .recv_seq = engine_rcv(e)->resume_recv_seq, .slot_mask = engine_rcv(e)->resume_mask}};
     if (engine_post_msg(e, &m) != RR_OK) return RR_OK;
     engine_recv_set_phase(e, RR_RECV_STREAMING, RR_RECV_END_POSTED);
   }
@@ -510,7 +510,7 @@ void engine_recv_rollback(rr_engine *e, rr_recv_cause cause) {
     }
   }
   for (int slot = 0; slot < RR_NET_MAX_REQUESTS; slot++) {
-    rr_recv_req *r = &e->rreq[slot];
+    rr_recv_req *r = &engine_rcv(e)->rreq[slot];
     if (!r->in_use || r->complete) continue;
     r->subs_done = 0;
     r->landed = 0;
@@ -533,7 +533,7 @@ void engine_recv_rollback(rr_engine *e, rr_recv_cause cause) {
   for (int slot = 0; slot < RR_NET_MAX_REQUESTS; slot++) {
     for (int c = 0; c < EARLY_COPIES; c++) early_at(e, (uint32_t)slot, c)->state = EARLY_EMPTY;
     /* Its RESUME_SLOT carries the clear-to-send. */
-    cts_unhold(e, &e->rreq[slot]);
+    cts_unhold(e, &engine_rcv(e)->rreq[slot]);
   }
   /* Announce the new epoch (from the FAIL), naming the receives posted until now. */
   engine_recv_set_phase(e, RR_RECV_ANNOUNCING, cause);
@@ -553,8 +553,8 @@ void engine_recv_rollback(rr_engine *e, rr_recv_cause cause) {
 static rr_status on_placed(rr_engine *e, int rail, const engine_msg *m) {
   uint32_t seq = m->u.placed.seq;
   uint64_t size = m->u.placed.size;
-  if (!seq_before(seq, e->recv_seq)) return engine_violation(e, rail, ENGINE_VIOL_WINDOW, "a placement claim for receive %u, not posted", seq);
-  rr_recv_req *r = &e->rreq[seq % RR_NET_MAX_REQUESTS];
+  if (!seq_before(seq, engine_rcv(e)->recv_seq)) return engine_violation(e, rail, ENGINE_VIOL_WINDOW, "a placement claim for receive %u, not posted", seq);
+  rr_recv_req *r = &engine_rcv(e)->rreq[seq % RR_NET_MAX_REQUESTS];
   if (!r->in_use || r->seq != seq || r->complete) return RR_OK;
   if (m->u.placed.sub >= r->n) return engine_violation(e, rail, ENGINE_VIOL_CLAIM, "a placement claim for no sub-receive");
   rr_recv_sub *s = &r->sub[m->u.placed.sub];
@@ -604,7 +604,7 @@ rr_status engine_recv_on_msg(rr_engine *e, int rail, const engine_msg *m) {
     /* The sender lost something in our current epoch: a new rollback. */
     RR_INFO(RR_SUB_NET, "recv from %s: the sender asks for a rollback (epoch %u)", e->cfg.peer, x);
     engine_recv_rollback(e, RR_RECV_SENDER_ASKED);
-  } else if (e->recv_phase == RR_RECV_STREAMING && !e->fail_notice_pending) {
+  } else if (engine_rcv(e)->recv_phase == RR_RECV_STREAMING && !e->fail_notice_pending) {
     /* The sender still waits to leave an older epoch: our announcement went
      * down with a rail, or crossed its request. Announce the same epoch
      * again: a new one would only restart the race. */
@@ -643,14 +643,14 @@ static rr_status irecv_locked(rr_engine *e, int n, void **data, const size_t *si
     RR_WARN("irecv: %d grouped receives (1..%d supported)", n, RR_NET_MAX_RECVS);
     return RR_ERR_INVALID;
   }
-  rr_recv_req *r = &e->rreq[e->recv_seq % RR_NET_MAX_REQUESTS];
+  rr_recv_req *r = &engine_rcv(e)->rreq[engine_rcv(e)->recv_seq % RR_NET_MAX_REQUESTS];
   if (r->in_use) return RR_OK; /* every slot busy: NCCL retries */
   engine_msg c;
   memset(&c, 0, sizeof c);
   c.type = ENGINE_CTRL_CTS;
   c.u.cts.n = (uint8_t)n;
   c.u.cts.nrails = (uint8_t)e->nrails;
-  c.u.cts.seq = e->recv_seq;
+  c.u.cts.seq = engine_rcv(e)->recv_seq;
   for (int i = 0; i < n; i++) {
     const rr_mr *m = mrs ? mrs[i] : NULL;
     if (sizes[i] > 0 && !m) {
@@ -682,21 +682,21 @@ static rr_status irecv_locked(rr_engine *e, int n, void **data, const size_t *si
    * put an extra system call in front of it; waiting acks go with it.
    * While the sender sends eagerly, a receive of one message holds it back
    * (CTS_HOLD_NS): the eager message usually comes first and makes it moot. */
-  int hold = e->peer_eager && n == 1 && !ended && !(c.u.cts.e[0].flags & ENGINE_CTS_NO_CPU);
+  int hold = engine_rcv(e)->peer_eager && n == 1 && !ended && !(c.u.cts.e[0].flags & ENGINE_CTS_NO_CPU);
   if (!hold && !ended) {
-    rr_status st = e->ack_pending ? acks_flush(e) : RR_OK;
+    rr_status st = engine_rcv(e)->ack_pending ? acks_flush(e) : RR_OK;
     if (st != RR_OK) return st;
     st = engine_post_msg(e, &c);
     if (st == RR_AGAIN) return engine_progress(e); /* no room now: NCCL retries */
     if (st != RR_OK) return st;
-    e->ctrl_queued = 1;
+    engine_rcv(e)->ctrl_queued = 1;
   }
   rr_recv_sub keep[RR_NET_MAX_RECVS];
   memcpy(keep, r->sub, sizeof keep);
   memset(r, 0, sizeof *r);
   r->kind = RR_REQ_RECV;
   r->engine = e;
-  r->seq = e->recv_seq;
+  r->seq = engine_rcv(e)->recv_seq;
   r->n = (uint8_t)n;
   r->cts = c.u.cts;
   for (int i = 0; i < RR_NET_MAX_RECVS; i++) {
@@ -712,9 +712,9 @@ static rr_status irecv_locked(rr_engine *e, int n, void **data, const size_t *si
   if (hold) {
     r->cts_held = 1;
     r->cts_due_ns = rr_now_ns() + CTS_HOLD_NS;
-    e->cts_held++;
+    engine_rcv(e)->cts_held++;
   }
-  e->recv_seq++;
+  engine_rcv(e)->recv_seq++;
   *request = r;
   return land_early(e, r); /* an eager message may have come first */
 }
@@ -722,7 +722,7 @@ static rr_status irecv_locked(rr_engine *e, int n, void **data, const size_t *si
 rr_status rr_engine_irecv(rr_engine *e, int n, void **data, const size_t *sizes,
                           const int *tags, rr_mr **mrs, void **phandles, void **request) {
   *request = NULL;
-  if (e->cfg.role != RR_ENGINE_RECV) return RR_ERR_INVALID; /* no receive requests here */
+  if (!engine_is_receiver(e)) return RR_ERR_INVALID; /* no receive requests here */
   pthread_mutex_lock(&e->lock);
   atomic_store_explicit(&e->idle_hint, 0, memory_order_relaxed); /* rr_engine_background */
   rr_status st = irecv_locked(e, n, data, sizes, tags, mrs, phandles, request);
@@ -735,12 +735,12 @@ rr_status engine_recv_test(rr_recv_req *r, int *done, size_t *sizes) {
   /* A clear-to-send queued by irecv leaves with the next progress: make sure
    * there is one even when the receive tested is already complete, or the
    * sender starves while NCCL reaps completed receives. */
-  int idle = r->complete && !e->urgent && !e->ctrl_queued && !(e->ack_due_ns && rr_now_ns() >= e->ack_due_ns);
+  int idle = r->complete && !engine_rcv(e)->urgent && !engine_rcv(e)->ctrl_queued && !(engine_rcv(e)->ack_due_ns && rr_now_ns() >= engine_rcv(e)->ack_due_ns);
   rr_status st = idle ? e->failed : engine_progress(e);
   /* A sender waiting for an ack to free NCCL's buffer must not wait for our
    * next call: NCCL may have nothing more to ask of this connection. */
-  if (st == RR_OK && e->urgent) {
-    e->urgent = 0;
+  if (st == RR_OK && engine_rcv(e)->urgent) {
+    engine_rcv(e)->urgent = 0;
     st = engine_progress(e);
   }
   /* A receive that completed stays complete even if the connection failed after. */

@@ -65,7 +65,7 @@ static int ack_completes(rr_engine *e, rr_send_req *r) {
 }
 
 static void req_release(rr_engine *e, rr_send_req *r) {
-  if (r->bounce >= 0) e->bounce_free[e->nbounce_free++] = r->bounce;
+  if (r->bounce >= 0) engine_snd(e)->bounce_free[engine_snd(e)->nbounce_free++] = r->bounce;
   r->bounce = -1;
   r->in_use = 0;
 }
@@ -73,19 +73,19 @@ static void req_release(rr_engine *e, rr_send_req *r) {
 /* Retire acked sends from the head of the posting-order FIFO; a request
  * leaves the pool once retired and reported to NCCL. */
 static void fifo_retire(rr_engine *e) {
-  while (e->fifo_head != e->fifo_tail) {
-    rr_send_req *r = engine_sreq(e, e->fifo[e->fifo_head % RR_SEND_POOL]);
+  while (engine_snd(e)->fifo_head != engine_snd(e)->fifo_tail) {
+    rr_send_req *r = engine_sreq(e, engine_snd(e)->fifo[engine_snd(e)->fifo_head % RR_SEND_POOL]);
     if (!r->acked) break;
-    if (r->claim_owed) r->claim_owed = 0, e->claims_owed--; /* the receive completed: nothing to claim */
-    e->fifo_head++;
-    if (seq_before(e->fifo_post, e->fifo_head)) e->fifo_post = e->fifo_head;
+    if (r->claim_owed) r->claim_owed = 0, engine_snd(e)->claims_owed--; /* the receive completed: nothing to claim */
+    engine_snd(e)->fifo_head++;
+    if (seq_before(engine_snd(e)->fifo_post, engine_snd(e)->fifo_head)) engine_snd(e)->fifo_post = engine_snd(e)->fifo_head;
     if (r->user_done) req_release(e, r);
   }
 }
 
 static int req_retired(const rr_engine *e, const rr_send_req *r) {
-  for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++)
-    if (engine_sreq(e, e->fifo[i % RR_SEND_POOL]) == r) return 0;
+  for (uint32_t i = engine_snd(e)->fifo_head; i != engine_snd(e)->fifo_tail; i++)
+    if (engine_sreq(e, engine_snd(e)->fifo[i % RR_SEND_POOL]) == r) return 0;
   return 1;
 }
 
@@ -97,7 +97,7 @@ static int req_retired(const rr_engine *e, const rr_send_req *r) {
 static int rail_carries(const rr_engine *e, const rr_send_req *r, int i) {
   if (!r->nic_only || !r->size) return 1;
   int dev = e->rails[i].ep->dev->index;
-  const rr_rail_mr *local = r->mr ? r->mr->reg[dev] : e->bounce_reg[i];
+  const rr_rail_mr *local = r->mr ? r->mr->reg[dev] : engine_snd(e)->bounce_reg[i];
   return local && r->rkey[i];
 }
 
@@ -191,12 +191,12 @@ static void forge_count(void) {
  * than hang. */
 static rr_status no_carrier(rr_engine *e, const rr_send_req *r, uint64_t now) {
   if (!r->nic_only || engine_control_rail(e) < 0) {
-    e->no_carrier_since_ns = 0;
+    engine_snd(e)->no_carrier_since_ns = 0;
     return RR_OK;
   }
   if (!now) now = rr_now_ns();
-  if (!e->no_carrier_since_ns) e->no_carrier_since_ns = now;
-  if (now - e->no_carrier_since_ns < e->cfg.progress_timeout_ns + 600 * 1000000ull) return RR_OK;
+  if (!engine_snd(e)->no_carrier_since_ns) engine_snd(e)->no_carrier_since_ns = now;
+  if (now - engine_snd(e)->no_carrier_since_ns < e->cfg.progress_timeout_ns + 600 * 1000000ull) return RR_OK;
   return engine_fail(e, RR_ERR_RAIL,
                      "message %u (%zu bytes) is in GPU memory at one end, and no rail up has a NIC that registered it",
                      r->seq, r->size);
@@ -207,23 +207,23 @@ static rr_status no_carrier(rr_engine *e, const rr_send_req *r, uint64_t now) {
  * again: the rail's failure starts a rollback whose announcement names the
  * receive again, incomplete. */
 static void post_claims(rr_engine *e) {
-  for (uint32_t i = e->fifo_head; i != e->fifo_tail && e->claims_owed; i++) {
-    rr_send_req *r = engine_sreq(e, e->fifo[i % RR_SEND_POOL]);
+  for (uint32_t i = engine_snd(e)->fifo_head; i != engine_snd(e)->fifo_tail && engine_snd(e)->claims_owed; i++) {
+    rr_send_req *r = engine_sreq(e, engine_snd(e)->fifo[i % RR_SEND_POOL]);
     if (!r->claim_owed) continue;
     if (!r->acked) {
       engine_msg m = {.type = ENGINE_CTRL_PLACED, .u.placed = {.seq = r->seq, .sub = r->sub, .size = r->size}};
       if (engine_post_msg(e, &m) != RR_OK) return;
     }
     r->claim_owed = 0;
-    e->claims_owed--;
+    engine_snd(e)->claims_owed--;
   }
 }
 
 static rr_status send_post_pass(rr_engine *e, uint64_t now) {
   if (e->fail_notice_pending) {
-    engine_msg msg = engine_notice(e, ENGINE_CTRL_FAIL, e->fail_epoch, engine_down_mask(e));
-    if (engine_post_msg(e, &msg) == RR_OK) e->fail_notice_pending = e->down_notice_pending = e->restore_notice = 0;
-  } else if (e->down_notice_pending) {
+    engine_msg msg = engine_notice(e, ENGINE_CTRL_FAIL, engine_snd(e)->fail_epoch, engine_down_mask(e));
+    if (engine_post_msg(e, &msg) == RR_OK) e->fail_notice_pending = engine_snd(e)->down_notice_pending = engine_snd(e)->restore_notice = 0;
+  } else if (engine_snd(e)->down_notice_pending) {
     /* The receiver takes the rails down (rolling back if one carried traffic
      * for it) and asks nothing of us; demoted rails it holds demoted, and
      * restores the ones the notice no longer names. */
@@ -231,20 +231,20 @@ static rr_status send_post_pass(rr_engine *e, uint64_t now) {
     for (int i = 0; i < e->nrails; i++)
       if (e->rails[i].state == RR_RAIL_DEGRADED || e->rails[i].g_demoted) mask |= 1u << i;
     engine_msg msg = engine_notice(e, ENGINE_CTRL_DOWN, e->epoch, mask);
-    if ((!mask && !e->restore_notice) || engine_post_msg(e, &msg) == RR_OK)
-      e->down_notice_pending = e->restore_notice = 0;
+    if ((!mask && !engine_snd(e)->restore_notice) || engine_post_msg(e, &msg) == RR_OK)
+      engine_snd(e)->down_notice_pending = engine_snd(e)->restore_notice = 0;
   }
   if (engine_send_holding(e)) return RR_OK; /* the receiver has yet to say what it holds */
   post_drains(e);
-  if (e->claims_owed) post_claims(e);
-  while (e->fifo_post != e->fifo_tail) {
-    uint16_t idx = e->fifo[e->fifo_post % RR_SEND_POOL];
+  if (engine_snd(e)->claims_owed) post_claims(e);
+  while (engine_snd(e)->fifo_post != engine_snd(e)->fifo_tail) {
+    uint16_t idx = engine_snd(e)->fifo[engine_snd(e)->fifo_post % RR_SEND_POOL];
     rr_send_req *r = engine_sreq(e, idx);
     /* A parked request has no place yet; placing it rewinds fifo_post. */
     while (!r->parked && !r->acked && r->posted < r->nchunks) {
       int ri = pick_rail(e, r);
       if (ri < 0) return no_carrier(e, r, now);
-      e->no_carrier_since_ns = 0;
+      engine_snd(e)->no_carrier_since_ns = 0;
       uint32_t k = r->posted;
       size_t off = (size_t)k * e->cfg.chunk_size;
       if (!now) now = rr_now_ns();
@@ -254,7 +254,7 @@ static rr_status send_post_pass(rr_engine *e, uint64_t now) {
        * write; elsewhere it goes as an ordinary one once its place is known
        * (its receive is no longer assumed), and waits until then. */
       if (r->eager && !(caps & RR_RAIL_CAP_EAGER)) {
-        if (!seq_before(r->seq, e->known_seq)) return RR_OK;
+        if (!seq_before(r->seq, engine_snd(e)->known_seq)) return RR_OK;
         r->eager = 0;
       }
       /* A forged write is one chunk, whole: its immediate names one. */
@@ -278,7 +278,7 @@ static rr_status send_post_pass(rr_engine *e, uint64_t now) {
           .wr_id = wr_id_make(idx, r->gen, n, e->epoch),
           .local = r->data + off,
           .len = len,
-          .local_mr = r->mr ? r->mr->reg[ep->dev->index] : e->bounce_reg[ri],
+          .local_mr = r->mr ? r->mr->reg[ep->dev->index] : engine_snd(e)->bounce_reg[ri],
           .remote_addr = r->raddr + off,
           .rkey = r->rkey[ri],
           .imm = imm,
@@ -318,7 +318,7 @@ static rr_status send_post_pass(rr_engine *e, uint64_t now) {
       e->rails[ri].vtime += (double)(len ? len : 1) / e->rails[ri].weight;
       e->rails[ri].g_posted += len;
     }
-    e->fifo_post++;
+    engine_snd(e)->fifo_post++;
   }
   return RR_OK;
 }
@@ -346,7 +346,7 @@ rr_status engine_send_on_write_done(rr_engine *e, int rail, uint64_t wr_id, int 
   uint16_t gen = (uint16_t)(wr_id >> 16);
   uint32_t n = (uint32_t)(wr_id >> 32) & 0xffff;
   uint16_t epoch = (uint16_t)(wr_id >> 48);
-  if (idx >= e->sreq_cap || rail < 0 || rail >= e->nrails) return RR_ERR_INTERNAL;
+  if (idx >= engine_snd(e)->sreq_cap || rail < 0 || rail >= e->nrails) return RR_ERR_INTERNAL;
   /* Whatever it belonged to, this write reads its source no more. */
   uint32_t *out = epoch == (uint16_t)e->epoch ? &e->rails[rail].writes_cur : &e->rails[rail].writes_old;
   if (*out) (*out)--; /* 0: it was invalidated (counts end there), then completed anyway */
@@ -396,11 +396,11 @@ static void adopt_epoch(rr_engine *e, uint32_t epoch) {
   /* A placed send keeps its place: its bytes are in the receiver's memory
    * and NCCL may have its buffer back; the receiver is told so once the
    * announcement is complete (on_resume_end). */
-  for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
-    rr_send_req *r = engine_sreq(e, e->fifo[i % RR_SEND_POOL]);
+  for (uint32_t i = engine_snd(e)->fifo_head; i != engine_snd(e)->fifo_tail; i++) {
+    rr_send_req *r = engine_sreq(e, engine_snd(e)->fifo[i % RR_SEND_POOL]);
     if (!r->acked && !send_placed(r)) rewind_to(r, 0);
   }
-  e->fifo_post = e->fifo_head;
+  engine_snd(e)->fifo_post = engine_snd(e)->fifo_head;
   engine_send_set_phase(e, RR_SEND_AWAITING_RESUME, RR_SEND_NEW_EPOCH, rr_now_ns());
 }
 
@@ -443,14 +443,14 @@ static rr_status place_by_cts(rr_engine *e, rr_send_req *r, engine_cts_slot *s, 
      * a rail whose NIC registered the buffer. */
     rewind_to(r, 0);
     r->resumed = 0;
-    e->fifo_post = e->fifo_head;
+    engine_snd(e)->fifo_post = engine_snd(e)->fifo_head;
   }
   return RR_OK;
 }
 
 static rr_send_req *eager_req_for(rr_engine *e, uint32_t seq) {
-  for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
-    rr_send_req *r = engine_sreq(e, e->fifo[i % RR_SEND_POOL]);
+  for (uint32_t i = engine_snd(e)->fifo_head; i != engine_snd(e)->fifo_tail; i++) {
+    rr_send_req *r = engine_sreq(e, engine_snd(e)->fifo[i % RR_SEND_POOL]);
     if (!r->parked && r->eager && r->seq == seq) return r;
   }
   return NULL;
@@ -461,15 +461,15 @@ static rr_send_req *eager_req_for(rr_engine *e, uint32_t seq) {
  * the receives it spans (engine_recv.c, assumption_holds), so both ends
  * agree on which copies land without knowing each other's state. */
 static int may_assume(const rr_engine *e, int tag) {
-  return e->send_seq == e->known_seq || tag == e->assumed_tag;
+  return engine_snd(e)->send_seq == engine_snd(e)->known_seq || tag == engine_snd(e)->assumed_tag;
 }
 
 /* Give r receive send_seq on the assumption that it takes r alone. */
 static void assume(rr_engine *e, rr_send_req *r) {
-  if (e->send_seq == e->known_seq) e->assumed_tag = r->tag;
+  if (engine_snd(e)->send_seq == engine_snd(e)->known_seq) engine_snd(e)->assumed_tag = r->tag;
   r->eager = 1;
-  r->seq = e->send_seq++;
-  r->known = e->known_seq;
+  r->seq = engine_snd(e)->send_seq++;
+  r->known = engine_snd(e)->known_seq;
 }
 
 /* r was sent to a receive that has no buffer with its tag (NCCL drives
@@ -480,7 +480,7 @@ static void park(rr_engine *e, rr_send_req *r) {
   r->eager = 0;
   rewind_to(r, 0);
   r->resumed = 0;
-  e->nparked++;
+  engine_snd(e)->nparked++;
   e->stats.parked++;
   rr_counter_inc(RR_CTR_PARKED_SENDS);
 }
@@ -492,29 +492,29 @@ static rr_status place_by_cts(rr_engine *e, rr_send_req *r, engine_cts_slot *s, 
  * eagerly when its clear-to-send is not here yet. */
 static rr_status place_parked(rr_engine *e) {
   int placed = 0;
-  for (uint32_t i = e->fifo_head; i != e->fifo_tail && e->nparked; i++) {
-    rr_send_req *r = engine_sreq(e, e->fifo[i % RR_SEND_POOL]);
+  for (uint32_t i = engine_snd(e)->fifo_head; i != engine_snd(e)->fifo_tail && engine_snd(e)->nparked; i++) {
+    rr_send_req *r = engine_sreq(e, engine_snd(e)->fifo[i % RR_SEND_POOL]);
     if (!r->parked) continue;
-    engine_cts_slot *s = &e->cts[e->send_seq % RR_NET_MAX_REQUESTS];
-    int have_cts = e->known_seq == e->send_seq && s->valid && s->cts.seq == e->send_seq;
+    engine_cts_slot *s = &engine_snd(e)->cts[engine_snd(e)->send_seq % RR_NET_MAX_REQUESTS];
+    int have_cts = engine_snd(e)->known_seq == engine_snd(e)->send_seq && s->valid && s->cts.seq == engine_snd(e)->send_seq;
     if (have_cts) {
       int sub = cts_sub_for_tag(&s->cts, s->matched, r->tag);
       if (sub < 0) continue;
       r->parked = 0;
-      e->nparked--;
+      engine_snd(e)->nparked--;
       rr_status st = place_by_cts(e, r, s, sub);
       if (st != RR_OK) return st;
-      if (cts_full(s)) e->known_seq = ++e->send_seq;
-    } else if (e->send_seq - e->known_seq < RR_NET_MAX_REQUESTS / 2 && may_assume(e, r->tag)) {
+      if (cts_full(s)) engine_snd(e)->known_seq = ++engine_snd(e)->send_seq;
+    } else if (engine_snd(e)->send_seq - engine_snd(e)->known_seq < RR_NET_MAX_REQUESTS / 2 && may_assume(e, r->tag)) {
       r->parked = 0;
-      e->nparked--;
+      engine_snd(e)->nparked--;
       assume(e, r);
     } else {
       continue;
     }
     placed = 1;
   }
-  if (placed) e->fifo_post = e->fifo_head;
+  if (placed) engine_snd(e)->fifo_post = engine_snd(e)->fifo_head;
   return RR_OK;
 }
 
@@ -525,16 +525,16 @@ static rr_status place_parked(rr_engine *e) {
  * into the rest of `at` while it has room, then eagerly into the receives
  * after it, each carrying a known_seq past `at`. */
 static rr_status relabel_after(rr_engine *e, uint32_t at) {
-  e->send_seq = at;
-  e->known_seq = at;
-  e->implied_mask = 0;
-  for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
-    rr_send_req *r = engine_sreq(e, e->fifo[i % RR_SEND_POOL]);
+  engine_snd(e)->send_seq = at;
+  engine_snd(e)->known_seq = at;
+  engine_snd(e)->implied_mask = 0;
+  for (uint32_t i = engine_snd(e)->fifo_head; i != engine_snd(e)->fifo_tail; i++) {
+    rr_send_req *r = engine_sreq(e, engine_snd(e)->fifo[i % RR_SEND_POOL]);
     if (r->parked || !r->eager || !seq_before(at, r->seq)) continue;
     rewind_to(r, 0);
     r->resumed = 0;
-    engine_cts_slot *s = &e->cts[e->send_seq % RR_NET_MAX_REQUESTS];
-    if (e->known_seq == e->send_seq && s->valid && s->cts.seq == e->send_seq) {
+    engine_cts_slot *s = &engine_snd(e)->cts[engine_snd(e)->send_seq % RR_NET_MAX_REQUESTS];
+    if (engine_snd(e)->known_seq == engine_snd(e)->send_seq && s->valid && s->cts.seq == engine_snd(e)->send_seq) {
       int sub = cts_sub_for_tag(&s->cts, s->matched, r->tag);
       if (sub < 0) {
         park(e, r);
@@ -542,14 +542,14 @@ static rr_status relabel_after(rr_engine *e, uint32_t at) {
       }
       rr_status st = place_by_cts(e, r, s, sub);
       if (st != RR_OK) return st;
-      if (cts_full(s)) e->known_seq = ++e->send_seq;
+      if (cts_full(s)) engine_snd(e)->known_seq = ++engine_snd(e)->send_seq;
     } else if (may_assume(e, r->tag)) {
       assume(e, r);
     } else {
       park(e, r);
     }
   }
-  e->fifo_post = e->fifo_head;
+  engine_snd(e)->fifo_post = engine_snd(e)->fifo_head;
   return place_parked(e);
 }
 
@@ -560,16 +560,16 @@ static rr_status relabel_after(rr_engine *e, uint32_t at) {
  * an ack says the receive completed with it alone. A receive that cannot
  * take the message is NCCL's error, as it would have been at isend. */
 static rr_status settle_assumed(rr_engine *e) {
-  while (e->known_seq != e->send_seq) {
-    uint32_t at = e->known_seq, bit = 1u << (at % RR_NET_MAX_REQUESTS);
-    engine_cts_slot *s = &e->cts[at % RR_NET_MAX_REQUESTS];
+  while (engine_snd(e)->known_seq != engine_snd(e)->send_seq) {
+    uint32_t at = engine_snd(e)->known_seq, bit = 1u << (at % RR_NET_MAX_REQUESTS);
+    engine_cts_slot *s = &engine_snd(e)->cts[at % RR_NET_MAX_REQUESTS];
     if (!(s->valid && s->cts.seq == at)) {
-      if (!(e->implied_mask & bit)) return RR_OK;
-      e->implied_mask &= ~bit;
-      e->known_seq++;
+      if (!(engine_snd(e)->implied_mask & bit)) return RR_OK;
+      engine_snd(e)->implied_mask &= ~bit;
+      engine_snd(e)->known_seq++;
       continue;
     }
-    e->implied_mask &= ~bit;
+    engine_snd(e)->implied_mask &= ~bit;
     rr_send_req *r = eager_req_for(e, at);
     int sub = r ? cts_sub_for_tag(&s->cts, 0, r->tag) : -1;
     if (r && sub < 0) {
@@ -583,13 +583,13 @@ static rr_status settle_assumed(rr_engine *e) {
       return engine_fail(e, RR_ERR_INTERNAL, "receive %u: its eager message is gone before its place is known", at);
     }
     if (cts_full(s)) {
-      e->known_seq++;
+      engine_snd(e)->known_seq++;
       continue;
     }
     rr_status st = relabel_after(e, at);
     if (st != RR_OK) return st;
   }
-  return e->nparked ? place_parked(e) : RR_OK;
+  return engine_snd(e)->nparked ? place_parked(e) : RR_OK;
 }
 
 /* A clear-to-send may arrive out of order (control messages travel on
@@ -597,10 +597,10 @@ static rr_status settle_assumed(rr_engine *e) {
  * its slot is free, or holds an older receive whose messages were all
  * matched: the receiver reuses a slot only after its receive completed. */
 static rr_status install_cts(rr_engine *e, int rail, const engine_cts *c) {
-  if (seq_before(c->seq, e->known_seq)) return RR_OK; /* a repeat of one already used */
-  if (!seq_before(c->seq, e->known_seq + RR_NET_MAX_REQUESTS))
+  if (seq_before(c->seq, engine_snd(e)->known_seq)) return RR_OK; /* a repeat of one already used */
+  if (!seq_before(c->seq, engine_snd(e)->known_seq + RR_NET_MAX_REQUESTS))
     return engine_violation(e, rail, ENGINE_VIOL_WINDOW, "clear-to-send %u beyond the receive window", c->seq);
-  engine_cts_slot *s = &e->cts[c->seq % RR_NET_MAX_REQUESTS];
+  engine_cts_slot *s = &engine_snd(e)->cts[c->seq % RR_NET_MAX_REQUESTS];
   if (s->valid && s->cts.seq == c->seq) return RR_OK; /* a repeat */
   if (s->valid && s->matched != (1u << s->cts.n) - 1)
     return engine_violation(e, rail, ENGINE_VIOL_WINDOW, "clear-to-send %u over a receive still in use", c->seq);
@@ -612,14 +612,14 @@ static rr_status install_cts(rr_engine *e, int rail, const engine_cts *c) {
 
 /* Receive seq completed: if it was assumed, it took its eager message alone. */
 static void implied_one(rr_engine *e, uint32_t seq) {
-  if (seq_before(seq, e->known_seq) || !seq_before(seq, e->send_seq)) return;
-  e->implied_mask |= 1u << (seq % RR_NET_MAX_REQUESTS);
+  if (seq_before(seq, engine_snd(e)->known_seq) || !seq_before(seq, engine_snd(e)->send_seq)) return;
+  engine_snd(e)->implied_mask |= 1u << (seq % RR_NET_MAX_REQUESTS);
 }
 
 static void on_ack(rr_engine *e, uint32_t seq) {
   implied_one(e, seq);
-  for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
-    rr_send_req *r = engine_sreq(e, e->fifo[i % RR_SEND_POOL]);
+  for (uint32_t i = engine_snd(e)->fifo_head; i != engine_snd(e)->fifo_tail; i++) {
+    rr_send_req *r = engine_sreq(e, engine_snd(e)->fifo[i % RR_SEND_POOL]);
     if (!r->parked && r->seq == seq) r->acked = 1;
   }
   fifo_retire(e); /* an ack for nothing outstanding is a repeat: harmless */
@@ -630,8 +630,8 @@ static void on_ack(rr_engine *e, uint32_t seq) {
  * repeat as a violation, and a late one could land in the slot's next
  * receive). */
 static void on_resume_slot(rr_engine *e, uint32_t epoch, const uint32_t *prefix, const engine_cts *c) {
-  for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
-    rr_send_req *r = engine_sreq(e, e->fifo[i % RR_SEND_POOL]);
+  for (uint32_t i = engine_snd(e)->fifo_head; i != engine_snd(e)->fifo_tail; i++) {
+    rr_send_req *r = engine_sreq(e, engine_snd(e)->fifo[i % RR_SEND_POOL]);
     if (r->parked || r->seq != c->seq || r->acked || (r->resumed && r->resumed_epoch == epoch)) continue;
     if (send_placed(r)) continue; /* never written again: on_resume_end claims it */
     /* An eager message not settled yet took the first buffer with its tag,
@@ -643,16 +643,16 @@ static void on_resume_slot(rr_engine *e, uint32_t epoch, const uint32_t *prefix,
     r->resumed = 1;
     r->resumed_epoch = epoch;
   }
-  e->resume_got |= 1u << (c->seq % RR_NET_MAX_REQUESTS);
+  engine_snd(e)->resume_got |= 1u << (c->seq % RR_NET_MAX_REQUESTS);
 }
 
 static void on_resume_end(rr_engine *e, uint32_t epoch, uint32_t recv_seq, uint32_t mask) {
   /* Every RESUME_SLOT the announcement names must be here first: one that
    * travelled on another rail may still be on its way (or lost, and then
    * the re-ask brings the announcement again). */
-  if (mask & ~e->resume_got) return;
-  for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
-    rr_send_req *r = engine_sreq(e, e->fifo[i % RR_SEND_POOL]);
+  if (mask & ~engine_snd(e)->resume_got) return;
+  for (uint32_t i = engine_snd(e)->fifo_head; i != engine_snd(e)->fifo_tail; i++) {
+    rr_send_req *r = engine_sreq(e, engine_snd(e)->fifo[i % RR_SEND_POOL]);
     /* Not named, and the receiver had posted it when the rollback began: it
      * completed; its ack was lost. */
     if (!r->parked && !(mask & (1u << (r->seq % RR_NET_MAX_REQUESTS))) && seq_before(r->seq, recv_seq)) r->acked = 1;
@@ -662,17 +662,17 @@ static void on_resume_end(rr_engine *e, uint32_t epoch, uint32_t recv_seq, uint3
      * writes (of the old epoch) were not counted. Its bytes are there and
      * NCCL may have reused the source: the receiver is told, not sent them
      * again. */
-    else if (!r->acked && send_placed(r) && !r->claim_owed) r->claim_owed = 1, e->claims_owed++;
+    else if (!r->acked && send_placed(r) && !r->claim_owed) r->claim_owed = 1, engine_snd(e)->claims_owed++;
   }
   /* Likewise an assumed receive: it completed with its eager message. */
-  for (uint32_t q = e->known_seq; q != e->send_seq && seq_before(q, recv_seq); q++)
+  for (uint32_t q = engine_snd(e)->known_seq; q != engine_snd(e)->send_seq && seq_before(q, recv_seq); q++)
     if (!(mask & (1u << (q % RR_NET_MAX_REQUESTS)))) implied_one(e, q);
   if (settle_assumed(e) != RR_OK) return;
-  e->fifo_post = e->fifo_head;
+  engine_snd(e)->fifo_post = engine_snd(e)->fifo_head;
   fifo_retire(e);
   /* Only the announcement awaited gets here (resume_current). */
   uint64_t now = rr_now_ns();
-  uint64_t stall = e->stall_start_ns ? now - e->stall_start_ns : 0;
+  uint64_t stall = engine_snd(e)->stall_start_ns ? now - engine_snd(e)->stall_start_ns : 0;
   engine_send_set_phase(e, RR_SEND_STREAMING, RR_SEND_RESUME_END, now);
   /* Traffic moved off the rail that failed last, onto the control rail
    * (chain) or the others (balance). A chain backup failing moves nothing. */
@@ -699,7 +699,7 @@ static void on_resume_end(rr_engine *e, uint32_t epoch, uint32_t recv_seq, uint3
 static int resume_current(rr_engine *e, uint32_t x) {
   if (seq_before(x, e->epoch)) return 0;
   if (seq_before(e->epoch, x)) adopt_epoch(e, x);
-  return engine_send_holding(e) && seq_before(e->fail_epoch, x);
+  return engine_send_holding(e) && seq_before(engine_snd(e)->fail_epoch, x);
 }
 
 rr_status engine_send_on_msg(rr_engine *e, int rail, const engine_msg *m) {
@@ -746,13 +746,13 @@ rr_status engine_send_on_msg(rr_engine *e, int rail, const engine_msg *m) {
 /* The bounce arena, registered on each rail's device (a rail that cannot
  * register it keeps a NULL key: TCP needs none). */
 static void bounce_setup(rr_engine *e) {
-  e->bounce = malloc((size_t)RR_BOUNCE_COUNT * RR_BOUNCE_SIZE);
-  if (!e->bounce) return;
+  engine_snd(e)->bounce = malloc((size_t)RR_BOUNCE_COUNT * RR_BOUNCE_SIZE);
+  if (!engine_snd(e)->bounce) return;
   for (int i = 0; i < e->nrails; i++) {
     rr_rail_ep *ep = e->rails[i].ep;
-    if (ep->ops->reg_mr(ep->dev, e->bounce, (size_t)RR_BOUNCE_COUNT * RR_BOUNCE_SIZE, RR_MEM_HOST, -1, 0,
-                        &e->bounce_reg[i]) != RR_OK)
-      e->bounce_reg[i] = NULL;
+    if (ep->ops->reg_mr(ep->dev, engine_snd(e)->bounce, (size_t)RR_BOUNCE_COUNT * RR_BOUNCE_SIZE, RR_MEM_HOST, -1, 0,
+                        &engine_snd(e)->bounce_reg[i]) != RR_OK)
+      engine_snd(e)->bounce_reg[i] = NULL;
   }
 }
 
@@ -766,26 +766,26 @@ static int eager_allowed(rr_engine *e, size_t size, int tag, const rr_mr *mr) {
   if (rr_mr_is_gpu(mr)) return 0; /* the CPU never reads GPU memory, and an eager copy is all CPU */
   if (!e->cfg.eager_max || size > e->cfg.eager_max || size > RR_BOUNCE_SIZE) return 0;
   /* Parked messages go first; assumptions in a row share a tag. */
-  if (e->nparked || !may_assume(e, tag)) return 0;
-  if (e->send_seq - e->known_seq >= EAGER_AHEAD) return 0;
-  if (e->fifo_head != e->fifo_tail &&
-      e->send_seq - engine_sreq(e, e->fifo[e->fifo_head % RR_SEND_POOL])->seq >= RR_NET_MAX_REQUESTS)
+  if (engine_snd(e)->nparked || !may_assume(e, tag)) return 0;
+  if (engine_snd(e)->send_seq - engine_snd(e)->known_seq >= EAGER_AHEAD) return 0;
+  if (engine_snd(e)->fifo_head != engine_snd(e)->fifo_tail &&
+      engine_snd(e)->send_seq - engine_sreq(e, engine_snd(e)->fifo[engine_snd(e)->fifo_head % RR_SEND_POOL])->seq >= RR_NET_MAX_REQUESTS)
     return 0;
   int r = engine_control_rail(e);
   if (r < 0 || !(e->rails[r].ep->dev->attr.caps & RR_RAIL_CAP_EAGER)) return 0;
   if (size == 0) return 1;
-  if (!e->bounce) bounce_setup(e);
-  return e->bounce && e->nbounce_free > 0;
+  if (!engine_snd(e)->bounce) bounce_setup(e);
+  return engine_snd(e)->bounce && engine_snd(e)->nbounce_free > 0;
 }
 
 static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr_mr *mr,
                               void *phandle, void **request) {
   if (e->failed) return e->failed;
-  if (e->nparked) {
+  if (engine_snd(e)->nparked) {
     rr_status st = place_parked(e);
     if (st != RR_OK) return st;
   }
-  engine_cts_slot *s = &e->cts[e->send_seq % RR_NET_MAX_REQUESTS];
+  engine_cts_slot *s = &engine_snd(e)->cts[engine_snd(e)->send_seq % RR_NET_MAX_REQUESTS];
   /* With a clear-to-send and no receive assumed, the message goes where it
    * says. Without one, a small message still leaves at once (the receiver
    * places it; polling for a clear-to-send first would put a system call in
@@ -793,11 +793,11 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
    * small message for a receive of one buffer goes eagerly even when its
    * clear-to-send is here: that tells the receiver we send eagerly, and it
    * holds back the clear-to-sends eager messages make moot. */
-  int have_cts = s->valid && s->cts.seq == e->send_seq && e->known_seq == e->send_seq;
+  int have_cts = s->valid && s->cts.seq == engine_snd(e)->send_seq && engine_snd(e)->known_seq == engine_snd(e)->send_seq;
   int eager = eager_allowed(e, size, tag, mr) &&
               (!have_cts || (s->cts.n == 1 && s->matched == 0 && !(s->cts.e[0].flags & ENGINE_CTS_NO_CPU)));
   if (!have_cts && !eager) {
-    e->cts_wanted = 1;
+    engine_snd(e)->cts_wanted = 1;
     return engine_progress(e);
   }
   int sub = -1;
@@ -820,32 +820,32 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
             e->cfg.chunk_size);
     return RR_ERR_INVALID;
   }
-  if (e->fifo_tail - e->fifo_head == RR_SEND_POOL) return engine_progress(e);
+  if (engine_snd(e)->fifo_tail - engine_snd(e)->fifo_head == RR_SEND_POOL) return engine_progress(e);
   /* A free request: the pool holds every request the protocol allows. */
   int idx = -1;
-  for (uint32_t i = 0; i < e->sreq_cap && idx < 0; i++) {
-    uint32_t j = (e->fifo_tail + i) % e->sreq_cap;
+  for (uint32_t i = 0; i < engine_snd(e)->sreq_cap && idx < 0; i++) {
+    uint32_t j = (engine_snd(e)->fifo_tail + i) % engine_snd(e)->sreq_cap;
     if (!engine_sreq(e, j)->in_use) idx = (int)j;
   }
-  if (idx < 0 && e->sreq_cap < RR_SEND_POOL) {
-    idx = (int)e->sreq_cap;
+  if (idx < 0 && engine_snd(e)->sreq_cap < RR_SEND_POOL) {
+    idx = (int)engine_snd(e)->sreq_cap;
     rr_status gst = engine_sreq_grow(e);
     if (gst != RR_OK) return gst;
   }
   if (idx < 0) return engine_progress(e);
   rr_send_req *r = engine_sreq(e, (uint32_t)idx);
   uint16_t gen = (uint16_t)(r->gen + 1); /* late completions of the slot's last request do not count */
-  *r = (rr_send_req){.gen = gen, .kind = RR_REQ_SEND, .in_use = 1, .sub = 0, .eager = (uint8_t)eager, .known = e->known_seq, .rail = -1,
-                     .bounce = -1, .engine = e, .seq = e->send_seq, .tag = tag, .data = data,
+  *r = (rr_send_req){.gen = gen, .kind = RR_REQ_SEND, .in_use = 1, .sub = 0, .eager = (uint8_t)eager, .known = engine_snd(e)->known_seq, .rail = -1,
+                     .bounce = -1, .engine = e, .seq = engine_snd(e)->send_seq, .tag = tag, .data = data,
                      .size = size, .mr = mr, .nchunks = (uint32_t)nchunks,
                      .nic_only = (uint8_t)rr_mr_is_gpu(mr)};
   /* The bounce arena is registered on every rail's device the first time
    * it is used (verbs writes need a local key on the NIC they leave by). */
   if (size <= RR_BOUNCE_SIZE && size > 0 && !rr_mr_is_gpu(mr)) {
-    if (!e->bounce) bounce_setup(e);
-    if (e->bounce && e->nbounce_free > 0) {
-      r->bounce = e->bounce_free[--e->nbounce_free];
-      char *b = e->bounce + (size_t)r->bounce * RR_BOUNCE_SIZE;
+    if (!engine_snd(e)->bounce) bounce_setup(e);
+    if (engine_snd(e)->bounce && engine_snd(e)->nbounce_free > 0) {
+      r->bounce = engine_snd(e)->bounce_free[--engine_snd(e)->nbounce_free];
+      char *b = engine_snd(e)->bounce + (size_t)r->bounce * RR_BOUNCE_SIZE;
       memcpy(b, data, size);
       r->data = b;
       r->mr = NULL; /* local keys come from the arena's registrations */
@@ -853,13 +853,13 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
   }
   if (have_cts) {
     take_place(r, s, sub); /* an eager one too: its place is known, a replay may use it */
-    if (cts_full(s)) e->known_seq = ++e->send_seq; /* nothing was assumed (have_cts) */
+    if (cts_full(s)) engine_snd(e)->known_seq = ++engine_snd(e)->send_seq; /* nothing was assumed (have_cts) */
   } else {
-    if (e->send_seq == e->known_seq) e->assumed_tag = tag;
-    e->send_seq++; /* assumed: the receive takes only this message */
+    if (engine_snd(e)->send_seq == engine_snd(e)->known_seq) engine_snd(e)->assumed_tag = tag;
+    engine_snd(e)->send_seq++; /* assumed: the receive takes only this message */
   }
-  e->fifo[e->fifo_tail++ % RR_SEND_POOL] = (uint16_t)idx;
-  e->cts_wanted = 0;
+  engine_snd(e)->fifo[engine_snd(e)->fifo_tail++ % RR_SEND_POOL] = (uint16_t)idx;
+  engine_snd(e)->cts_wanted = 0;
   engine_prof_start(e, &r->prof_event, phandle, ENGINE_PROF_SEND, r->seq, size);
   *request = r;
   /* Errors surface through test(): the request exists now. */
@@ -870,7 +870,7 @@ static rr_status isend_locked(rr_engine *e, void *data, size_t size, int tag, rr
 rr_status rr_engine_isend(rr_engine *e, void *data, size_t size, int tag, rr_mr *mr,
                           void *phandle, void **request) {
   *request = NULL;
-  if (e->cfg.role != RR_ENGINE_SEND) return RR_ERR_INVALID; /* no send requests here */
+  if (!engine_is_sender(e)) return RR_ERR_INVALID; /* no send requests here */
   pthread_mutex_lock(&e->lock);
   atomic_store_explicit(&e->idle_hint, 0, memory_order_relaxed); /* rr_engine_background */
   rr_status st = isend_locked(e, data, size, tag, mr, phandle, request);

@@ -361,15 +361,15 @@ static void dump_engines(sim_world *w) {
     rr_engine *e = &w->eng[side];
     printf("%s engine: epoch %u, failed %d (%s), rollback phase %s, fail_notice_pending %d, announce_slot %u\n",
            side == SIM_SEND ? "sender" : "receiver", e->epoch, e->failed, e->failed_why,
-           side == SIM_SEND ? engine_send_phase_name(e->send_phase) : engine_recv_phase_name(e->recv_phase),
-           e->fail_notice_pending, e->announce_slot);
+           side == SIM_SEND ? engine_send_phase_name(engine_snd(e)->send_phase) : engine_recv_phase_name(engine_rcv(e)->recv_phase),
+           e->fail_notice_pending, side == SIM_RECV ? engine_rcv(e)->announce_slot : 0);
     for (int r = 0; r < e->nrails; r++)
       printf("  rail%d: state %d need_drain %d drain_posted %u backlog %zu why '%s'\n", r, e->rails[r].state,
              e->rails[r].need_drain, e->rails[r].drain_posted, e->rails[r].ep->ops->backlog(e->rails[r].ep),
              e->rails[r].why);
     if (side == SIM_RECV) {
       for (int i = 0; i < RR_NET_MAX_REQUESTS; i++) {
-        rr_recv_req *r = &e->rreq[i];
+        rr_recv_req *r = &engine_rcv(e)->rreq[i];
         if (!r->in_use) continue;
         printf("  recv slot %d seq %u: complete %d landed %d subs_done %d/%d:", i, r->seq, r->complete, r->landed,
                r->subs_done, r->n);
@@ -379,9 +379,9 @@ static void dump_engines(sim_world *w) {
         printf("\n");
       }
     } else {
-      printf("  fifo %u..%u post %u, send_seq %u\n", e->fifo_head, e->fifo_tail, e->fifo_post, e->send_seq);
-      for (uint32_t i = e->fifo_head; i != e->fifo_tail; i++) {
-        rr_send_req *r = engine_sreq(e, e->fifo[i % RR_SEND_POOL]);
+      printf("  fifo %u..%u post %u, send_seq %u\n", engine_snd(e)->fifo_head, engine_snd(e)->fifo_tail, engine_snd(e)->fifo_post, engine_snd(e)->send_seq);
+      for (uint32_t i = engine_snd(e)->fifo_head; i != engine_snd(e)->fifo_tail; i++) {
+        rr_send_req *r = engine_sreq(e, engine_snd(e)->fifo[i % RR_SEND_POOL]);
         printf("  send seq %u sub %u: nchunks %u posted %u transmitted %u placed %u%s%s acked %d done %d rail %d "
                "resumed %d/e%u\n", r->seq, r->sub, r->nchunks, r->posted, r->transmitted, r->placed,
                r->ack_only ? " ack-only" : "", r->claim_owed ? " claim-owed" : "", r->acked, r->user_done, r->rail,

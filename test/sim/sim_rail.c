@@ -254,7 +254,7 @@ static rr_status sim_post_write(rr_rail_ep *rep, const rr_write_wr *wr) {
    * again would replay a completed send (invariant 8). */
   if (e->side == SIM_SEND && wr->wr_id != ENGINE_PROBE_WR_ID) {
     uint32_t idx = (uint32_t)(wr->wr_id & 0xffff);
-    const rr_send_req *sr = idx < w->eng[SIM_SEND].sreq_cap ? engine_sreq(&w->eng[SIM_SEND], idx) : NULL;
+    const rr_send_req *sr = idx < engine_snd(&w->eng[SIM_SEND])->sreq_cap ? engine_sreq(&w->eng[SIM_SEND], idx) : NULL;
     if (!sr || (sr->user_done && sr->bounce < 0) || !sim_traffic_source_ok(w, wr->local, wr->len)) {
       sim_fail(w, "rail %d: a write (imm 0x%08x) of a send NCCL already got back: a completed send replayed",
                e->pair->rail, wr->imm);

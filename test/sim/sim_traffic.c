@@ -407,7 +407,7 @@ int sim_traffic_landing_ok(sim_world *w, const void *p, size_t len) {
   const char *a = p;
   /* An eager message ahead of its receive waits in the engine's own early
    * buffer (it is checked when it reaches the receive's buffer). */
-  const char *early = w->eng[SIM_RECV].early_buf;
+  const char *early = engine_rcv(&w->eng[SIM_RECV])->early_buf;
   if (early && a >= early && a + len <= early + (size_t)RR_NET_MAX_REQUESTS * EARLY_COPIES * RR_BOUNCE_SIZE) return 1;
   for (int k = 0; k < T.r_n; k++) {
     const sim_group *g = &T.g[T.rgroup[(T.r_head + k) % MAX_OUT]];
@@ -423,7 +423,7 @@ int sim_traffic_landing_ok(sim_world *w, const void *p, size_t len) {
 void sim_traffic_where(sim_world *w, const void *p, char *buf, size_t len) {
   (void)w;
   const char *a = p;
-  const char *early = w->eng[SIM_RECV].early_buf;
+  const char *early = engine_rcv(&w->eng[SIM_RECV])->early_buf;
   if (early && a >= early && a < early + (size_t)RR_NET_MAX_REQUESTS * EARLY_COPIES * RR_BOUNCE_SIZE) {
     snprintf(buf, len, "early buffer entry %zu +%zu", (size_t)(a - early) / RR_BOUNCE_SIZE,
              (size_t)(a - early) % RR_BOUNCE_SIZE);

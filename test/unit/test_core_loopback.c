@@ -254,7 +254,7 @@ static void test_full_queue_gives_null(void **state) {
     /* Receives complete in posting order: test the oldest (the engine's slots). */
     if (ndone < RR_NET_MAX_REQUESTS) {
       int done = 0;
-      rr_recv_req *oldest = &p.recv->engine.rreq[ndone % RR_NET_MAX_REQUESTS];
+      rr_recv_req *oldest = &engine_rcv(&p.recv->engine)->rreq[ndone % RR_NET_MAX_REQUESTS];
       assert_int_equal(rr_net_test(oldest, &done, NULL), RR_OK);
       if (done) ndone++;
     }

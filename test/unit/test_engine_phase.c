@@ -149,33 +149,33 @@ static void engine_done(rr_engine *e) {
 static void sender_walk(void **state) {
   (void)state;
   rr_engine *e = engine_of(RR_ENGINE_SEND);
-  assert_int_equal(e->send_phase, RR_SEND_STREAMING);
+  assert_int_equal(engine_snd(e)->send_phase, RR_SEND_STREAMING);
   e->epoch = 7;
   engine_send_set_phase(e, RR_SEND_ROLLBACK_ASKED, RR_SEND_RAIL_LOST, 1000);
-  assert_int_equal(e->send_phase, RR_SEND_ROLLBACK_ASKED);
+  assert_int_equal(engine_snd(e)->send_phase, RR_SEND_ROLLBACK_ASKED);
   assert_true(engine_send_holding(e));
-  assert_int_equal(e->fail_epoch, 7); /* FAIL{7}: lost something in 7 */
+  assert_int_equal(engine_snd(e)->fail_epoch, 7); /* FAIL{7}: lost something in 7 */
   assert_int_equal(e->fail_notice_pending, 1);
-  assert_int_equal(e->stall_start_ns, 1000);
-  assert_int_equal(e->resume_wait_since_ns, 1000);
+  assert_int_equal(engine_snd(e)->stall_start_ns, 1000);
+  assert_int_equal(engine_snd(e)->resume_wait_since_ns, 1000);
   /* The FAIL went; the receiver answers with epoch 8. */
   e->fail_notice_pending = 0;
-  e->resume_got = 0x5;
+  engine_snd(e)->resume_got = 0x5;
   e->epoch = 8;
   engine_send_set_phase(e, RR_SEND_AWAITING_RESUME, RR_SEND_NEW_EPOCH, 2000);
-  assert_int_equal(e->send_phase, RR_SEND_AWAITING_RESUME);
-  assert_int_equal(e->fail_epoch, 7); /* a re-ask now says "I wait to leave 7" */
-  assert_int_equal(e->resume_got, 0);
+  assert_int_equal(engine_snd(e)->send_phase, RR_SEND_AWAITING_RESUME);
+  assert_int_equal(engine_snd(e)->fail_epoch, 7); /* a re-ask now says "I wait to leave 7" */
+  assert_int_equal(engine_snd(e)->resume_got, 0);
   assert_int_equal(e->fail_notice_pending, 0);
-  assert_int_equal(e->stall_start_ns, 1000);       /* the stall began at the failure */
-  assert_int_equal(e->resume_wait_since_ns, 1000); /* not restarted while waiting */
+  assert_int_equal(engine_snd(e)->stall_start_ns, 1000);       /* the stall began at the failure */
+  assert_int_equal(engine_snd(e)->resume_wait_since_ns, 1000); /* not restarted while waiting */
   engine_send_set_phase(e, RR_SEND_AWAITING_RESUME, RR_SEND_NO_ANSWER, 3000);
   assert_int_equal(e->fail_notice_pending, 1);
-  assert_int_equal(e->resume_wait_since_ns, 3000);
+  assert_int_equal(engine_snd(e)->resume_wait_since_ns, 3000);
   engine_send_set_phase(e, RR_SEND_STREAMING, RR_SEND_RESUME_END, 4000);
-  assert_int_equal(e->send_phase, RR_SEND_STREAMING);
+  assert_int_equal(engine_snd(e)->send_phase, RR_SEND_STREAMING);
   assert_false(engine_send_holding(e));
-  assert_int_equal(e->stall_start_ns, 0);
+  assert_int_equal(engine_snd(e)->stall_start_ns, 0);
   assert_int_equal(e->failed, RR_OK);
   assert_int_equal(e->stats.bad_transitions, 0);
   engine_done(e);
@@ -185,23 +185,23 @@ static void sender_walk(void **state) {
 static void receiver_walk(void **state) {
   (void)state;
   rr_engine *e = engine_of(RR_ENGINE_RECV);
-  assert_int_equal(e->recv_phase, RR_RECV_STREAMING);
-  e->recv_seq = 40;
-  e->announce_slot = 9;
-  e->resume_mask = 0xff;
+  assert_int_equal(engine_rcv(e)->recv_phase, RR_RECV_STREAMING);
+  engine_rcv(e)->recv_seq = 40;
+  engine_rcv(e)->announce_slot = 9;
+  engine_rcv(e)->resume_mask = 0xff;
   engine_recv_set_phase(e, RR_RECV_ANNOUNCING, RR_RECV_RAIL_LOST);
-  assert_int_equal(e->recv_phase, RR_RECV_ANNOUNCING);
-  assert_int_equal(e->resume_recv_seq, 40);
-  assert_int_equal(e->announce_slot, 0);
-  assert_int_equal(e->resume_mask, 0);
+  assert_int_equal(engine_rcv(e)->recv_phase, RR_RECV_ANNOUNCING);
+  assert_int_equal(engine_rcv(e)->resume_recv_seq, 40);
+  assert_int_equal(engine_rcv(e)->announce_slot, 0);
+  assert_int_equal(engine_rcv(e)->resume_mask, 0);
   assert_int_equal(e->fail_notice_pending, 1);
   engine_recv_set_phase(e, RR_RECV_END_OWED, RR_RECV_SLOTS_NAMED);
   engine_recv_set_phase(e, RR_RECV_STREAMING, RR_RECV_END_POSTED);
   /* Announcing the same epoch again keeps the receives it names. */
-  e->recv_seq = 45;
+  engine_rcv(e)->recv_seq = 45;
   e->fail_notice_pending = 0;
   engine_recv_set_phase(e, RR_RECV_ANNOUNCING, RR_RECV_SENDER_BEHIND);
-  assert_int_equal(e->resume_recv_seq, 40);
+  assert_int_equal(engine_rcv(e)->resume_recv_seq, 40);
   assert_int_equal(e->fail_notice_pending, 1);
   assert_int_equal(e->failed, RR_OK);
   assert_int_equal(e->stats.bad_transitions, 0);
@@ -213,28 +213,28 @@ static void non_edges_refused(void **state) {
   (void)state;
   rr_engine *e = engine_of(RR_ENGINE_SEND);
   engine_send_set_phase(e, RR_SEND_STREAMING, RR_SEND_RESUME_END, 1); /* no announcement awaited */
-  assert_int_equal(e->send_phase, RR_SEND_STREAMING);
-  assert_int_equal(e->stall_start_ns, 0);
+  assert_int_equal(engine_snd(e)->send_phase, RR_SEND_STREAMING);
+  assert_int_equal(engine_snd(e)->stall_start_ns, 0);
   assert_int_equal(e->failed, RR_ERR_INTERNAL);
   assert_int_equal(e->stats.bad_transitions, 1);
   engine_done(e);
 
   e = engine_of(RR_ENGINE_SEND);
   engine_send_set_phase(e, RR_SEND_STREAMING, RR_SEND_RAIL_LOST, 1); /* the right cause, the wrong phase */
-  assert_int_equal(e->send_phase, RR_SEND_STREAMING);
+  assert_int_equal(engine_snd(e)->send_phase, RR_SEND_STREAMING);
   assert_int_equal(e->fail_notice_pending, 0);
   assert_int_equal(e->stats.bad_transitions, 1);
   engine_done(e);
 
   e = engine_of(RR_ENGINE_RECV);
   engine_recv_set_phase(e, RR_RECV_END_OWED, RR_RECV_SLOTS_NAMED); /* no announcement under way */
-  assert_int_equal(e->recv_phase, RR_RECV_STREAMING);
+  assert_int_equal(engine_rcv(e)->recv_phase, RR_RECV_STREAMING);
   assert_int_equal(e->failed, RR_ERR_INTERNAL);
   assert_int_equal(e->stats.bad_transitions, 1);
   engine_done(e);
 
   e = engine_of(RR_ENGINE_RECV);
-  e->recv_phase = RR_RECV_ANNOUNCING;
+  engine_rcv(e)->recv_phase = RR_RECV_ANNOUNCING;
   engine_recv_set_phase(e, RR_RECV_ANNOUNCING, RR_RECV_SENDER_BEHIND); /* it announces already */
   assert_int_equal(e->fail_notice_pending, 0);
   assert_int_equal(e->stats.bad_transitions, 1);
@@ -250,18 +250,18 @@ static void rail_lost_by_whom(void **state) {
   rr_engine *e = engine_of(RR_ENGINE_SEND);
   e->epoch = 3;
   engine_send_rail_lost(e, ENGINE_SEEN_BY_PEER);
-  assert_int_equal(e->send_phase, RR_SEND_ROLLBACK_ASKED);
-  assert_int_equal(e->fail_epoch, 3);
+  assert_int_equal(engine_snd(e)->send_phase, RR_SEND_ROLLBACK_ASKED);
+  assert_int_equal(engine_snd(e)->fail_epoch, 3);
   e->epoch = 4;
   engine_send_set_phase(e, RR_SEND_AWAITING_RESUME, RR_SEND_NEW_EPOCH, rr_now_ns());
   e->fail_notice_pending = 0;
   engine_send_rail_lost(e, ENGINE_SEEN_BY_PEER);
-  assert_int_equal(e->send_phase, RR_SEND_AWAITING_RESUME);
-  assert_int_equal(e->fail_epoch, 3);
+  assert_int_equal(engine_snd(e)->send_phase, RR_SEND_AWAITING_RESUME);
+  assert_int_equal(engine_snd(e)->fail_epoch, 3);
   assert_int_equal(e->fail_notice_pending, 0);
   engine_send_rail_lost(e, ENGINE_SEEN_HERE);
-  assert_int_equal(e->send_phase, RR_SEND_ROLLBACK_ASKED);
-  assert_int_equal(e->fail_epoch, 4);
+  assert_int_equal(engine_snd(e)->send_phase, RR_SEND_ROLLBACK_ASKED);
+  assert_int_equal(engine_snd(e)->fail_epoch, 4);
   assert_int_equal(e->fail_notice_pending, 1);
   assert_int_equal(e->stats.bad_transitions, 0);
   engine_done(e);
