@@ -332,7 +332,10 @@ void rr_engine_background(rr_engine *e, uint64_t now_ns, int wake_idle) {
       atomic_load_explicit(&e->idle_hint, memory_order_relaxed))
     return;
   if (pthread_mutex_trylock(&e->lock) != 0) return;
-  if (!e->failed) engine_progress(e);
+  if (!e->failed) {
+    engine_progress(e);
+    rr_counter_inc(RR_CTR_BACKGROUND_DRIVES);
+  }
   pthread_mutex_unlock(&e->lock);
 }
 

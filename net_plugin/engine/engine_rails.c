@@ -314,7 +314,10 @@ static void probe(rr_engine *e, int r, uint64_t now) {
   /* One probe at a time: a dead rail must not pile them up. */
   if (rl->ep->ops->backlog(rl->ep) > 0) return;
   engine_msg p = {.type = ENGINE_CTRL_PROBE, .u.probe_rail = (uint32_t)r};
-  if (engine_post_msg_on(rl->ep, &p) == RR_OK) rl->last_probe_ns = now;
+  if (engine_post_msg_on(rl->ep, &p) == RR_OK) {
+    rl->last_probe_ns = now;
+    rr_counter_inc(RR_CTR_CONTROL_PROBES);
+  }
 }
 
 uint64_t engine_rail_hold_ns(const rr_engine *e, const engine_rail *rl) {
