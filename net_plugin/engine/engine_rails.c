@@ -16,6 +16,7 @@
 #include "engine_internal.h"
 #include "rr_clock.h"
 #include "rr_counters.h"
+#include "link_life.h"
 #include "rr_health_bus.h"
 #include "rr_log.h"
 #include "rr_params.h"
@@ -360,6 +361,18 @@ static uint64_t first_word_ns(uint64_t delta) {
   return t > delta ? t : delta;
 }
 
+/* Does rail i of a busy connection have nothing of its own under way, so
+ * that its link's life may stand for its own (link_life.h)? Not the
+ * control rail (its messages are the connection's), no write of ours in
+ * flight or queued on it, nothing the receiver invited due over it: a warm
+ * backup in failover mode, or a rail balance leaves unused for a while. */
+static int rail_idle_own(const rr_engine *e, int i) {
+  const engine_rail *rl = &e->rails[i];
+  if (rl->life_slot < 0 || i == engine_control_rail(e)) return 0;
+  if (rl->writes_cur || rl->writes_old || rl->ep->ops->backlog(rl->ep) > 0) return 0;
+  return e->cfg.role != RR_ENGINE_RECV || !engine_inbound_due(e, i, rl->last_alive_ns);
+}
+
 void engine_rails_tick(rr_engine *e, uint64_t now) {
   int busy = engine_outstanding(e);
   if (busy && !e->busy)
@@ -387,6 +400,14 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
      * request (verbs): only when in doubt. A receiver hears the peer's
      * writes land, and its doubt runs from when what it invited is due
      * over the rail, if that is later (engine_inbound.c: at most 3δ/8). */
+    /* An idle rail of a busy connection takes its link's life as its own
+     * (link_life.h); kept in last_alive_ns, so that the rail, once it
+     * carries work, is judged from it and not from its last probe. */
+    int shared = rl->state == RR_RAIL_ACTIVE && busy && rail_idle_own(e, i);
+    if (shared) {
+      uint64_t link = rr_link_life_get(&rr_link_lives, rl->life_slot);
+      if (link > rl->last_alive_ns && link <= now) rl->last_alive_ns = link;
+    }
     uint64_t heard_ns = rl->in.last_arrival_ns > rl->last_alive_ns ? rl->in.last_arrival_ns : rl->last_alive_ns;
     uint64_t doubt_from = heard_ns;
     if (rl->state == RR_RAIL_ACTIVE && busy && since(now, doubt_from) > delta / 8) {
@@ -395,6 +416,8 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
     }
     if (since(now, doubt_from) > delta / 8 || rl->state != RR_RAIL_ACTIVE) {
       uint64_t a = rl->ep->ops->last_alive_ns(rl->ep, now);
+      /* What the rail's own transport says is its link's life too. */
+      rr_link_life_saw(&rr_link_lives, rl->life_slot, a);
       /* Later than the stamp a rail is added with (0 for one added down) is life. */
       if (a > rl->last_alive_ns && rl->last_alive_ns) rl->heard = 1;
       if (a > rl->last_alive_ns) rl->last_alive_ns = a;
@@ -423,8 +446,10 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
         char why[64];
         snprintf(why, sizeof why, "silent for %llu ms", (unsigned long long)(quiet / MS));
         engine_rail_set_state(e, i, RR_RAIL_DOWN, why);
-      } else if (quiet > delta / 4 && since(now, doubt_from) > delta / 4 && since(now, rl->last_probe_ns) > delta / 4) {
-        /* 5δ/8 after the rail's last life at the latest. */
+      } else if (quiet > delta / 4 && since(now, doubt_from) > delta / 4 && since(now, rl->last_probe_ns) > delta / 4 &&
+                 (!shared || rr_link_life_claim_probe(&rr_link_lives, rl->life_slot, now, delta / 4))) {
+        /* 5δ/8 after the rail's last life at the latest; an idle rail's
+         * link is probed by one of its rails per δ/4. */
         probe(e, i, now);
       }
       break;
