@@ -396,10 +396,6 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
       rl->g_demoted = 0; /* a hard failure: judged afresh once it is back */
       continue;
     }
-    /* Asking the rail costs a system call per socket, or a signalled
-     * request (verbs): only when in doubt. A receiver hears the peer's
-     * writes land, and its doubt runs from when what it invited is due
-     * over the rail, if that is later (engine_inbound.c: at most 3δ/8). */
     /* An idle rail of a busy connection takes its link's life as its own
      * (link_life.h); kept in last_alive_ns, so that the rail, once it
      * carries work, is judged from it and not from its last probe. */
@@ -408,6 +404,10 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
       uint64_t link = rr_link_life_get(&rr_link_lives, rl->life_slot);
       if (link > rl->last_alive_ns && link <= now) rl->last_alive_ns = link;
     }
+    /* Asking the rail costs a system call per socket, or a signalled
+     * request (verbs): only when in doubt. A receiver hears the peer's
+     * writes land, and its doubt runs from when what it invited is due
+     * over the rail, if that is later (engine_inbound.c: at most 3δ/8). */
     uint64_t heard_ns = rl->in.last_arrival_ns > rl->last_alive_ns ? rl->in.last_arrival_ns : rl->last_alive_ns;
     uint64_t doubt_from = heard_ns;
     if (rl->state == RR_RAIL_ACTIVE && busy && since(now, doubt_from) > delta / 8) {
