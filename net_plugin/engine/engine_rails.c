@@ -409,6 +409,10 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
      * writes land, and its doubt runs from when what it invited is due
      * over the rail, if that is later (engine_inbound.c: at most 3δ/8). */
     uint64_t heard_ns = rl->in.last_arrival_ns > rl->last_alive_ns ? rl->in.last_arrival_ns : rl->last_alive_ns;
+    /* Whatever life the rail has, the peer's writes landing included, is
+     * its link's: a link that carries traffic for some connections keeps
+     * the idle rails of the others alive without a probe. */
+    if (rl->state == RR_RAIL_ACTIVE && !shared) rr_link_life_saw(&rr_link_lives, rl->life_slot, heard_ns);
     uint64_t doubt_from = heard_ns;
     if (rl->state == RR_RAIL_ACTIVE && busy && since(now, doubt_from) > delta / 8) {
       uint64_t due = engine_inbound_due(e, i, rl->last_alive_ns);
@@ -447,9 +451,13 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
         snprintf(why, sizeof why, "silent for %llu ms", (unsigned long long)(quiet / MS));
         engine_rail_set_state(e, i, RR_RAIL_DOWN, why);
       } else if (quiet > delta / 4 && since(now, doubt_from) > delta / 4 && since(now, rl->last_probe_ns) > delta / 4 &&
-                 (!shared || rr_link_life_claim_probe(&rr_link_lives, rl->life_slot, now, delta / 4))) {
-        /* 5δ/8 after the rail's last life at the latest; an idle rail's
-         * link is probed by one of its rails per δ/4. */
+                 (!shared || rr_link_life_claim_probe(&rr_link_lives, rl->life_slot, now, delta / 16))) {
+        /* 5δ/8 after the rail's last life at the latest. An idle rail's
+         * link, δ/4 after its last life, is probed by one of its rails per
+         * δ/16 until one answers: one probe where answers are quick, and
+         * where one is slow (an overloaded path) a few behind it, so that a
+         * single late answer does not leave every idle rail of the link
+         * unproven at δ. At most 16 per δ per link, whatever the rails. */
         probe(e, i, now);
       }
       break;

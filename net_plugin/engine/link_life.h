@@ -13,9 +13,9 @@
  * So a rail with nothing of its own under way (not the control rail, no
  * write of ours in flight on it, nothing invited over it) takes the life of
  * its link: the latest life any rail of this process showed over the same
- * local NIC to the same peer address, in the same role. Only one rail of a
- * link probes per δ/4 (the first that claims it); the rest wait for that
- * probe's life like their own. A link that goes silent still fails each of
+ * local NIC to the same peer address, in the same role. Once the link's life
+ * is δ/4 old, one of its rails probes it per δ/16 (the first to claim it)
+ * until an answer comes; the rest wait for that life like their own. A link that goes silent still fails each of
  * its rails within δ of its last life, as before; what a rail no longer
  * finds while idle is a fault of its own queue pair on a link that lives
  * (docs/failover.md says why that is found when it carries work instead).

@@ -1,7 +1,7 @@
 /* Idle rails take their link's life (net_plugin/engine/link_life.h), in the
  * engine: two busy receiving connections, each with a control rail on NIC 0
  * and an idle backup on NIC 1 to the same peer address. Their backups'
- * link is probed once per δ/4, not once per connection; life another
+ * link is probed by one of them per δ/16 until it answers, not by each; life another
  * connection saw on the link keeps an idle backup up past δ while a control
  * rail with no life of its own fails; a link with no life fails its idle
  * rails within δ as before. TCP rails over socket pairs (no TCP_INFO: a
@@ -37,6 +37,17 @@ typedef struct conn {
 static conn c[NCONN]; /* engines are large for a stack */
 static rr_rail_dev *dev[NRAIL];
 static uint64_t t0;   /* every rail was added by then */
+
+/* A drive of connection k at now, as far as this test needs one: its
+ * rails judged, then what they queued (a probe) handed to the socket, as
+ * the engine's progress would, so that the next judgement sees no backlog. */
+static void tick(int k, uint64_t now) {
+  engine_rails_tick(&c[k].e, now);
+  for (int d = 0; d < NRAIL; d++) {
+    rr_rail_ep *ep = c[k].e.rails[d].ep;
+    if (c[k].e.rails[d].state != RR_RAIL_DEAD) assert_int_equal(ep->ops->progress(ep), RR_OK);
+  }
+}
 
 static int setup(void **state) {
   (void)state;
@@ -109,19 +120,32 @@ static int teardown(void **state) {
 
 /* Silent for more than δ/4: each control rail probes itself (the
  * connection's own messages go there), but of the two idle backups only
- * the first in doubt probes the link; a δ/4 later the other may. */
+ * the first in doubt probes the link; δ/16 later, no answer having come,
+ * the other may. Once the link answers, neither probes before its life is
+ * δ/4 old again. */
 static void test_one_probe_per_link(void **state) {
   (void)state;
   uint64_t now = t0 + DELTA / 4 + 50 * MS;
-  engine_rails_tick(&c[0].e, now);
-  engine_rails_tick(&c[1].e, now + MS);
+  tick(0, now);
+  tick(1, now + MS);
   assert_int_equal(c[0].e.rails[0].last_probe_ns, now);
   assert_int_equal(c[1].e.rails[0].last_probe_ns, now + MS);
   assert_int_equal(c[0].e.rails[1].last_probe_ns, now);
   assert_int_equal(c[1].e.rails[1].last_probe_ns, 0);
-  now += DELTA / 4 + MS;
-  engine_rails_tick(&c[1].e, now);
-  assert_int_equal(c[1].e.rails[1].last_probe_ns, now);
+  tick(1, now + DELTA / 16 - MS);
+  assert_int_equal(c[1].e.rails[1].last_probe_ns, 0);
+  tick(1, now + DELTA / 16 + MS);
+  assert_int_equal(c[1].e.rails[1].last_probe_ns, now + DELTA / 16 + MS);
+  /* The link answers: its life is both backups' own. */
+  uint64_t life = now + DELTA / 16 + 10 * MS;
+  rr_link_life_saw(&rr_link_lives, c[0].e.rails[1].life_slot, life);
+  for (int k = 0; k < NCONN; k++) {
+    tick(k, life + DELTA / 4 - MS);
+    assert_int_equal(c[k].e.rails[1].last_alive_ns, life);
+    assert_true(c[k].e.rails[1].last_probe_ns < life);
+  }
+  tick(0, life + DELTA / 4 + MS);
+  assert_int_equal(c[0].e.rails[1].last_probe_ns, life + DELTA / 4 + MS);
 }
 
 /* Life another connection's rail saw on the link is taken by an idle
@@ -133,29 +157,29 @@ static void test_link_life_keeps_idle_rail(void **state) {
   int slot = c[1].e.rails[1].life_slot;
   uint64_t life = t0 + DELTA - 100 * MS;
   rr_link_life_saw(&rr_link_lives, slot, life);
-  engine_rails_tick(&c[1].e, t0 + DELTA - 50 * MS);
+  tick(1, t0 + DELTA - 50 * MS);
   assert_int_equal(c[1].e.rails[0].state, RR_RAIL_ACTIVE);
   assert_int_equal(c[1].e.rails[1].last_alive_ns, life);
-  engine_rails_tick(&c[1].e, t0 + DELTA + 100 * MS);
+  tick(1, t0 + DELTA + 100 * MS);
   assert_int_equal(c[1].e.rails[0].state, RR_RAIL_DOWN);
   assert_int_equal(c[1].e.rails[1].state, RR_RAIL_ACTIVE);
   assert_int_equal(engine_control_rail(&c[1].e), 1);
   /* Carrying the connection, it takes no more of the link's life. */
   rr_link_life_saw(&rr_link_lives, slot, life + DELTA);
-  engine_rails_tick(&c[1].e, life + DELTA - MS);
+  tick(1, life + DELTA - MS);
   assert_int_equal(c[1].e.rails[1].state, RR_RAIL_ACTIVE);
   assert_int_equal(c[1].e.rails[1].last_alive_ns, life);
-  engine_rails_tick(&c[1].e, life + DELTA + MS);
+  tick(1, life + DELTA + MS);
   assert_int_not_equal(c[1].e.rails[1].state, RR_RAIL_ACTIVE);
 }
 
 /* A link nobody has heard: its idle rails fail within δ, as before. */
 static void test_silent_link_fails_idle_rails(void **state) {
   (void)state;
-  engine_rails_tick(&c[0].e, t0 + DELTA - MS);
+  tick(0, t0 + DELTA - MS);
   assert_int_equal(c[0].e.rails[1].state, RR_RAIL_ACTIVE);
-  engine_rails_tick(&c[0].e, t0 + DELTA + MS);
-  engine_rails_tick(&c[1].e, t0 + DELTA + MS);
+  tick(0, t0 + DELTA + MS);
+  tick(1, t0 + DELTA + MS);
   for (int k = 0; k < NCONN; k++) assert_int_equal(c[k].e.rails[1].state, RR_RAIL_DOWN);
 }
 
