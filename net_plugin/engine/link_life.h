@@ -8,15 +8,17 @@
  * connections between two processes that is thousands of control requests
  * a second that say, again and again, the one thing every other rail
  * between the same two NICs says already (bench/RESULTS.md §11, addendum
- * "scale2048": on the Soft-RoCE lab they alone outgrew the emulated NICs).
+ * "scale2048": in the Soft-RoCE lab rerail's liveness requests grew 2.8x
+ * from 256 to 1,024 connections while the messages delivered halved).
  *
  * So a rail with nothing of its own under way (not the control rail, no
  * write of ours in flight on it, nothing invited over it) takes the life of
  * its link: the latest life any rail of this process showed over the same
- * local NIC to the same peer address, in the same role. Once the link's life
- * is δ/4 old, one of its rails probes it per δ/16 (the first to claim it)
- * until an answer comes; the rest wait for that life like their own. A link that goes silent still fails each of
- * its rails within δ of its last life, as before; what a rail no longer
+ * local NIC to the same peer address, in the same role; every ACTIVE rail's
+ * life feeds its link. Once the link's life is δ/4 old, one of its rails
+ * probes it per δ/16 (the first to claim it) until an answer comes; the
+ * rest wait for that life like their own. A link that goes silent still
+ * fails each of its rails within δ of its last life, as before; what a rail no longer
  * finds while idle is a fault of its own queue pair on a link that lives
  * (docs/failover.md says why that is found when it carries work instead).
  *
