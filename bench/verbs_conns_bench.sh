@@ -14,6 +14,7 @@
 # libnccl, the harness, libibverbs — drop out) and rerail / NCCL for each.
 #
 # usage (root):  bench/verbs_conns_bench.sh BUILD_DIR [COUNTS...]     default counts: 64 256
+# A count may carry one setting of its own: 1024@RERAIL_PROGRESS_TIMEOUT=10000 (both nets).
 # It boots the lab itself (test/lab/rxe/rxelab.sh run) and prints one line per count and net.
 #   RERAIL_BENCH_NETS     which transports, in order (default "rerail nccl-ib")
 #   RERAIL_BENCH_DURATION seconds of traffic per run (default 10; the figures are the last
@@ -26,6 +27,11 @@
 #   RERAIL_BENCH_BACKUPS  rerail's RERAIL_BACKUPS (default 1; 0 measures a connection without its
 #                         warm backup endpoint)
 #   RERAIL_BENCH_LOG_GREP a failed run prints its ranks' log lines that match (extended regexp)
+#   RERAIL_BENCH_TELEMETRY 1: rerail's ranks keep their telemetry (.prom at exit), and each count
+#                         adds a line per rank: messages, data writes and the control work
+#                         requests around them (ring writes, credit words, probes, drains),
+#                         per connection and second of the run and per message
+#                         (bench/RESULTS.md §11, addendum "scale2048")
 #   RERAIL_CONNECT_TIMEOUT (the plugin's): the default 30 s sets 2,048 connections up under TCG
 #                         since a peer process's answers to any connection count for all of them
 #                         (bench/RESULTS.md §11, addendum "branch peerprog")
@@ -79,6 +85,16 @@ mem_of() {
        END {printf "%s %s %s %s", (1 in r) ? r[1] : "-", (1 in p) ? p[1] : "-", (2 in r) ? r[2] : "-", (2 in p) ? p[2] : "-"}' \
     "/proc/$1/$rss_file" "/proc/$1/status" "/proc/$2/$rss_file" "/proc/$2/status" 2>/dev/null
 }
+# The guest's CPU time so far (ticks, all CPUs): "user system softirq idle" from /proc/stat; rxe
+# does its work in softirq and its kernel threads, so what the ranks leave of two vCPUs shows here.
+cpu_now() { awk '$1 == "cpu" {print $2 + $3, $4 + $7, $8, $5 + $6; exit}' /proc/stat; }
+# A rank's CPU time so far (ticks: utime + stime, all threads).
+rank_cpu() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo -; }
+# Sums of one rank's kept .prom counter (over its rails): prom_sum DIR METRIC [LABEL_MATCH].
+prom_sum() {
+  cat "$1"/rerail-*.prom 2>/dev/null | awk -v m="$2{" -v q="${3:-}" '
+    index($0, m) == 1 && (q == "" || index($0, q)) {n += $NF} END {print n + 0}'
+}
 fds_of() { local f=(/proc/"$1"/fd/*); [ -e "${f[0]}" ] && echo "${#f[@]}" || echo -; }
 # The QPs, CQs and MRs (as "qp/cq/mr") the named rdma devices hold together, from a saved
 # `rdma resource show`.
@@ -115,7 +131,11 @@ side_setup() {
 results=$(mktemp /tmp/verbs-conns-results.XXXXXX)
 echo "verbs_conns_bench: counts $counts, nets $nets; NCCL ${NCCL_LIB:+$(libnccl_version "$NCCL_LIB") ($NCCL_LIB)}"
 echo "net      conns  setup_s  A_rss_kib  A_pin_kib  B_rss_kib  B_pin_kib  A_qp/cq/mr      B_qp/cq/mr      A_fds B_fds  tcp counters grown"
-for n in $counts; do
+for count in $counts; do
+  # COUNT@VAR=VALUE: that count runs with VAR=VALUE too (both nets; NCCL ignores RERAIL_*), e.g.
+  # 1024@RERAIL_PROGRESS_TIMEOUT=10000 beside 1024 at the default in one boot.
+  n=${count%%@*} count_env=()
+  [ "$count" != "$n" ] && count_env=("${count#*@}")
   for net in $nets; do
     # Per connection and rank: a listener (server), each endpoint's setup socket, and the verbs
     # objects' file descriptors; 8 per connection leaves room.
@@ -129,10 +149,19 @@ for n in $counts; do
     t0=$(date +%s.%N)
     side_setup "$net" B || exit 2
     b_devs=$side_devs
+    side_env+=("${count_env[@]}")
+    tel_env() { # the kept telemetry of side $1 (rerail, RERAIL_BENCH_TELEMETRY=1)
+      [ "$net" = rerail ] && [ "${RERAIL_BENCH_TELEMETRY:-0}" = 1 ] || return 0
+      mkdir -p "$work/tel-$1"
+      side_env+=("RERAIL_TELEMETRY_DIR=$work/tel-$1" RERAIL_TELEMETRY_KEEP=1 RERAIL_TELEMETRY_INTERVAL=3600000)
+    }
+    tel_env B
     env "${side_env[@]}" "$harness" --role server "${common[@]}" >"$work/server.log" 2>&1 &
     server=$!
     side_setup "$net" A || exit 2
     a_devs=$side_devs
+    side_env+=("${count_env[@]}")
+    tel_env A
     env "${side_env[@]}" "$harness" --role client "${common[@]}" >"$work/client.log" 2>&1 &
     client=$!
     setup_diag_watch "$client" "$work/diag" &
@@ -148,6 +177,8 @@ for n in $counts; do
     # thousand connections driven round-robin take seconds to all have sent.
     fd_a=- fd_b=- rss_a=- pin_a=- rss_b=- pin_b=- show=""
     t_traffic=${EPOCHREALTIME/./}
+    read -r cpu0_u cpu0_s cpu0_si cpu0_i <<<"$(cpu_now)"
+    rc0_a=$(rank_cpu "$client") rc0_b=$(rank_cpu "$server") cpu_line=""
     while [ $(( ${EPOCHREALTIME/./} - t_traffic )) -lt $(( (duration - 2) * 1000000 )) ]; do
       sleep 1
       s_fd_a=$(fds_of "$client") s_fd_b=$(fds_of "$server")
@@ -155,6 +186,15 @@ for n in $counts; do
       s_show=$(rdma resource show 2>/dev/null)
       case "$s_fd_a $s_fd_b $s_rss_a $s_pin_a $s_rss_b $s_pin_b" in *-*) break ;; esac # a rank ended
       fd_a=$s_fd_a fd_b=$s_fd_b rss_a=$s_rss_a pin_a=$s_pin_a rss_b=$s_rss_b pin_b=$s_pin_b show=$s_show
+      # Where the guest's two vCPUs went since traffic started (shares of all CPU time), and each
+      # rank's share of one vCPU.
+      read -r c_u c_s c_si c_i <<<"$(cpu_now)"
+      rc_a=$(rank_cpu "$client") rc_b=$(rank_cpu "$server")
+      cpu_line=$(awk -v u=$((c_u - cpu0_u)) -v s=$((c_s - cpu0_s)) -v si=$((c_si - cpu0_si)) -v i=$((c_i - cpu0_i)) \
+        -v a="$rc0_a $rc_a" -v b="$rc0_b $rc_b" -v us=$(( ${EPOCHREALTIME/./} - t_traffic )) -v hz="$(getconf CLK_TCK)" 'BEGIN {
+          t = u + s + si + i; if (t <= 0) exit; split(a, x, " "); split(b, y, " ")
+          printf "guest CPU over %.1f s of traffic: user %.0f%%, system %.0f%%, softirq %.0f%%, idle %.0f%%; client %.0f%%, server %.0f%% of one vCPU",
+            us / 1e6, 100 * u / t, 100 * s / t, 100 * si / t, 100 * i / t, 100 * (x[2] - x[1]) / hz / (us / 1e6), 100 * (y[2] - y[1]) / hz / (us / 1e6)}')
     done
     line=$(printf '%-7s  %5d  %7.1f  %9s  %9s  %9s  %9s  %-14s  %-14s  %5s %5s' "$net" "$n" \
       "$(awk -v a="$t0" -v b="$t_up" 'BEGIN {print b - a}')" "$rss_a" "$pin_a" "$rss_b" "$pin_b" \
@@ -166,6 +206,33 @@ for n in $counts; do
       na = split(a, x, " "); for (i = 1; i <= na; i++) {split(x[i], kv, "="); v[kv[1]] = kv[2]}
       nb = split(b, y, " "); for (i = 1; i <= nb; i++) {split(y[i], kv, "=")
         if (kv[2] ~ /^[0-9]+$/ && kv[2] - v[kv[1]] != 0) printf "%s+%d ", kv[1], kv[2] - v[kv[1]]}}')
+    [ -n "$cpu_line" ] && echo "  $net $count: $cpu_line"
+    # Control requests per connection and second of traffic (RERAIL_BENCH_DURATION; setup's few
+    # per connection are counted in, nothing of them is timed: no connection is busy before its
+    # traffic) and per message, from each rank's kept telemetry. On the sender the control
+    # requests are its send-queue requests less its data writes; on the receiver every
+    # send-queue request is control (clear-to-sends, acks, credit words, probes, drains).
+    if [ "$net" = rerail ] && [ "${RERAIL_BENCH_TELEMETRY:-0}" = 1 ]; then
+      run_s=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {print b - a}')
+      for side in A B; do
+        d=$work/tel-$side dir=tx; [ "$side" = B ] && dir=rx
+        msgs=$(prom_sum "$d" rerail_rail_messages_total "direction=\"$dir\"")
+        writes=$(prom_sum "$d" rerail_rail_requests_total "direction=\"tx\"")
+        wrs=$(prom_sum "$d" rerail_rail_work_requests_total 'queue="send"')
+        bells=$(prom_sum "$d" rerail_rail_doorbells_total 'queue="send"')
+        cpl=$(prom_sum "$d" rerail_rail_completions_total 'queue="send"')
+        kinds=""
+        for k in probe signal credit; do kinds="$kinds $(prom_sum "$d" rerail_rail_control_requests_total "kind=\"$k\"")"; done
+        drives=$(prom_sum "$d" rerail_background_drives_total)
+        awk -v side="$side" -v n="$n" -v cnt="$count" -v s="$run_s" -v d="$duration" -v m="$msgs" -v w="$writes" -v r="$wrs" -v b="$bells" -v c="$cpl" -v net="$net" \
+          -v k="$kinds" -v dr="$drives" 'BEGIN {
+          ctl = r - w; split(k, x, " ")
+          printf "  %s %s telemetry %s: run %.1f s, messages %d, data writes %d, send-queue requests %d (doorbells %d, completions %d): control %d = %.2f per connection per s of traffic, %.2f per message\n",
+            net, cnt, side, s, m, w, r, b, c, ctl, ctl / n / d, (m > 0 ? ctl / m : 0)
+          printf "  %s %s telemetry %s: of them probes %d, signals %d, credit words %d (%.2f / %.2f / %.2f per connection per s); background drives %d (%.1f per connection per s)\n",
+            net, cnt, side, x[1], x[2], x[3], x[1] / n / d, x[2] / n / d, x[3] / n / d, dr, dr / n / d}'
+      done
+    fi
     if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ]; then
       echo "$line  $grown"
       echo "$line" >>"$results"
@@ -180,6 +247,7 @@ for n in $counts; do
           sort -rn | head -8 | sed "s/^/  $side warns: /"
       done
     fi
+    [ "${#count_env[@]}" -gt 0 ] && echo "  ($net $n above ran with ${count_env[*]})"
     [ -s "$work/diag" ] && { echo "-- $net $n: a connect's SYN went unanswered twice during setup:"; cat "$work/diag"; }
     [ -s "$work/stuck" ] && { echo "-- $net $n: bytes or connections left untaken during setup:"; cat "$work/stuck"; }
     rm -rf "$work"

@@ -23,6 +23,12 @@ _Atomic uint64_t rr_counter_values[RR_CTR_COUNT];
   "Probes of demoted rails, by verdict: healthy (at the restore bar), between, slow (under the "    \
   "demotion bar, lossy or too late), timed_out; traffic returns after healthy ones for the hold."
 
+#define CONTROL_HELP                                                                                 \
+  "Control requests rails posted to keep connections judged for silence, by kind: probe (a PROBE "   \
+  "message on a rail silent for a quarter of the progress timeout, or down or recovering), signal " \
+  "(verbs: a signalled credit word behind requests someone asked about), credit (verbs: a credit "   \
+  "word with no message to carry it)."
+
 static const rr_counter_info infos[] = {
 #define VIOLATION(v) "protocol_violations_total", VIOLATION_HELP, "kind", v, 1
     [RR_CTR_VIOL_NO_RECEIVE] = {VIOLATION("no_receive")},
@@ -120,6 +126,14 @@ static const rr_counter_info infos[] = {
                                      "The rate each completed probe was judged against (the restore bar is "
                                      "RERAIL_DEGRADED_RESTORE_PCT of it), kB/s, summed over those probes.",
                                      NULL, NULL, 1},
+#define CONTROL(v) "rail_control_requests_total", CONTROL_HELP, "kind", v, 1
+    [RR_CTR_CONTROL_PROBES] = {CONTROL("probe")},
+    [RR_CTR_CONTROL_SIGNALS] = {CONTROL("signal")},
+    [RR_CTR_CONTROL_CREDITS] = {CONTROL("credit")},
+#undef CONTROL
+    [RR_CTR_BACKGROUND_DRIVES] = {"background_drives_total",
+                                  "Connections driven by the background thread (their rails progressed and "
+                                  "judged for silence) while NCCL was not calling into them.", NULL, NULL, 1},
     /* A test knob's: a test that forges a write must know it did (else it
      * proves nothing); no dashboard wants it. */
     [RR_CTR_TEST_FORGED_WRITES] = {"test_forged_writes_total",

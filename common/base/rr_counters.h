@@ -82,6 +82,15 @@ typedef enum rr_counter {
   RR_CTR_PROBE_BYTES,             /* bytes of completed probes */
   RR_CTR_PROBE_RATE_KBPS,         /* each one's rate (post to acknowledgement), kB/s, summed */
   RR_CTR_PROBE_REFERENCE_KBPS,    /* the reference each completed probe was judged against, kB/s, summed */
+  /* What keeps connections judged for silence (docs/failover.md): control
+   * requests rails post for it, by kind (one family, label kind), and the
+   * background thread's drives of connections. Each grows with the
+   * connections in use and the time, not with the traffic: what they cost
+   * at thousands of connections is bench/RESULTS.md §11's. */
+  RR_CTR_CONTROL_PROBES,          /* PROBE messages: a rail silent δ/4, or down or recovering */
+  RR_CTR_CONTROL_SIGNALS,         /* verbs: a signalled credit word behind a tail someone asked about */
+  RR_CTR_CONTROL_CREDITS,         /* verbs: a credit word with no message to carry the count */
+  RR_CTR_BACKGROUND_DRIVES,       /* connections driven by the background thread (progress and judge) */
   RR_CTR_TEST_FORGED_WRITES,      /* writes forged by RERAIL_TEST_FORGE_WRITE (tests only) */
   RR_CTR_COUNT
 } rr_counter;

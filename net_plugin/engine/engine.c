@@ -2,6 +2,7 @@
  * and NCCL's test(). Sending, receiving and rail health live in
  * engine_send.c, engine_recv.c and engine_rails.c. */
 #include "engine_internal.h"
+#include "link_life.h"
 #include "rr_clock.h"
 #include "rr_counters.h"
 #include "rr_health_bus.h"
@@ -148,6 +149,7 @@ rr_status rr_engine_add_rail(rr_engine *e, rr_rail_ep *ep, int weight, const cha
   snprintf(r->name, sizeof r->name, "rail%d (%.15s -> %.40s)", idx, ifname ? ifname : "?", peer_addr ? peer_addr : "?");
   snprintf(r->why, sizeof r->why, "up");
   snprintf(r->peer_addr, sizeof r->peer_addr, "%s", peer_addr ? peer_addr : "?");
+  r->life_slot = rr_link_life_slot(&rr_link_lives, (int)e->cfg.role, ep->dev->index, r->peer_addr);
   /* A sender's rails record what they send, a receiver's what lands. */
   int tx = engine_is_sender(e);
   rr_tel_rail *t = rr_tel_rail_open(ep->dev->index, ifname, peer_addr, idx, tx ? RR_TEL_TX : RR_TEL_RX);
@@ -340,7 +342,10 @@ void rr_engine_background(rr_engine *e, uint64_t now_ns, int wake_idle) {
       atomic_load_explicit(&e->idle_hint, memory_order_relaxed))
     return;
   if (pthread_mutex_trylock(&e->lock) != 0) return;
-  if (!e->failed) engine_progress(e);
+  if (!e->failed) {
+    engine_progress(e);
+    rr_counter_inc(RR_CTR_BACKGROUND_DRIVES);
+  }
   pthread_mutex_unlock(&e->lock);
 }
 

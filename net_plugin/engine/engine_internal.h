@@ -38,6 +38,7 @@ typedef struct engine_rail {
   uint64_t watch_since_ns;  /* silence is judged from here (reset when work starts) */
   uint64_t last_alive_ns;   /* cached rr_rail_ops.last_alive_ns */
   uint64_t last_probe_ns;
+  int life_slot;            /* its link in rr_link_lives (link_life.h); -1: none, the table was full */
   engine_inbound in;        /* receiver: what its invitations should bring over it */
   uint64_t healthy_since_ns;/* RECOVERING: continuous signs of life since */
   uint32_t recent_failures; /* for the fail-back hold's backoff */

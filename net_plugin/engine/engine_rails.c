@@ -16,6 +16,7 @@
 #include "engine_internal.h"
 #include "rr_clock.h"
 #include "rr_counters.h"
+#include "link_life.h"
 #include "rr_health_bus.h"
 #include "rr_log.h"
 #include "rr_params.h"
@@ -314,7 +315,10 @@ static void probe(rr_engine *e, int r, uint64_t now) {
   /* One probe at a time: a dead rail must not pile them up. */
   if (rl->ep->ops->backlog(rl->ep) > 0) return;
   engine_msg p = {.type = ENGINE_CTRL_PROBE, .u.probe_rail = (uint32_t)r};
-  if (engine_post_msg_on(rl->ep, &p) == RR_OK) rl->last_probe_ns = now;
+  if (engine_post_msg_on(rl->ep, &p) == RR_OK) {
+    rl->last_probe_ns = now;
+    rr_counter_inc(RR_CTR_CONTROL_PROBES);
+  }
 }
 
 uint64_t engine_rail_hold_ns(const rr_engine *e, const engine_rail *rl) {
@@ -390,6 +394,18 @@ static void sender_reminds(rr_engine *e, uint64_t now, uint64_t delta) {
     engine_send_set_phase(e, engine_snd(e)->send_phase, RR_SEND_NO_ANSWER, now);
 }
 
+/* Does rail i of a busy connection have nothing of its own under way, so
+ * that its link's life may stand for its own (link_life.h)? Not the
+ * control rail (its messages are the connection's), no write of ours in
+ * flight or queued on it, nothing the receiver invited due over it: a warm
+ * backup in failover mode, or a rail balance leaves unused for a while. */
+static int rail_idle_own(const rr_engine *e, int i) {
+  const engine_rail *rl = &e->rails[i];
+  if (rl->life_slot < 0 || i == engine_control_rail(e)) return 0;
+  if (rl->writes_cur || rl->writes_old || rl->ep->ops->backlog(rl->ep) > 0) return 0;
+  return !engine_is_receiver(e) || !engine_inbound_due(e, i, rl->last_alive_ns);
+}
+
 void engine_rails_tick(rr_engine *e, uint64_t now) {
   int busy = engine_outstanding(e);
   if (busy && !e->busy)
@@ -413,11 +429,23 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
       rl->g_demoted = 0; /* a hard failure: judged afresh once it is back */
       continue;
     }
+    /* An idle rail of a busy connection takes its link's life as its own
+     * (link_life.h); kept in last_alive_ns, so that the rail, once it
+     * carries work, is judged from it and not from its last probe. */
+    int shared = rl->state == RR_RAIL_ACTIVE && busy && rail_idle_own(e, i);
+    if (shared) {
+      uint64_t link = rr_link_life_get(&rr_link_lives, rl->life_slot);
+      if (link > rl->last_alive_ns && link <= now) rl->last_alive_ns = link;
+    }
     /* Asking the rail costs a system call per socket, or a signalled
      * request (verbs): only when in doubt. A receiver hears the peer's
      * writes land, and its doubt runs from when what it invited is due
      * over the rail, if that is later (engine_inbound.c: at most 3δ/8). */
     uint64_t heard_ns = rl->in.last_arrival_ns > rl->last_alive_ns ? rl->in.last_arrival_ns : rl->last_alive_ns;
+    /* Whatever life the rail has, the peer's writes landing included, is
+     * its link's: a link that carries traffic for some connections keeps
+     * the idle rails of the others alive without a probe. */
+    if (rl->state == RR_RAIL_ACTIVE && !shared) rr_link_life_saw(&rr_link_lives, rl->life_slot, heard_ns);
     uint64_t doubt_from = heard_ns;
     if (rl->state == RR_RAIL_ACTIVE && busy && since(now, doubt_from) > delta / 8) {
       uint64_t due = engine_inbound_due(e, i, rl->last_alive_ns);
@@ -425,6 +453,8 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
     }
     if (since(now, doubt_from) > delta / 8 || rl->state != RR_RAIL_ACTIVE) {
       uint64_t a = rl->ep->ops->last_alive_ns(rl->ep, now);
+      /* What the rail's own transport says is its link's life too. */
+      rr_link_life_saw(&rr_link_lives, rl->life_slot, a);
       /* Later than the stamp a rail is added with (0 for one added down) is life. */
       if (a > rl->last_alive_ns && rl->last_alive_ns) rl->heard = 1;
       if (a > rl->last_alive_ns) rl->last_alive_ns = a;
@@ -453,8 +483,14 @@ void engine_rails_tick(rr_engine *e, uint64_t now) {
         char why[64];
         snprintf(why, sizeof why, "silent for %llu ms", (unsigned long long)(quiet / MS));
         engine_rail_set_state(e, i, RR_RAIL_DOWN, why);
-      } else if (quiet > delta / 4 && since(now, doubt_from) > delta / 4 && since(now, rl->last_probe_ns) > delta / 4) {
-        /* 5δ/8 after the rail's last life at the latest. */
+      } else if (quiet > delta / 4 && since(now, doubt_from) > delta / 4 && since(now, rl->last_probe_ns) > delta / 4 &&
+                 (!shared || rr_link_life_claim_probe(&rr_link_lives, rl->life_slot, now, delta / 16))) {
+        /* 5δ/8 after the rail's last life at the latest. An idle rail's
+         * link, δ/4 after its last life, is probed by one of its rails per
+         * δ/16 until one answers: one probe where answers are quick, and
+         * where one is slow (an overloaded path) a few behind it, so that a
+         * single late answer does not leave every idle rail of the link
+         * unproven at δ. At most 16 per δ per link, whatever the rails. */
         probe(e, i, now);
       }
       break;

@@ -7,6 +7,7 @@ set(RERAIL_ENGINE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/engine_recv.c
   ${CMAKE_CURRENT_LIST_DIR}/engine_rails.c
   ${CMAKE_CURRENT_LIST_DIR}/engine_inbound.c
+  ${CMAKE_CURRENT_LIST_DIR}/link_life.c
   ${CMAKE_CURRENT_LIST_DIR}/engine_gray.c
   ${CMAKE_CURRENT_LIST_DIR}/gray_latency.c
   ${CMAKE_CURRENT_LIST_DIR}/engine_wire.c

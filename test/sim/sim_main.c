@@ -19,6 +19,7 @@
  *   rerail-sim --seed S --expect-held  a regression seed: it must also hold
  *                                      an acked send back for an older write */
 #include "sim.h"
+#include "link_life.h"
 
 #include "rr_log.h"
 #include "rr_params.h"
@@ -112,6 +113,9 @@ static void setup(sim_world *w, uint64_t seed, int verbose) {
   w->verbose = verbose;
   sim_rng_seed(&w->rng, seed);
   sim_now_ns = SIM_START_NS;
+  /* Each world's clock starts afresh: the last world's link lives
+   * (link_life.h) would read as life in this one. */
+  rr_link_life_reset(&rr_link_lives);
   sim_rng *g = &w->rng;
   unsigned c = (unsigned)sim_below(g, 100);
   w->nrails = c < 15 ? 1 : c < 60 ? 2 : c < 85 ? 3 : 4;

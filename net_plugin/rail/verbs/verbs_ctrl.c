@@ -3,6 +3,7 @@
  * writer's order (the checks are verbs_ring_read's); credits given back in
  * our messages or, when we have none to write, by the credit word. */
 #include "verbs_ep.h"
+#include "rr_counters.h"
 
 #include <endian.h>
 #include <string.h>
@@ -67,7 +68,10 @@ rr_status verbs_ctrl_return_credit(verbs_ep *ep) {
   struct ibv_send_wr wr;
   credit_wr(ep, &sge, &wr);
   rr_status st = verbs_post_send(ep, q, &wr, 0, 4, SLOT_INTERNAL, 0);
-  if (st == RR_OK) ep->rx_returned = ep->rs.rx_msgs;
+  if (st == RR_OK) {
+    ep->rx_returned = ep->rs.rx_msgs;
+    rr_counter_inc(RR_CTR_CONTROL_CREDITS);
+  }
   return st;
 }
 
@@ -81,7 +85,10 @@ rr_status verbs_ctrl_signal(verbs_ep *ep, verbs_qp *q) {
   struct ibv_send_wr wr;
   credit_wr(ep, &sge, &wr);
   rr_status st = verbs_post_send_signaled(ep, q, &wr, 4);
-  if (st == RR_OK) ep->rx_returned = ep->rs.rx_msgs;
+  if (st == RR_OK) {
+    ep->rx_returned = ep->rs.rx_msgs;
+    rr_counter_inc(RR_CTR_CONTROL_SIGNALS);
+  }
   return st;
 }
 
