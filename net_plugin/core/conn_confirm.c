@@ -82,8 +82,14 @@ static rr_status accepts_read(connect_state *c, uint64_t now) {
     up |= cr->status == RAIL_READY;
     if (cr->status != RAIL_PENDING) continue;
     if (!cr->lost) return RR_AGAIN;
+    /* Lost: what the listener holds of it is known once each socket has
+     * its ACCEPT or ended (one decided early would start over a connection
+     * the listener hands out once it sees the rail end). */
     int held = 0;
-    for (int i = 0; i < c->nstreams; i++) held |= cr->s[i].fd >= 0 && cr->s[i].state == SS_DONE;
+    for (int i = 0; i < c->nstreams; i++) {
+      if (cr->s[i].fd >= 0 && cr->s[i].state != SS_DONE) return RR_AGAIN;
+      held |= cr->s[i].fd >= 0;
+    }
     if (!held) return RR_ERR_RAIL;
   }
   return up ? RR_OK : RR_ERR_RAIL;
