@@ -17,6 +17,11 @@
 #   KB/conn    resident memory growth over N, after traffic (before close);
 #              the harness's own buffers are allocated and touched before the
 #              baseline
+#   connect ms the client's connect phase alone (first connect() to its last comm)
+#   done ms    the client's first connect() to the end of both sides' traffic:
+#              a plugin that leaves part of its setup to the first operations
+#              (rerail's send end reads the listener's last answers behind
+#              connect(), conn_confirm.c) pays it there
 #   fds, thr   file descriptors and threads the process holds then
 # Rounds alternate the plugins so the machine's drift hits all alike; the
 # table gives each figure's median over the rounds.
@@ -115,13 +120,15 @@ def load(side, n, r, role):
 def med(xs):
     return statistics.median(xs)
 names = {"rerail": "rerail", "rerail_b": "rerail B", "nccl": "NCCL Socket"}
-print("| N | plugin | setup ms | client KB/conn | server KB/conn | client fds | server fds | threads (c/s) | CPU ms in setup (c/s) |")
-print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+print("| N | plugin | setup ms | connect ms | done ms | client KB/conn | server KB/conn | client fds | server fds | threads (c/s) | CPU ms in setup (c/s) |")
+print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 fig = {}
 for n in conns:
     for side in sides:
         runs = [(load(side, n, r, "client"), load(side, n, r, "server")) for r in range(1, rounds + 1)]
         setup = med([s["scale"]["setup_ms"] for c, s in runs])
+        conn = med([c["scale"]["connect_ms"] for c, s in runs])
+        done = med([max(c["scale"]["traffic_done_ms"], s["scale"]["traffic_done_ms"]) for c, s in runs])
         ckb = med([c["scale"]["kb_per_conn_traffic"] for c, s in runs])
         skb = med([s["scale"]["kb_per_conn_traffic"] for c, s in runs])
         c, s = runs[-1]
@@ -130,15 +137,16 @@ for n in conns:
         cth, sth = c["scale"]["traffic"]["threads"], s["scale"]["traffic"]["threads"]
         ccpu = med([c["scale"]["setup"]["cpu_ms"] - c["scale"]["before"]["cpu_ms"] for c, s in runs])
         scpu = med([s["scale"]["setup"]["cpu_ms"] - s["scale"]["before"]["cpu_ms"] for c, s in runs])
-        fig[(n, side)] = (setup, ckb, skb)
-        print(f"| {n} | {names[side]} | {setup:.0f} | {ckb:.1f} | {skb:.1f} | {cfd} | {sfd} | {cth}/{sth} | {ccpu:.0f}/{scpu:.0f} |")
+        fig[(n, side)] = (setup, ckb, skb, conn, done)
+        print(f"| {n} | {names[side]} | {setup:.0f} | {conn:.0f} | {done:.0f} | {ckb:.1f} | {skb:.1f} | {cfd} | {sfd} | {cth}/{sth} | {ccpu:.0f}/{scpu:.0f} |")
 print()
 for n in conns:
     for side in sides:
         if side == "nccl":
             continue
         a, b = fig[(n, side)], fig[(n, "nccl")]
-        print(f"- N={n}, {names[side]} / NCCL: setup {a[0] / b[0]:.2f}x, memory per connection "
+        print(f"- N={n}, {names[side]} / NCCL: setup {a[0] / b[0]:.2f}x, connect {a[3] / b[3]:.2f}x, "
+              f"done {a[4] / b[4]:.2f}x, memory per connection "
               f"{a[1] / b[1]:.2f}x (client), {a[2] / b[2]:.2f}x (server)")
 EOF
 echo
