@@ -279,7 +279,7 @@ rr_status rr_net_isend(rr_send_comm *comm, void *data, size_t size, int tag, voi
   }
   /* Handed out before the listener's ACCEPTs (conn_confirm.c): nothing
    * leaves until they are in; a NULL request makes NCCL try again. */
-  if (atomic_load(&comm->confirming)) {
+  if (atomic_load(&comm->confirming) || comm->confirm_status != RR_OK) {
     rr_status st = rr_connect_confirm(comm);
     if (st != RR_OK) return st == RR_AGAIN ? RR_OK : st;
   }
@@ -326,18 +326,18 @@ static rr_status close_comm(uint32_t *magic, uint32_t want, rr_engine *e, const 
 
 rr_status rr_net_close_send(rr_send_comm *comm) {
   if (!comm) return RR_OK;
-  if (comm->magic == RR_MAGIC_SEND && atomic_load(&comm->confirming)) {
-    /* Its listener may have handed its end out: close in order if the
-     * ACCEPTs come in time, else let the sockets go (no rail is in the engine). */
+  /* One handed out before its ACCEPTs: its listener may have handed its
+   * end out, so it closes in order if they come in time; else (or if it
+   * failed) its sockets just go, no rail being in its engine. */
+  if (comm->magic == RR_MAGIC_SEND && atomic_load(&comm->confirming))
     rr_connect_confirm_close(comm, rr_params_get()->progress_timeout_ms * 1000000ull);
-    if (comm->confirm_status != RR_OK) {
-      rr_monitor_remove(&comm->engine);
-      rr_engine_fini(&comm->engine);
-      comm->magic = RR_MAGIC_DEAD;
-      rr_connect_release(comm);
-      free(comm);
-      return RR_OK;
-    }
+  if (comm->magic == RR_MAGIC_SEND && comm->confirm_status != RR_OK) {
+    rr_monitor_remove(&comm->engine);
+    rr_engine_fini(&comm->engine);
+    comm->magic = RR_MAGIC_DEAD;
+    rr_connect_release(comm);
+    free(comm);
+    return RR_OK;
   }
   rr_status st = close_comm(&comm->magic, RR_MAGIC_SEND, &comm->engine, "closeSend");
   if (st == RR_OK) rr_connect_release(comm); /* a reconnect under way: its sockets and endpoint */
