@@ -646,9 +646,8 @@ void rr_conn_start_over(rr_send_comm *s, uint64_t now) {
   c->commit_sent = 0;
 }
 
-/* The comm may go to NCCL before the ACCEPTs when no rail's endpoint may
- * block in its connect: the ACCEPTs are then read, and the endpoints
- * connected, on whichever thread comes first, the monitor's included. */
+/* The comm may go to NCCL before the ACCEPTs when no rail's endpoint may block
+ * in its connect: they are read, and the endpoints connected, on any thread. */
 static int handout_early(const connect_state *c) {
   for (int r = 0; r < c->nrails; r++)
     if (rr_core_devices()->rail[c->rails[r].dev]->attr.caps & RR_RAIL_CAP_CONNECT_MAY_BLOCK) return 0;
