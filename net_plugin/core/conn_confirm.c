@@ -61,12 +61,20 @@ rr_status rr_conn_confirm_start(rr_send_comm *s) {
  * marks its rail lost; the rail's other sockets are read on (stream 0 of
  * the commit rail says whether the listener has the COMMIT), never
  * reopened. RR_OK: every rail is up or lost with a socket the listener
- * holds; RR_AGAIN; RR_ERR_RAIL: the attempt must start over. */
+ * holds; RR_AGAIN; RR_ERR_RAIL: the attempt must start over; RR_ERR_PEER:
+ * the primary's listener is not the handle's. */
 static rr_status accepts_read(connect_state *c, uint64_t now) {
   for (int r = 0; r < c->nrails; r++) {
     connect_rail *cr = &c->rails[r];
     const char *why = "?";
-    if (cr->status != RAIL_PENDING || rr_conn_rail_advance(c, cr, r, now, 0, &why) == RR_OK) continue;
+    rr_status st = cr->status == RAIL_PENDING ? rr_conn_rail_advance(c, cr, r, now, 0, &why) : RR_OK;
+    if (st == RR_OK) continue;
+    if (st == RR_ERR_PROTOCOL && r == 0) {
+      /* The primary's listener failed its proof: not the peer the handle
+       * names, as connect() would have said (no retry changes that). */
+      RR_WARN("connect: %s", why);
+      return RR_ERR_PEER;
+    }
     if (!cr->lost)
       RR_INFO(RR_SUB_NET, "connect: rail %d: the listener closed a setup socket before its ACCEPT (%s)", r, why);
     cr->lost = 1;
@@ -123,12 +131,21 @@ static rr_status confirm_step(rr_send_comm *s) {
     st = accepts_read(c, now);
     if (st == RR_ERR_RAIL) {
       rr_conn_start_over(s, now);
+      if (!s->restarted_ns) s->restarted_ns = now;
       st = RR_AGAIN;
     }
   }
   if (st == RR_OK) return c->early ? install_settled(s) : rr_conn_install(s);
   if (st != RR_AGAIN) return st;
   uint64_t limit = rr_params_get()->connect_timeout_ms * 1000000ull;
+  /* Each attempt sends its COMMIT, which counts as progress: a listener
+   * that refuses every one (NCCL closed it) is bounded by the timeout
+   * from the first start over. */
+  if (s->restarted_ns && now - s->restarted_ns > limit) {
+    RR_WARN("connect: the listener refused every attempt for RERAIL_CONNECT_TIMEOUT=%llu ms after the "
+            "connection was handed out", (unsigned long long)rr_params_get()->connect_timeout_ms);
+    return RR_ERR_PEER;
+  }
   if (!rr_setup_clock_expired(&c->deadline, c->progress, now, limit)) return RR_AGAIN;
   RR_WARN("connect: the listener stopped answering after the connection was handed out: no progress for "
           "RERAIL_CONNECT_TIMEOUT=%llu ms", (unsigned long long)rr_params_get()->connect_timeout_ms);

@@ -178,6 +178,7 @@ struct rr_send_comm {
    * the confirm lock; the monitor reads it to know when to drive the engine. */
   _Atomic int confirming;
   rr_status confirm_status;  /* once confirming is 0: RR_OK, or why the connection failed */
+  uint64_t restarted_ns;     /* the first start over behind NCCL's back (0: none) */
 };
 
 /* A send comm handed out before the listener's ACCEPTs (conn_confirm.c):
