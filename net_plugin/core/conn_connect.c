@@ -599,8 +599,8 @@ static rr_status connect_settle(rr_send_comm *s, uint64_t now) {
  * proved it holds the secret), and no other rail is due. The listener then
  * hands the connection out as soon as it has taken the last PROOF, one pass
  * of its accept() calls earlier than after a COMMIT that waited for the
- * ACCEPTs, while we still wait for them (they carry its endpoints, and say
- * that it took every socket). Setting up thousands of connections at once,
+ * ACCEPTs, and we hand ours out too, reading them behind it (conn_confirm.c:
+ * its endpoints, its word that it took every socket). With thousands at once,
  * NCCL calls accept() and connect() for each in turn: each message that
  * waits for the other side's turn costs a pass over all of them
  * (bench/RESULTS.md, "Thousands of connections"). */
