@@ -171,8 +171,18 @@ rr_status rr_connect_confirm(rr_send_comm *s) {
   return st;
 }
 
+/* The monitor tries a comm at most this often: nothing waits on it (the
+ * peer's engine blames no rail before it first hears ours, and isend reads
+ * the ACCEPTs itself), and a try per comm per 5 ms round was a poll(2) per
+ * rail each: with thousands of comms handed out at once, a core's worth
+ * of system calls while the listener's host is still accepting. */
+#define CONFIRM_BACKGROUND_NS (20ull * 1000 * 1000)
+
 int rr_connect_confirm_background(rr_send_comm *s) {
   if (!atomic_load(&s->confirming)) return 0;
+  uint64_t now = rr_now_ns();
+  if (now - s->confirm_tried_ns < CONFIRM_BACKGROUND_NS) return 1;
+  s->confirm_tried_ns = now; /* only the monitor's thread reads and writes it */
   if (pthread_mutex_trylock(&confirm_lock) != 0) return 1;
   int waiting = confirm_locked(s) == RR_AGAIN;
   pthread_mutex_unlock(&confirm_lock);

@@ -179,6 +179,7 @@ struct rr_send_comm {
   _Atomic int confirming;
   rr_status confirm_status;  /* once confirming is 0: RR_OK, or why the connection failed */
   uint64_t restarted_ns;     /* the first start over behind NCCL's back (0: none) */
+  uint64_t confirm_tried_ns; /* the monitor's latest try (rr_connect_confirm_background) */
 };
 
 /* A send comm handed out before the listener's ACCEPTs (conn_confirm.c):
