@@ -36,6 +36,9 @@
 #   NCCL_LIB=PATH     libnccl.so.2 (default: the dynamic loader's search, else
 #                     the one CMake found for BUILD_DIR)
 #   OUT_DIR           where the JSON summaries go (default: a fresh temp dir)
+#   BARRIER=1         each side starts its traffic only once the other has all its
+#                     comms (--setup-barrier): on one host, the traffic of the side
+#                     done first otherwise slows the other's setup
 # rerail runs with its defaults (RERAIL_BACKUPS=1: on one NIC there is no
 # backup to open) on RERAIL_SOCKET_IFNAME=lo; NCCL with NCCL_SOCKET_IFNAME=lo.
 set -euo pipefail
@@ -45,6 +48,7 @@ set -euo pipefail
 bench_cli_parse conn_scale.sh "$@"
 CMDLINE="bench/conn_scale.sh BUILD_DIR"
 if [[ $QUICK == 1 ]]; then CMDLINE+=" --quick"; fi
+if [[ ${BARRIER:-0} == 1 ]]; then CMDLINE="BARRIER=1 $CMDLINE"; fi
 
 HARNESS="$BUILD/test/harness/rerail-harness"
 PLUGIN_A="$BUILD/net_plugin/libnccl-net-rerail.so"
@@ -90,6 +94,7 @@ run() {
   rdv=$(mktemp -d "$OUT_DIR/rdv.XXXXXX")
   local args=(--plugin "$(plugin_of "$side")" --rendezvous "$rdv" --conns "$n" --iters 8 --max-size 4K
               --inflight 1 --no-flush --scale-report --json --quiet --timeout 300 --max-call-ms 5000)
+  [[ ${BARRIER:-0} == 1 ]] && args+=(--setup-barrier)
   local base="$OUT_DIR/$side.$n.$round"
   RERAIL_SOCKET_IFNAME=lo NCCL_SOCKET_IFNAME=lo "$HARNESS" --role server "${args[@]}" >"$base.server.json" 2>"$base.server.err" &
   pid=$!

@@ -116,6 +116,13 @@ void h_scale_connected(void) {
 /* The traffic's end is timed too: a plugin may leave part of its setup to
  * the first operations (rerail's send end reads the listener's last
  * answers on its first isend), which the setup time alone would not show. */
+int h_scale_setup_barrier(void) {
+  if (!g_opt.scale_report || !g_opt.setup_barrier) return 0;
+  int w = h_rdv_wait_flag(1 - g_opt.role, "setup", g_opt.timeout);
+  if (w) h_error("the peer never finished its setup (--setup-barrier)");
+  return w ? -1 : 0;
+}
+
 void h_scale_after_traffic(void) {
   g_traffic_wall = wall_now();
   sample(U_TRAFFIC);
