@@ -225,6 +225,39 @@ static void test_close_before_first_isend(void **state) {
   assert_int_equal(rr_net_finalize(p.ctx), RR_OK);
 }
 
+/* A listener that goes away after the hand-out (its process closed it)
+ * refuses every attempt: the comm answers isend with NULL requests while
+ * the connect timeout runs from the first start over, then with an error,
+ * never before the timeout and not long after it. */
+static void test_listener_gone_fails_after_timeout(void **state) {
+  (void)state;
+  setenv("RERAIL_CONNECT_TIMEOUT", "400", 1);
+  rr_params_reload();
+  pair p;
+  pair_listen(&p);
+  connect_until_handed_out(&p);
+  assert_int_equal(rr_net_close_listen(p.listen), RR_OK); /* no comm of it yet: gone at once */
+  static char one[1];
+  void *mh = NULL, *req = NULL;
+  assert_int_equal(rr_net_reg_mr(p.send, one, sizeof one, RR_PTR_HOST, &mh), RR_OK);
+  uint64_t t0 = rr_now_ns();
+  rr_status st = RR_OK;
+  while (st == RR_OK && rr_now_ns() - t0 < 5000000000ull) {
+    st = rr_net_isend(p.send, one, sizeof one, 1, mh, NULL, &req);
+    assert_null(req);
+    usleep(1000);
+  }
+  uint64_t took_ms = (rr_now_ns() - t0) / 1000000u;
+  assert_int_equal(st, RR_ERR_PEER);
+  assert_true(took_ms >= 400);
+  assert_true(took_ms < 3000);
+  assert_int_equal(rr_net_dereg_mr(p.send, mh), RR_OK);
+  assert_int_equal(rr_net_close_send(p.send), RR_OK);
+  assert_int_equal(rr_net_finalize(p.ctx), RR_OK);
+  unsetenv("RERAIL_CONNECT_TIMEOUT");
+  rr_params_reload();
+}
+
 int main(void) {
   const char *ifname = getenv("RR_TEST_IFNAME");
   setenv("RERAIL_SOCKET_IFNAME", ifname ? ifname : "lo", 1);
@@ -235,6 +268,7 @@ int main(void) {
       cmocka_unit_test(test_refused_commit_socket_after_handout),
       cmocka_unit_test(test_refused_other_socket_after_handout),
       cmocka_unit_test(test_close_before_first_isend),
+      cmocka_unit_test(test_listener_gone_fails_after_timeout),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
