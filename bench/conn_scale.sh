@@ -17,6 +17,11 @@
 #   KB/conn    resident memory growth over N, after traffic (before close);
 #              the harness's own buffers are allocated and touched before the
 #              baseline
+#   connect ms the client's connect phase alone (first connect() to its last comm)
+#   done ms    the client's first connect() to the end of both sides' traffic:
+#              a plugin that leaves part of its setup to the first operations
+#              (rerail's send end reads the listener's last answers behind
+#              connect(), conn_confirm.c) pays it there
 #   fds, thr   file descriptors and threads the process holds then
 # Rounds alternate the plugins so the machine's drift hits all alike; the
 # table gives each figure's median over the rounds.
@@ -31,6 +36,9 @@
 #   NCCL_LIB=PATH     libnccl.so.2 (default: the dynamic loader's search, else
 #                     the one CMake found for BUILD_DIR)
 #   OUT_DIR           where the JSON summaries go (default: a fresh temp dir)
+#   BARRIER=1         each side starts its traffic only once the other has all its
+#                     comms (--setup-barrier): on one host, the traffic of the side
+#                     done first otherwise slows the other's setup
 # rerail runs with its defaults (RERAIL_BACKUPS=1: on one NIC there is no
 # backup to open) on RERAIL_SOCKET_IFNAME=lo; NCCL with NCCL_SOCKET_IFNAME=lo.
 set -euo pipefail
@@ -40,6 +48,7 @@ set -euo pipefail
 bench_cli_parse conn_scale.sh "$@"
 CMDLINE="bench/conn_scale.sh BUILD_DIR"
 if [[ $QUICK == 1 ]]; then CMDLINE+=" --quick"; fi
+if [[ ${BARRIER:-0} == 1 ]]; then CMDLINE="BARRIER=1 $CMDLINE"; fi
 
 HARNESS="$BUILD/test/harness/rerail-harness"
 PLUGIN_A="$BUILD/net_plugin/libnccl-net-rerail.so"
@@ -85,6 +94,7 @@ run() {
   rdv=$(mktemp -d "$OUT_DIR/rdv.XXXXXX")
   local args=(--plugin "$(plugin_of "$side")" --rendezvous "$rdv" --conns "$n" --iters 8 --max-size 4K
               --inflight 1 --no-flush --scale-report --json --quiet --timeout 300 --max-call-ms 5000)
+  [[ ${BARRIER:-0} == 1 ]] && args+=(--setup-barrier)
   local base="$OUT_DIR/$side.$n.$round"
   RERAIL_SOCKET_IFNAME=lo NCCL_SOCKET_IFNAME=lo "$HARNESS" --role server "${args[@]}" >"$base.server.json" 2>"$base.server.err" &
   pid=$!
@@ -115,13 +125,15 @@ def load(side, n, r, role):
 def med(xs):
     return statistics.median(xs)
 names = {"rerail": "rerail", "rerail_b": "rerail B", "nccl": "NCCL Socket"}
-print("| N | plugin | setup ms | client KB/conn | server KB/conn | client fds | server fds | threads (c/s) | CPU ms in setup (c/s) |")
-print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+print("| N | plugin | setup ms | connect ms | done ms | client KB/conn | server KB/conn | client fds | server fds | threads (c/s) | CPU ms in setup (c/s) |")
+print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 fig = {}
 for n in conns:
     for side in sides:
         runs = [(load(side, n, r, "client"), load(side, n, r, "server")) for r in range(1, rounds + 1)]
         setup = med([s["scale"]["setup_ms"] for c, s in runs])
+        conn = med([c["scale"]["connect_ms"] for c, s in runs])
+        done = med([max(c["scale"]["traffic_done_ms"], s["scale"]["traffic_done_ms"]) for c, s in runs])
         ckb = med([c["scale"]["kb_per_conn_traffic"] for c, s in runs])
         skb = med([s["scale"]["kb_per_conn_traffic"] for c, s in runs])
         c, s = runs[-1]
@@ -130,15 +142,16 @@ for n in conns:
         cth, sth = c["scale"]["traffic"]["threads"], s["scale"]["traffic"]["threads"]
         ccpu = med([c["scale"]["setup"]["cpu_ms"] - c["scale"]["before"]["cpu_ms"] for c, s in runs])
         scpu = med([s["scale"]["setup"]["cpu_ms"] - s["scale"]["before"]["cpu_ms"] for c, s in runs])
-        fig[(n, side)] = (setup, ckb, skb)
-        print(f"| {n} | {names[side]} | {setup:.0f} | {ckb:.1f} | {skb:.1f} | {cfd} | {sfd} | {cth}/{sth} | {ccpu:.0f}/{scpu:.0f} |")
+        fig[(n, side)] = (setup, ckb, skb, conn, done)
+        print(f"| {n} | {names[side]} | {setup:.0f} | {conn:.0f} | {done:.0f} | {ckb:.1f} | {skb:.1f} | {cfd} | {sfd} | {cth}/{sth} | {ccpu:.0f}/{scpu:.0f} |")
 print()
 for n in conns:
     for side in sides:
         if side == "nccl":
             continue
         a, b = fig[(n, side)], fig[(n, "nccl")]
-        print(f"- N={n}, {names[side]} / NCCL: setup {a[0] / b[0]:.2f}x, memory per connection "
+        print(f"- N={n}, {names[side]} / NCCL: setup {a[0] / b[0]:.2f}x, connect {a[3] / b[3]:.2f}x, "
+              f"done {a[4] / b[4]:.2f}x, memory per connection "
               f"{a[1] / b[1]:.2f}x (client), {a[2] / b[2]:.2f}x (server)")
 EOF
 echo

@@ -10,12 +10,14 @@
  * COMMIT names the rails up and those that belong to the connection but wait
  * for their NIC (a reconnect's COMMIT names its one rail, and installs it);
  * when nothing but a failure can change the set, the COMMIT goes out behind
- * the PROOFs, without waiting for the ACCEPTs (early_commit_due).
+ * the PROOFs, and the comm goes to NCCL then: the ACCEPTs are read behind
+ * it (conn_confirm.c).
  * A NIC that is down never fails connect() while another rail works: its rail
  * joins as a failed one and is reopened when the NIC heals. NCCL calls
  * connect() again and again until it returns a comm, so the state in between
  * lives in a send comm under construction, keyed by NCCL's handle. */
 #include "core_internal.h"
+#include "conn_confirm.h"
 #include "peer_progress.h"
 #include "rr_clock.h"
 #include "rr_health_bus.h"
@@ -27,9 +29,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,25 +50,6 @@ _Static_assert(RR_MAX_RAILS <= RR_HS_MAX_RAILS, "rails per connection");
  * bound, or a peer that answers in 300 ms would never be heard. */
 #define SETUP_STUCK_DOUBLINGS 4
 static const char no_answer[] = "no answer from the peer";
-
-rr_status rr_sock_tune(int fd) {
-  int one = 1;
-  if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) return RR_ERR_SYSTEM;
-  /* RERAIL_TCP_CONGESTION: e.g. BBR paces on a host whose qdisc does not, and
-   * on a fast local link that can halve a rail's throughput (bench/RESULTS.md):
-   * an operator may pick another algorithm for the rails alone. One that the
-   * kernel lacks or does not allow is reported once; the socket keeps the
-   * system's. */
-  const char *cc = rr_params_get()->tcp_congestion;
-  if (cc[0] && setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, (socklen_t)strlen(cc)) != 0) {
-    static atomic_flag warned = ATOMIC_FLAG_INIT;
-    if (!atomic_flag_test_and_set(&warned))
-      RR_WARN("RERAIL_TCP_CONGESTION=%s: the kernel refuses it (%s); the rails keep the system's congestion "
-              "control (see net.ipv4.tcp_available_congestion_control and tcp_allowed_congestion_control)",
-              cc, strerror(errno));
-  }
-  return RR_OK;
-}
 
 /* guards: connecting[], next_sweep_ns, and each listed comm until connect() hands it
  * out; level 1 (device, telemetry and health locks under it; never the monitor's). */
@@ -223,7 +204,7 @@ static void rail_give_up(connect_state *c, connect_rail *cr, const char *why) {
 /* A rail that belongs to the connection although it could not be reached:
  * its sockets go, its endpoint stays (never connected, it stands for the
  * rail in the engine until the rail is reopened). */
-static void rail_defer(connect_state *c, connect_rail *cr) {
+void rr_conn_rail_defer(connect_state *c, connect_rail *cr) {
   char abuf[64];
   RR_INFO(RR_SUB_NET, "rail %s -> %s left down for now, reopened when it works: %s",
           rr_core_devices()->nif[cr->dev].name,
@@ -440,8 +421,8 @@ static uint32_t stream_reach(const setup_stream *st) {
  * the peer the handle names (no retry changes that), RR_ERR_RAIL otherwise
  * (this NIC, the path or the listener is not there now). stuck_ns (0: none)
  * bounds a TCP connect that gets no answer. */
-static rr_status rail_advance(connect_state *c, connect_rail *cr, int r, uint64_t now, uint64_t stuck_ns,
-                              const char **why) {
+rr_status rr_conn_rail_advance(connect_state *c, connect_rail *cr, int r, uint64_t now, uint64_t stuck_ns,
+                               const char **why) {
   int done = 0;
   rail_poll(c, cr);
   for (int i = 0; i < c->nstreams && cr->status == RAIL_PENDING; i++) {
@@ -481,7 +462,7 @@ static rr_status rail_advance(connect_state *c, connect_rail *cr, int r, uint64_
 static rr_status connect_rail_step(connect_state *c, int r, uint64_t now) {
   connect_rail *cr = &c->rails[r];
   const char *why = "?";
-  rr_status st = rail_advance(c, cr, r, now, SETUP_STUCK_NS << cr->unanswered, &why);
+  rr_status st = rr_conn_rail_advance(c, cr, r, now, SETUP_STUCK_NS << cr->unanswered, &why);
   if (st == RR_OK) return RR_OK;
   if (c->early) c->early_broken = 1; /* the listener holds a COMMIT this attempt cannot keep */
   if (st == RR_ERR_PROTOCOL) {
@@ -600,7 +581,7 @@ static rr_status connect_settle(rr_send_comm *s, uint64_t now) {
     connect_rail *cr = &c->rails[r];
     if (dropped & (1u << r)) rail_give_up(c, cr, cr->why ? cr->why : "not up in time");
     if (later & (1u << r)) {
-      rail_defer(c, cr);
+      rr_conn_rail_defer(c, cr);
       commit.later |= 1u << r;
       commit.later_addr[r] = (uint8_t)cr->peer_addr;
     }
@@ -618,8 +599,8 @@ static rr_status connect_settle(rr_send_comm *s, uint64_t now) {
  * proved it holds the secret), and no other rail is due. The listener then
  * hands the connection out as soon as it has taken the last PROOF, one pass
  * of its accept() calls earlier than after a COMMIT that waited for the
- * ACCEPTs, while we still wait for them (they carry its endpoints, and say
- * that it took every socket). Setting up thousands of connections at once,
+ * ACCEPTs, and we hand ours out too, reading them behind it (conn_confirm.c:
+ * its endpoints, its word that it took every socket). With thousands at once,
  * NCCL calls accept() and connect() for each in turn: each message that
  * waits for the other side's turn costs a pass over all of them
  * (bench/RESULTS.md, "Thousands of connections"). */
@@ -646,7 +627,7 @@ static int early_commit_due(const connect_state *c) {
  * with a fresh endpoint. Without the early COMMIT, a failure costs only
  * that socket's retry; it is rare, and the early COMMIT saves a pass on
  * every connection. */
-static void connect_start_over(rr_send_comm *s, uint64_t now) {
+void rr_conn_start_over(rr_send_comm *s, uint64_t now) {
   connect_state *c = &s->conn;
   RR_INFO(RR_SUB_NET, "connect: a setup socket failed after the set of rails was sent; starting over");
   uint64_t id;
@@ -657,11 +638,20 @@ static void connect_start_over(rr_send_comm *s, uint64_t now) {
     rail_close(c, cr);
     cr->status = RAIL_PENDING;
     cr->failed = 1;
+    cr->lost = 0;
     cr->retry_at_ns = now + RETRY_DELAY_NS;
     if (rail_open_ep(s, cr) != RR_OK) rail_give_up(c, cr, "cannot open an endpoint");
   }
   c->early = c->early_broken = 0;
   c->commit_sent = 0;
+}
+
+/* The comm may go to NCCL before the ACCEPTs when no rail's endpoint may block
+ * in its connect: they are read, and the endpoints connected, on any thread. */
+static int handout_early(const connect_state *c) {
+  for (int r = 0; r < c->nrails; r++)
+    if (rr_core_devices()->rail[c->rails[r].dev]->attr.caps & RR_RAIL_CAP_CONNECT_MAY_BLOCK) return 0;
+  return 1;
 }
 
 /* Send what is left of the COMMIT. */
@@ -686,7 +676,7 @@ static rr_status commit_send(connect_state *c) {
  * rail runs its attempts until the connection can go on (connect_settle);
  * then COMMIT tells the listener the rails up and those for later (or it
  * went out early, above). */
-static rr_status connect_advance(rr_send_comm *s) {
+rr_status rr_conn_advance(rr_send_comm *s) {
   connect_state *c = &s->conn;
   uint64_t now = rr_now_ns();
   if (!c->rails_mask) {
@@ -697,7 +687,7 @@ static rr_status connect_advance(rr_send_comm *s) {
     }
     if (c->early && !c->early_broken && commit_send(c) == RR_ERR_PEER) c->early_broken = 1;
     if (c->early_broken) {
-      connect_start_over(s, now);
+      rr_conn_start_over(s, now);
       return RR_AGAIN;
     }
     if (early_commit_due(c)) {
@@ -705,8 +695,10 @@ static rr_status connect_advance(rr_send_comm *s) {
       commit_prepare(&commit, c);
       c->early = 1;
       if (commit_send(c) == RR_ERR_PEER) c->early_broken = 1; /* found by the next call */
-      return RR_AGAIN; /* the ACCEPTs come with the listener's next pass */
     }
+    /* The PROOFs and the COMMIT are out: the comm goes to NCCL now, and
+     * the ACCEPTs are read behind it (conn_confirm.c). */
+    if (c->early && handout_early(c)) return c->commit_sent == RR_HS_COMMIT_LEN && !c->early_broken ? RR_OK : RR_AGAIN;
     rr_status st = connect_settle(s, now);
     if (st != RR_OK) return st;
   }
@@ -823,7 +815,7 @@ static rr_status send_comm_reconnect(void *arg, int rail, rr_rail_ep **ep) {
   if (s->conn_job[rail]) return reconnect_finish(s, rail, ep);
   if (cr->status == RAIL_PENDING) {
     const char *why = "?";
-    if (rail_advance(c, cr, r, now, 0, &why) != RR_OK) rail_give_up(c, cr, why); /* the next attempt starts afresh */
+    if (rr_conn_rail_advance(c, cr, r, now, 0, &why) != RR_OK) rail_give_up(c, cr, why); /* the next attempt starts afresh */
   }
   if (st == RR_OK && cr->status == RAIL_READY) {
     int commit_fd = fcntl(cr->s[0].fd, F_DUPFD_CLOEXEC, 0);
@@ -957,7 +949,7 @@ static rr_status send_comm_add(rr_send_comm *s, int r) {
 /* Connect the endpoints of the rails that came up and hand them, and the
  * rails kept for later, to the engine, in plan order (the listener numbers
  * them alike). */
-static rr_status send_comm_finish(rr_send_comm *s) {
+rr_status rr_conn_install(rr_send_comm *s) {
   connect_state *c = &s->conn;
   rr_status st = RR_OK;
   for (int r = 0; r < c->nrails; r++) {
@@ -976,8 +968,16 @@ static rr_status send_comm_finish(rr_send_comm *s) {
   s->magic = RR_MAGIC_SEND;
   RR_INFO(RR_SUB_NET, "connected to %s over %d rail(s), %d more to reopen once reachable", s->engine.cfg.peer,
           __builtin_popcount(c->rails_mask), __builtin_popcount(c->later_mask));
-  rr_monitor_add(&s->engine);
   return RR_OK;
+}
+
+/* connect() is through: the comm goes to NCCL with its rails, or before
+ * the listener's ACCEPTs came (an early COMMIT), to be confirmed behind. */
+static rr_status send_comm_finish(rr_send_comm *s) {
+  if (s->conn.early && !s->conn.rails_mask) return rr_conn_confirm_start(s);
+  rr_status st = rr_conn_install(s);
+  if (st == RR_OK) rr_monitor_add(&s->engine);
+  return st;
 }
 
 /* NCCL calls connect() for a handle until it gets a comm or gives up; one it
@@ -1061,7 +1061,7 @@ rr_status rr_net_connect(rr_net_ctx *ctx, int dev, const void *handle, rr_send_c
                          now);
   }
   s->conn.last_call_ns = now;
-  st = connect_advance(s);
+  st = rr_conn_advance(s);
   if (st == RR_AGAIN) {
     /* The timeout counts from the connection's latest progress, not from
      * its first call: NCCL drives every connection under way in turn, and

@@ -126,6 +126,7 @@ typedef struct connect_rail {
   uint64_t retry_at_ns;
   uint32_t generation;       /* the attempt the hellos announce (0: first connection) */
   uint8_t resync;            /* the listener's floor says the next attempt is resync_floor + 1 */
+  uint8_t lost;              /* a socket failed after the comm was handed out (conn_confirm.c) */
   uint32_t resync_floor;
   rr_rail_ep *ep;            /* opened through the rail's ops; connected once READY */
   uint16_t blob_len, peer_blob_len;
@@ -175,7 +176,26 @@ struct rr_send_comm {
   uint32_t generation[RR_MAX_RAILS];       /* by planned rail: the last attempt's number */
   rr_connect_job *conn_job[RR_MAX_RAILS];  /* by engine rail: the reopened endpoint connecting */
   int commit_fd[RR_MAX_RAILS];             /* ... and its stream 0, for COMMIT once connected */
+  /* Handed out behind its PROOFs and COMMIT, before the listener's ACCEPTs
+   * (conn_confirm.c): no rail is in the engine yet. Read and written under
+   * the confirm lock; the monitor reads it to know when to drive the engine. */
+  _Atomic int confirming;
+  rr_status confirm_status;  /* once confirming is 0: RR_OK, or why the connection failed */
+  uint64_t restarted_ns;     /* the first start over behind NCCL's back (0: none) */
+  uint64_t confirm_tried_ns; /* the monitor's latest try (rr_connect_confirm_background) */
 };
+
+/* A send comm handed out before the listener's ACCEPTs (conn_confirm.c):
+ * RR_OK once its rails are in its engine, RR_AGAIN while it waits, or the
+ * connection's failure. Never blocks; the monitor and isend both call it. */
+rr_status rr_connect_confirm(rr_send_comm *s);
+/* ... the same from the monitor, which must not wait on a lock: 1 while
+ * the comm still waits (or the lock was busy). */
+int rr_connect_confirm_background(rr_send_comm *s);
+/* Closing a comm still waiting: give the ACCEPTs up to timeout_ns to come
+ * (the listener may have handed its end out, which expects an orderly
+ * close), then let it go either way. */
+void rr_connect_confirm_close(rr_send_comm *s, uint64_t timeout_ns);
 
 /* Release what a send comm's setup state holds (sockets and endpoints of
  * an attempt under way, the plan itself); its engine must be finished or
@@ -340,6 +360,9 @@ void rr_core_engine_config(int role, size_t chunk_size, const struct sockaddr *p
 /* Background thread (monitor.c): link-state events, and progress for
  * connections NCCL is not driving. */
 void rr_monitor_add(rr_engine *e);
+/* A send comm handed out before its ACCEPTs: the monitor confirms it
+ * (rr_connect_confirm_background) and then drives its engine as any. */
+void rr_monitor_add_confirming(rr_send_comm *s);
 /* Set every pooled NIC's state from its interface flags now (the plugin's
  * start: a NIC down then is known down before the first connection plans
  * its rails; the background thread follows netlink from then on). */

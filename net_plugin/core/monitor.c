@@ -47,6 +47,13 @@ static rr_engine **incoming_engines;
 static int nincoming_engines, incoming_engines_cap;
 static rr_listen_comm **incoming_listeners;
 static int nincoming_listeners, incoming_listeners_cap;
+/* Send comms handed out before the listener's ACCEPTs (conn_confirm.c):
+ * confirmed here when NCCL does not call isend first, then driven as any
+ * (registry_lock; the incoming ones under incoming_lock). */
+static rr_send_comm **confirming;
+static int nconfirming, confirming_cap;
+static rr_send_comm **incoming_confirming;
+static int nincoming_confirming, incoming_confirming_cap;
 
 /* Room for one more entry in a list (caller holds registry_lock). */
 #define GROW(list, n, cap)                                                   \
@@ -166,7 +173,28 @@ static void take_incoming(void) {
     engines[nengines++] = incoming_engines[--nincoming_engines];
   while (nincoming_listeners && GROW(listeners, nlisteners, listeners_cap))
     listeners[nlisteners++] = incoming_listeners[--nincoming_listeners];
+  while (nincoming_confirming && GROW(confirming, nconfirming, confirming_cap))
+    confirming[nconfirming++] = incoming_confirming[--nincoming_confirming];
   pthread_mutex_unlock(&incoming_lock);
+}
+
+/* The comms waiting for their ACCEPTs (caller holds registry_lock): each
+ * confirmed, by this thread or by NCCL's isend since, joins the engines
+ * driven; one that failed is left to NCCL, which learns it from isend. */
+static void confirm_round(void) {
+  for (int i = 0; i < nconfirming;) {
+    rr_send_comm *s = confirming[i];
+    if (rr_connect_confirm_background(s)) {
+      i++;
+      continue;
+    }
+    if (s->confirm_status == RR_OK && !GROW(engines, nengines, engines_cap)) {
+      i++; /* out of memory: tried again next round */
+      continue;
+    }
+    confirming[i] = confirming[--nconfirming];
+    if (s->confirm_status == RR_OK) engines[nengines++] = &s->engine;
+  }
 }
 
 /* Take p out of list (n entries): 1 when it was there. */
@@ -187,7 +215,7 @@ static void *monitor_main(void *arg) {
   for (;;) {
     pthread_mutex_lock(&registry_lock);
     take_incoming();
-    int busy = nengines > 0;
+    int busy = nengines > 0 || nconfirming > 0;
     pthread_mutex_unlock(&registry_lock);
     struct pollfd p = {.fd = nl, .events = POLLIN};
     int timeout_ms = busy ? 5 : 50;
@@ -202,6 +230,7 @@ static void *monitor_main(void *arg) {
     pthread_mutex_lock(&registry_lock);
     take_incoming();
     int stop = stop_requested;
+    if (!stop) confirm_round();
     for (int i = 0; i < nengines && !stop; i++) rr_engine_background(engines[i], now, wake_idle);
     /* Reconnected rails arrive at listeners NCCL no longer calls accept() on. */
     for (int i = 0; i < nlisteners && !stop; i++) rr_listen_service(listeners[i]);
@@ -246,12 +275,39 @@ void rr_monitor_add(rr_engine *e) {
   pthread_mutex_unlock(&lifecycle_lock);
 }
 
+void rr_monitor_add_confirming(rr_send_comm *s) {
+  pthread_mutex_lock(&lifecycle_lock);
+  if (!started) {
+    pthread_mutex_lock(&registry_lock);
+    monitor_start_locked();
+    pthread_mutex_unlock(&registry_lock);
+  }
+  pthread_mutex_lock(&incoming_lock);
+  if (GROW(incoming_confirming, nincoming_confirming, incoming_confirming_cap))
+    incoming_confirming[nincoming_confirming++] = s;
+  else RR_WARN("monitor: out of memory: a connection is driven only while NCCL calls into it");
+  pthread_mutex_unlock(&incoming_lock);
+  pthread_mutex_unlock(&lifecycle_lock);
+}
+
+/* A send comm waiting for its ACCEPTs is listed by itself, not its engine. */
+static int confirming_remove(rr_send_comm **list, int *n, const rr_engine *e) {
+  for (int i = 0; i < *n; i++)
+    if (&list[i]->engine == e) {
+      list[i] = list[--*n];
+      return 1;
+    }
+  return 0;
+}
+
 void rr_monitor_remove(rr_engine *e) {
   pthread_mutex_lock(&lifecycle_lock);
   pthread_mutex_lock(&registry_lock);
   pthread_mutex_lock(&incoming_lock);
   if (!LIST_REMOVE(engines, nengines, e)) LIST_REMOVE(incoming_engines, nincoming_engines, e);
-  int last = nengines == 0 && nincoming_engines == 0;
+  if (!confirming_remove(confirming, &nconfirming, e))
+    confirming_remove(incoming_confirming, &nincoming_confirming, e);
+  int last = nengines == 0 && nincoming_engines == 0 && nconfirming == 0 && nincoming_confirming == 0;
   pthread_mutex_unlock(&incoming_lock);
   pthread_mutex_unlock(&registry_lock);
   if (last) monitor_stop_locked();
@@ -280,6 +336,8 @@ __attribute__((destructor)) static void monitor_unload(void) {
   LIST_DROP(listeners);
   LIST_DROP(incoming_engines);
   LIST_DROP(incoming_listeners);
+  LIST_DROP(confirming);
+  LIST_DROP(incoming_confirming);
   pthread_mutex_unlock(&lifecycle_lock);
 }
 

@@ -10,6 +10,7 @@
 #include "rr_telemetry.h"
 
 #include <netinet/in.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -276,6 +277,12 @@ rr_status rr_net_isend(rr_send_comm *comm, void *data, size_t size, int tag, voi
     RR_WARN("isend: not a rerail send comm");
     return RR_ERR_INVALID;
   }
+  /* Handed out before the listener's ACCEPTs (conn_confirm.c): nothing
+   * leaves until they are in; a NULL request makes NCCL try again. */
+  if (atomic_load(&comm->confirming) || comm->confirm_status != RR_OK) {
+    rr_status st = rr_connect_confirm(comm);
+    if (st != RR_OK) return st == RR_AGAIN ? RR_OK : st;
+  }
   return rr_engine_isend(&comm->engine, data, size, tag, mhandle, phandle, request);
 }
 
@@ -329,6 +336,19 @@ static rr_status close_comm(uint32_t *magic, uint32_t want, rr_engine *e, const 
 
 rr_status rr_net_close_send(rr_send_comm *comm) {
   if (!comm) return RR_OK;
+  /* One handed out before its ACCEPTs: its listener may have handed its
+   * end out, so it closes in order if they come in time; else (or if it
+   * failed) its sockets just go, no rail being in its engine. */
+  if (comm->magic == RR_MAGIC_SEND && atomic_load(&comm->confirming))
+    rr_connect_confirm_close(comm, rr_params_get()->progress_timeout_ms * 1000000ull);
+  if (comm->magic == RR_MAGIC_SEND && comm->confirm_status != RR_OK) {
+    rr_monitor_remove(&comm->engine);
+    rr_engine_fini(&comm->engine);
+    comm->magic = RR_MAGIC_DEAD;
+    rr_connect_release(comm);
+    free(comm);
+    return RR_OK;
+  }
   rr_status st = close_comm(&comm->magic, RR_MAGIC_SEND, &comm->engine, "closeSend");
   if (st == RR_OK) rr_connect_release(comm); /* a reconnect under way: its sockets and endpoint */
   if (st == RR_OK) free(comm);

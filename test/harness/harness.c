@@ -132,6 +132,9 @@ static void usage(FILE *f) {
 "                         plus the connect phase, without the handle files in between),\n"
 "                         resident memory per connection after setup and after traffic, file\n"
 "                         descriptors and threads (bench/conn_scale.sh runs it)\n"
+"  --setup-barrier        with --scale-report: each side starts its traffic only once the\n"
+"                         other has all its comms, so the traffic of the side done first\n"
+"                         does not slow the other's setup on a shared host\n"
 "  --selftest-corrupt SEQ the receiver flips one byte of op SEQ on connection 0 before\n"
 "                         checking it: proves the checker (expect exit 1, DATA MISMATCH)\n"
 "Bad-input modes (each a verdict: exit 0 = the plugin behaved)\n"
@@ -178,7 +181,7 @@ static int parse_int(const char *s, long lo, long hi, long *out) {
 enum {
   O_PLUGIN = 256, O_NETVER, O_DEV, O_ROLE, O_RDV, O_CONNS, O_INFLIGHT, O_GROUP, O_MIN, O_MAX, O_DURATION,
   O_ITERS, O_SEED, O_BIDIR, O_THREADS, O_TIMEOUT, O_QUIET, O_JSON, O_BADHANDLE, O_WRONGTOKEN, O_KEEP,
-  O_DIE, O_DIESIZE, O_DIEAFTER, O_DIEBOUND, O_BADBOUND, O_PROBE, O_NOHINT, O_RDVTIMEOUT, O_MAXCALL, O_SELFTEST, O_CONTEXTS, O_ACCEPTDELAY, O_CLOSEDELAY, O_CLOSEDONE, O_STALL, O_TIMELINE, O_NOPEERABORT, O_CLOG, O_NOFLUSH, O_MEM, O_PROTECT, O_SIZES, O_SCALE, O_HELP
+  O_DIE, O_DIESIZE, O_DIEAFTER, O_DIEBOUND, O_BADBOUND, O_PROBE, O_NOHINT, O_RDVTIMEOUT, O_MAXCALL, O_SELFTEST, O_CONTEXTS, O_ACCEPTDELAY, O_CLOSEDELAY, O_CLOSEDONE, O_STALL, O_TIMELINE, O_NOPEERABORT, O_CLOG, O_NOFLUSH, O_MEM, O_PROTECT, O_SIZES, O_SCALE, O_BARRIER, O_HELP
 };
 
 /* --sizes S[,S...]: at most H_MAX_SIZES sizes; --max-size grows to the largest. */
@@ -214,6 +217,7 @@ static int parse_args(int argc, char **argv) {
       {"completion-log", 1, 0, O_CLOG}, {"no-flush", 0, 0, O_NOFLUSH},
       {"mem", 1, 0, O_MEM}, {"protect", 0, 0, O_PROTECT}, {"sizes", 1, 0, O_SIZES},
       {"scale-report", 0, 0, O_SCALE},
+      {"setup-barrier", 0, 0, O_BARRIER},
       {"help", 0, 0, O_HELP},
       {0, 0, 0, 0}};
   int c, have_iters = 0;
@@ -293,6 +297,7 @@ static int parse_args(int argc, char **argv) {
       break;
     case O_STALL: g_opt.stall_report = 1; break;
     case O_SCALE: g_opt.scale_report = 1; break;
+    case O_BARRIER: g_opt.setup_barrier = 1; break;
     case O_NOPEERABORT: g_opt.no_peer_abort = 1; break;
     case O_CLOG: if (!*a) goto bad; g_opt.completion_log = a; break;
     case O_TIMELINE: if (!*a) goto bad; g_opt.timeline = a; break;
@@ -484,6 +489,7 @@ static int run_traffic(void) {
   h_watchdog_phase("connect/accept");
   if (h_connect_all(&g_net, g_send, g_nsend, g_recv, g_nrecv)) return -1;
   h_scale_connected();
+  if (h_scale_setup_barrier()) return -1;
   h_watchdog_phase("regMr");
   for (int i = 0; i < g_nsend; i++)
     if (h_conn_register(&g_send[i])) return -1;

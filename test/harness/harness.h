@@ -73,6 +73,7 @@ typedef struct h_opts {
   size_t sizes[H_MAX_SIZES];/* --sizes: every op a single message of sizes[seq % nsizes] */
   int nsizes;
   int scale_report;         /* --scale-report: setup time, memory, fds, threads (h_scale.c) */
+  int setup_barrier;        /* --setup-barrier: traffic waits for the peer's setup (h_scale.c) */
 } h_opts;
 
 extern h_opts g_opt;
@@ -262,6 +263,7 @@ void h_scale_listened(double listen_s);/* server: every listen() done, taking th
 int h_scale_wait_listened(void);       /* client: wait for the server's listen phase to end */
 void h_scale_connecting(void);         /* client: every handle read, first connect() next */
 void h_scale_connected(void);          /* this side's last comm came */
+int h_scale_setup_barrier(void);      /* --setup-barrier: wait for the peer's last comm; -1 on timeout */
 void h_scale_after_traffic(void);
 void h_scale_print(int json);          /* json: "scale":{...}, */
 

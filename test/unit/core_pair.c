@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <fcntl.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -43,6 +44,12 @@ void close_pair(pair *p) {
   assert_int_equal(rr_net_close_recv(p->recv), RR_OK);
   assert_int_equal(rr_net_close_listen(p->listen), RR_OK);
   assert_int_equal(rr_net_finalize(p->ctx), RR_OK);
+}
+
+void send_rails_in(pair *p) {
+  rr_status st;
+  while ((st = rr_connect_confirm(p->send)) == RR_AGAIN) usleep(1000);
+  assert_int_equal(st, RR_OK);
 }
 
 int open_fds(void) {

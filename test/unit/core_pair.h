@@ -22,6 +22,9 @@ void finish_pair(pair *p, const char *handle);
 void connect_pair_class(pair *p, int cls);
 void connect_pair(pair *p);
 void close_pair(pair *p);
+/* The send end's rails join its engine with the listener's ACCEPTs, read
+ * behind connect() (conn_confirm.c): wait for them. */
+void send_rails_in(pair *p);
 /* The file descriptors this process has open. */
 int open_fds(void);
 /* Before the tests: the pooled NIC (RR_TEST_IFNAME, else lo), the test

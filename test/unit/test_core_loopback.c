@@ -104,6 +104,7 @@ static void test_traffic_class_reaches_endpoints(void **state) {
   for (size_t c = 0; c < sizeof classes / sizeof *classes; c++) {
     pair p;
     connect_pair_class(&p, classes[c]);
+    send_rails_in(&p);
     assert_true(p.send->engine.nrails >= 1);
     assert_int_equal(p.recv->engine.nrails, p.send->engine.nrails);
     for (int r = 0; r < p.send->engine.nrails; r++) {
@@ -344,6 +345,7 @@ static void test_sends_in_any_tag_order(void **state) {
   pair p;
   connect_pair(&p);
   /* two_rails.sh says how many rails each connection must have. */
+  send_rails_in(&p);
   if (getenv("RR_TEST_RAILS")) assert_int_equal(p.send->engine.nrails, atoi(getenv("RR_TEST_RAILS")));
   unsigned seed = 12345;
   static at_recv rv[AT_RECVS];
