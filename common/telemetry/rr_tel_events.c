@@ -135,8 +135,12 @@ void rr_tel_events_apply(rr_tel_tables *t, const rr_health_event *ev) {
        * endpoint was reopened comes back demoted (engine_gray.c), and the
        * link's other connections follow the first one's verdict. */
       if (ev->state == RR_LINK_DEGRADED && was == RR_LINK_DEGRADED) break;
-      /* A failure or demotion (one that says where it is) is a fault. */
-      if (ev->where > RR_WHERE_NONE && ev->where < RR_WHERE_COUNT) l->faults[ev->where]++;
+      /* A failure or demotion (one that says where it is) is a fault. An
+       * event with no `where` is none: a demoted verbs rail's endpoint
+       * ending and its reopen held demoted (DEGRADED, DOWN, DEGRADED again)
+       * are one demotion, not two and a failure. */
+      if (ev->where <= RR_WHERE_NONE || ev->where >= RR_WHERE_COUNT) break;
+      l->faults[ev->where]++;
       if (ev->state == RR_LINK_DEGRADED) l->demotions++;
     }
     break;

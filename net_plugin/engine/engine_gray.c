@@ -458,6 +458,12 @@ int engine_gray_demote_silent(rr_engine *e, int r, uint64_t now) {
   return slow;
 }
 
+int engine_gray_demotion_goes_on(const rr_engine *e, int r, rr_rail_state old, rr_rail_state st) {
+  if (!e->rails[r].g_demoted) return 0;
+  return (old == RR_RAIL_DEGRADED && st == RR_RAIL_DEAD) ||
+         ((old == RR_RAIL_DOWN || old == RR_RAIL_RECOVERING) && st == RR_RAIL_DEGRADED);
+}
+
 int engine_gray_needs_reopen(const rr_engine *e, int r) {
   const engine_rail *rl = &e->rails[r];
   return rl->state == RR_RAIL_DEGRADED && rl->g_demoted && rl->invalidated && !engine_rail_invalidate_cheap(e, r);
