@@ -55,8 +55,9 @@
  * until it has again (rr_rail_ops.flushed: the peer's kernel or NIC
  * acknowledged it). Healthy probes (restore_pct of what the link sustains,
  * restore_reference()) covering the fail-back hold (with the same flap
- * damping), at least two and none bad between (gray_restore.h), bring
- * traffic back. docs/failover.md, "Degraded rails". */
+ * damping), at least two, more than the bad ones among them and the latest
+ * verdict (gray_restore.h), bring traffic back. docs/failover.md,
+ * "Degraded rails". */
 #include "engine_internal.h"
 #include "gray_latency.h"
 #include "gray_restore.h"
@@ -129,7 +130,7 @@ typedef struct gray_link {
   uint64_t last_loss_ns;
   const rr_engine *probe_owner; /* the connection whose probe is in flight (compared only) */
   uint64_t probe_since;
-  gray_ok_run ok;           /* the run of healthy probes since the last bad one (gray_restore.h) */
+  gray_ok_run ok;           /* the run of probes from a healthy one, judged by its majority (gray_restore.h) */
   uint64_t probe_done_ns;   /* the last probe on this link ended */
   uint32_t probe_shrink;    /* its probes are RR_GRAY_PROBE_BYTES >> this (probe_size()) */
 } gray_link;
@@ -414,7 +415,7 @@ static int other_rail_usable(const rr_engine *e, int r) {
 static void demote(rr_engine *e, int r, gray_link *l, uint64_t now) {
   engine_rail *rl = &e->rails[r];
   l->restored = 0; /* a new verdict: the next restore is proven afresh */
-  l->ok.probes = 0;
+  gray_ok_reset(&l->ok);
   l->probe_shrink = RR_GRAY_PROBE_SHRINK_MAX; /* it is slow: probe small, grow as probes pass */
   rl->degraded_frac = l->lossy ? l->loss_frac : l->below_frac;
   uint64_t since = l->lossy ? l->loss_since : l->slowlat ? l->lat.run_since : l->below_since;
@@ -698,7 +699,7 @@ void engine_gray_on_state(rr_engine *e, int r, rr_rail_state old, rr_rail_state 
     run_reset(l, now);
     l->degraded = l->lossy = l->slowlat = l->restored = 0;
     gray_lat_reset(&l->lat);
-    l->ok.probes = 0;
+    gray_ok_reset(&l->ok);
   }
   if (!held) pthread_mutex_unlock(&gray_lock);
 }
