@@ -40,7 +40,9 @@
  * a lasting change of the machine's speed becomes the new normal in tens of
  * seconds, a gray failure (a drop to a few percent) never within the
  * seconds it takes to demote. A link whose loaded windows stay under
- * degraded_pct of that level for degraded_ns is degraded; each connection
+ * degraded_pct of that level, or of what it sustained over the last few
+ * seconds if that is less (bursty completions inflate the best window,
+ * gray_level.h), for degraded_ns is degraded; each connection
  * with traffic elsewhere then demotes its rail on it (DEGRADED, through
  * engine_rail_set_state: the same rollback as a failure, so nothing is lost
  * or duplicated; a rail whose invalidation would reset its endpoint, verbs, is
@@ -60,6 +62,7 @@
  * "Degraded rails". */
 #include "engine_internal.h"
 #include "gray_latency.h"
+#include "gray_level.h"
 #include "gray_restore.h"
 #include "rr_clock.h"
 #include "rr_counters.h"
@@ -76,6 +79,7 @@
 #define RR_GRAY_TICK_GAP_NS (5 * MS)       /* a longer gap between ticks proves no load by itself */
 #define RR_GRAY_DECAY 0.995
 #define RR_GRAY_SUSTAINED_KEEP 0.9         /* per window: the sustained rate remembers about a second */
+#define RR_GRAY_JUDGE_KEEP 0.98            /* per window: the demotion's reference, a few seconds (gray_level.h) */
 #define RR_GRAY_LOADED_PCT 30                /* a window this loaded can judge the rail */
 #define RR_GRAY_PROBE_BYTES (8u << 20)     /* large enough that a tick's granularity and a busy
                                              * core's stalls do not dominate its timing */
@@ -112,6 +116,7 @@ typedef struct gray_link {
    * bursty delivery included: bytes and time, each decayed per window, so the
    * rate is their quotient (sustained_rate()), not a mean of window rates. */
   double sus_bytes, sus_ns;
+  gray_sustained judge;      /* the same over a few seconds: what windows are judged against */
   uint64_t below_since;     /* the first window of a run under the threshold (0: none) */
   uint64_t delivered_ns;    /* the last window that delivered anything closed */
   double below_frac;        /* the last such window's rate over the level */
@@ -223,6 +228,7 @@ static void loss_window(gray_link *l, const rr_engine_config *cfg, uint64_t now)
 static void sustained_add(gray_link *l, uint64_t bytes, uint64_t dur) {
   l->sus_bytes = l->sus_bytes * RR_GRAY_SUSTAINED_KEEP + (double)bytes;
   l->sus_ns = l->sus_ns * RR_GRAY_SUSTAINED_KEEP + (double)dur;
+  gray_sustained_add(&l->judge, RR_GRAY_JUDGE_KEEP, bytes, dur);
 }
 
 static double sustained_rate(const gray_link *l) {
@@ -280,7 +286,9 @@ static void window_close(gray_link *l, const rr_engine_config *cfg, uint64_t now
   double rate = (double)l->bytes * 1e9 / (double)dur;
   l->delivered_ns = now;
   if (loaded) l->loaded_rate = rate, l->loaded_rate_ns = now;
-  double frac = l->level > 0 ? rate / l->level : 1.0;
+  /* Against what the link sustains, not its best window (gray_level.h). */
+  double ref = gray_judge_ref(l->level, gray_sustained_rate(&l->judge));
+  double frac = ref > 0 ? rate / ref : 1.0;
   if (frac * 100.0 >= (double)cfg->degraded_pct) {
     l->below_since = 0;
     l->run_windows = l->run_below = 0;
