@@ -40,9 +40,9 @@
  * a lasting change of the machine's speed becomes the new normal in tens of
  * seconds, a gray failure (a drop to a few percent) never within the
  * seconds it takes to demote. A link whose loaded windows stay under
- * degraded_pct of that level, or of what it sustained over the last few
- * seconds if that is less (bursty completions inflate the best window,
- * gray_level.h), for degraded_ns is degraded; each connection
+ * degraded_pct of that level for degraded_ns, delivering under degraded_pct
+ * of what it sustained over the last few seconds all that time (bursty
+ * completions inflate the best window, gray_level.h), is degraded; each connection
  * with traffic elsewhere then demotes its rail on it (DEGRADED, through
  * engine_rail_set_state: the same rollback as a failure, so nothing is lost
  * or duplicated; a rail whose invalidation would reset its endpoint, verbs, is
@@ -79,7 +79,7 @@
 #define RR_GRAY_TICK_GAP_NS (5 * MS)       /* a longer gap between ticks proves no load by itself */
 #define RR_GRAY_DECAY 0.995
 #define RR_GRAY_SUSTAINED_KEEP 0.9         /* per window: the sustained rate remembers about a second */
-#define RR_GRAY_JUDGE_KEEP 0.98            /* per window: the demotion's reference, a few seconds (gray_level.h) */
+#define RR_GRAY_JUDGE_KEEP 0.98            /* per window: a slow run's reference, a few seconds (gray_level.h) */
 #define RR_GRAY_LOADED_PCT 30                /* a window this loaded can judge the rail */
 #define RR_GRAY_PROBE_BYTES (8u << 20)     /* large enough that a tick's granularity and a busy
                                              * core's stalls do not dominate its timing */
@@ -116,11 +116,12 @@ typedef struct gray_link {
    * bursty delivery included: bytes and time, each decayed per window, so the
    * rate is their quotient (sustained_rate()), not a mean of window rates. */
   double sus_bytes, sus_ns;
-  gray_sustained judge;      /* the same over a few seconds: what windows are judged against */
+  gray_sustained judge;      /* the same over a few seconds: what a slow run is held against */
   uint64_t below_since;     /* the first window of a run under the threshold (0: none) */
   uint64_t delivered_ns;    /* the last window that delivered anything closed */
   double below_frac;        /* the last such window's rate over the level */
   uint32_t run_windows, run_below; /* windows in the run, and how many were below */
+  uint64_t run_bytes, run_ns; /* what the run delivered, over how long (gray_level.h) */
   int degraded;             /* the verdict: connections demote their rails on it */
   int restored;             /* a connection's probes restored it: the others follow once alive */
   int lossy;                /* ... and it was for loss, not for its rate */
@@ -235,6 +236,23 @@ static double sustained_rate(const gray_link *l) {
   return l->sus_ns > 0 ? l->sus_bytes * 1e9 / l->sus_ns : 0;
 }
 
+/* Did the run as a whole deliver under degraded_pct of what the link
+ * sustains (gray_level.h)? Its windows are judged against the level, the
+ * best window: where completions come in bursts, a slow rail's windows
+ * are bursts or nothing, as a healthy one's are. But a run of windows under
+ * the level is also what a healthy rail restored at a fraction of its old
+ * rate shows (the Soft-RoCE lab: the level twice what the veth carried, the
+ * rail demoted again at "11 % of its level"): a demotion also needs the
+ * run's bytes over its time, empty windows included, under degraded_pct of
+ * the sustained rate. The run's figure is what the link kept doing, burst
+ * or not; a rail at 5 % is far under either bar. Sets below_frac to it. */
+static int run_slow(gray_link *l, const rr_engine_config *cfg) {
+  double ref = gray_judge_ref(l->level, gray_sustained_rate(&l->judge));
+  if (!gray_run_slow(l->run_bytes, l->run_ns, ref, cfg->degraded_pct)) return 0;
+  if (ref > 0 && l->run_ns) l->below_frac = (double)l->run_bytes * 1e9 / (double)l->run_ns / ref;
+  return 1;
+}
+
 /* A window is "below" (loaded at least RR_GRAY_LOADED_PCT of it, under
  * degraded_pct of the level), "good" (at or over degraded_pct), or says
  * nothing (little load and a low rate: the rail delivered what it was asked
@@ -266,7 +284,9 @@ static void window_close(gray_link *l, const rr_engine_config *cfg, uint64_t now
   if (l->bytes == 0 && loaded && l->below_since && now - l->delivered_ns <= RR_GRAY_TRICKLE_NS) {
     l->run_windows++;
     l->run_below++;
-    if (now - l->below_since >= cfg->degraded_ns && l->run_below * 10 >= l->run_windows * 6) l->degraded = 1;
+    l->run_ns += dur;
+    if (now - l->below_since >= cfg->degraded_ns && l->run_below * 10 >= l->run_windows * 6 && run_slow(l, cfg))
+      l->degraded = 1;
     l->win_start = now;
     l->loaded_ns = 0;
     l->sent = l->retrans = 0;
@@ -286,9 +306,7 @@ static void window_close(gray_link *l, const rr_engine_config *cfg, uint64_t now
   double rate = (double)l->bytes * 1e9 / (double)dur;
   l->delivered_ns = now;
   if (loaded) l->loaded_rate = rate, l->loaded_rate_ns = now;
-  /* Against what the link sustains, not its best window (gray_level.h). */
-  double ref = gray_judge_ref(l->level, gray_sustained_rate(&l->judge));
-  double frac = ref > 0 ? rate / ref : 1.0;
+  double frac = l->level > 0 ? rate / l->level : 1.0;
   if (frac * 100.0 >= (double)cfg->degraded_pct) {
     l->below_since = 0;
     l->run_windows = l->run_below = 0;
@@ -297,10 +315,13 @@ static void window_close(gray_link *l, const rr_engine_config *cfg, uint64_t now
     if (loaded) sustained_add(l, l->bytes, dur);
     if (loaded && !l->lossy && !l->slowlat) l->degraded = 0;
   } else if (loaded || l->below_since) {
-    if (!l->below_since) l->below_since = l->win_start;
+    if (!l->below_since) l->below_since = l->win_start, l->run_bytes = l->run_ns = 0;
     l->run_windows++;
+    l->run_bytes += l->bytes;
+    l->run_ns += dur;
     if (loaded) l->run_below++, l->below_frac = frac;
-    if (now - l->below_since >= cfg->degraded_ns && l->run_below * 10 >= l->run_windows * 6) l->degraded = 1;
+    if (now - l->below_since >= cfg->degraded_ns && l->run_below * 10 >= l->run_windows * 6 && run_slow(l, cfg))
+      l->degraded = 1;
   }
   l->win_start = now;
   l->bytes = l->loaded_ns = 0;
