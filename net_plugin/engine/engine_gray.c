@@ -119,7 +119,8 @@ typedef struct gray_link {
   gray_sustained judge;      /* the same over a few seconds: what a slow run is held against */
   uint64_t below_since;     /* the first window of a run under the threshold (0: none) */
   uint64_t delivered_ns;    /* the last window that delivered anything closed */
-  double below_frac;        /* the last such window's rate over the level */
+  double below_frac;        /* the last such window's rate over the level; at the verdict, the
+                             * run's over what the link sustains (run_slow()) */
   uint32_t run_windows, run_below; /* windows in the run, and how many were below */
   uint64_t run_bytes, run_ns; /* what the run delivered, over how long (gray_level.h) */
   int degraded;             /* the verdict: connections demote their rails on it */
