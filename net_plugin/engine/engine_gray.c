@@ -483,6 +483,13 @@ int engine_gray_demote_silent(rr_engine *e, int r, uint64_t now) {
   if (slow) {
     l->degraded = 1;
     demote(e, r, l, now);
+  } else if (l) {
+    /* What the judge knew when silence won: a shaped verbs rail is failed
+     * as silent now and then instead of demoted (docs/failover.md, the
+     * slow-rail case), and this says which race it lost. */
+    RR_INFO(RR_SUB_NET, "send %s: silent, not demoted: its link's run %u of %u windows below%s, last delivery %llu ms ago",
+            rl->name, l->run_below, l->run_windows, l->below_since ? "" : " (none under way)",
+            (unsigned long long)(l->delivered_ns && now > l->delivered_ns ? (now - l->delivered_ns) / MS : 0));
   }
   gray_held = 0;
   pthread_mutex_unlock(&gray_lock);

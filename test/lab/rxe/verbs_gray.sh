@@ -137,6 +137,8 @@ case_slow_rail() {
   # where a stall comes from: the receiver's side of the same seconds, and the harness's longest gaps
   echo "slow_rail: receiver's rail events from the fault: $(gray_events "$tel.B" "$t_f" why)"
   grep -h -A1 "stall report" "$dir"/*.log 2>/dev/null | sed 's/^/slow_rail: /'
+  # a rail failed as silent rather than demoted: what the gray judge knew then
+  grep -h "silent, not demoted" "$dir"/*.log 2>/dev/null | sed 's/^/slow_rail: /'
   rate=$(gray_clog_rate "$WORK/slow_rail.completions" "$(calc "$t_f + 3")" "$(calc "$t_f + 5")")
 
   if ! gray_run slow_rail.control down; then
