@@ -123,6 +123,7 @@ typedef struct gray_link {
                              * run's over what the link sustains (run_slow()) */
   uint32_t run_windows, run_below; /* windows in the run, and how many were below */
   uint64_t run_bytes, run_ns; /* what the run delivered, over how long (gray_level.h) */
+  int run_spared;           /* run_slow() spared this run once already (said once per run) */
   int degraded;             /* the verdict: connections demote their rails on it */
   int restored;             /* a connection's probes restored it: the others follow once alive */
   int lossy;                /* ... and it was for loss, not for its rate */
@@ -249,7 +250,14 @@ static double sustained_rate(const gray_link *l) {
  * or not; a rail at 5 % is far under either bar. Sets below_frac to it. */
 static int run_slow(gray_link *l, const rr_engine_config *cfg) {
   double ref = gray_judge_ref(l->level, gray_sustained_rate(&l->judge));
-  if (!gray_run_slow(l->run_bytes, l->run_ns, ref, cfg->degraded_pct)) return 0;
+  if (!gray_run_slow(l->run_bytes, l->run_ns, ref, cfg->degraded_pct)) {
+    if (!l->run_spared)
+      RR_INFO(RR_SUB_NET, "gray: link dev %d to %s: %u windows under the level, but the run delivers %.0f %% of the "
+              "%.1f MB/s it sustains: not slow as a whole", l->dev, l->peer, l->run_windows,
+              ref > 0 && l->run_ns ? (double)l->run_bytes * 1e9 / (double)l->run_ns / ref * 100.0 : 0, ref / 1e6);
+    l->run_spared = 1;
+    return 0;
+  }
   if (ref > 0 && l->run_ns) l->below_frac = (double)l->run_bytes * 1e9 / (double)l->run_ns / ref;
   return 1;
 }
@@ -316,7 +324,7 @@ static void window_close(gray_link *l, const rr_engine_config *cfg, uint64_t now
     if (loaded) sustained_add(l, l->bytes, dur);
     if (loaded && !l->lossy && !l->slowlat) l->degraded = 0;
   } else if (loaded || l->below_since) {
-    if (!l->below_since) l->below_since = l->win_start, l->run_bytes = l->run_ns = 0;
+    if (!l->below_since) l->below_since = l->win_start, l->run_bytes = l->run_ns = 0, l->run_spared = 0;
     l->run_windows++;
     l->run_bytes += l->bytes;
     l->run_ns += dur;

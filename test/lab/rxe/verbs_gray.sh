@@ -139,6 +139,8 @@ case_slow_rail() {
   grep -h -A1 "stall report" "$dir"/*.log 2>/dev/null | sed 's/^/slow_rail: /'
   # a rail failed as silent rather than demoted: what the gray judge knew then
   grep -h "silent, not demoted" "$dir"/*.log 2>/dev/null | sed 's/^/slow_rail: /'
+  # a run of slow windows the sustained rate spared (gray_level.h)
+  grep -h "not slow as a whole" "$dir"/client.log 2>/dev/null | sed 's/^/slow_rail: /'
   rate=$(gray_clog_rate "$WORK/slow_rail.completions" "$(calc "$t_f + 3")" "$(calc "$t_f + 5")")
 
   if ! gray_run slow_rail.control down; then
