@@ -620,8 +620,8 @@ static void probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
     if (!done && now - rl->probe_start_ns < probe_timeout_ns(l)) return;
     double rate = done ? (double)rl->probe_bytes * 1e9 / (double)(now - rl->probe_start_ns) : 0;
     /* Good at restore_pct of the level; bad under degraded_pct; between,
-     * a probe neither starts nor breaks the healthy run (a probe of a few
-     * milliseconds is noisier than a 100 ms window). */
+     * a probe neither starts nor counts against the healthy run (a probe of
+     * a few milliseconds is noisier than a 100 ms window). */
     double ref = restore_reference(l, now);
     int ok = done && rate * 100.0 >= (double)e->cfg.restore_pct * ref;
     int bad = !done || rate * 100.0 < (double)e->cfg.degraded_pct * ref;
