@@ -131,13 +131,20 @@ void rr_tel_events_apply(rr_tel_tables *t, const rr_health_event *ev) {
     if ((l = link_get(t, ev->ifname, ev->peer))) {
       int was = l->state;
       l->state = (int)ev->state;
+      if (ev->state == RR_LINK_UP) l->demoted = 0;
       /* A link already degraded is not demoted again: a demoted rail whose
        * endpoint was reopened comes back demoted (engine_gray.c), and the
-       * link's other connections follow the first one's verdict. */
-      if (ev->state == RR_LINK_DEGRADED && was == RR_LINK_DEGRADED) break;
-      /* A failure or demotion (one that says where it is) is a fault. */
-      if (ev->where > RR_WHERE_NONE && ev->where < RR_WHERE_COUNT) l->faults[ev->where]++;
-      if (ev->state == RR_LINK_DEGRADED) l->demotions++;
+       * link's other connections follow the first one's verdict, also when
+       * the first one's endpoint ended in between (the link read down
+       * then): a demotion counts once until the link is up again. */
+      if (ev->state == RR_LINK_DEGRADED && (was == RR_LINK_DEGRADED || l->demoted)) break;
+      /* A failure or demotion (one that says where it is) is a fault. An
+       * event with no `where` is none: a demoted verbs rail's endpoint
+       * ending and its reopen held demoted (DEGRADED, DOWN, DEGRADED again)
+       * are one demotion, not two and a failure. */
+      if (ev->where <= RR_WHERE_NONE || ev->where >= RR_WHERE_COUNT) break;
+      l->faults[ev->where]++;
+      if (ev->state == RR_LINK_DEGRADED) l->demotions++, l->demoted = 1;
     }
     break;
   case RR_HEV_FAILOVER:
@@ -148,6 +155,7 @@ void rr_tel_events_apply(rr_tel_tables *t, const rr_health_event *ev) {
     if ((l = link_get(t, ev->to_ifname[0] ? ev->to_ifname : ev->ifname, ev->peer))) {
       l->failbacks++;
       l->state = (int)ev->state;
+      if (ev->state == RR_LINK_UP) l->demoted = 0;
     }
     break;
   case RR_HEV_ERROR:

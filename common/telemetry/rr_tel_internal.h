@@ -129,6 +129,7 @@ typedef struct rr_tel_link {
   int state;                  /* rr_link_state, -1 = never reported */
   uint64_t failovers, failbacks;
   uint64_t demotions;         /* times it was demoted as degraded */
+  int demoted;                /* a demotion was counted and the link has not been up since */
   uint64_t faults[RR_WHERE_COUNT]; /* failures and demotions, by where (index rr_fault_where) */
 } rr_tel_link;
 typedef struct rr_tel_nic { char nic[16]; int state; } rr_tel_nic;

@@ -40,7 +40,9 @@
  * a lasting change of the machine's speed becomes the new normal in tens of
  * seconds, a gray failure (a drop to a few percent) never within the
  * seconds it takes to demote. A link whose loaded windows stay under
- * degraded_pct of that level for degraded_ns is degraded; each connection
+ * degraded_pct of that level for degraded_ns, delivering under degraded_pct
+ * of what it sustained over the last few seconds all that time (bursty
+ * completions inflate the best window, gray_level.h), is degraded; each connection
  * with traffic elsewhere then demotes its rail on it (DEGRADED, through
  * engine_rail_set_state: the same rollback as a failure, so nothing is lost
  * or duplicated; a rail whose invalidation would reset its endpoint, verbs, is
@@ -55,10 +57,12 @@
  * until it has again (rr_rail_ops.flushed: the peer's kernel or NIC
  * acknowledged it). Healthy probes (restore_pct of what the link sustains,
  * restore_reference()) covering the fail-back hold (with the same flap
- * damping), at least two and none bad between (gray_restore.h), bring
- * traffic back. docs/failover.md, "Degraded rails". */
+ * damping), at least two, more than the bad ones among them and the latest
+ * verdict (gray_restore.h), bring traffic back. docs/failover.md,
+ * "Degraded rails". */
 #include "engine_internal.h"
 #include "gray_latency.h"
+#include "gray_level.h"
 #include "gray_restore.h"
 #include "rr_clock.h"
 #include "rr_counters.h"
@@ -75,6 +79,7 @@
 #define RR_GRAY_TICK_GAP_NS (5 * MS)       /* a longer gap between ticks proves no load by itself */
 #define RR_GRAY_DECAY 0.995
 #define RR_GRAY_SUSTAINED_KEEP 0.9         /* per window: the sustained rate remembers about a second */
+#define RR_GRAY_JUDGE_KEEP 0.98            /* per window: a slow run's reference, a few seconds (gray_level.h) */
 #define RR_GRAY_LOADED_PCT 30                /* a window this loaded can judge the rail */
 #define RR_GRAY_PROBE_BYTES (8u << 20)     /* large enough that a tick's granularity and a busy
                                              * core's stalls do not dominate its timing */
@@ -111,10 +116,14 @@ typedef struct gray_link {
    * bursty delivery included: bytes and time, each decayed per window, so the
    * rate is their quotient (sustained_rate()), not a mean of window rates. */
   double sus_bytes, sus_ns;
+  gray_sustained judge;      /* the same over a few seconds: what a slow run is held against */
   uint64_t below_since;     /* the first window of a run under the threshold (0: none) */
   uint64_t delivered_ns;    /* the last window that delivered anything closed */
-  double below_frac;        /* the last such window's rate over the level */
+  double below_frac;        /* the last such window's rate over the level; at the verdict, the
+                             * run's over what the link sustains (run_slow()) */
   uint32_t run_windows, run_below; /* windows in the run, and how many were below */
+  uint64_t run_bytes, run_ns; /* what the run delivered, over how long (gray_level.h) */
+  int run_spared;           /* run_slow() spared this run once already (said once per run) */
   int degraded;             /* the verdict: connections demote their rails on it */
   int restored;             /* a connection's probes restored it: the others follow once alive */
   int lossy;                /* ... and it was for loss, not for its rate */
@@ -129,7 +138,7 @@ typedef struct gray_link {
   uint64_t last_loss_ns;
   const rr_engine *probe_owner; /* the connection whose probe is in flight (compared only) */
   uint64_t probe_since;
-  gray_ok_run ok;           /* the run of healthy probes since the last bad one (gray_restore.h) */
+  gray_ok_run ok;           /* the run of probes from a healthy one, judged by its majority (gray_restore.h) */
   uint64_t probe_done_ns;   /* the last probe on this link ended */
   uint32_t probe_shrink;    /* its probes are RR_GRAY_PROBE_BYTES >> this (probe_size()) */
 } gray_link;
@@ -222,10 +231,35 @@ static void loss_window(gray_link *l, const rr_engine_config *cfg, uint64_t now)
 static void sustained_add(gray_link *l, uint64_t bytes, uint64_t dur) {
   l->sus_bytes = l->sus_bytes * RR_GRAY_SUSTAINED_KEEP + (double)bytes;
   l->sus_ns = l->sus_ns * RR_GRAY_SUSTAINED_KEEP + (double)dur;
+  gray_sustained_add(&l->judge, RR_GRAY_JUDGE_KEEP, bytes, dur);
 }
 
 static double sustained_rate(const gray_link *l) {
   return l->sus_ns > 0 ? l->sus_bytes * 1e9 / l->sus_ns : 0;
+}
+
+/* Did the run as a whole deliver under degraded_pct of what the link
+ * sustains (gray_level.h)? Its windows are judged against the level, the
+ * best window: where completions come in bursts, a slow rail's windows
+ * are bursts or nothing, as a healthy one's are. But a run of windows under
+ * the level is also what a healthy rail restored at a fraction of its old
+ * rate shows (the Soft-RoCE lab: the level twice what the veth carried, the
+ * rail demoted again at "11 % of its level"): a demotion also needs the
+ * run's bytes over its time, empty windows included, under degraded_pct of
+ * the sustained rate. The run's figure is what the link kept doing, burst
+ * or not; a rail at 5 % is far under either bar. Sets below_frac to it. */
+static int run_slow(gray_link *l, const rr_engine_config *cfg) {
+  double ref = gray_judge_ref(l->level, gray_sustained_rate(&l->judge));
+  if (!gray_run_slow(l->run_bytes, l->run_ns, ref, cfg->degraded_pct)) {
+    if (!l->run_spared)
+      RR_INFO(RR_SUB_NET, "gray: link dev %d to %s: %u windows under the level, but the run delivers %.0f %% of the "
+              "%.1f MB/s it sustains: not slow as a whole", l->dev, l->peer, l->run_windows,
+              ref > 0 && l->run_ns ? (double)l->run_bytes * 1e9 / (double)l->run_ns / ref * 100.0 : 0, ref / 1e6);
+    l->run_spared = 1;
+    return 0;
+  }
+  if (ref > 0 && l->run_ns) l->below_frac = (double)l->run_bytes * 1e9 / (double)l->run_ns / ref;
+  return 1;
 }
 
 /* A window is "below" (loaded at least RR_GRAY_LOADED_PCT of it, under
@@ -259,7 +293,9 @@ static void window_close(gray_link *l, const rr_engine_config *cfg, uint64_t now
   if (l->bytes == 0 && loaded && l->below_since && now - l->delivered_ns <= RR_GRAY_TRICKLE_NS) {
     l->run_windows++;
     l->run_below++;
-    if (now - l->below_since >= cfg->degraded_ns && l->run_below * 10 >= l->run_windows * 6) l->degraded = 1;
+    l->run_ns += dur;
+    if (now - l->below_since >= cfg->degraded_ns && l->run_below * 10 >= l->run_windows * 6 && run_slow(l, cfg))
+      l->degraded = 1;
     l->win_start = now;
     l->loaded_ns = 0;
     l->sent = l->retrans = 0;
@@ -288,10 +324,13 @@ static void window_close(gray_link *l, const rr_engine_config *cfg, uint64_t now
     if (loaded) sustained_add(l, l->bytes, dur);
     if (loaded && !l->lossy && !l->slowlat) l->degraded = 0;
   } else if (loaded || l->below_since) {
-    if (!l->below_since) l->below_since = l->win_start;
+    if (!l->below_since) l->below_since = l->win_start, l->run_bytes = l->run_ns = 0, l->run_spared = 0;
     l->run_windows++;
+    l->run_bytes += l->bytes;
+    l->run_ns += dur;
     if (loaded) l->run_below++, l->below_frac = frac;
-    if (now - l->below_since >= cfg->degraded_ns && l->run_below * 10 >= l->run_windows * 6) l->degraded = 1;
+    if (now - l->below_since >= cfg->degraded_ns && l->run_below * 10 >= l->run_windows * 6 && run_slow(l, cfg))
+      l->degraded = 1;
   }
   l->win_start = now;
   l->bytes = l->loaded_ns = 0;
@@ -414,7 +453,7 @@ static int other_rail_usable(const rr_engine *e, int r) {
 static void demote(rr_engine *e, int r, gray_link *l, uint64_t now) {
   engine_rail *rl = &e->rails[r];
   l->restored = 0; /* a new verdict: the next restore is proven afresh */
-  l->ok.probes = 0;
+  gray_ok_reset(&l->ok);
   l->probe_shrink = RR_GRAY_PROBE_SHRINK_MAX; /* it is slow: probe small, grow as probes pass */
   rl->degraded_frac = l->lossy ? l->loss_frac : l->below_frac;
   uint64_t since = l->lossy ? l->loss_since : l->slowlat ? l->lat.run_since : l->below_since;
@@ -452,10 +491,23 @@ int engine_gray_demote_silent(rr_engine *e, int r, uint64_t now) {
   if (slow) {
     l->degraded = 1;
     demote(e, r, l, now);
+  } else if (l) {
+    /* What the judge knew when silence won: a shaped verbs rail is failed
+     * as silent now and then instead of demoted (docs/failover.md, the
+     * slow-rail case), and this says which race it lost. */
+    RR_INFO(RR_SUB_NET, "send %s: silent, not demoted: its link's run %u of %u windows below%s, last delivery %llu ms ago",
+            rl->name, l->run_below, l->run_windows, l->below_since ? "" : " (none under way)",
+            (unsigned long long)(l->delivered_ns && now > l->delivered_ns ? (now - l->delivered_ns) / MS : 0));
   }
   gray_held = 0;
   pthread_mutex_unlock(&gray_lock);
   return slow;
+}
+
+int engine_gray_demotion_goes_on(const rr_engine *e, int r, rr_rail_state old, rr_rail_state st) {
+  if (!e->rails[r].g_demoted) return 0;
+  return (old == RR_RAIL_DEGRADED && st == RR_RAIL_DEAD) ||
+         ((old == RR_RAIL_DOWN || old == RR_RAIL_RECOVERING) && st == RR_RAIL_DEGRADED);
 }
 
 int engine_gray_needs_reopen(const rr_engine *e, int r) {
@@ -568,8 +620,8 @@ static void probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
     if (!done && now - rl->probe_start_ns < probe_timeout_ns(l)) return;
     double rate = done ? (double)rl->probe_bytes * 1e9 / (double)(now - rl->probe_start_ns) : 0;
     /* Good at restore_pct of the level; bad under degraded_pct; between,
-     * a probe neither starts nor breaks the healthy run (a probe of a few
-     * milliseconds is noisier than a 100 ms window). */
+     * a probe neither starts nor counts against the healthy run (a probe of
+     * a few milliseconds is noisier than a 100 ms window). */
     double ref = restore_reference(l, now);
     int ok = done && rate * 100.0 >= (double)e->cfg.restore_pct * ref;
     int bad = !done || rate * 100.0 < (double)e->cfg.degraded_pct * ref;
@@ -692,7 +744,7 @@ void engine_gray_on_state(rr_engine *e, int r, rr_rail_state old, rr_rail_state 
     run_reset(l, now);
     l->degraded = l->lossy = l->slowlat = l->restored = 0;
     gray_lat_reset(&l->lat);
-    l->ok.probes = 0;
+    gray_ok_reset(&l->ok);
   }
   if (!held) pthread_mutex_unlock(&gray_lock);
 }

@@ -448,6 +448,11 @@ int engine_gray_demote_silent(rr_engine *e, int r, uint64_t now);
 /* Sender: rail r is demoted and its endpoint was invalidated for good (verbs):
  * it needs a fresh one (reopened like a failed rail, it comes back demoted). */
 int engine_gray_needs_reopen(const rr_engine *e, int r);
+/* Is rail r's move from old to st a demotion going on rather than a new
+ * fault: a demoted rail's endpoint ending (DEGRADED to DEAD: a verbs
+ * invalidation), or its fresh endpoint held demoted (DOWN or RECOVERING to
+ * DEGRADED)? Its health event then carries no `where`. */
+int engine_gray_demotion_goes_on(const rr_engine *e, int r, rr_rail_state old, rr_rail_state st);
 /* Receiver: the sender's notice demotes and restores rails. */
 void engine_gray_on_notice(rr_engine *e, const engine_msg *m);
 /* A probe write arrived (receiver): RR_OK to discard it, or a violation. */

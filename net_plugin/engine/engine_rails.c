@@ -71,8 +71,9 @@ uint32_t engine_down_mask(const rr_engine *e) {
   return m;
 }
 
-/* An event about rail r (moving traffic from r to rail `to` when to >= 0). */
-static void report(rr_engine *e, int r, rr_health_event_kind kind, int to) {
+/* An event about rail r (moving traffic from r to rail `to` when to >= 0);
+ * `again` when it is no new fault (engine_gray_demotion_goes_on). */
+static void report_fault(rr_engine *e, int r, rr_health_event_kind kind, int to, int again) {
   engine_rail *rl = &e->rails[r];
   rr_health_event ev = {.kind = kind, .dev = rl->ep->dev->index, .to_dev = to >= 0 ? e->rails[to].ep->dev->index : -1,
                         .state = rail_health_state[e->rails[to >= 0 ? to : r].state]};
@@ -83,13 +84,20 @@ static void report(rr_engine *e, int r, rr_health_event_kind kind, int to) {
   /* A rail that just failed or was demoted says where its fault is, in the
    * event and at the end of its reason, which is what `rerail status` shows
    * of it (the health table's rows have no field for it). */
+  rr_fault_where w = RR_WHERE_NONE;
   if (kind == RR_HEV_RAIL_STATE && (ev.state == RR_LINK_DOWN || ev.state == RR_LINK_DEGRADED))
-    ev.where = (rr_fault_where)about->where;
-  const char *where = rr_fault_where_str(ev.where);
+    w = (rr_fault_where)about->where;
+  /* A demotion going on says where it is (status shows the reason) but
+   * carries no `where`: the telemetry counts a fault or demotion per event
+   * that carries one, and a demoted verbs rail's reopen is two more events. */
+  ev.where = again ? RR_WHERE_NONE : w;
+  const char *where = rr_fault_where_str(w);
   snprintf(ev.reason, sizeof ev.reason, "%s %.32s: %.44s%s%s", engine_role_abbr(e),
            about->name, about->why, where[0] ? "; " : "", where);
   rr_health_report(&ev);
 }
+
+static void report(rr_engine *e, int r, rr_health_event_kind kind, int to) { report_fault(e, r, kind, to, 0); }
 
 /* How long every rail closed by the peer may wait for a reopen before it
  * counts as the peer gone: PEER_CLOSE_GRACE, or δ/4 when that is shorter. */
@@ -241,7 +249,7 @@ void engine_rail_set_state_seen(rr_engine *e, int r, rr_rail_state st, const cha
     if (prev_control > r) report(e, prev_control, RR_HEV_FAILBACK, r);
     else report(e, r, RR_HEV_RAIL_STATE, -1);
   } else {
-    report(e, r, RR_HEV_RAIL_STATE, -1);
+    report_fault(e, r, RR_HEV_RAIL_STATE, -1, engine_gray_demotion_goes_on(e, r, old, st));
   }
   check_rails_left(e, now);
 }

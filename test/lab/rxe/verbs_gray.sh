@@ -60,6 +60,17 @@ gray_events() {
       printf "%s+%.2f %s %s%s", (NR > 1 ? "; " : ""), t, field("kind"), field("nic"), (s == "null" ? "" : " " s)
       if (why) { r = field("reason"); if (r != "null") printf " (%s)", r } }' why="${3:-}"
 }
+# gray_failback_ms DIR FROM: ms from FROM (wall clock) to the first fail-back onto vethA0 in DIR's
+# event logs (the event's own time, however late the exporter wrote it); empty if none
+gray_failback_ms() {
+  cat "$1"/rerail-events-*.jsonl 2>/dev/null | awk -v a="$2" '
+    function field(k,   v) {
+      if (!match($0, "\"" k "\":\"?[^,\"]*")) return ""
+      v = substr($0, RSTART + length(k) + 3, RLENGTH - length(k) - 3); sub(/^"/, "", v); return v }
+    field("kind") == "failback" && field("to_nic") == "vethA0" {
+      t = field("time_ns") / 1e9 - a; if (t >= 0 && (m == "" || t < m)) m = t }
+    END { if (m != "") printf "%.0f", m * 1000 }'
+}
 # gray_run NAME FAULT: traffic with telemetry on host A, FAULT (shape | down) on vethA0 2 s in;
 # sets T_F (when the fault took effect), RAIL0_MBIT, TEL; leaves the fault and the pair running.
 gray_run() {
@@ -96,13 +107,12 @@ gray_run() {
 }
 
 case_slow_rail() {
-  local why="" late="" rate down_rate ratio demo fb0 fb1 b00 b01 b10 b11 back="" t0 share limit pr0 pr1
+  local why="" late="" rate down_rate ratio demo fb0 fb1 b00 b01 b10 b11 back="" t0 share limit pr0 pr1 fbev
   limit=$((GRAY_HOLD_MS + 2000))
   if ! gray_run slow_rail shape; then
     pair_wait 30; verdict_timed slow_rail "traffic never started (client $CRC, server $SRC)" "" ""; return
   fi
   local dir=$DIR tel=$TEL t_f=$T_F mbit=$RAIL0_MBIT
-  demo=$(gray_prom "$tel" rerail_rail_demotions_total 'nic="vethA0"')
   fb0=$(gray_prom "$tel" rerail_failbacks_total 'nic="vethA0"')
   pr0=$(gray_probes "$tel")
   tc qdisc del dev vethA0 root
@@ -120,6 +130,16 @@ case_slow_rail() {
     fi
   done
   pr1=$(gray_probes "$tel")
+  # the fail-back's time from the event log: the .prom is read every 100 ms and its exporter lags
+  # under load (one first try read 2,590 ms where the event said ~2.1 s)
+  if [ -n "$back" ]; then
+    fbev=$(gray_failback_ms "$tel" "$t0")
+    [ -z "$fbev" ] || back=$fbev
+  fi
+  # demoted during the limit: read after the wait for the fail-back, not at the heal (under load
+  # the exporter has lagged 2 s behind the event log, and a demoted rail is not demoted again
+  # before it is back); a fail-back onto vethA0 means the demotion, if any, is counted by now
+  demo=$(gray_prom "$tel" rerail_rail_demotions_total 'nic="vethA0"')
   echo "slow_rail: sender's rail events from the fault: $(gray_events "$tel" "$t_f" why)"
   if [ -n "$back" ]; then
     # from half a second after it: a message already posted to vethA1 finishes there (chain mode
@@ -137,6 +157,10 @@ case_slow_rail() {
   # where a stall comes from: the receiver's side of the same seconds, and the harness's longest gaps
   echo "slow_rail: receiver's rail events from the fault: $(gray_events "$tel.B" "$t_f" why)"
   grep -h -A1 "stall report" "$dir"/*.log 2>/dev/null | sed 's/^/slow_rail: /'
+  # a rail failed as silent rather than demoted: what the gray judge knew then
+  grep -h "silent, not demoted" "$dir"/*.log 2>/dev/null | sed 's/^/slow_rail: /'
+  # a run of slow windows the sustained rate spared (gray_level.h)
+  grep -h "not slow as a whole" "$dir"/client.log 2>/dev/null | sed 's/^/slow_rail: /'
   rate=$(gray_clog_rate "$WORK/slow_rail.completions" "$(calc "$t_f + 3")" "$(calc "$t_f + 5")")
 
   if ! gray_run slow_rail.control down; then
