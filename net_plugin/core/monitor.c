@@ -261,13 +261,17 @@ static void monitor_stop_locked(void) {
 
 /* started changes only under lifecycle_lock (and registry_lock): read
  * under the first, it needs the second only to start the thread. */
-void rr_monitor_add(rr_engine *e) {
-  pthread_mutex_lock(&lifecycle_lock);
+static void monitor_ensure_started_locked(void) {
   if (!started) {
     pthread_mutex_lock(&registry_lock);
     monitor_start_locked();
     pthread_mutex_unlock(&registry_lock);
   }
+}
+
+void rr_monitor_add(rr_engine *e) {
+  pthread_mutex_lock(&lifecycle_lock);
+  monitor_ensure_started_locked();
   pthread_mutex_lock(&incoming_lock);
   if (GROW(incoming_engines, nincoming_engines, incoming_engines_cap)) incoming_engines[nincoming_engines++] = e;
   else RR_WARN("monitor: out of memory: a connection is driven only while NCCL calls into it");
@@ -277,11 +281,7 @@ void rr_monitor_add(rr_engine *e) {
 
 void rr_monitor_add_confirming(rr_send_comm *s) {
   pthread_mutex_lock(&lifecycle_lock);
-  if (!started) {
-    pthread_mutex_lock(&registry_lock);
-    monitor_start_locked();
-    pthread_mutex_unlock(&registry_lock);
-  }
+  monitor_ensure_started_locked();
   pthread_mutex_lock(&incoming_lock);
   if (GROW(incoming_confirming, nincoming_confirming, incoming_confirming_cap))
     incoming_confirming[nincoming_confirming++] = s;

@@ -4,9 +4,11 @@
 # RERAIL_FAILOVER=balance, carries chunks on both: a network namespace with two
 # veth interfaces (their peers idle), each its own /24 (traffic between a host's own addresses
 # stays on the host; each rail still has its own sockets and device). Root.
-#   usage: two_rails.sh TEST_CORE_LOOPBACK [balance]
+# Mode "whole" runs every case of another test program the same way
+# (test_connect_confirm: a socket refused after the comm was handed out).
+#   usage: two_rails.sh TEST_PROGRAM [chain|balance|whole]
 set -u
-bin=${1:?usage: $0 TEST_CORE_LOOPBACK [balance]}
+bin=${1:?usage: $0 TEST_PROGRAM [chain|balance|whole]}
 if [ "$(id -u)" -ne 0 ]; then
   echo "two_rails: needs root (a network namespace)" >&2
   exit 1
@@ -22,6 +24,11 @@ for r in 0 1; do
   ip -n "$ns" link set "rr$r" up
 done
 mode=${2:-chain}
+if [ "$mode" = whole ]; then
+  ip netns exec "$ns" env RR_TEST_IFNAME=rr RR_TEST_RAILS=2 "$bin" || exit 1
+  echo "two_rails ($mode): passed"
+  exit 0
+fi
 [ "$mode" = balance ] && export RERAIL_FAILOVER=balance
 ip netns exec "$ns" env RR_TEST_IFNAME=rr RR_TEST_RAILS=2 \
   RR_TEST_FILTER="test_sends_in_any_tag_order" "$bin" || exit 1
