@@ -64,8 +64,11 @@ rail0_rate_mbit() {
 # place and the pair running (the caller heals and waits).
 run_fault() {
   local kind=$1 dir=$2 mbit
+  rm -rf "$WORK/$dir/tel" # a case run again by name reads only its own run's files
   mkdir -p "$WORK/$dir/tel"
-  PAIR_ENV=("RERAIL_TELEMETRY_DIR=$WORK/$dir/tel" "RERAIL_FAILBACK_HOLD=$HOLD_MS" ${GRAY_DEBUG_ENV:-})
+  # KEEP: the sender's last .prom stays once it ends, for its totals after the heal
+  PAIR_ENV=("RERAIL_TELEMETRY_DIR=$WORK/$dir/tel" "RERAIL_FAILBACK_HOLD=$HOLD_MS" "RERAIL_TELEMETRY_KEEP=1"
+    ${GRAY_DEBUG_ENV:-})
   pair_start "$dir" "${TRAFFIC[@]}" --completion-log="$WORK/$dir/completions.log" \
     --duration "$(scaled 12 12)" --timeout 90
   started || return 1
@@ -81,11 +84,43 @@ run_fault() {
   nap 5.2
   DEMOTIONS=$(prom_sum "$WORK/$dir/tel" rerail_rail_demotions_total)
   FAULTS=$(prom_sum "$WORK/$dir/tel" rerail_rail_faults_total)
+  RAIL0_AT_FAULT=$(rail0_counts "$WORK/$dir/tel")
   return 0
+}
+
+# rail0_counts DIR: the sender's (host 0's) rail0 counters in its .prom file:
+# "demotions D, failovers F, failbacks B, faults N" (faults: failures and
+# demotions; a fail-back onto rail0 before the heal puts traffic back on the fault)
+rail0_counts() {
+  local f="" g m v out=""
+  for g in "$1"/rerail-*-"$CPID".prom; do [ -e "$g" ] && f=$g; done
+  [ -n "$f" ] || { echo "no sender .prom"; return; }
+  for m in rail_demotions failovers failbacks rail_faults; do
+    v=$(awk -v m="rerail_${m}_total" '$1 ~ "^"m"[{]" && index($1, "nic=\"rail0\"") { s += $NF; n++ } END { print (n ? s + 0 : "?") }' "$f")
+    out+="${m#rail_} $v, "
+  done
+  echo "${out%, }"
+}
+
+# sender_events DIR FROM TO: the sender's rail events in its event log between two
+# wall-clock times, "+seconds kind nic[>to_nic] [state]" from FROM (state changes,
+# failovers, fail-backs; not the telemetry's anomalies), for the figures only
+sender_events() {
+  cat "$1"/rerail-events-*-"$CPID".jsonl 2>/dev/null | awk -v a="$2" -v b="$3" '
+    function field(k,   v) {
+      if (!match($0, "\"" k "\":\"?[^,\"]*")) return ""
+      v = substr($0, RSTART + length(k) + 3, RLENGTH - length(k) - 3); sub(/^"/, "", v); return v }
+    { t = field("time_ns") / 1e9; k = field("kind"); s = field("state"); to = field("to_nic")
+      if (t < a || t > b || (k != "rail_state" && k != "failover" && k != "failback")) next
+      printf "%s+%.2f %s %s%s%s", (n++ ? "; " : ""), t - a, k, field("nic"), (to == "null" ? "" : ">" to),
+        (s == "null" ? "" : " " s) }'
 }
 
 # pair_rate: MB/s the receiver completed from 3 s to 5 s after the fault
 pair_rate() { clog_rate "$PAIR_DIR/completions.log" "$(calc "$T_F + 3")" "$(calc "$T_F + 5")"; }
+# pre_rate: MB/s in the 1.5 s before the fault (rail0 alone, healthy), the same run's
+# own yardstick: the machine's speed when two runs differ (figures only)
+pre_rate() { clog_rate "$PAIR_DIR/completions.log" "$(calc "$T_F - 1.5")" "$T_F"; }
 
 # back_on_rail0 LIMIT_MS: ms until host 0's rail0 carries >= 95 % of its bytes
 # (50 ms windows, > 1 MB), or "" when not within LIMIT_MS
@@ -107,15 +142,18 @@ back_on_rail0() {
 
 # gray KIND: slow (shape) or lossy (drop), then its heal, then the control run
 gray() {
-  local kind=$1 rate demo mbit back limit heal_ms down_rate ratio
+  local kind=$1 rate demo mbit back limit heal_ms down_rate ratio pre down_pre
   limit=$((HOLD_MS + 100 + 1500))
   lab_start "$LABNAME" 2 2
   run_fault "$kind" "$CASE_DIR" || return
   demo=$DEMOTIONS mbit=$RAIL0_MBIT faults=$FAULTS
+  local r0_fault=$RAIL0_AT_FAULT t_f=$T_F tel=$WORK/$CASE_DIR/tel r0_end events
   if [ "$kind" = shape ]; then shape 0 0 off >/dev/null; else drop 0 0 off && drop 1 0 off; fi
   back=$(back_on_rail0 $((limit + 2000)))
   pair_wait 120
-  rate=$(pair_rate)
+  rate=$(pair_rate) pre=$(pre_rate)
+  r0_end=$(rail0_counts "$tel")
+  events=$(sender_events "$tel" "$t_f" "$(calc "$t_f + 5.2")")
   local okf=1
   ok_pair || okf=0
   lab_cleanup
@@ -123,10 +161,10 @@ gray() {
   run_fault down "$CASE_DIR.control" || return
   link 0 0 up
   pair_wait 120
-  down_rate=$(pair_rate)
+  down_rate=$(pair_rate) down_pre=$(pre_rate)
   ok_pair || okf=0
   ratio=$(calc "$rate / ($down_rate > 0 ? $down_rate : 1)")
-  VFIG="rail0 carried $mbit Mbit/s; with the fault the receiver completed $rate MB/s from 3 s to 5 s after it, with rail0 down $down_rate MB/s (ratio $ratio, need >= 0.7); $demo demotions, $faults faults; healed: traffic back on rail0 after ${back:-never} ms (limit $limit ms)"
+  VFIG="rail0 carried $mbit Mbit/s; with the fault the receiver completed $rate MB/s from 3 s to 5 s after it, with rail0 down $down_rate MB/s (ratio $ratio, need >= 0.7); before the fault $pre and $down_pre MB/s; $demo demotions, $faults faults; sender's rail0 at +5.2 s: $r0_fault, at the end: $r0_end; sender's rail events to +5.2 s: ${events:-none}; healed: traffic back on rail0 after ${back:-never} ms (limit $limit ms)"
   if [ "$okf" = 0 ]; then bad "a run ended with errors (server exit $SRC, client exit $CRC)"
   elif [ "$demo" = "?" ] || [ "$faults" = "?" ]; then bad "no telemetry file to read the counters from"
   # A 10 % loss can stall TCP past δ (retransmission timeouts): failed over rather
@@ -140,6 +178,64 @@ gray() {
 }
 case_slow() { gray shape; }
 case_lossy() { gray drop; }
+
+# delay H R MS|off: netem adds MS ms to every packet host H sends on railR (a
+# longer path, a deep buffer in the fabric); its queue holds far more than the
+# rail has in flight, so it delays and never drops
+delay() {
+  local d
+  d=$(ns "$1")
+  ip netns exec "$d" tc qdisc del dev "rail$2" root 2>/dev/null
+  [ "$3" = off ] || ip netns exec "$d" tc qdisc add dev "rail$2" root netem delay "${3}ms" limit 100000
+}
+
+# rail1_share FROM_S FOR_S: host 0's rail1 share of its rail bytes (percent) over FOR_S
+# seconds from now, and the bytes, "PCT BYTES"
+rail_share() {
+  local a0 a1 b0 b1 d
+  a0=$(txbytes 0 0) a1=$(txbytes 0 1)
+  nap "$1"
+  b0=$(txbytes 0 0) b1=$(txbytes 0 1)
+  d=$((b0 - a0 + b1 - a1))
+  echo "$((d > 0 ? (b1 - a1) * 100 / d : 0)) $d"
+}
+
+# latency: every packet of host 0's rail0 delayed by LAT_DELAY_MS mid-run (the
+# veths' round trip is tens of microseconds): the latency criterion demotes it
+# (requests from an idle rail take many times its sibling's), traffic moves to
+# rail1, and once the delay goes traffic is back on rail0 within the hold
+case_latency() {
+  local dms=${LAT_DELAY_MS:-40} tel=$WORK/$CASE_DIR/tel limit share back demo deg r0 events t_f
+  limit=$((HOLD_MS + 100 + 1500))
+  lab_start "$LABNAME" 2 2
+  rm -rf "$tel"
+  mkdir -p "$tel"
+  PAIR_ENV=("RERAIL_TELEMETRY_DIR=$tel" "RERAIL_FAILBACK_HOLD=$HOLD_MS" "RERAIL_TELEMETRY_KEEP=1" ${GRAY_DEBUG_ENV:-})
+  pair_start "$CASE_DIR" ${LAT_TRAFFIC:---conns 2 --inflight 1 --max-size 1M} --stall-report --quiet \
+    --duration "$(scaled 10 10)" --timeout 90
+  started || return
+  nap 1.5
+  delay 0 0 "$dms"
+  t_f=$EPOCHREALTIME
+  nap 3
+  share=$(rail_share 1)
+  nap 0.2
+  demo=$(prom_sum "$tel" rerail_rail_demotions_total 'nic="rail0"')
+  deg=$(prom_sum "$tel" rerail_rail_degraded 'nic="rail0"')
+  r0=$(rail0_counts "$tel")
+  delay 0 0 off
+  back=$(back_on_rail0 $((limit + 2000)))
+  pair_wait 120
+  events=$(sender_events "$tel" "$t_f" "$(calc "$t_f + 4.2")")
+  VFIG="rail0 delayed ${dms} ms: at +4.2 s rail0 demotions $demo (both ends), degraded $deg; sender's rail0: $r0; rail1 carried ${share% *} % of host 0's ${share#* } rail bytes from +3 s to +4 s; sender's rail events: ${events:-none}; delay removed: traffic back on rail0 after ${back:-never} ms (limit $limit ms)"
+  if ! ok_pair; then bad "the run ended with errors (server exit $SRC, client exit $CRC)"
+  elif [ "$demo" = "?" ] || [ "$deg" = "?" ]; then bad "no telemetry file to read the counters from"
+  elif [ "$demo" -lt 1 ] || [ "$deg" -lt 1 ]; then bad "the delayed rail was not demoted"
+  elif [ "${share% *}" -lt 95 ]; then slow "traffic did not move off the delayed rail"
+  elif [ -z "$back" ]; then bad "traffic never returned to rail0 once the delay went"
+  elif [ "$back" -gt "$limit" ]; then slow "traffic returned too late"
+  else ok "demoted for its latency, and back once the delay went"; fi
+}
 
 case_where() {
   local why="" d f
