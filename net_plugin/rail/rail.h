@@ -376,6 +376,10 @@ typedef enum rr_rail_wire {
 typedef struct rr_rail_path_stats {
   uint64_t sent_bytes;                 /* payload bytes put on the wire, retransmissions included */
   uint64_t retrans_bytes;              /* of which retransmissions */
+  uint32_t unacked;                    /* now, not a total: packets on the wire the peer has not
+                                        * acknowledged yet (0: it has every byte sent). TCP's
+                                        * flushed() means only "sent" (rail_tcp.c), so the latency
+                                        * criterion waits for this as well (engine_gray.c) */
 } rr_rail_path_stats;
 
 /* One const table per transport; every entry is present (a stub where a
