@@ -8,19 +8,27 @@
 # usage: gray_failure.sh PLUGIN_DIR HARNESS [CASE...]
 #   slow    rail0 of host 0 shaped (tbf) to 5 % of the rate it carried; from 3 s on the
 #           connection moves >= 70 % of what it moves with rail0 down instead (the
-#           control run, right after); then the shape is removed and traffic is back
+#           control run, right after; each run's rate taken against its own in the
+#           1.5 s before the fault, on rail0 healthy: the machine's speed drifts
+#           between the runs); then the shape is removed and traffic is back
 #           on rail0 (>= 95 % of host 0's bytes) within hold + probe + 1.5 s
 #   lossy   the same with 10 % of rail0's packets lost in flight instead of tbf (nftables
 #           on the input of both hosts' rail0: a drop on a sender's own output is a local
 #           transmit error TCP tries again, not a loss it retransmits); demoted for its
 #           retransmissions, or failed over when TCP stalls past δ
+#   latency rail0 of host 0 delayed 40 ms (netem; LAT_DELAY_MS) under light traffic
+#           (2 connections, one op in flight each: LAT_TRAFFIC): demoted for its latency
+#           (rerail_rail_demotions_total, rerail_rail_degraded), rail1 carries >= 95 %
+#           of host 0's bytes, back on rail0 within hold + probe + 1.5 s once the delay
+#           goes. Needs sch_netem: fails where the kernel has none
 #   where   a link down on host 0's NIC reads local at host 0 and peer at host 1; a
 #           silent drop of rail0 both ways reads path at both (rerail_rail_faults_total
 #           {where}); a killed sender reads process at the receiver (its event log's where:
 #           the receiver ends, and removes its .prom, when its peer dies)
-# Default: slow and where, with the plugin's default demotion settings (lossy by name:
-# demoted within 0.5 s, but the connection moved 0.6 of the control's rate in the one
-# loaded run measured, under the 0.7 bound). A case that fails
+# Default: slow and where, with the plugin's default demotion settings. By name: lossy
+# (demoted at +0.4-0.6 s in every run, its ratio 0.92-1.03, but traffic was back on
+# rail0 late in 2 runs of 6: bench/RESULTS.md 16c) and latency (not yet run where
+# netem exists). A case that fails
 # only on a timing or rate bound is run once more (RES_RETRIES, default 1).
 # RERAIL_TEST_SCALE scales the durations.
 # shellcheck disable=SC2034,SC1091,SC2317,SC2119
@@ -30,7 +38,7 @@ HARNESS=${2:?usage: $0 PLUGIN_DIR HARNESS [CASE...]}
 shift 2
 . "$(dirname "$0")/resilience_lib.sh"
 
-ALL_CASES=(slow where)   # lossy: by name until its ratio holds here (docs/failover.md, "Loss")
+ALL_CASES=(slow where)   # lossy, latency: by name (above; docs/failover.md, "Loss", "Latency")
 CASES=("$@")
 [ ${#CASES[@]} -gt 0 ] || CASES=("${ALL_CASES[@]}")
 LABNAME=rrg$$
@@ -67,6 +75,7 @@ run_fault() {
   rm -rf "$WORK/$dir/tel" # a case run again by name reads only its own run's files
   mkdir -p "$WORK/$dir/tel"
   # KEEP: the sender's last .prom stays once it ends, for its totals after the heal
+  # shellcheck disable=SC2206 # GRAY_DEBUG_ENV: a word list on purpose
   PAIR_ENV=("RERAIL_TELEMETRY_DIR=$WORK/$dir/tel" "RERAIL_FAILBACK_HOLD=$HOLD_MS" "RERAIL_TELEMETRY_KEEP=1"
     ${GRAY_DEBUG_ENV:-})
   pair_start "$dir" "${TRAFFIC[@]}" --completion-log="$WORK/$dir/completions.log" \
@@ -142,7 +151,7 @@ back_on_rail0() {
 
 # gray KIND: slow (shape) or lossy (drop), then its heal, then the control run
 gray() {
-  local kind=$1 rate demo mbit back limit heal_ms down_rate ratio pre down_pre
+  local kind=$1 rate demo mbit back limit heal_ms down_rate ratio pre down_pre raw
   limit=$((HOLD_MS + 100 + 1500))
   lab_start "$LABNAME" 2 2
   run_fault "$kind" "$CASE_DIR" || return
@@ -163,8 +172,13 @@ gray() {
   pair_wait 120
   down_rate=$(pair_rate) down_pre=$(pre_rate)
   ok_pair || okf=0
-  ratio=$(calc "$rate / ($down_rate > 0 ? $down_rate : 1)")
-  VFIG="rail0 carried $mbit Mbit/s; with the fault the receiver completed $rate MB/s from 3 s to 5 s after it, with rail0 down $down_rate MB/s (ratio $ratio, need >= 0.7); before the fault $pre and $down_pre MB/s; $demo demotions, $faults faults; sender's rail0 at +5.2 s: $r0_fault, at the end: $r0_end; sender's rail events to +5.2 s: ${events:-none}; healed: traffic back on rail0 after ${back:-never} ms (limit $limit ms)"
+  # Each run against its own healthy rate first: the two runs are half a minute
+  # apart, and a shared machine's speed changes by more than the bar in that time
+  # (bench/RESULTS.md 16c: the lossy run's raw ratio 0.53-1.90, its runs' pre-fault
+  # rates apart by as much; each against its own, 0.92-1.03)
+  raw=$(calc "$rate / ($down_rate > 0 ? $down_rate : 1)")
+  ratio=$(calc "($rate / ($pre > 0 ? $pre : 1)) / (($down_rate > 0 ? $down_rate : 1) / ($down_pre > 0 ? $down_pre : 1))")
+  VFIG="rail0 carried $mbit Mbit/s; with the fault the receiver completed $rate MB/s from 3 s to 5 s after it (healthy, before it: $pre), with rail0 down $down_rate MB/s (before: $down_pre); ratio $ratio, each run against its own rate before the fault, need >= 0.7 (raw $raw); $demo demotions, $faults faults; sender's rail0 at +5.2 s: $r0_fault, at the end: $r0_end; sender's rail events to +5.2 s: ${events:-none}; healed: traffic back on rail0 after ${back:-never} ms (limit $limit ms)"
   if [ "$okf" = 0 ]; then bad "a run ended with errors (server exit $SRC, client exit $CRC)"
   elif [ "$demo" = "?" ] || [ "$faults" = "?" ]; then bad "no telemetry file to read the counters from"
   # A 10 % loss can stall TCP past δ (retransmission timeouts): failed over rather
@@ -188,6 +202,13 @@ delay() {
   ip netns exec "$d" tc qdisc del dev "rail$2" root 2>/dev/null
   [ "$3" = off ] || ip netns exec "$d" tc qdisc add dev "rail$2" root netem delay "${3}ms" limit 100000
 }
+# netem_ok: can this kernel add a delay (sch_netem)? Tried on the lab's switch
+# loopback, which carries nothing.
+netem_ok() {
+  ip netns exec "$LAB-sw" tc qdisc add dev lo root netem delay 1ms 2>/dev/null || return 1
+  ip netns exec "$LAB-sw" tc qdisc del dev lo root 2>/dev/null
+  return 0
+}
 
 # rail1_share FROM_S FOR_S: host 0's rail1 share of its rail bytes (percent) over FOR_S
 # seconds from now, and the bytes, "PCT BYTES"
@@ -208,14 +229,18 @@ case_latency() {
   local dms=${LAT_DELAY_MS:-40} tel=$WORK/$CASE_DIR/tel limit share back demo deg r0 events t_f
   limit=$((HOLD_MS + 100 + 1500))
   lab_start "$LABNAME" 2 2
+  # Without netem the delay is never added and the case would test nothing
+  netem_ok || { bad "this kernel has no netem (sch_netem): no delay can be added"; return; }
   rm -rf "$tel"
   mkdir -p "$tel"
+  # shellcheck disable=SC2206,SC2086 # word lists on purpose
   PAIR_ENV=("RERAIL_TELEMETRY_DIR=$tel" "RERAIL_FAILBACK_HOLD=$HOLD_MS" "RERAIL_TELEMETRY_KEEP=1" ${GRAY_DEBUG_ENV:-})
+  # shellcheck disable=SC2086
   pair_start "$CASE_DIR" ${LAT_TRAFFIC:---conns 2 --inflight 1 --max-size 1M} --stall-report --quiet \
     --duration "$(scaled 10 10)" --timeout 90
   started || return
   nap 1.5
-  delay 0 0 "$dms"
+  delay 0 0 "$dms" || { bad "tc could not add the delay"; pair_wait 60; return; }
   t_f=$EPOCHREALTIME
   nap 3
   share=$(rail_share 1)
