@@ -72,7 +72,9 @@ rail0_rate_mbit() {
 # place and the pair running (the caller heals and waits).
 run_fault() {
   local kind=$1 dir=$2 mbit
-  rm -rf "$WORK/$dir/tel" # a case run again by name reads only its own run's files
+  # A case run again by name reads only its own run's files, and its harness pair
+  # no stale rendezvous (a client that read the last server's handle failed)
+  rm -rf "$WORK/$dir/tel" "$WORK/$dir/rdv"
   mkdir -p "$WORK/$dir/tel"
   # KEEP: the sender's last .prom stays once it ends, for its totals after the heal
   # shellcheck disable=SC2206 # GRAY_DEBUG_ENV: a word list on purpose
@@ -210,8 +212,8 @@ netem_ok() {
   return 0
 }
 
-# rail1_share FROM_S FOR_S: host 0's rail1 share of its rail bytes (percent) over FOR_S
-# seconds from now, and the bytes, "PCT BYTES"
+# rail_share SECONDS: host 0's rail1 share of its rail bytes (percent) over the next
+# SECONDS, and the bytes: "PCT BYTES"
 rail_share() {
   local a0 a1 b0 b1 d
   a0=$(txbytes 0 0) a1=$(txbytes 0 1)
@@ -231,7 +233,7 @@ case_latency() {
   lab_start "$LABNAME" 2 2
   # Without netem the delay is never added and the case would test nothing
   netem_ok || { bad "this kernel has no netem (sch_netem): no delay can be added"; return; }
-  rm -rf "$tel"
+  rm -rf "$tel" "$WORK/$CASE_DIR/rdv" # as in run_fault
   mkdir -p "$tel"
   # shellcheck disable=SC2206,SC2086 # word lists on purpose
   PAIR_ENV=("RERAIL_TELEMETRY_DIR=$tel" "RERAIL_FAILBACK_HOLD=$HOLD_MS" "RERAIL_TELEMETRY_KEEP=1" ${GRAY_DEBUG_ENV:-})
@@ -259,7 +261,7 @@ case_latency() {
   elif [ "${share% *}" -lt 95 ]; then slow "traffic did not move off the delayed rail"
   elif [ -z "$back" ]; then bad "traffic never returned to rail0 once the delay went"
   elif [ "$back" -gt "$limit" ]; then slow "traffic returned too late"
-  else ok "demoted for its latency, and back once the delay went"; fi
+  else ok "demoted, and back once the delay went"; fi
 }
 
 case_where() {
