@@ -387,13 +387,26 @@ static void lat_sample(const rr_engine *e, gray_link *l, uint64_t bytes, uint64_
     l->degraded = 1, l->slowlat = 1;
 }
 
+/* Has the peer acknowledged everything posted? flushed, and, where the
+ * transport reports what it has in flight (path_stats), nothing
+ * unacknowledged: TCP's flushed() means only that the kernel sent the bytes
+ * (waiting for the acknowledgement there would wait out a delayed ACK on
+ * every close). Without this a request on a path with 40 ms added was
+ * "done" as soon as it was sent, and no delay was ever seen (the lab's
+ * netem case, docs/failover.md "Latency"). A system call per socket, only
+ * while a sample waits for its end. */
+static int lat_acked(engine_rail *rl, int flushed) {
+  rr_rail_path_stats p;
+  return flushed && (!path_read(rl, &p) || p.unacked == 0);
+}
+
 /* Latency samples (gray_latency.h): a post onto a rail with nothing in
  * flight, timed until it is all acknowledged, if nothing was posted behind
  * it meanwhile (then it would time the queue, not the request). */
 static void measure_latency(const rr_engine *e, engine_rail *rl, gray_link *l, int flushed, uint64_t now) {
   if (rl->g_lat_t0) {
     if (rl->g_posted != rl->g_lat_posted) rl->g_lat_t0 = 0;
-    else if (flushed) lat_sample(e, l, rl->g_lat_bytes, now - rl->g_lat_t0, now), rl->g_lat_t0 = 0;
+    else if (lat_acked(rl, flushed)) lat_sample(e, l, rl->g_lat_bytes, now - rl->g_lat_t0, now), rl->g_lat_t0 = 0;
   } else if (rl->g_prev_ns && rl->g_prev_flushed && rl->g_posted > rl->g_prev_posted &&
              now - rl->g_prev_ns <= RR_ENGINE_IDLE_BACKGROUND_NS / 2) {
     /* Posted since the last tick, onto an idle rail: from the last tick on
@@ -401,7 +414,7 @@ static void measure_latency(const rr_engine *e, engine_rail *rl, gray_link *l, i
      * of the background's idle cadence (rr_engine_background): a connection
      * idle for a second is ticked every 100 ms, and a sample from such a
      * tick would time the gap, not the request. */
-    if (flushed) {
+    if (lat_acked(rl, flushed)) {
       lat_sample(e, l, rl->g_posted - rl->g_prev_posted, now - rl->g_prev_ns, now);
     } else {
       rl->g_lat_t0 = rl->g_prev_ns;

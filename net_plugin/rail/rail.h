@@ -376,6 +376,10 @@ typedef enum rr_rail_wire {
 typedef struct rr_rail_path_stats {
   uint64_t sent_bytes;                 /* payload bytes put on the wire, retransmissions included */
   uint64_t retrans_bytes;              /* of which retransmissions */
+  uint32_t unacked;                    /* now, not a total: packets on the wire the peer has not
+                                        * acknowledged yet (0: it has every byte sent). TCP's
+                                        * flushed() means only "sent" (rail_tcp.c), so the latency
+                                        * criterion waits for this as well (engine_gray.c) */
 } rr_rail_path_stats;
 
 /* One const table per transport; every entry is present (a stub where a
@@ -468,8 +472,10 @@ struct rr_rail_ops {
   /* Bytes queued for transmission and not yet handed to the wire. */
   size_t (*backlog)(rr_rail_ep *ep);
   /* 1 when everything posted on this endpoint has reached the peer's side,
-   * so destroying it now loses nothing the peer would read (TCP: the peer's
-   * kernel acknowledged every byte; verbs: every work request completed,
+   * so destroying it now loses nothing the peer would read (TCP: our kernel
+   * sent every byte, and retransmits it after close() unless a reset goes
+   * out, rail_tcp.c; whether the peer acknowledged it is path_stats'
+   * unacked; verbs: every work request completed,
    * i.e. the peer's NIC placed it). A broken endpoint counts as flushed:
    * nothing more leaves through it. An orderly close waits for this. */
   int (*flushed)(rr_rail_ep *ep);

@@ -389,10 +389,12 @@ static rr_status tcp_path_stats(rr_rail_ep *rep, rr_rail_path_stats *out) {
   rr_rail_path_stats sum = {0};
   for (int i = 0; i < ep->nstreams; i++) {
     uint64_t sent, retrans;
-    rr_status st = tcp_socket_path_stats(ep->streams[i]->fd, &sent, &retrans);
+    uint32_t unacked;
+    rr_status st = tcp_socket_path_stats(ep->streams[i]->fd, &sent, &retrans, &unacked);
     if (st != RR_OK) return st;
     sum.sent_bytes += sent;
     sum.retrans_bytes += retrans;
+    sum.unacked += unacked;
   }
   *out = sum;
   return RR_OK;

@@ -23,8 +23,9 @@ rr_rail_dev_event_kind tcp_dev_event(rr_rail_dev *dev, rr_rail_dev_event *ev);
 void tcp_dev_close(rr_rail_dev *dev);
 
 /* One socket's running totals from TCP_INFO (tcp_path_stats.c): payload
- * bytes sent, retransmissions included, and of them retransmitted.
+ * bytes sent, retransmissions included, and of them retransmitted; and the
+ * packets it has in flight that the peer has not acknowledged yet.
  * RR_ERR_UNSUPPORTED on a kernel that does not count them (before 4.19). */
-rr_status tcp_socket_path_stats(int fd, uint64_t *sent_bytes, uint64_t *retrans_bytes);
+rr_status tcp_socket_path_stats(int fd, uint64_t *sent_bytes, uint64_t *retrans_bytes, uint32_t *unacked);
 
 #endif
