@@ -470,6 +470,13 @@ rr_status engine_send_on_msg(rr_engine *e, int rail, const engine_msg *m);
 rr_status engine_send_on_write_done(rr_engine *e, int rail, uint64_t wr_id, int placed);
 void engine_send_rail_lost(rr_engine *e, engine_rail_seen seen);
 rr_status engine_send_test(rr_send_req *r, int *done, size_t *sizes);
+/* engine_send_rails.c: the rail that carries r's next chunk (-1: none
+ * can now); how many chunks from there one write on rail ri carries; and
+ * what no carrier means (RR_OK: wait; a GPU message nobody registered
+ * fails once the connection's bound passed). */
+int engine_send_pick_rail(rr_engine *e, rr_send_req *r);
+uint32_t engine_send_group_chunks(rr_engine *e, rr_send_req *r, int ri);
+rr_status engine_send_no_carrier(rr_engine *e, const rr_send_req *r, uint64_t now);
 
 /* engine_recv.c */
 rr_status engine_recv_write_begin(rr_engine *e, int rail, rr_write_hdr *h, void **dst);
