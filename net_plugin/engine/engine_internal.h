@@ -488,5 +488,11 @@ rr_status engine_recv_outbox(rr_engine *e);
 void engine_recv_check_landed(rr_engine *e);
 void engine_recv_rollback(rr_engine *e, rr_recv_cause cause);
 rr_status engine_recv_test(rr_recv_req *r, int *done, size_t *sizes);
+/* engine_recv_acks.c: a completed receive's ack queued (deferred and
+ * coalesced); every queued ack posted (RR_OK also when no rail takes them
+ * now: they stay queued); whether the queue is due to leave now. */
+void engine_recv_ack_enqueue(rr_engine *e, uint32_t seq);
+rr_status engine_recv_acks_flush(rr_engine *e);
+int engine_recv_acks_due(const rr_engine *e);
 
 #endif
