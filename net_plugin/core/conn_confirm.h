@@ -1,18 +1,12 @@
 /* The connector's steps that are taken again once its send comm went to
  * NCCL ahead of the listener's ACCEPTs (conn_confirm.c), all in
- * conn_connect.c. Callers hold the lock that guards the comm's setup state
- * (connect_lock while connect() builds it, the confirm lock after). */
+ * conn_connect.c (a rail's own steps: conn_rail.h). Callers hold the lock
+ * that guards the comm's setup state (connect_lock while connect() builds
+ * it, the confirm lock after). */
 #ifndef RERAIL_CORE_CONN_CONFIRM_H
 #define RERAIL_CORE_CONN_CONFIRM_H
-#include "core_internal.h"
+#include "conn_rail.h"
 
-/* One rail's handshakes a step on: RR_OK (RAIL_READY once every socket has
- * its ACCEPT), or the failure of one socket, closed, with *why. */
-rr_status rr_conn_rail_advance(connect_state *c, connect_rail *cr, int r, uint64_t now, uint64_t stuck_ns,
-                               const char **why);
-/* A rail that belongs to the connection, down for now: sockets closed,
- * its unconnected endpoint kept for the engine to reopen. */
-void rr_conn_rail_defer(connect_state *c, connect_rail *cr);
 /* The attempt again as a new connection (fresh id, fresh endpoints). */
 void rr_conn_start_over(rr_send_comm *s, uint64_t now);
 /* connect()'s state machine: RR_OK once the COMMIT is out (early: behind

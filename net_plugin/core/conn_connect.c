@@ -18,6 +18,7 @@
  * lives in a send comm under construction, keyed by NCCL's handle. */
 #include "core_internal.h"
 #include "conn_confirm.h"
+#include "conn_rail.h"
 #include "peer_progress.h"
 #include "rr_clock.h"
 #include "rr_health_bus.h"
@@ -49,7 +50,6 @@ _Static_assert(RR_MAX_RAILS <= RR_HS_MAX_RAILS, "rails per connection");
  * no answer waits twice as long as the one before, up to 16 times the
  * bound, or a peer that answers in 300 ms would never be heard. */
 #define SETUP_STUCK_DOUBLINGS 4
-static const char no_answer[] = "no answer from the peer";
 
 /* guards: connecting[], next_sweep_ns, and each listed comm until connect() hands it
  * out; level 1 (device, telemetry and health locks under it; never the monitor's). */
@@ -64,6 +64,8 @@ static uint64_t next_sweep_ns; /* connecting_sweep runs again then */
 /* The peer processes of the connections in connecting[] (connect_lock):
  * an authenticated answer from one is progress of all of them. */
 static rr_peer_table peer_table;
+
+void rr_conn_peer_answered(const connect_state *c) { rr_peer_table_answered(&peer_table, c->peer_slot); }
 
 static void connect_peer_release(connect_state *c) {
   rr_peer_table_unref(&peer_table, c->peer_slot);
@@ -179,282 +181,6 @@ static rr_status plan_rails(connect_state *c, int dev) {
 
 static rr_status rail_open_ep(rr_send_comm *s, connect_rail *cr);
 
-static void stream_close(setup_stream *st) {
-  if (st->fd >= 0) close(st->fd);
-  st->fd = -1;
-  st->state = SS_CONNECTING;
-  free(st->hs);
-  st->hs = NULL;
-}
-
-static void rail_close(const connect_state *c, connect_rail *cr) {
-  for (int i = 0; i < c->nstreams; i++) stream_close(&cr->s[i]);
-  rr_setup_ep_abandon(&cr->ep);
-}
-
-static void rail_give_up(connect_state *c, connect_rail *cr, const char *why) {
-  char abuf[64];
-  RR_INFO(RR_SUB_NET, "rail %s -> %s not connected: %s", rr_core_devices()->nif[cr->dev].name,
-          rr_sockaddr_str((struct sockaddr *)&c->peer.addrs[cr->peer_addr], abuf, sizeof abuf), why);
-  rail_close(c, cr);
-  cr->status = RAIL_FAILED;
-  cr->why = why;
-}
-
-/* A rail that belongs to the connection although it could not be reached:
- * its sockets go, its endpoint stays (never connected, it stands for the
- * rail in the engine until the rail is reopened). */
-void rr_conn_rail_defer(connect_state *c, connect_rail *cr) {
-  char abuf[64];
-  RR_INFO(RR_SUB_NET, "rail %s -> %s left down for now, reopened when it works: %s",
-          rr_core_devices()->nif[cr->dev].name,
-          rr_sockaddr_str((struct sockaddr *)&c->peer.addrs[cr->peer_addr], abuf, sizeof abuf),
-          cr->why ? cr->why : "not up in time");
-  for (int i = 0; i < c->nstreams; i++) stream_close(&cr->s[i]);
-  cr->status = RAIL_LATER;
-}
-
-/* Open one stream's socket from the rail's setup address (its device's
- * own, or the out-of-band one) towards its peer entry's. */
-static rr_status stream_open(connect_state *c, connect_rail *cr, setup_stream *st) {
-  const rr_devices *d = rr_core_devices();
-  int own = 0;
-  const struct sockaddr_storage *from = rr_core_setup_addr(cr->dev, &own);
-  int loop = own ? d->nif[cr->dev].is_loopback : d->oob.is_loopback;
-  const struct sockaddr_storage *dst = &c->peer.addrs[cr->peer_addr];
-  if (!from) {
-    errno = EADDRNOTAVAIL;
-    return RR_ERR_SYSTEM;
-  }
-  int fd = socket(dst->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return RR_ERR_SYSTEM;
-  if (rr_sock_tune(fd) != RR_OK) goto fail;
-  /* Leave through that interface: bind its address when the families agree. */
-  if (from->ss_family == dst->ss_family && !loop) {
-    struct sockaddr_storage src = *from;
-    socklen_t slen = src.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
-    if (src.ss_family == AF_INET) ((struct sockaddr_in *)&src)->sin_port = 0;
-    else ((struct sockaddr_in6 *)&src)->sin6_port = 0;
-    if (bind(fd, (struct sockaddr *)&src, slen) != 0) goto fail;
-  }
-  if (connect(fd, (const struct sockaddr *)dst, c->peer.addrlens[cr->peer_addr]) != 0 &&
-      errno != EINPROGRESS)
-    goto fail;
-  free(st->hs);
-  st->hs = calloc(1, sizeof *st->hs);
-  if (!st->hs) goto fail;
-  st->fd = fd;
-  st->state = SS_CONNECTING;
-  st->opened_ns = rr_now_ns();
-  return RR_OK;
-fail: {
-  int err = errno;
-  close(fd);
-  errno = err; /* the caller names it */
-  return RR_ERR_SYSTEM;
-}
-}
-
-/* Send what is left of st->out. RR_OK once all of it left. */
-static rr_status send_out(setup_stream *st, const char **why) {
-  setup_hs *hs = st->hs;
-  while (hs->out_sent < hs->out_len) {
-    ssize_t n = send(st->fd, hs->out + hs->out_sent, hs->out_len - hs->out_sent, MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return RR_AGAIN;
-    if (n < 0) {
-      *why = strerror(errno);
-      return RR_ERR_PEER;
-    }
-    hs->out_sent += (uint16_t)n;
-  }
-  return RR_OK;
-}
-
-static void set_out(setup_hs *hs, size_t len) {
-  hs->out_len = (uint16_t)len;
-  hs->out_sent = 0;
-  hs->in_got = 0;
-}
-
-/* Advance one setup socket's handshake. RR_OK: progressed (or waiting);
- * RR_ERR_RAIL: the TCP connect failed (err in *why); RR_ERR_PEER: the
- * listener went away; RR_ERR_PROTOCOL: it is not the listener of our handle. */
-static rr_status stream_step(connect_state *c, connect_rail *cr, int r, int i, const char **why) {
-  setup_stream *st = &cr->s[i];
-  setup_hs *hs = st->hs;
-  rr_status rs;
-  switch (st->state) {
-  case SS_CONNECTING: {
-    struct pollfd p = {.fd = st->fd, .events = POLLOUT};
-    if (poll(&p, 1, 0) <= 0) return RR_OK;
-    int err = 0;
-    socklen_t len = sizeof err;
-    getsockopt(st->fd, SOL_SOCKET, SO_ERROR, &err, &len);
-    if (err) {
-      errno = err;
-      *why = strerror(err);
-      return RR_ERR_RAIL;
-    }
-    rr_hs_hello h = {.conn_id = c->conn_id, .rail = (uint8_t)r, .stream = (uint8_t)i,
-                     .nstreams = (uint8_t)c->nstreams, .chunk_size = c->chunk_size,
-                     .flags = cr->generation ? RR_HS_FLAG_RECONNECT : 0, .generation = cr->generation,
-                     .dev = c->peer.dev[cr->peer_addr]};
-    if (rr_hs_random(h.nonce, sizeof h.nonce) != RR_OK) {
-      *why = "no random numbers";
-      return RR_ERR_PROTOCOL;
-    }
-    rr_hs_hello_encode(&h, hs->hello);
-    memcpy(hs->out, hs->hello, RR_HS_HELLO_LEN);
-    set_out(hs, RR_HS_HELLO_LEN);
-    st->state = SS_HELLO;
-  } /* fall through */
-  case SS_HELLO:
-    if ((rs = send_out(st, why)) != RR_OK) return rs == RR_AGAIN ? RR_OK : rs;
-    st->state = SS_CHALLENGE;
-    /* fall through */
-  case SS_CHALLENGE: {
-    rr_hs_challenge ch;
-    rs = RR_SETUP_RECV_MSG(st->fd, hs->in, hs->in_got, rr_hs_challenge_decode(hs->in, hs->in_got, &ch, &need, why),
-                           "the listener closed the socket (it refused us, or was busy)", why);
-    if (rs == RR_AGAIN) return RR_OK;
-    if (rs != RR_OK) return rs == RR_ERR_PEER ? rs : RR_ERR_PROTOCOL;
-    uint8_t mac[RR_HS_MAC_LEN];
-    rr_hs_mac_challenge(c->secret, hs->hello, ch.nonce, ch.gen_floor, mac);
-    if (!rr_hs_mac_equal(mac, ch.mac)) {
-      *why = "the listener did not prove it holds the handle's secret: not the peer the handle names";
-      return RR_ERR_PROTOCOL;
-    }
-    rr_peer_table_answered(&peer_table, c->peer_slot); /* authenticated: its process is alive */
-    /* A reconnect outside the listener's window would be refused: start the
-     * next attempt just past the floor the listener (authentically) gave. */
-    if (cr->generation && (cr->generation <= ch.gen_floor ||
-                           cr->generation - ch.gen_floor > RR_HS_GEN_WINDOW)) {
-      cr->resync = 1;
-      cr->resync_floor = ch.gen_floor;
-      *why = "the reconnect's generation is outside the listener's window: resynchronised";
-      return RR_ERR_PEER;
-    }
-    memcpy(hs->snonce, ch.nonce, RR_HS_NONCE_LEN);
-    rr_hs_proof pr = {.blob_len = cr->blob_len};
-    memcpy(pr.blob, cr->blob, cr->blob_len);
-    rr_hs_mac_blob(RR_HS_PROOF, c->secret, hs->hello, hs->snonce, pr.blob, pr.blob_len, pr.mac);
-    set_out(hs, rr_hs_proof_encode(RR_HS_PROOF, &pr, hs->out));
-    st->state = SS_PROOF;
-  } /* fall through */
-  case SS_PROOF:
-    if ((rs = send_out(st, why)) != RR_OK) return rs == RR_AGAIN ? RR_OK : rs;
-    st->state = SS_ACCEPT;
-    /* fall through */
-  case SS_ACCEPT: {
-    rr_hs_proof acc;
-    rs = RR_SETUP_RECV_MSG(st->fd, hs->in, hs->in_got,
-                           rr_hs_proof_decode(RR_HS_ACCEPT, hs->in, hs->in_got, &acc, &need, why), "the listener closed the socket (it refused us, or was busy)", why);
-    if (rs == RR_AGAIN) return RR_OK;
-    if (rs != RR_OK) return rs == RR_ERR_PEER ? rs : RR_ERR_PROTOCOL;
-    uint8_t mac[RR_HS_MAC_LEN];
-    rr_hs_mac_blob(RR_HS_ACCEPT, c->secret, hs->hello, hs->snonce, acc.blob, acc.blob_len, mac);
-    if (!rr_hs_mac_equal(mac, acc.mac)) {
-      *why = "the listener's accept does not carry its proof";
-      return RR_ERR_PROTOCOL;
-    }
-    rr_peer_table_answered(&peer_table, c->peer_slot);
-    int first = 1;
-    for (int k = 0; k < c->nstreams; k++) first &= k == i || cr->s[k].state != SS_DONE;
-    if (first) {
-      cr->peer_blob_len = acc.blob_len;
-      memcpy(cr->peer_blob, acc.blob, acc.blob_len);
-    } else if (acc.blob_len != cr->peer_blob_len || memcmp(acc.blob, cr->peer_blob, acc.blob_len)) {
-      *why = "the listener named two endpoints for one rail";
-      return RR_ERR_PROTOCOL;
-    }
-    st->state = SS_DONE;
-    free(st->hs);
-    st->hs = NULL;
-    return RR_OK;
-  }
-  default:
-    return RR_OK;
-  }
-}
-
-/* Which of a rail's setup sockets can move: one poll(2) for all of them.
- * connect() is called again and again for every connection under way, and
- * most calls find nothing new: a failing recv(2) per socket and call was
- * most of what a connector spent setting up thousands of connections. A
- * socket waits to send (connecting, or a message not all sent) or to
- * receive (the listener's next message). */
-static void rail_poll(const connect_state *c, connect_rail *cr) {
-  struct pollfd p[RR_HS_MAX_STREAMS];
-  int n = 0;
-  for (int i = 0; i < c->nstreams; i++) {
-    const setup_stream *st = &cr->s[i];
-    if (st->fd < 0 || st->state == SS_DONE) continue;
-    int out = st->state == SS_CONNECTING || st->state == SS_HELLO || st->state == SS_PROOF;
-    p[n++] = (struct pollfd){.fd = st->fd, .events = out ? POLLOUT : POLLIN};
-  }
-  int ready = n ? poll(p, (nfds_t)n, 0) : 0;
-  n = 0;
-  for (int i = 0; i < c->nstreams; i++) {
-    setup_stream *st = &cr->s[i];
-    if (st->fd < 0 || st->state == SS_DONE) continue;
-    st->ready = ready < 0 || p[n++].revents != 0; /* a poll that failed tells nothing: try */
-  }
-}
-
-/* How far a setup socket got: its state, then the bytes of its current
- * message sent or received. Progress for the connect deadline
- * (rr_setup_clock) is a socket getting further than it ever did: connected,
- * a message sent, the listener's answer received. Only further than ever:
- * a listener that closes every attempt (busy, or full) would otherwise
- * look like progress on each retry, and keep the connector trying for
- * good; a peer that is merely slow moves on each time. */
-static uint32_t stream_reach(const setup_stream *st) {
-  uint32_t bytes = st->hs ? (uint32_t)st->hs->out_sent + st->hs->in_got : 0;
-  return (uint32_t)st->state << 16 | bytes;
-}
-
-/* Advance one rail's attempt: open its sockets (once its retry time has
- * come), run their handshakes. RAIL_READY once every socket is authenticated
- * and the listener's endpoint is known. A socket that fails is closed and
- * the failure returned with *why: RR_ERR_PROTOCOL when the listener is not
- * the peer the handle names (no retry changes that), RR_ERR_RAIL otherwise
- * (this NIC, the path or the listener is not there now). stuck_ns (0: none)
- * bounds a TCP connect that gets no answer. */
-rr_status rr_conn_rail_advance(connect_state *c, connect_rail *cr, int r, uint64_t now, uint64_t stuck_ns,
-                               const char **why) {
-  int done = 0;
-  rail_poll(c, cr);
-  for (int i = 0; i < c->nstreams && cr->status == RAIL_PENDING; i++) {
-    setup_stream *st = &cr->s[i];
-    if (st->fd < 0) {
-      if (now < cr->retry_at_ns) continue;
-      if (stream_open(c, cr, st) != RR_OK) {
-        *why = strerror(errno);
-        return RR_ERR_RAIL;
-      }
-      st->ready = 1; /* on loopback it is connected already */
-    }
-    rr_status rs = st->ready ? stream_step(c, cr, r, i, why) : RR_OK;
-    st->ready = 0;
-    if (rs == RR_OK && stream_reach(st) > st->furthest) {
-      st->furthest = stream_reach(st);
-      c->progress++;
-    }
-    if (rs == RR_OK && st->state == SS_CONNECTING && stuck_ns && now > st->opened_ns + stuck_ns) {
-      rs = RR_ERR_RAIL;
-      *why = no_answer;
-    }
-    if (rs != RR_OK) {
-      stream_close(st);
-      return rs == RR_ERR_PROTOCOL ? rs : RR_ERR_RAIL;
-    }
-    done += st->state == SS_DONE;
-  }
-  if (cr->status == RAIL_PENDING && done == c->nstreams) cr->status = RAIL_READY;
-  return RR_OK;
-}
-
 /* connect(): advance rail r. A listener that fails its proof on the primary
  * fails the connection (the handle names a peer that is not there); on a
  * backup it leaves that rail out. Anything else is retried: the NIC, the
@@ -467,14 +193,14 @@ static rr_status connect_rail_step(connect_state *c, int r, uint64_t now) {
   if (c->early) c->early_broken = 1; /* the listener holds a COMMIT this attempt cannot keep */
   if (st == RR_ERR_PROTOCOL) {
     if (r > 0) {
-      rail_give_up(c, cr, why);
+      rr_conn_rail_give_up(c, cr, why);
       return RR_OK;
     }
     RR_WARN("connect: %s", why);
     return RR_ERR_PEER;
   }
   if (cr->why != why) RR_TRACE("connect: rail %d: %s; trying again", r, why);
-  if (why == no_answer && cr->unanswered < SETUP_STUCK_DOUBLINGS) cr->unanswered++;
+  if (why == rr_conn_no_answer && cr->unanswered < SETUP_STUCK_DOUBLINGS) cr->unanswered++;
   cr->failed = 1;
   cr->why = why;
   cr->retry_at_ns = now + RETRY_DELAY_NS;
@@ -522,7 +248,7 @@ static int ready_rails_lost(connect_state *c, uint64_t now) {
     for (int i = 0; i < c->nstreams; i++) p[i] = (struct pollfd){.fd = cr->s[i].fd, .events = POLLRDHUP};
     if (poll(p, (nfds_t)c->nstreams, 0) == 0) continue; /* POLLHUP and POLLERR come unasked */
     RR_INFO(RR_SUB_NET, "connect: rail %d closed after the listener accepted it; going on without it", r);
-    for (int i = 0; i < c->nstreams; i++) stream_close(&cr->s[i]);
+    for (int i = 0; i < c->nstreams; i++) rr_conn_stream_close(&cr->s[i]);
     cr->status = RAIL_PENDING;
     cr->failed = 1;
     cr->why = "its sockets closed after the listener accepted them";
@@ -562,7 +288,7 @@ static rr_status connect_settle(rr_send_comm *s, uint64_t now) {
   connect_view(c, v);
   if (rr_connect_backups_short(v, c->nrails, c->want) > 0) {
     int r = plan_next_rail(c);
-    if (r >= 0 && rail_open_ep(s, &c->rails[r]) != RR_OK) rail_give_up(c, &c->rails[r], "cannot open an endpoint");
+    if (r >= 0 && rail_open_ep(s, &c->rails[r]) != RR_OK) rr_conn_rail_give_up(c, &c->rails[r], "cannot open an endpoint");
     if (r >= 0) return RR_AGAIN; /* its first attempt starts with the next call */
   }
   uint64_t settle = rr_params_get()->progress_timeout_ms * 1000000ull;
@@ -579,7 +305,7 @@ static rr_status connect_settle(rr_send_comm *s, uint64_t now) {
   rr_hs_commit commit = {0};
   for (int r = 0; r < c->nrails; r++) {
     connect_rail *cr = &c->rails[r];
-    if (dropped & (1u << r)) rail_give_up(c, cr, cr->why ? cr->why : "not up in time");
+    if (dropped & (1u << r)) rr_conn_rail_give_up(c, cr, cr->why ? cr->why : "not up in time");
     if (later & (1u << r)) {
       rr_conn_rail_defer(c, cr);
       commit.later |= 1u << r;
@@ -635,12 +361,12 @@ void rr_conn_start_over(rr_send_comm *s, uint64_t now) {
   for (int r = 0; r < c->nrails; r++) {
     connect_rail *cr = &c->rails[r];
     if (cr->status == RAIL_FAILED) continue;
-    rail_close(c, cr);
+    rr_conn_rail_close(c, cr);
     cr->status = RAIL_PENDING;
     cr->failed = 1;
     cr->lost = 0;
     cr->retry_at_ns = now + RETRY_DELAY_NS;
-    if (rail_open_ep(s, cr) != RR_OK) rail_give_up(c, cr, "cannot open an endpoint");
+    if (rail_open_ep(s, cr) != RR_OK) rr_conn_rail_give_up(c, cr, "cannot open an endpoint");
   }
   c->early = c->early_broken = 0;
   c->commit_sent = 0;
@@ -715,7 +441,7 @@ static void job_drop(rr_send_comm *s, int rail) {
 
 void rr_connect_release(rr_send_comm *s) {
   connect_state *c = &s->conn;
-  for (int r = 0; r < c->nrails && c->rails; r++) rail_close(c, &c->rails[r]);
+  for (int r = 0; r < c->nrails && c->rails; r++) rr_conn_rail_close(c, &c->rails[r]);
   for (int r = 0; r < RR_MAX_RAILS; r++) job_drop(s, r);
   free(c->rails);
   c->rails = NULL;
@@ -734,7 +460,7 @@ static rr_status rail_open_ep(rr_send_comm *s, connect_rail *cr) {
 }
 
 static void reconnect_abandon(rr_send_comm *s, int rail) {
-  rail_close(&s->conn, &s->conn.rails[s->plan_of[rail]]);
+  rr_conn_rail_close(&s->conn, &s->conn.rails[s->plan_of[rail]]);
   job_drop(s, rail);
   s->reconnecting[rail] = 0;
 }
@@ -815,7 +541,7 @@ static rr_status send_comm_reconnect(void *arg, int rail, rr_rail_ep **ep) {
   if (s->conn_job[rail]) return reconnect_finish(s, rail, ep);
   if (cr->status == RAIL_PENDING) {
     const char *why = "?";
-    if (rr_conn_rail_advance(c, cr, r, now, 0, &why) != RR_OK) rail_give_up(c, cr, why); /* the next attempt starts afresh */
+    if (rr_conn_rail_advance(c, cr, r, now, 0, &why) != RR_OK) rr_conn_rail_give_up(c, cr, why); /* the next attempt starts afresh */
   }
   if (st == RR_OK && cr->status == RAIL_READY) {
     int commit_fd = fcntl(cr->s[0].fd, F_DUPFD_CLOEXEC, 0);
@@ -851,7 +577,7 @@ static rr_status send_comm_reconnect(void *arg, int rail, rr_rail_ep **ep) {
   if (!connected && limit > 100000000ull) limit = 100000000ull;
   if (rail_answered(c, cr)) limit = connect_patience_ns();
   if (st == RR_OK && cr->status != RAIL_FAILED && now - s->attempt_start_ns[rail] > limit)
-    rail_give_up(c, cr, "timed out");
+    rr_conn_rail_give_up(c, cr, "timed out");
   if (st == RR_OK && cr->status != RAIL_FAILED) return RR_AGAIN;
   reconnect_abandon(s, rail);
   return st == RR_OK ? RR_ERR_RAIL : st;
@@ -906,7 +632,7 @@ static rr_send_comm *send_comm_new(const void *handle, int dev, const rr_peer_ad
       send_comm_free(s);
       return NULL;
     }
-    rail_give_up(c, &c->rails[r], "cannot open an endpoint");
+    rr_conn_rail_give_up(c, &c->rails[r], "cannot open an endpoint");
   }
   return s;
 }
@@ -955,7 +681,7 @@ rr_status rr_conn_install(rr_send_comm *s) {
   for (int r = 0; r < c->nrails; r++) {
     connect_rail *cr = &c->rails[r];
     if ((cr->status == RAIL_READY || cr->status == RAIL_LATER) && st == RR_OK) st = send_comm_add(s, r);
-    rail_close(c, cr); /* what is left: sockets of rails left out, or of a failed connect */
+    rr_conn_rail_close(c, cr); /* what is left: sockets of rails left out, or of a failed connect */
   }
   c->handle = NULL;
   int up = 0;

@@ -111,7 +111,7 @@ typedef struct setup_stream {
   uint8_t state;             /* SS_* */
   setup_hs *hs;              /* while the handshake runs */
   uint64_t opened_ns;        /* when its socket began connecting */
-  uint8_t ready;             /* rail_poll saw it ready (or it is new): worth a step */
+  uint8_t ready;             /* rail_poll (conn_rail.c) saw it ready (or it is new): worth a step */
   uint32_t furthest;         /* connect(): the furthest it got, over its attempts (stream_reach) */
 } setup_stream;
 

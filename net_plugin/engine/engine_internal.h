@@ -470,6 +470,13 @@ rr_status engine_send_on_msg(rr_engine *e, int rail, const engine_msg *m);
 rr_status engine_send_on_write_done(rr_engine *e, int rail, uint64_t wr_id, int placed);
 void engine_send_rail_lost(rr_engine *e, engine_rail_seen seen);
 rr_status engine_send_test(rr_send_req *r, int *done, size_t *sizes);
+/* engine_send_rails.c: the rail that carries r's next chunk (-1: none
+ * can now); how many chunks from there one write on rail ri carries; and
+ * what no carrier means (RR_OK: wait; a GPU message nobody registered
+ * fails once the connection's bound passed). */
+int engine_send_pick_rail(rr_engine *e, rr_send_req *r);
+uint32_t engine_send_group_chunks(rr_engine *e, rr_send_req *r, int ri);
+rr_status engine_send_no_carrier(rr_engine *e, const rr_send_req *r, uint64_t now);
 
 /* engine_recv.c */
 rr_status engine_recv_write_begin(rr_engine *e, int rail, rr_write_hdr *h, void **dst);
@@ -481,5 +488,11 @@ rr_status engine_recv_outbox(rr_engine *e);
 void engine_recv_check_landed(rr_engine *e);
 void engine_recv_rollback(rr_engine *e, rr_recv_cause cause);
 rr_status engine_recv_test(rr_recv_req *r, int *done, size_t *sizes);
+/* engine_recv_acks.c: a completed receive's ack queued (deferred and
+ * coalesced); every queued ack posted (RR_OK also when no rail takes them
+ * now: they stay queued); whether the queue is due to leave now. */
+void engine_recv_ack_enqueue(rr_engine *e, uint32_t seq);
+rr_status engine_recv_acks_flush(rr_engine *e);
+int engine_recv_acks_due(const rr_engine *e);
 
 #endif

@@ -14,25 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Acknowledgements are deferred and coalesced: one ACK names up to 33
- * receives, and it rides with the next control message this end sends
- * anyway (a clear-to-send, usually), so a stream of small messages costs no
- * system call per message for acks. When the sender holds NCCL's buffer
- * until the ack they leave with the next clear-to-send, within
- * ACK_COMPANY_NS, or at once when no other receive is outstanding; else
- * when ACK_DEFER_MAX wait, and at the latest ACK_DEFER_NS after the oldest
- * completed. An ack names sequence
- * numbers, so it stays true even if NCCL reposts the slot before it leaves. */
-#define ACK_DEFER_MAX 16
-/* A sender of eager messages assumes at most 16 receives ahead (EAGER_AHEAD)
- * and learns they took one message each from our acks: half that. */
-#define ACK_DEFER_EAGER 8
 /* While the sender sends eagerly, the clear-to-send of a receive that takes
  * one message waits this long for the eager message, which makes it
  * unnecessary (one frame fewer per message). A sender that needs it (a
  * large message) waits at most this long for it. */
 #define CTS_HOLD_NS 100000ull
-#define ACK_DEFER_NS 1000000ull
 /* An ack the sender waits on (a large message: NCCL's buffer is held until
  * it arrives) waits this long for company while other receives are
  * outstanding: NCCL reposts the completed receive's slot right after test()
@@ -43,8 +29,6 @@
  * (bench/RESULTS.md 8.3). The sender keeps the rest of its window in flight
  * meanwhile; with nothing else outstanding the ack leaves at once. */
 #define ACK_COMPANY_NS 50000ull
-static void ack_enqueue(rr_engine *e, uint32_t seq);
-static rr_status acks_flush(rr_engine *e);
 
 static int seen_test(const rr_recv_sub *s, uint32_t k) { return (s->seen[k / 64] >> (k % 64)) & 1; }
 static void seen_set(rr_recv_sub *s, uint32_t k) { s->seen[k / 64] |= 1ull << (k % 64); }
@@ -59,13 +43,13 @@ static int rails_drained(const rr_engine *e) {
 
 static void recv_complete(rr_engine *e, rr_recv_req *r) {
   r->complete = 1;
-  ack_enqueue(e, r->seq);
+  engine_recv_ack_enqueue(e, r->seq);
   /* The sender holds NCCL's buffer until this ack. While another receive
    * is still outstanding NCCL keeps testing this connection, so the ack
    * can wait (ACK_COMPANY_NS at most) for the clear-to-send NCCL posts
    * meanwhile and leave with it (one system call instead of two);
    * otherwise it must leave before test() returns. A bounced message's ack
-   * only frees the sender's copy: it waits for company longer (above). */
+   * only frees the sender's copy: it waits longer (engine_recv_acks.c). */
   if (r->ack_now) {
     if (!engine_outstanding(e)) {
       engine_rcv(e)->ack_flush = 1;
@@ -346,48 +330,6 @@ rr_status engine_recv_on_drain(rr_engine *e, int rail, uint32_t epoch) {
 
 /* ------------------------------------------------------------- outbox */
 
-static void ack_enqueue(rr_engine *e, uint32_t seq) {
-  /* At most one ack per slot waits: a slot's next receive is posted only
-   * with a clear-to-send, and acks are flushed before it. */
-  if (engine_rcv(e)->ack_pending == RR_NET_MAX_REQUESTS) return;
-  if (engine_rcv(e)->ack_pending == 0) engine_rcv(e)->ack_since_ns = rr_now_ns();
-  engine_rcv(e)->ack_queue[(engine_rcv(e)->ack_head + engine_rcv(e)->ack_pending) % RR_NET_MAX_REQUESTS] = seq;
-  engine_rcv(e)->ack_pending++;
-  if (engine_rcv(e)->ack_pending >= (engine_rcv(e)->peer_eager ? ACK_DEFER_EAGER : ACK_DEFER_MAX)) engine_rcv(e)->ack_flush = 1;
-}
-
-/* Post every waiting ack, as few messages as the sequence numbers allow.
- * RR_OK also when no rail takes them now (they stay queued). */
-static rr_status acks_flush(rr_engine *e) {
-  while (engine_rcv(e)->ack_pending) {
-    uint32_t base = engine_rcv(e)->ack_queue[engine_rcv(e)->ack_head], more = 0;
-    uint32_t rest[RR_NET_MAX_REQUESTS];
-    uint32_t nrest = 0;
-    for (uint32_t j = 1; j < engine_rcv(e)->ack_pending; j++) {
-      uint32_t s = engine_rcv(e)->ack_queue[(engine_rcv(e)->ack_head + j) % RR_NET_MAX_REQUESTS], d = s - base;
-      if (d >= 1 && d <= 32) more |= 1u << (d - 1);
-      else rest[nrest++] = s;
-    }
-    engine_msg a = {.type = ENGINE_CTRL_ACK, .u.ack = {.seq = base, .more = more}};
-    rr_status st = engine_post_msg(e, &a);
-    if (st != RR_OK) return st == RR_AGAIN ? RR_OK : st;
-    engine_rcv(e)->ack_head = 0;
-    engine_rcv(e)->ack_pending = nrest;
-    memcpy(engine_rcv(e)->ack_queue, rest, nrest * sizeof *rest);
-    engine_rcv(e)->ack_since_ns = rr_now_ns();
-  }
-  engine_rcv(e)->ack_flush = 0;
-  engine_rcv(e)->ack_due_ns = 0;
-  return RR_OK;
-}
-
-static int acks_due(const rr_engine *e) {
-  if (!engine_rcv(e)->ack_pending) return 0;
-  if (engine_rcv(e)->ack_flush) return 1;
-  uint64_t now = rr_now_ns();
-  return (engine_rcv(e)->ack_due_ns && now >= engine_rcv(e)->ack_due_ns) || now - engine_rcv(e)->ack_since_ns >= ACK_DEFER_NS;
-}
-
 /* With no rail up, the notice that rails are down still has to reach the
  * sender, which alone reopens rails: a rail this end gave up on may still
  * carry it (the sender may not have seen it fail at all). */
@@ -431,7 +373,7 @@ static rr_status release_held_cts(rr_engine *e) {
       continue;
     }
     if (now < r->cts_due_ns) continue;
-    rr_status st = acks_flush(e);
+    rr_status st = engine_recv_acks_flush(e);
     if (st != RR_OK) return st;
     engine_msg c = {.type = ENGINE_CTRL_CTS, .u.cts = r->cts};
     if (engine_post_msg(e, &c) != RR_OK) return RR_OK;
@@ -450,8 +392,8 @@ rr_status engine_recv_outbox(rr_engine *e) {
     if (st != RR_OK) return st;
   }
   /* Acks first: whatever else leaves now carries them along. */
-  if (engine_rcv(e)->ack_pending && (acks_due(e) || e->fail_notice_pending || engine_rcv(e)->recv_phase != RR_RECV_STREAMING)) {
-    rr_status st = acks_flush(e);
+  if (engine_rcv(e)->ack_pending && (engine_recv_acks_due(e) || e->fail_notice_pending || engine_rcv(e)->recv_phase != RR_RECV_STREAMING)) {
+    rr_status st = engine_recv_acks_flush(e);
     if (st != RR_OK) return st;
   }
   if (e->fail_notice_pending) {
@@ -684,7 +626,7 @@ static rr_status irecv_locked(rr_engine *e, int n, void **data, const size_t *si
    * (CTS_HOLD_NS): the eager message usually comes first and makes it moot. */
   int hold = engine_rcv(e)->peer_eager && n == 1 && !ended && !(c.u.cts.e[0].flags & ENGINE_CTS_NO_CPU);
   if (!hold && !ended) {
-    rr_status st = engine_rcv(e)->ack_pending ? acks_flush(e) : RR_OK;
+    rr_status st = engine_rcv(e)->ack_pending ? engine_recv_acks_flush(e) : RR_OK;
     if (st != RR_OK) return st;
     st = engine_post_msg(e, &c);
     if (st == RR_AGAIN) return engine_progress(e); /* no room now: NCCL retries */

@@ -4,7 +4,9 @@
 set(RERAIL_ENGINE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/engine.c
   ${CMAKE_CURRENT_LIST_DIR}/engine_send.c
+  ${CMAKE_CURRENT_LIST_DIR}/engine_send_rails.c
   ${CMAKE_CURRENT_LIST_DIR}/engine_recv.c
+  ${CMAKE_CURRENT_LIST_DIR}/engine_recv_acks.c
   ${CMAKE_CURRENT_LIST_DIR}/engine_rails.c
   ${CMAKE_CURRENT_LIST_DIR}/engine_inbound.c
   ${CMAKE_CURRENT_LIST_DIR}/link_life.c
