@@ -9,7 +9,13 @@
  *
  * rerailConnId_v1(comm, &id): comm is a send comm connect() returned or a
  * receive comm accept() returned, not yet closed. Returns 0 and sets *id,
- * or -1 for anything else (NULL, a listen comm, a closed comm). */
+ * or -1 for NULL or a listen comm. A closed comm is freed by its close, as
+ * NCCL's own calls assume: passing one reads freed memory (the call can
+ * only tell comms apart by the word they begin with), so a caller must ask
+ * before it closes. A send comm connect() handed out before the listener's
+ * ACCEPTs may still start over as a new connection (a fresh id) until its
+ * first isend() returns a request: the id both ends agree on is the one
+ * read after that. */
 #ifndef RERAIL_CONN_ID_H
 #define RERAIL_CONN_ID_H
 #include <stdint.h>
