@@ -171,6 +171,15 @@ rr_status rr_connect_confirm(rr_send_comm *s) {
   return st;
 }
 
+/* A start over (under confirm_lock, possibly on the monitor's thread)
+ * gives the attempt a new id: read it under the same lock. */
+uint64_t rr_connect_conn_id(const rr_send_comm *s) {
+  pthread_mutex_lock(&confirm_lock);
+  uint64_t id = s->conn.conn_id;
+  pthread_mutex_unlock(&confirm_lock);
+  return id;
+}
+
 /* The monitor tries a comm at most this often: nothing waits on it (the
  * peer's engine blames no rail before it first hears ours, and isend reads
  * the ACCEPTs itself), and a try per comm per 5 ms round was a poll(2) per

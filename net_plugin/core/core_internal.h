@@ -189,6 +189,8 @@ struct rr_send_comm {
  * RR_OK once its rails are in its engine, RR_AGAIN while it waits, or the
  * connection's failure. Never blocks; the monitor and isend both call it. */
 rr_status rr_connect_confirm(rr_send_comm *s);
+/* The connection id of a send comm, which a start over may still change (conn_confirm.c). */
+uint64_t rr_connect_conn_id(const rr_send_comm *s);
 /* ... the same from the monitor, which must not wait on a lock: 1 while
  * the comm still waits (or the lock was busy). */
 int rr_connect_confirm_background(rr_send_comm *s);

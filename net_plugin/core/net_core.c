@@ -311,7 +311,7 @@ rr_status rr_net_conn_id(const void *comm, uint64_t *id) {
   if (!comm) return RR_ERR_INVALID;
   uint32_t magic;
   memcpy(&magic, comm, sizeof magic); /* both comms begin with it */
-  if (magic == RR_MAGIC_SEND) *id = ((const rr_send_comm *)comm)->conn.conn_id;
+  if (magic == RR_MAGIC_SEND) *id = rr_connect_conn_id((const rr_send_comm *)comm);
   else if (magic == RR_MAGIC_RECV) *id = ((const rr_recv_comm *)comm)->conn_id;
   else return RR_ERR_INVALID;
   return RR_OK;
