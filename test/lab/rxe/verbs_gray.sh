@@ -190,8 +190,10 @@ case_slow_rail() {
 # ---- latency -------------------------------------------------------------------------------
 # The latency criterion over verbs (gray_latency.h; the network lab's gray_failure `latency` case
 # cannot run where the kernel lacks sch_netem, the guest's has it). Light traffic (2 connections,
-# one op in flight each, up to 1 MiB: rails go idle between requests, which is where samples
-# come from); 4 s healthy, then netem delays everything host A sends on vethA0 by LAT_DELAY_MS.
+# one op in flight each, up to 256 KiB, LAT_MAX_SIZE: rails go idle between requests, which is
+# where samples come from; at 1 MiB a delayed rxe request took up to 0.9 s more, and in one run
+# of ten the failure detector judged the rail silent at δ = 1 s before the latency judge had its
+# second of samples: failed over, failed back, never demoted; bench/RESULTS.md §16c); 4 s healthy, then netem delays everything host A sends on vethA0 by LAT_DELAY_MS.
 # Why 100 ms: a sample is bad at RERAIL_DEGRADED_LATENCY_X (10) times the reference excess *and*
 # RERAIL_DEGRADED_LATENCY_MIN_US (20 ms) over it. The reference is the healthy excess (tens of
 # microseconds of rxe round trip, plus the sender's tick: a few ms under TCG at worst), so 100 ms
@@ -201,8 +203,9 @@ case_slow_rail() {
 # (a drop costs an RC retransmission timeout, not a delay).
 #   healthy  before the delay: no demotion on either side (a false latency verdict)
 #   demoted  rerail_rail_demotions_total for vethA0 >= 1 and rerail_rail_degraded 1 within
-#            LAT_JUDGE_S (degraded_ms 1 s plus samples), and from half a second after >= 95 %
-#            of the sender's rail bytes on vethA1 for a second
+#            LAT_JUDGE_S (8 s: degraded_ms 1 s plus samples, plus the exporter's lag under TCG,
+#            up to 4.2 s), and from half a second after >= 90 % of the sender's rail bytes on
+#            vethA1 for a second
 #   healed   the delay removed (checked gone): a fail-back onto vethA0 within hold + 2 s (the
 #            slow_rail bound) and >= 95 % of the sender's bytes back on vethA0
 # Every byte checked by the harness (both exit 0).
@@ -212,7 +215,7 @@ case_slow_rail() {
 # its level"), so the latency criterion was never the one tested. At 1 % only the latency
 # criterion can demote it (verbs reports no retransmissions). LAT_DEGRADED_PCT=20: both judges.
 case_latency() {
-  local dms=${LAT_DELAY_MS:-100} judge_s=${LAT_JUDGE_S:-6} why="" late="" limit tel t_f t0 t_d="" demo0 deg0 demo deg
+  local dms=${LAT_DELAY_MS:-100} judge_s=${LAT_JUDGE_S:-8} why="" late="" limit tel t_f t0 t_d="" demo0 deg0 demo deg
   local fb0 fb1 back="" share_d="" share_b="" a0 a1 b0 b1 fbev
   limit=$((GRAY_HOLD_MS + 2000))
   TEL=$WORK/latency.tel
@@ -222,7 +225,7 @@ case_latency() {
   PAIR_ENV=(RERAIL_PROGRESS_TIMEOUT=1000 "RERAIL_FAILBACK_HOLD=$GRAY_HOLD_MS" RERAIL_TELEMETRY_INTERVAL=100
     RERAIL_TELEMETRY_KEEP=1 "RERAIL_DEGRADED_PCT=${LAT_DEGRADED_PCT:-1}")
   A_ENV=("RERAIL_TELEMETRY_DIR=$tel") B_ENV=("RERAIL_TELEMETRY_DIR=$tel.B")
-  pair_start latency --conns 2 --inflight 1 --max-size 1M --duration 24 --timeout 90 --quiet --stall-report
+  pair_start latency --conns 2 --inflight 1 --max-size "${LAT_MAX_SIZE:-256K}" --duration 28 --timeout 90 --quiet --stall-report
   A_ENV=() B_ENV=()
   if ! started; then
     pair_wait 30; verdict_timed latency "traffic never started (client $CRC, server $SRC)" "" ""; return
@@ -261,7 +264,9 @@ case_latency() {
     b1=$(lat_prom0 "$tel" rerail_rail_bytes_total 'nic="vethA1".*direction="tx"')
     share_d=$(calc "($b1 - $a1) / (($b1 - $a1) + ($b0 - $a0) + 1)")
     [ "$deg" -ge 1 ] || why+="vethA0 demoted but not shown degraded (rerail_rail_degraded $deg); "
-    is_true "$share_d >= 0.95" || why+="traffic did not move off the delayed vethA0 (vethA1's share ${share_d}); "
+    # 0.9, not 0.95: the demoted rail's probes are among its bytes, and with light traffic they
+    # weigh more (256 KiB requests: vethA1 carried 0.954 and 0.972)
+    is_true "$share_d >= 0.9" || why+="traffic did not move off the delayed vethA0 (vethA1's share ${share_d}); "
   else
     why+="the delayed vethA0 was not demoted within $judge_s s; "
   fi
