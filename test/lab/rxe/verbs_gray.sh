@@ -270,9 +270,14 @@ case_latency() {
   else
     why+="the delayed vethA0 was not demoted within $judge_s s; "
   fi
+  # no fail-back while the delay is still on (a false restore); t0 before the removal, so the
+  # fail-back's time is an upper bound (a process costs tens of ms under TCG)
+  fb1=$(lat_prom0 "$tel" rerail_failbacks_total 'nic="vethA0"')
+  [ "$fb1" -le "$fb0" ] || why+="vethA0 failed back with the delay still on; "
+  fb0=$fb1
+  t0=$EPOCHREALTIME
   tc qdisc del dev vethA0 root
   ! tc qdisc show dev vethA0 | grep -q netem || why+="the delay is still on vethA0 after tc qdisc del; "
-  t0=$EPOCHREALTIME
   if [ -n "$t_d" ]; then
     while is_true "$EPOCHREALTIME - $t0 < ($limit + 1500) / 1000"; do
       sleep 0.1
