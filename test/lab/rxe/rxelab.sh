@@ -39,7 +39,7 @@ note() { echo "rxelab: $*" >&2; }
 # Modules the guest loads, leaves first; their dependencies are added in order by
 # `modprobe --show-depends`. virtio/9p/overlay mount the root; the rest is the lab.
 GUEST_MODULES=(virtio_pci 9pnet_virtio 9p overlay crc32_generic udp_tunnel ip6_udp_tunnel
-               ib_core ib_uverbs rdma_rxe veth bridge nf_tables sch_tbf)
+               ib_core ib_uverbs rdma_rxe veth bridge nf_tables sch_tbf sch_netem)
 
 KERNEL_PACKAGE=""
 kernel_package() {

@@ -26,6 +26,9 @@
 #   slow_rail  tbf limits host A's rail 0 to 5 % of its rate mid-run: demoted, the connection
 #              moves >= 70 % of what it moves with that NIC down (a control run right after),
 #              and traffic returns once the limit goes (verbs_gray.sh).
+#   latency    netem delays host A's rail 0 by 100 ms mid-run under light traffic: no demotion
+#              before it, demoted within 6 s with the traffic on rail 1, and back once the delay
+#              goes (verbs_gray.sh).
 #
 # usage: verbs_faults.sh HARNESS PLUGIN_DIR RERAIL CASE...
 #   RERAIL_TEST_SCALE        scales the flapping time (default 1; the sanitizer pass uses 0.25)
@@ -323,7 +326,7 @@ case_forged_write() {
   verdict forged_write "$why" "refused after the NIC placed it ($(grep -ho 'broke the protocol ([^)]*)' "$DIR/server.log" | head -1)), failed over, every byte checked"
 }
 
-# slow_rail: a rail shaped to 5 % is demoted and comes back (verbs_gray.sh)
+# slow_rail, latency: a rail shaped to 5 % or delayed is demoted and comes back (verbs_gray.sh)
 # shellcheck source=test/lab/rxe/verbs_gray.sh disable=SC1091
 . "$(dirname "${BASH_SOURCE[0]}")/verbs_gray.sh"
 

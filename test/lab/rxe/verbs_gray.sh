@@ -1,7 +1,7 @@
 # shellcheck shell=bash disable=SC2034  # PAIR_ENV, A_ENV: read by pair_start in verbs_faults.sh
-# The slow-rail case of the verbs rail (sourced by verbs_faults.sh, which provides pair_start,
+# The gray-failure cases of the verbs rail (sourced by verbs_faults.sh, which provides pair_start,
 # started, pair_wait, verdict_timed, calc, is_true and WORK): the gray_failure test's `slow`
-# case over verbs in the Soft-RoCE lab.
+# and `latency` cases over verbs in the Soft-RoCE lab.
 #   slow_rail  host A (the sender) carries traffic on rail 0; mid-run, tbf on vethA0 limits it
 #              to 5 % of the rate it carried. From 3 s to 5 s after the limit the connection
 #              must move >= 70 % of what it moves with vethA0 down instead (the control run,
@@ -185,4 +185,132 @@ case_slow_rail() {
   echo "slow_rail: probes once healed: $(gray_probe_summary "$pr0" "$pr1")"
   echo "slow_rail: fault at $t_f, control fault at $T_F; completions logged: $(grep -vc '^#' "$WORK/slow_rail.completions" 2>/dev/null), control $(grep -vc '^#' "$WORK/slow_rail.control.completions" 2>/dev/null)"
   verdict_timed slow_rail "$why" "$late" "vethA0 carried $mbit Mbit/s, shaped to 5 %: $rate MB/s from 3 s to 5 s after, with vethA0 down $down_rate MB/s (ratio $ratio); $demo demotion(s); healed: fail-back after ${back:-never} ms, vethA0's share of the sender's bytes then ${share:-none}"
+}
+
+# ---- latency -------------------------------------------------------------------------------
+# The latency criterion over verbs (gray_latency.h; the network lab's gray_failure `latency` case
+# cannot run where the kernel lacks sch_netem, the guest's has it). Light traffic (2 connections,
+# one op in flight each, up to 256 KiB, LAT_MAX_SIZE: rails go idle between requests, which is
+# where samples come from; at 1 MiB a delayed rxe request took up to 0.9 s more, and in one run
+# of ten the failure detector judged the rail silent at δ = 1 s before the latency judge had its
+# second of samples: failed over, failed back, never demoted; bench/RESULTS.md §16c); 4 s healthy, then netem delays everything host A sends on vethA0 by LAT_DELAY_MS.
+# Why 100 ms: a sample is bad at RERAIL_DEGRADED_LATENCY_X (10) times the reference excess *and*
+# RERAIL_DEGRADED_LATENCY_MIN_US (20 ms) over it. The reference is the healthy excess (tens of
+# microseconds of rxe round trip, plus the sender's tick: a few ms under TCG at worst), so 100 ms
+# clears both bars with room for a reference of up to 8 ms; and it stays well under the queue
+# pair's ACK timeout (RERAIL_IB_TIMEOUT 16: 4.096 us x 2^16 = 268 ms), so the delay is a slow
+# path, not go-back-N retransmissions. limit: netem's default queue of 1000 packets would drop
+# (a drop costs an RC retransmission timeout, not a delay).
+#   healthy  before the delay: no demotion on either side (a false latency verdict)
+#   demoted  rerail_rail_demotions_total for vethA0 >= 1 and rerail_rail_degraded 1 within
+#            LAT_JUDGE_S (8 s: degraded_ms 1 s plus samples, plus the exporter's lag under TCG,
+#            up to 4.2 s), and from half a second after >= 90 % of the sender's rail bytes on
+#            vethA1 for a second
+#   healed   the delay removed (checked gone): a fail-back onto vethA0 within hold + 2 s (the
+#            slow_rail bound) and >= 95 % of the sender's bytes back on vethA0
+# Every byte checked by the harness (both exit 0).
+# The rate criterion is held back (RERAIL_DEGRADED_PCT=LAT_DEGRADED_PCT, default 1 %): with one
+# op in flight per connection a 100 ms delay also cuts the rate, to ~7 % of the level in the
+# first lab run, and at the default 20 % the rate judge demoted the rail first ("delivers 7 % of
+# its level"), so the latency criterion was never the one tested. At 1 % only the latency
+# criterion can demote it (verbs reports no retransmissions). LAT_DEGRADED_PCT=20: both judges.
+case_latency() {
+  local dms=${LAT_DELAY_MS:-100} judge_s=${LAT_JUDGE_S:-8} why="" late="" limit tel t_f t0 t_d="" demo0 deg0 demo deg
+  local fb0 fb1 back="" share_d="" share_b="" a0 a1 b0 b1 fbev
+  limit=$((GRAY_HOLD_MS + 2000))
+  TEL=$WORK/latency.tel
+  rm -rf "$TEL" "$TEL.B"
+  mkdir -p "$TEL" "$TEL.B"
+  tel=$TEL
+  PAIR_ENV=(RERAIL_PROGRESS_TIMEOUT=1000 "RERAIL_FAILBACK_HOLD=$GRAY_HOLD_MS" RERAIL_TELEMETRY_INTERVAL=100
+    RERAIL_TELEMETRY_KEEP=1 "RERAIL_DEGRADED_PCT=${LAT_DEGRADED_PCT:-1}")
+  A_ENV=("RERAIL_TELEMETRY_DIR=$tel") B_ENV=("RERAIL_TELEMETRY_DIR=$tel.B")
+  pair_start latency --conns 2 --inflight 1 --max-size "${LAT_MAX_SIZE:-256K}" --duration 28 --timeout 90 --quiet --stall-report
+  A_ENV=() B_ENV=()
+  if ! started; then
+    pair_wait 30; verdict_timed latency "traffic never started (client $CRC, server $SRC)" "" ""; return
+  fi
+  sleep 4
+  # healthy: zero demotions at both ends, of either rail
+  demo0=$(( $(lat_prom0 "$tel" rerail_rail_demotions_total) + $(lat_prom0 "$tel.B" rerail_rail_demotions_total) ))
+  deg0=$(( $(lat_prom0 "$tel" rerail_rail_degraded) + $(lat_prom0 "$tel.B" rerail_rail_degraded) ))
+  [ "$(gray_prom "$tel" rerail_rail_degraded)" != "?" ] || why+="no telemetry from the sender; "
+  [ "$demo0" -eq 0 ] && [ "$deg0" -eq 0 ] ||
+    why+="healthy stretch: $demo0 demotion(s), $deg0 rail(s) degraded before any delay; "
+  tc qdisc add dev vethA0 root netem delay "${dms}ms" limit 100000 || why+="tc could not add netem on vethA0; "
+  t_f=$EPOCHREALTIME
+  tc qdisc show dev vethA0 | grep -q netem || why+="no netem qdisc on vethA0; "
+  fb0=$(lat_prom0 "$tel" rerail_failbacks_total 'nic="vethA0"')
+  while is_true "$EPOCHREALTIME - $t_f < $judge_s"; do
+    sleep 0.1
+    demo=$(lat_prom0 "$tel" rerail_rail_demotions_total 'nic="vethA0"')
+    if [ "$demo" -ge 1 ]; then t_d=$(calc "($EPOCHREALTIME - $t_f) * 1000"); break; fi
+  done
+  if [ -n "$t_d" ]; then
+    # shown degraded: read until it is, for 1.5 s at most. While delayed, the demoted rail's
+    # probe times out about once a second and its queue pair is reopened (engine_gray_needs_reopen):
+    # the rail is down for ~0.2 s of each cycle, and the gauge reads 0 then (the third lab run
+    # read it once, in such a gap)
+    t0=$EPOCHREALTIME
+    deg=0
+    while [ "$deg" -lt 1 ] && is_true "$EPOCHREALTIME - $t0 < 1.5"; do
+      deg=$(lat_prom0 "$tel" rerail_rail_degraded 'nic="vethA0"')
+      [ "$deg" -ge 1 ] || sleep 0.1
+    done
+    a0=$(lat_prom0 "$tel" rerail_rail_bytes_total 'nic="vethA0".*direction="tx"')
+    a1=$(lat_prom0 "$tel" rerail_rail_bytes_total 'nic="vethA1".*direction="tx"')
+    sleep 1
+    b0=$(lat_prom0 "$tel" rerail_rail_bytes_total 'nic="vethA0".*direction="tx"')
+    b1=$(lat_prom0 "$tel" rerail_rail_bytes_total 'nic="vethA1".*direction="tx"')
+    share_d=$(calc "($b1 - $a1) / (($b1 - $a1) + ($b0 - $a0) + 1)")
+    [ "$deg" -ge 1 ] || why+="vethA0 demoted but not shown degraded (rerail_rail_degraded $deg); "
+    # 0.9, not 0.95: the demoted rail's probes are among its bytes, and with light traffic they
+    # weigh more (256 KiB requests: vethA1 carried 0.954 and 0.972)
+    is_true "$share_d >= 0.9" || why+="traffic did not move off the delayed vethA0 (vethA1's share ${share_d}); "
+  else
+    why+="the delayed vethA0 was not demoted within $judge_s s; "
+  fi
+  # no fail-back while the delay is still on (a false restore); t0 before the removal, so the
+  # fail-back's time is an upper bound (a process costs tens of ms under TCG)
+  fb1=$(lat_prom0 "$tel" rerail_failbacks_total 'nic="vethA0"')
+  [ "$fb1" -le "$fb0" ] || why+="vethA0 failed back with the delay still on; "
+  fb0=$fb1
+  t0=$EPOCHREALTIME
+  tc qdisc del dev vethA0 root
+  ! tc qdisc show dev vethA0 | grep -q netem || why+="the delay is still on vethA0 after tc qdisc del; "
+  if [ -n "$t_d" ]; then
+    while is_true "$EPOCHREALTIME - $t0 < ($limit + 1500) / 1000"; do
+      sleep 0.1
+      fb1=$(lat_prom0 "$tel" rerail_failbacks_total 'nic="vethA0"')
+      if [ "$fb1" -gt "$fb0" ]; then back=$(calc "($EPOCHREALTIME - $t0) * 1000"); break; fi
+    done
+    if [ -n "$back" ]; then
+      fbev=$(gray_failback_ms "$tel" "$t0")
+      [ -z "$fbev" ] || back=$fbev
+      sleep 0.5
+      a0=$(lat_prom0 "$tel" rerail_rail_bytes_total 'nic="vethA0".*direction="tx"')
+      a1=$(lat_prom0 "$tel" rerail_rail_bytes_total 'nic="vethA1".*direction="tx"')
+      sleep 1
+      b0=$(lat_prom0 "$tel" rerail_rail_bytes_total 'nic="vethA0".*direction="tx"')
+      b1=$(lat_prom0 "$tel" rerail_rail_bytes_total 'nic="vethA1".*direction="tx"')
+      share_b=$(calc "($b0 - $a0) / (($b0 - $a0) + ($b1 - $a1) + 1)")
+      is_true "$share_b >= 0.95" || why+="the sender's bytes did not return to vethA0 (share $share_b); "
+      is_true "$back <= $limit" || late+="traffic back after $back ms (limit $limit); "
+    else
+      why+="no fail-back onto vethA0 once the delay went; "
+    fi
+  fi
+  pair_wait 90
+  [ "$CRC" -eq 0 ] && [ "$SRC" -eq 0 ] || why+="client exit $CRC, server exit $SRC; "
+  echo "latency: sender's rail events from the delay: $(gray_events "$tel" "$t_f" why)"
+  echo "latency: receiver's rail events from the delay: $(gray_events "$tel.B" "$t_f" why)"
+  grep -h -A1 "stall report" "$DIR"/*.log 2>/dev/null | sed 's/^/latency: /'
+  verdict_timed latency "$why" "$late" "RERAIL_DEGRADED_PCT ${LAT_DEGRADED_PCT:-1}; healthy 4 s: $demo0 demotion(s); vethA0 delayed $dms ms: demoted after ${t_d:-never} ms, degraded ${deg:-?}, vethA1 then carried ${share_d:-none} of the sender's rail bytes; delay removed: fail-back after ${back:-never} ms, vethA0's share then ${share_b:-none}"
+}
+# lat_prom0 DIR METRIC [LABEL-ERE]: as gray_prom, 0 when there is no sample (a whole number)
+lat_prom0() {
+  local v
+  v=$(gray_prom "$@")
+  [ "$v" = "?" ] && v=0
+  printf '%.0f' "$v"
 }
