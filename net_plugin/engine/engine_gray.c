@@ -48,20 +48,21 @@
  * or duplicated; a rail whose invalidation would reset its endpoint, verbs, is
  * drained instead of invalidated, so it stays connected).
  *
- * A demoted rail carries no NCCL data. It is probed with filler writes that
- * never reach the peer's engine as data (RR_WRITE_PROBE, rails with
- * RR_RAIL_CAP_PROBE_WRITE: TCP's receiver discards them, verbs writes them
- * into the peer rail's scratch memory): one probe per link at a time
- * (probe_size(): 1 MiB after a demotion, growing to RR_GRAY_PROBE_BYTES as
- * probes pass), posted when the rail has handed everything on and timed
- * until it has again (rr_rail_ops.flushed: the peer's kernel or NIC
- * acknowledged it). Healthy probes (restore_pct of what the link sustains,
- * restore_reference()) covering the fail-back hold (with the same flap
- * damping), at least two, more than the bad ones among them and the latest
- * verdict (gray_restore.h), bring traffic back. docs/failover.md,
- * "Degraded rails". */
+ * A demoted rail carries no NCCL data. It is probed (engine_gray_probe.c)
+ * with filler writes that never reach the peer's engine as data
+ * (RR_WRITE_PROBE, rails with RR_RAIL_CAP_PROBE_WRITE: TCP's receiver
+ * discards them, verbs writes them into the peer rail's scratch memory): one
+ * probe per link at a time (probe_size(): 1 MiB after a demotion, growing to
+ * RR_GRAY_PROBE_BYTES as probes pass), posted when the rail has handed
+ * everything on and timed until it has again (rr_rail_ops.flushed: the
+ * peer's kernel or NIC acknowledged it). Healthy probes (restore_pct of what
+ * the link sustains, restore_reference()) covering the fail-back hold (with
+ * the same flap damping), at least two, more than the bad ones among them
+ * and the latest verdict (gray_restore.h), bring traffic back.
+ * docs/failover.md, "Degraded rails". */
 #include "engine_internal.h"
 #include "gray_latency.h"
+#include "gray_link.h"
 #include "gray_level.h"
 #include "gray_restore.h"
 #include "rr_clock.h"
@@ -73,27 +74,18 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MS 1000000ull
+#define MS RR_GRAY_MS
 #define RR_GRAY_WINDOW_NS (100 * MS)
-#define RR_GRAY_LINKS 256
 #define RR_GRAY_TICK_GAP_NS (5 * MS)       /* a longer gap between ticks proves no load by itself */
 #define RR_GRAY_DECAY 0.995
 #define RR_GRAY_SUSTAINED_KEEP 0.9         /* per window: the sustained rate remembers about a second */
 #define RR_GRAY_JUDGE_KEEP 0.98            /* per window: a slow run's reference, a few seconds (gray_level.h) */
 #define RR_GRAY_LOADED_PCT 30                /* a window this loaded can judge the rail */
-#define RR_GRAY_PROBE_BYTES (8u << 20)     /* large enough that a tick's granularity and a busy
-                                             * core's stalls do not dominate its timing */
-#define RR_GRAY_PROBE_WRITE (1u << 20)
-#define RR_GRAY_PROBE_SHRINK_MAX 3         /* a failing link's probes shrink down to 8 MiB >> 3 = 1 MiB */
-#define RR_GRAY_PROBE_MIN_NS (20 * MS)     /* ... but never below this long at the link's reference */
-#define RR_GRAY_PROBE_GAP_NS (200 * MS)
-#define RR_GRAY_PROBE_TIMEOUT_NS (1000 * MS)
 #define RR_GRAY_SETTLE_NS (1000 * MS)      /* after a rail state change towards the peer */
 #define RR_GRAY_STALE_NS (3 * RR_GRAY_WINDOW_NS) /* a window nobody measured all along */
 #define RR_GRAY_PATH_EVERY_NS (50 * MS)    /* how often a rail's transport totals are read */
 #define RR_GRAY_LOSS_MIN_BYTES (256u << 10)/* a window that sent less says nothing of loss */
 #define RR_GRAY_LOSS_NORM_X 4              /* lossy: this many times the link's usual share */
-#define RR_GRAY_SIBLING_NS (1000 * MS)     /* a sibling's loss this recent is compared with */
 #define RR_GRAY_TRICKLE_NS (500 * MS)      /* a slow run's empty windows this soon after a delivery */
 /* A run of lossy windows is sure after a third of degraded_ns: a share of
  * retransmitted bytes over 256 KiB sent is a far steadier signal than a
@@ -101,57 +93,13 @@
  * the failure detector fail the rail over (δ, 1 s by default) if the
  * demotion does not come first. */
 #define RR_GRAY_LOSS_RUN_DIV 3
-_Static_assert(RR_GRAY_PROBE_WRITE <= ENGINE_PROBE_MAX_WRITE, "a probe write the receiver accepts");
-
-typedef struct gray_link {
-  int dev;
-  char peer[48];
-  char host[64];            /* the peer host (rr_engine_config.peer): links to it move together */
-  uint64_t settle_until;    /* windows starting before this are not judged (0: settled) */
-  uint64_t win_start, bytes, loaded_ns, last_loaded_ns;
-  double level;             /* healthy level, bytes/s (0: not known yet) */
-  double loaded_rate;       /* the last loaded window's rate, bytes/s */
-  uint64_t loaded_rate_ns;  /* when it closed (0: none) */
-  /* What it delivers over about a second of loaded windows, empty ones of a
-   * bursty delivery included: bytes and time, each decayed per window, so the
-   * rate is their quotient (sustained_rate()), not a mean of window rates. */
-  double sus_bytes, sus_ns;
-  gray_sustained judge;      /* the same over a few seconds: what a slow run is held against */
-  uint64_t below_since;     /* the first window of a run under the threshold (0: none) */
-  uint64_t delivered_ns;    /* the last window that delivered anything closed */
-  double below_frac;        /* the last such window's rate over the level; at the verdict, the
-                             * run's over what the link sustains (run_slow()) */
-  uint32_t run_windows, run_below; /* windows in the run, and how many were below */
-  uint64_t run_bytes, run_ns; /* what the run delivered, over how long (gray_level.h) */
-  int run_spared;           /* run_slow() spared this run once already (said once per run) */
-  int degraded;             /* the verdict: connections demote their rails on it */
-  int restored;             /* a connection's probes restored it: the others follow once alive */
-  int lossy;                /* ... and it was for loss, not for its rate */
-  int slowlat;              /* ... or for its latency (gray_latency.h) */
-  gray_lat lat;
-  /* Loss: this window's transport totals, the run of lossy windows, the
-   * link's usual share retransmitted, and its last judged window's share. */
-  uint64_t sent, retrans;
-  uint64_t loss_since;
-  uint32_t loss_windows, loss_bad;
-  double loss_frac, loss_norm, last_loss;
-  uint64_t last_loss_ns;
-  const rr_engine *probe_owner; /* the connection whose probe is in flight (compared only) */
-  uint64_t probe_since;
-  gray_ok_run ok;           /* the run of probes from a healthy one, judged by its majority (gray_restore.h) */
-  uint64_t probe_done_ns;   /* the last probe on this link ended */
-  uint32_t probe_shrink;    /* its probes are RR_GRAY_PROBE_BYTES >> this (probe_size()) */
-} gray_link;
 
 /* guards: gray_links[], gray_nlinks (every connection's verdicts on a NIC and peer
  * address); taken under an engine's lock, never the other way round; health events are
  * reported under it (sinks_lock after it). */
 static pthread_mutex_t gray_lock = PTHREAD_MUTEX_INITIALIZER;
-static gray_link gray_links[RR_GRAY_LINKS];
-static int gray_nlinks;
-
-/* Filler for probes: never read by anybody. */
-static const char probe_fill[RR_GRAY_PROBE_WRITE];
+gray_link gray_links[RR_GRAY_LINKS];
+int gray_nlinks;
 
 /* Set while this thread holds gray_lock: a demotion or restore made under
  * it comes back through engine_gray_on_state. */
@@ -178,7 +126,7 @@ static gray_link *link_get(int dev, const char *peer, const char *host, uint64_t
 }
 
 /* Forget the runs under way and start a new window. */
-static void run_reset(gray_link *l, uint64_t now) {
+void gray_run_reset(gray_link *l, uint64_t now) {
   l->below_since = 0;
   l->run_windows = l->run_below = 0;
   l->loss_since = 0;
@@ -234,7 +182,7 @@ static void sustained_add(gray_link *l, uint64_t bytes, uint64_t dur) {
   gray_sustained_add(&l->judge, RR_GRAY_JUDGE_KEEP, bytes, dur);
 }
 
-static double sustained_rate(const gray_link *l) {
+double gray_link_sustained_rate(const gray_link *l) {
   return l->sus_ns > 0 ? l->sus_bytes * 1e9 / l->sus_ns : 0;
 }
 
@@ -272,7 +220,7 @@ static void window_close(gray_link *l, const rr_engine_config *cfg, uint64_t now
   /* Traffic still moving between links after a rail state change, or a
    * window no connection measured all along: it says nothing. */
   if (l->win_start < l->settle_until || dur > RR_GRAY_STALE_NS) {
-    run_reset(l, now);
+    gray_run_reset(l, now);
     return;
   }
   /* Loss is judged on what the transport sent, silence or not: a lossy
@@ -338,7 +286,7 @@ static void window_close(gray_link *l, const rr_engine_config *cfg, uint64_t now
 }
 
 /* The transport's totals now (RR_RAIL_CAP_PATH_STATS), 0 when it cannot say. */
-static int path_read(engine_rail *rl, rr_rail_path_stats *out) {
+int gray_path_read(engine_rail *rl, rr_rail_path_stats *out) {
   if (!(rl->ep->dev->attr.caps & RR_RAIL_CAP_PATH_STATS) || !rl->ep->ops->path_stats) return 0;
   return rl->ep->ops->path_stats(rl->ep, out) == RR_OK;
 }
@@ -348,7 +296,7 @@ static int path_read(engine_rail *rl, rr_rail_path_stats *out) {
 static void measure_path(engine_rail *rl, gray_link *l, uint64_t now) {
   if (rl->g_path_ns && now - rl->g_path_ns < RR_GRAY_PATH_EVERY_NS) return;
   rr_rail_path_stats p;
-  if (!path_read(rl, &p)) {
+  if (!gray_path_read(rl, &p)) {
     rl->g_path_ns = 0;
     return;
   }
@@ -360,13 +308,13 @@ static void measure_path(engine_rail *rl, gray_link *l, uint64_t now) {
   rl->g_path_ns = now;
 }
 
-static gray_lat_cfg lat_cfg(const rr_engine *e) {
+gray_lat_cfg gray_lat_cfg_of(const rr_engine *e) {
   return (gray_lat_cfg){.x = e->cfg.latency_x, .min_ns = e->cfg.latency_min_ns, .degraded_ns = e->cfg.degraded_ns};
 }
 
 /* The latency a healthy path to l's peer host gives: the best of l's own
  * level and its siblings' (0: none known). */
-static double lat_reference(const gray_link *l) {
+double gray_lat_reference(const gray_link *l) {
   double ref = l->lat.level_ns;
   for (int i = 0; i < gray_nlinks; i++) {
     const gray_link *o = &gray_links[i];
@@ -382,8 +330,8 @@ static void lat_sample(const rr_engine *e, gray_link *l, uint64_t bytes, uint64_
   /* Without the link's rate the whole transfer would count as latency: a
    * rail that never carried a loaded window is not judged for it. */
   if (!e->cfg.latency_x || now < l->settle_until || l->level <= 0) return;
-  gray_lat_cfg c = lat_cfg(e);
-  if (gray_lat_sample(&l->lat, &c, gray_lat_excess(dur_ns, bytes, l->level), lat_reference(l), now))
+  gray_lat_cfg c = gray_lat_cfg_of(e);
+  if (gray_lat_sample(&l->lat, &c, gray_lat_excess(dur_ns, bytes, l->level), gray_lat_reference(l), now))
     l->degraded = 1, l->slowlat = 1;
 }
 
@@ -397,7 +345,7 @@ static void lat_sample(const rr_engine *e, gray_link *l, uint64_t bytes, uint64_
  * while a sample waits for its end. */
 static int lat_acked(engine_rail *rl, int flushed) {
   rr_rail_path_stats p;
-  return flushed && (!path_read(rl, &p) || p.unacked == 0);
+  return flushed && (!gray_path_read(rl, &p) || p.unacked == 0);
 }
 
 /* Latency samples (gray_latency.h): a post onto a rail with nothing in
@@ -528,179 +476,6 @@ int engine_gray_needs_reopen(const rr_engine *e, int r) {
   return rl->state == RR_RAIL_DEGRADED && rl->g_demoted && rl->invalidated && !engine_rail_invalidate_cheap(e, r);
 }
 
-/* What a probe of l must deliver to count as healthy: its share of what
- * the link sustains, or of what a sibling link to the same peer host
- * sustains now if that is less (a rail that delivers half of what its
- * healthy siblings deliver now is not the slow one), but never under half
- * of the link's own (gray_restore_ref(): under load the sibling's rate fell
- * to what a rail shaped to 5 % delivered, and restored it).
- *
- * Sustained, not the level: the level is the best 100 ms window seen, and
- * where completions come in bursts (an emulated NIC completes a 4 MiB
- * chain at a time) a window that caught two bursts reads twice what the
- * rail carries: the Soft-RoCE lab's level was 78 MB/s where its veth sent
- * 45 MB/s, and no probe, which is timed over its whole 8 MiB, reached a
- * share of it. A probe is measured over hundreds of milliseconds, so it is
- * held against a rate measured over about a second, empty windows between
- * bursts included. The level stands in where nothing was sustained yet. */
-static double link_reference(const gray_link *l) {
-  double s = sustained_rate(l);
-  return s > 0 && s < l->level ? s : l->level;
-}
-
-static double restore_reference(const gray_link *l, uint64_t now) {
-  double own = link_reference(l), sib = 0;
-  for (int i = 0; i < gray_nlinks; i++) {
-    const gray_link *o = &gray_links[i];
-    if (o == l || strcmp(o->host, l->host) || !o->loaded_rate_ns || now - o->loaded_rate_ns > RR_GRAY_SIBLING_NS)
-      continue;
-    double r = link_reference(o);
-    if (r > 0 && (sib <= 0 || r < sib)) sib = r;
-  }
-  return gray_restore_ref(own, sib);
-}
-
-/* How large l's next probe is. A demoted link is probed with one write
- * (8 MiB >> 3 = 1 MiB); each healthy probe doubles the next, up to 8 MiB,
- * and each failed one (slow, lossy, late) halves it. On a slow rail most
- * of a large probe waits in a full queue, and a transport that retransmits
- * sends it again and again (RC go-back-N resends everything after the
- * first lost packet at each ACK timeout): work, and wire, that the slow
- * rail's probe takes from the rails carrying the traffic (on an emulated
- * NIC, their CPU). One write still tells a rail at 5 % (hundreds of
- * milliseconds or more) from a healthy one (tens of milliseconds), and the
- * larger probes that follow a healthy one measure it more finely. Never
- * shorter than RR_GRAY_PROBE_MIN_NS at the link's reference, though: on a
- * fast link 1 MiB takes about a tick (0.5 ms at 2 GB/s), and a healthy
- * probe timed to the next tick would read half its rate; there the probe
- * stays as large as it was. */
-static uint64_t probe_size(const gray_link *l) {
-  uint64_t shrunk = (uint64_t)RR_GRAY_PROBE_BYTES >> l->probe_shrink;
-  double floor = link_reference(l) * (double)RR_GRAY_PROBE_MIN_NS / 1e9;
-  if (floor > (double)RR_GRAY_PROBE_BYTES) return RR_GRAY_PROBE_BYTES;
-  return (double)shrunk < floor ? (uint64_t)floor : shrunk;
-}
-
-/* How long a probe of l may take: a second, or three times what it takes
- * at the link's level if that is longer (a slow NIC's 8 MiB). */
-static uint64_t probe_timeout_ns(const gray_link *l) {
-  double ref = link_reference(l);
-  double at_level = ref > 0 ? 3.0 * (double)probe_size(l) * 1e9 / ref : 0;
-  return at_level > (double)RR_GRAY_PROBE_TIMEOUT_NS ? (uint64_t)at_level : RR_GRAY_PROBE_TIMEOUT_NS;
-}
-
-/* Post one probe (as much of it as the rail takes now). */
-static void probe_post(rr_engine *e, engine_rail *rl, uint64_t bytes, uint64_t now) {
-  uint64_t sent = 0;
-  while (sent < bytes) {
-    rr_write_wr wr = {.wr_id = ENGINE_PROBE_WR_ID, .local = probe_fill, .len = RR_GRAY_PROBE_WRITE,
-                      .epoch_tag = (uint16_t)e->epoch, .post_ns = now, .flags = RR_WRITE_PROBE};
-    if (rl->ep->ops->post_write(rl->ep, &wr) != RR_OK) break;
-    sent += RR_GRAY_PROBE_WRITE;
-  }
-  rl->probe_bytes = sent;
-  rl->probe_start_ns = sent ? now : 0;
-  rl->probe_path_ok = sent && path_read(rl, &rl->probe_path);
-}
-
-/* The share of what the probe in flight sent that was retransmitted; -1
- * when the transport cannot say. */
-static double probe_loss(engine_rail *rl) {
-  rr_rail_path_stats p;
-  if (!rl->probe_path_ok || !path_read(rl, &p) || p.sent_bytes <= rl->probe_path.sent_bytes ||
-      p.retrans_bytes < rl->probe_path.retrans_bytes)
-    return -1;
-  return (double)(p.retrans_bytes - rl->probe_path.retrans_bytes) /
-         (double)(p.sent_bytes - rl->probe_path.sent_bytes);
-}
-
-/* A judged probe into the process's counters (rr_counters.h). */
-static void probe_count(int done, int ok, int bad, uint64_t bytes, uint64_t dur_ns, double ref) {
-  rr_counter_inc(!done ? RR_CTR_PROBES_TIMED_OUT : bad ? RR_CTR_PROBES_SLOW : ok ? RR_CTR_PROBES_HEALTHY
-                                                                            : RR_CTR_PROBES_BETWEEN);
-  if (!done) return;
-  rr_counter_add(RR_CTR_PROBE_BYTES, bytes);
-  if (dur_ns) rr_counter_add(RR_CTR_PROBE_RATE_KBPS, (uint64_t)((double)bytes * 1e6 / (double)dur_ns));
-  rr_counter_add(RR_CTR_PROBE_REFERENCE_KBPS, (uint64_t)(ref / 1e3));
-}
-
-/* A demoted rail: probe it, and restore it once the probes show it healthy
- * for the hold time. */
-static void probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
-  engine_rail *rl = &e->rails[r];
-  if (rl->probe_start_ns) {
-    int done = rl->ep->ops->flushed(rl->ep);
-    if (!done && now - rl->probe_start_ns < probe_timeout_ns(l)) return;
-    double rate = done ? (double)rl->probe_bytes * 1e9 / (double)(now - rl->probe_start_ns) : 0;
-    /* Good at restore_pct of the level; bad under degraded_pct; between,
-     * a probe neither starts nor counts against the healthy run (a probe of
-     * a few milliseconds is noisier than a 100 ms window). */
-    double ref = restore_reference(l, now);
-    int ok = done && rate * 100.0 >= (double)e->cfg.restore_pct * ref;
-    int bad = !done || rate * 100.0 < (double)e->cfg.degraded_pct * ref;
-    /* A probe that had to be retransmitted is a lossy path, whatever it
-     * delivered in the end. */
-    double loss = done ? probe_loss(rl) : -1;
-    if (loss * 100.0 >= (double)e->cfg.retrans_pct) bad = 1, ok = 0;
-    /* A link demoted for its latency: a probe is a request from an idle
-     * rail too, and must not take many times the healthiest path's. */
-    gray_lat_cfg c = lat_cfg(e);
-    if (done && l->slowlat &&
-        gray_lat_bad(&c, gray_lat_excess(now - rl->probe_start_ns, rl->probe_bytes, l->level), lat_reference(l)))
-      bad = 1, ok = 0;
-    /* Once a connection restored the link, the others' probes compete
-     * with its traffic on the same NIC: they no longer judge the link. */
-    /* A healthy probe saw the rail healthy from its start: the run (and
-     * the hold) begins there and reaches to the last healthy probe's end. */
-    if (!bad || !l->restored) gray_ok_judge(&l->ok, ok, bad, rl->probe_start_ns, now);
-    probe_count(done, ok, bad, rl->probe_bytes, now - rl->probe_start_ns, ref);
-    if (bad && l->probe_shrink < RR_GRAY_PROBE_SHRINK_MAX) l->probe_shrink++;
-    else if (ok && l->probe_shrink) l->probe_shrink--;
-    l->probe_done_ns = now;
-    rl->probe_start_ns = 0;
-    rl->probe_done_ns = now;
-    if (l->probe_owner == e) l->probe_owner = NULL;
-    /* A probe that did not complete leaves its writes on the rail. Where a
-     * invalidate resets the endpoint (verbs), the rail is reopened instead of
-     * waiting for them: the next probe measures a fresh queue pair, not
-     * one that spent the slow spell retransmitting into a full queue (in
-     * the Soft-RoCE lab, such a queue pair's probes kept timing out for
-     * seconds after the rate limit went; docs/failover.md). */
-    if (!done && !engine_rail_invalidate_cheap(e, r)) {
-      rl->ep->ops->invalidate(rl->ep);
-      rl->invalidated = 1;
-    }
-  } else if (now - rl->probe_done_ns >= RR_GRAY_PROBE_GAP_NS && now - l->probe_done_ns >= RR_GRAY_PROBE_GAP_NS &&
-             (!l->probe_owner || now - l->probe_since > 2 * probe_timeout_ns(l)) &&
-             rl->ep->ops->flushed(rl->ep)) {
-    probe_post(e, rl, probe_size(l), now);
-    if (rl->probe_start_ns) l->probe_owner = e, l->probe_since = now;
-  }
-  /* Traffic returns when the link's probes were healthy for this rail's
-   * hold (with its flap damping) and nothing of this rail is still in
-   * flight (a late probe's writes drain first). The link's verdict is
-   * shared: its first connection to restore proves the rate, the others
-   * follow it, as they follow a demotion. Without the second condition a
-   * connection whose own queue pair still held a late probe's writes was
-   * restored on another connection's probes and failed as silent at once
-   * (the Soft-RoCE lab: "silent for 1232 ms" 6 ms after the restore): its
-   * last sign of life was that old. Silence on a restored rail is judged
-   * from the restore on (watch_since_ns), as on a connection that starts
-   * work: a rail that has carried nothing for a while is not silent. */
-  if (gray_ok_covers(&l->ok, engine_rail_hold_ns(e, rl)) && !rl->probe_start_ns &&
-      rl->ep->ops->flushed(rl->ep)) {
-    rl->watch_since_ns = now;
-    l->degraded = l->lossy = l->slowlat = 0;
-    l->restored = 1;
-    gray_lat_reset(&l->lat);
-    rl->g_demoted = 0;
-    run_reset(l, now);
-    engine_rail_set_state(e, r, RR_RAIL_ACTIVE, "delivers its healthy level again");
-    engine_snd(e)->down_notice_pending = 1; /* the receiver restores it on our word */
-    engine_snd(e)->restore_notice = 1;
-  }
-}
-
 void engine_gray_tick(rr_engine *e, int r, uint64_t now) {
   engine_rail *rl = &e->rails[r];
   /* Balance mode already gives a slow rail the share it drains (a backed-up
@@ -722,7 +497,7 @@ void engine_gray_tick(rr_engine *e, int r, uint64_t now) {
     else measure(e, rl, l, now);
     if (l->degraded && !engine_send_holding(e) && other_rail_usable(e, r)) demote(e, r, l, now);
   } else if (rl->state == RR_RAIL_DEGRADED && !engine_gray_needs_reopen(e, r)) {
-    probe_and_restore(e, r, l, now);
+    gray_probe_and_restore(e, r, l, now);
   }
   gray_held = 0;
   pthread_mutex_unlock(&gray_lock);
@@ -754,7 +529,7 @@ void engine_gray_on_state(rr_engine *e, int r, rr_rail_state old, rr_rail_state 
              (old == RR_RAIL_DEGRADED && st == RR_RAIL_DEAD && rl->g_demoted);
   gray_link *l = gray ? NULL : link_find(rl->ep->dev->index, rl->peer_addr);
   if (l) {
-    run_reset(l, now);
+    gray_run_reset(l, now);
     l->degraded = l->lossy = l->slowlat = l->restored = 0;
     gray_lat_reset(&l->lat);
     gray_ok_reset(&l->ok);

@@ -11,6 +11,7 @@ set(RERAIL_ENGINE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/engine_inbound.c
   ${CMAKE_CURRENT_LIST_DIR}/link_life.c
   ${CMAKE_CURRENT_LIST_DIR}/engine_gray.c
+  ${CMAKE_CURRENT_LIST_DIR}/engine_gray_probe.c
   ${CMAKE_CURRENT_LIST_DIR}/engine_gray_notice.c
   ${CMAKE_CURRENT_LIST_DIR}/gray_latency.c
   ${CMAKE_CURRENT_LIST_DIR}/engine_wire.c

@@ -1,4 +1,4 @@
-/* When a demoted rail is restored (engine_gray.c, probe_and_restore): pure
+/* When a demoted rail is restored (engine_gray_probe.c, gray_probe_and_restore): pure
  * arithmetic over judged probes, so a unit test drives it with made-up
  * timings (test/unit/test_gray_restore.c).
  *

@@ -1,0 +1,195 @@
+/* A demoted link's probes and its restore (engine_gray.c demotes; this
+ * brings traffic back): filler writes on the demoted rail, one per link at a
+ * time, timed until the rail has handed them on, judged against what the
+ * link sustains, and a restore once healthy probes cover the hold
+ * (gray_restore.h). Called under gray_lock from engine_gray_tick. */
+#include "engine_internal.h"
+#include "gray_link.h"
+#include "gray_restore.h"
+#include "rr_counters.h"
+
+#include <string.h>
+
+#define RR_GRAY_PROBE_BYTES (8u << 20)     /* large enough that a tick's granularity and a busy
+                                             * core's stalls do not dominate its timing */
+#define RR_GRAY_PROBE_WRITE (1u << 20)
+#define RR_GRAY_PROBE_MIN_NS (20 * RR_GRAY_MS) /* a shrunk probe never lasts less at the link's reference */
+#define RR_GRAY_PROBE_GAP_NS (200 * RR_GRAY_MS)
+#define RR_GRAY_PROBE_TIMEOUT_NS (1000 * RR_GRAY_MS)
+_Static_assert(RR_GRAY_PROBE_WRITE <= ENGINE_PROBE_MAX_WRITE, "a probe write the receiver accepts");
+
+/* Filler for probes: never read by anybody. */
+static const char probe_fill[RR_GRAY_PROBE_WRITE];
+
+/* What a probe of l must deliver to count as healthy: its share of what
+ * the link sustains, or of what a sibling link to the same peer host
+ * sustains now if that is less (a rail that delivers half of what its
+ * healthy siblings deliver now is not the slow one), but never under half
+ * of the link's own (gray_restore_ref(): under load the sibling's rate fell
+ * to what a rail shaped to 5 % delivered, and restored it).
+ *
+ * Sustained, not the level: the level is the best 100 ms window seen, and
+ * where completions come in bursts (an emulated NIC completes a 4 MiB
+ * chain at a time) a window that caught two bursts reads twice what the
+ * rail carries: the Soft-RoCE lab's level was 78 MB/s where its veth sent
+ * 45 MB/s, and no probe, which is timed over its whole 8 MiB, reached a
+ * share of it. A probe is measured over hundreds of milliseconds, so it is
+ * held against a rate measured over about a second, empty windows between
+ * bursts included. The level stands in where nothing was sustained yet. */
+static double link_reference(const gray_link *l) {
+  double s = gray_link_sustained_rate(l);
+  return s > 0 && s < l->level ? s : l->level;
+}
+
+static double restore_reference(const gray_link *l, uint64_t now) {
+  double own = link_reference(l), sib = 0;
+  for (int i = 0; i < gray_nlinks; i++) {
+    const gray_link *o = &gray_links[i];
+    if (o == l || strcmp(o->host, l->host) || !o->loaded_rate_ns || now - o->loaded_rate_ns > RR_GRAY_SIBLING_NS)
+      continue;
+    double r = link_reference(o);
+    if (r > 0 && (sib <= 0 || r < sib)) sib = r;
+  }
+  return gray_restore_ref(own, sib);
+}
+
+/* How large l's next probe is. A demoted link is probed with one write
+ * (8 MiB >> 3 = 1 MiB); each healthy probe doubles the next, up to 8 MiB,
+ * and each failed one (slow, lossy, late) halves it. On a slow rail most
+ * of a large probe waits in a full queue, and a transport that retransmits
+ * sends it again and again (RC go-back-N resends everything after the
+ * first lost packet at each ACK timeout): work, and wire, that the slow
+ * rail's probe takes from the rails carrying the traffic (on an emulated
+ * NIC, their CPU). One write still tells a rail at 5 % (hundreds of
+ * milliseconds or more) from a healthy one (tens of milliseconds), and the
+ * larger probes that follow a healthy one measure it more finely. Never
+ * shorter than RR_GRAY_PROBE_MIN_NS at the link's reference, though: on a
+ * fast link 1 MiB takes about a tick (0.5 ms at 2 GB/s), and a healthy
+ * probe timed to the next tick would read half its rate; there the probe
+ * stays as large as it was. */
+static uint64_t probe_size(const gray_link *l) {
+  uint64_t shrunk = (uint64_t)RR_GRAY_PROBE_BYTES >> l->probe_shrink;
+  double floor = link_reference(l) * (double)RR_GRAY_PROBE_MIN_NS / 1e9;
+  if (floor > (double)RR_GRAY_PROBE_BYTES) return RR_GRAY_PROBE_BYTES;
+  return (double)shrunk < floor ? (uint64_t)floor : shrunk;
+}
+
+/* How long a probe of l may take: a second, or three times what it takes
+ * at the link's level if that is longer (a slow NIC's 8 MiB). */
+static uint64_t probe_timeout_ns(const gray_link *l) {
+  double ref = link_reference(l);
+  double at_level = ref > 0 ? 3.0 * (double)probe_size(l) * 1e9 / ref : 0;
+  return at_level > (double)RR_GRAY_PROBE_TIMEOUT_NS ? (uint64_t)at_level : RR_GRAY_PROBE_TIMEOUT_NS;
+}
+
+/* Post one probe (as much of it as the rail takes now). */
+static void probe_post(rr_engine *e, engine_rail *rl, uint64_t bytes, uint64_t now) {
+  uint64_t sent = 0;
+  while (sent < bytes) {
+    rr_write_wr wr = {.wr_id = ENGINE_PROBE_WR_ID, .local = probe_fill, .len = RR_GRAY_PROBE_WRITE,
+                      .epoch_tag = (uint16_t)e->epoch, .post_ns = now, .flags = RR_WRITE_PROBE};
+    if (rl->ep->ops->post_write(rl->ep, &wr) != RR_OK) break;
+    sent += RR_GRAY_PROBE_WRITE;
+  }
+  rl->probe_bytes = sent;
+  rl->probe_start_ns = sent ? now : 0;
+  rl->probe_path_ok = sent && gray_path_read(rl, &rl->probe_path);
+}
+
+/* The share of what the probe in flight sent that was retransmitted; -1
+ * when the transport cannot say. */
+static double probe_loss(engine_rail *rl) {
+  rr_rail_path_stats p;
+  if (!rl->probe_path_ok || !gray_path_read(rl, &p) || p.sent_bytes <= rl->probe_path.sent_bytes ||
+      p.retrans_bytes < rl->probe_path.retrans_bytes)
+    return -1;
+  return (double)(p.retrans_bytes - rl->probe_path.retrans_bytes) /
+         (double)(p.sent_bytes - rl->probe_path.sent_bytes);
+}
+
+/* A judged probe into the process's counters (rr_counters.h). */
+static void probe_count(int done, int ok, int bad, uint64_t bytes, uint64_t dur_ns, double ref) {
+  rr_counter_inc(!done ? RR_CTR_PROBES_TIMED_OUT : bad ? RR_CTR_PROBES_SLOW : ok ? RR_CTR_PROBES_HEALTHY
+                                                                            : RR_CTR_PROBES_BETWEEN);
+  if (!done) return;
+  rr_counter_add(RR_CTR_PROBE_BYTES, bytes);
+  if (dur_ns) rr_counter_add(RR_CTR_PROBE_RATE_KBPS, (uint64_t)((double)bytes * 1e6 / (double)dur_ns));
+  rr_counter_add(RR_CTR_PROBE_REFERENCE_KBPS, (uint64_t)(ref / 1e3));
+}
+
+/* A demoted rail: probe it, and restore it once the probes show it healthy
+ * for the hold time. */
+void gray_probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
+  engine_rail *rl = &e->rails[r];
+  if (rl->probe_start_ns) {
+    int done = rl->ep->ops->flushed(rl->ep);
+    if (!done && now - rl->probe_start_ns < probe_timeout_ns(l)) return;
+    double rate = done ? (double)rl->probe_bytes * 1e9 / (double)(now - rl->probe_start_ns) : 0;
+    /* Good at restore_pct of the level; bad under degraded_pct; between,
+     * a probe neither starts nor counts against the healthy run (a probe of
+     * a few milliseconds is noisier than a 100 ms window). */
+    double ref = restore_reference(l, now);
+    int ok = done && rate * 100.0 >= (double)e->cfg.restore_pct * ref;
+    int bad = !done || rate * 100.0 < (double)e->cfg.degraded_pct * ref;
+    /* A probe that had to be retransmitted is a lossy path, whatever it
+     * delivered in the end. */
+    double loss = done ? probe_loss(rl) : -1;
+    if (loss * 100.0 >= (double)e->cfg.retrans_pct) bad = 1, ok = 0;
+    /* A link demoted for its latency: a probe is a request from an idle
+     * rail too, and must not take many times the healthiest path's. */
+    gray_lat_cfg c = gray_lat_cfg_of(e);
+    if (done && l->slowlat &&
+        gray_lat_bad(&c, gray_lat_excess(now - rl->probe_start_ns, rl->probe_bytes, l->level), gray_lat_reference(l)))
+      bad = 1, ok = 0;
+    /* Once a connection restored the link, the others' probes compete
+     * with its traffic on the same NIC: they no longer judge the link. */
+    /* A healthy probe saw the rail healthy from its start: the run (and
+     * the hold) begins there and reaches to the last healthy probe's end. */
+    if (!bad || !l->restored) gray_ok_judge(&l->ok, ok, bad, rl->probe_start_ns, now);
+    probe_count(done, ok, bad, rl->probe_bytes, now - rl->probe_start_ns, ref);
+    if (bad && l->probe_shrink < RR_GRAY_PROBE_SHRINK_MAX) l->probe_shrink++;
+    else if (ok && l->probe_shrink) l->probe_shrink--;
+    l->probe_done_ns = now;
+    rl->probe_start_ns = 0;
+    rl->probe_done_ns = now;
+    if (l->probe_owner == e) l->probe_owner = NULL;
+    /* A probe that did not complete leaves its writes on the rail. Where a
+     * invalidate resets the endpoint (verbs), the rail is reopened instead of
+     * waiting for them: the next probe measures a fresh queue pair, not
+     * one that spent the slow spell retransmitting into a full queue (in
+     * the Soft-RoCE lab, such a queue pair's probes kept timing out for
+     * seconds after the rate limit went; docs/failover.md). */
+    if (!done && !engine_rail_invalidate_cheap(e, r)) {
+      rl->ep->ops->invalidate(rl->ep);
+      rl->invalidated = 1;
+    }
+  } else if (now - rl->probe_done_ns >= RR_GRAY_PROBE_GAP_NS && now - l->probe_done_ns >= RR_GRAY_PROBE_GAP_NS &&
+             (!l->probe_owner || now - l->probe_since > 2 * probe_timeout_ns(l)) &&
+             rl->ep->ops->flushed(rl->ep)) {
+    probe_post(e, rl, probe_size(l), now);
+    if (rl->probe_start_ns) l->probe_owner = e, l->probe_since = now;
+  }
+  /* Traffic returns when the link's probes were healthy for this rail's
+   * hold (with its flap damping) and nothing of this rail is still in
+   * flight (a late probe's writes drain first). The link's verdict is
+   * shared: its first connection to restore proves the rate, the others
+   * follow it, as they follow a demotion. Without the second condition a
+   * connection whose own queue pair still held a late probe's writes was
+   * restored on another connection's probes and failed as silent at once
+   * (the Soft-RoCE lab: "silent for 1232 ms" 6 ms after the restore): its
+   * last sign of life was that old. Silence on a restored rail is judged
+   * from the restore on (watch_since_ns), as on a connection that starts
+   * work: a rail that has carried nothing for a while is not silent. */
+  if (gray_ok_covers(&l->ok, engine_rail_hold_ns(e, rl)) && !rl->probe_start_ns &&
+      rl->ep->ops->flushed(rl->ep)) {
+    rl->watch_since_ns = now;
+    l->degraded = l->lossy = l->slowlat = 0;
+    l->restored = 1;
+    gray_lat_reset(&l->lat);
+    rl->g_demoted = 0;
+    gray_run_reset(l, now);
+    engine_rail_set_state(e, r, RR_RAIL_ACTIVE, "delivers its healthy level again");
+    engine_snd(e)->down_notice_pending = 1; /* the receiver restores it on our word */
+    engine_snd(e)->restore_notice = 1;
+  }
+}
