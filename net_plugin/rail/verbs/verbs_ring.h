@@ -9,10 +9,11 @@
  * as empty); a message counts as arrived when its leading and trailing stamps
  * are both the one expected. The NIC may store a field a byte at a time, so
  * a leading stamp whose every byte is 0 or the expected stamp's byte in its
- * place is one still landing (empty); any other is not the expected one. `ops` is how many receive-consuming requests
- * (writes with immediate, drains, NOPs) the writer had posted before it, so
- * the reader can hold it until it has delivered those. `credit` is how many
- * of the reader's own messages the writer has consumed from its ring.
+ * place is one still landing (empty); any other is not the expected one.
+ * `ops` is how many receive-consuming requests (writes with immediate,
+ * drains, NOPs) the writer had posted before it, so the reader can hold it
+ * until it has delivered those. `credit` is how many of the reader's own
+ * messages the writer has consumed from its ring.
  *
  * Behind the slots lies one credit word: the peer writes there how many of
  * our messages it has consumed when it has no message of its own to carry
