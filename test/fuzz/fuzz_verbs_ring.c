@@ -53,6 +53,14 @@ static verbs_ring_read_result model(const uint8_t *ring, const verbs_ring_state 
   uint32_t stamp = (uint32_t)(s->rx_msgs % 0xffffffffu) + 1u;
   uint32_t head = raw32(slot), len = raw32(slot + 4), ops = raw32(slot + 8), credit = raw32(slot + 12);
   if (head == 0) return VERBS_RING_READ_EMPTY;
+  /* A stamp still landing a byte at a time: each of its 4 bytes 0 or the stamp's. */
+  uint8_t hb[4], sb[4];
+  memcpy(hb, slot, 4);
+  uint32_t le = htole32(stamp);
+  memcpy(sb, &le, 4);
+  int landing = 1;
+  for (int i = 0; i < 4; i++) landing &= hb[i] == 0 || hb[i] == sb[i];
+  if (head != stamp && landing) return VERBS_RING_READ_EMPTY;
   if (head != stamp || len > RR_RAIL_CTRL_MAX) return VERBS_RING_READ_MALFORMED;
   if (raw32(slot + 16 + ((len + 3) & ~3u)) != stamp) return VERBS_RING_READ_EMPTY;
   int64_t back = (int32_t)(ops - s->rx_last_ops), ahead = (int32_t)(ops - s->rx_ops);

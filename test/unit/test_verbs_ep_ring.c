@@ -116,6 +116,44 @@ static void test_ring_credits_back_on_the_readers_message(void **state) {
   assert_int_equal(fill(w, 0), VERBS_RING_SLOTS);
 }
 
+/* The NIC places a write while the reader polls, and need not store a 4-byte field at once:
+ * Soft-RoCE copies a write's bytes with the kernel's memcpy, one byte at a time where that is
+ * `rep movsb` under an emulated CPU. From message 256 on a stamp has two bytes that are not 0
+ * (message 256's is 0x101), and a poll between them read 0x001: neither empty nor the stamp.
+ * Landed here a byte at a time, in order, with a poll after each byte: no failure, nothing
+ * delivered until its trailer reads the stamp, then exactly the message, once. Every byte of a leading
+ * stamp that has only partly landed is 0 or the stamp's own. */
+static void test_ring_stamp_landing_byte_by_byte(void **state) {
+  world *w = *state;
+  const uint32_t due = 256; /* the first message whose stamp has two bytes that are not 0 */
+  for (uint32_t k = 0; k < due; k++) {
+    assert_int_equal(ctrl(w, 0, k), RR_OK);
+    assert_int_equal(progress(w, 1), RR_OK); /* consumed: its slot is empty for the next lap */
+    assert_int_equal(progress(w, 0), RR_OK); /* send slots and credits back */
+  }
+  assert_int_equal(nlog, (int)due);
+  assert_int_equal(ctrl(w, 0, 0xfeed), RR_OK); /* message 256, copied whole by the fake */
+  uint8_t *slot = ring_of(w, 1) + verbs_ring_slot_off(due);
+  uint8_t landed[VERBS_RING_SLOT_BYTES];
+  uint32_t bytes = verbs_ring_trailer_off(sizeof(uint32_t)) + 4;
+  memcpy(landed, slot, bytes);
+  assert_int_equal(landed[0], 0x01); /* stamp 0x101, little-endian */
+  assert_int_equal(landed[1], 0x01);
+  memset(slot, 0, bytes);            /* as before the NIC placed it: a cleared slot */
+  /* Whole once the trailer's last byte that is not 0 is in (its high bytes are 0 already). */
+  uint32_t whole = bytes - 1;
+  while (!landed[whole]) whole--;
+  assert_true(whole >= verbs_ring_trailer_off(sizeof(uint32_t)));
+  for (uint32_t b = 0; b < bytes; b++) {
+    slot[b] = landed[b];
+    assert_int_equal(progress(w, 1), RR_OK);
+    assert_int_equal(nlog, (int)due + (b >= whole));
+  }
+  expect((int)due, 1, EV_CTRL, 0xfeed);
+  verbs_ring_msg m;
+  assert_int_equal(verbs_ring_peek(slot, due + VERBS_RING_SLOTS, &m), VERBS_RING_EMPTY);
+}
+
 /* Forge message number 0 into endpoint i's ring, as a hostile peer could. */
 static void forge(world *w, int i, uint64_t n, uint32_t ops, uint32_t credit, uint32_t len_field) {
   uint8_t *slot = ring_of(w, i);
@@ -154,6 +192,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_ring_ctrl_held_behind_write, setup_pair, teardown),
       cmocka_unit_test_setup_teardown(test_ring_credits_never_overrun, setup_pair, teardown),
       cmocka_unit_test_setup_teardown(test_ring_credits_back_on_the_readers_message, setup_pair, teardown),
+      cmocka_unit_test_setup_teardown(test_ring_stamp_landing_byte_by_byte, setup_pair, teardown),
       cmocka_unit_test_setup_teardown(test_ring_forged_length, setup_pair, teardown),
       cmocka_unit_test_setup_teardown(test_ring_forged_stamp, setup_pair, teardown),
       cmocka_unit_test_setup_teardown(test_ring_forged_count_ahead, setup_pair, teardown),

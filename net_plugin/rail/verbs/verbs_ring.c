@@ -2,7 +2,8 @@
  * the reader's memory while the reader polls it, so a slot is judged by its
  * stamps: the leading one says a message of this number has started to land,
  * the trailing one (at an offset that depends on the length) that all of it
- * has. A cleared slot is all zero, and no stamp is 0. */
+ * has. A cleared slot is all zero, and no stamp is 0. A stamp still landing
+ * (some of its bytes, the rest 0) is not yet a message, not a bad one. */
 #include "verbs_ring.h"
 
 #include <endian.h>
@@ -34,12 +35,24 @@ uint32_t verbs_ring_encode(void *out, uint64_t n, uint32_t ops, uint32_t credit,
   return tail + 4;
 }
 
+/* The NIC need not store a 4-byte field at once (Soft-RoCE places a write
+ * with the kernel's memcpy, byte by byte where that is `rep movsb` under an
+ * emulated CPU), so a poll can read the stamp with only some of its bytes
+ * landed over the cleared slot's zeros: every byte 0 or the stamp's own. */
+static int stamp_landing(uint32_t head, uint32_t stamp) {
+  for (unsigned b = 0; b < 32; b += 8) {
+    uint32_t x = (head >> b) & 0xffu;
+    if (x && x != ((stamp >> b) & 0xffu)) return 0;
+  }
+  return 1;
+}
+
 verbs_ring_peek_result verbs_ring_peek(const void *slot, uint64_t n, verbs_ring_msg *m) {
   const uint8_t *p = slot;
   uint32_t stamp = verbs_ring_stamp(n);
   uint32_t head = load32(p);
   if (head == 0) return VERBS_RING_EMPTY;
-  if (head != stamp) return VERBS_RING_BAD;
+  if (head != stamp) return stamp_landing(head, stamp) ? VERBS_RING_EMPTY : VERBS_RING_BAD;
   uint32_t len = load32(p + 4);
   if (len > RR_RAIL_CTRL_MAX) return VERBS_RING_BAD;
   /* Not all of it has landed while the trailer is not the stamp (a cleared

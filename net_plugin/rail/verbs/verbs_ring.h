@@ -7,10 +7,13 @@
  * body, 4-byte aligned so it is read in one load). The stamp is
  * the message's number on the endpoint (never 0, so a cleared slot reads
  * as empty); a message counts as arrived when its leading and trailing stamps
- * are both the one expected. `ops` is how many receive-consuming requests
- * (writes with immediate, drains, NOPs) the writer had posted before it, so
- * the reader can hold it until it has delivered those. `credit` is how many
- * of the reader's own messages the writer has consumed from its ring.
+ * are both the one expected. The NIC may store a field a byte at a time, so
+ * a leading stamp whose every byte is 0 or the expected stamp's byte in its
+ * place is one still landing (empty); any other is not the expected one.
+ * `ops` is how many receive-consuming requests (writes with immediate,
+ * drains, NOPs) the writer had posted before it, so the reader can hold it
+ * until it has delivered those. `credit` is how many of the reader's own
+ * messages the writer has consumed from its ring.
  *
  * Behind the slots lies one credit word: the peer writes there how many of
  * our messages it has consumed when it has no message of its own to carry
@@ -50,9 +53,9 @@ typedef struct verbs_ring_msg {
 uint32_t verbs_ring_encode(void *out, uint64_t n, uint32_t ops, uint32_t credit, const void *body, uint32_t len);
 
 typedef enum verbs_ring_peek_result {
-  VERBS_RING_EMPTY = 0,      /* nothing yet, or not all of it has landed */
+  VERBS_RING_EMPTY = 0,      /* nothing yet, or not all of it (its stamp included) has landed */
   VERBS_RING_READY = 1,      /* *m holds a copy of the message */
-  VERBS_RING_BAD = -1,       /* a stamp that is not the expected one, or a length over the limit */
+  VERBS_RING_BAD = -1,       /* a stamp that is not (part of) the expected one, or a length over the limit */
 } verbs_ring_peek_result;
 
 /* Look at the slot that must next hold message number n. The slot is the
@@ -85,7 +88,7 @@ typedef enum verbs_ring_read_result {
   VERBS_RING_READ_EMPTY = 0,  /* nothing due yet, or not all of it has landed */
   VERBS_RING_READ_READY = 1,  /* *m is the next message, valid and due */
   VERBS_RING_READ_HELD = 2,   /* valid, but behind an ordered request not yet delivered */
-  VERBS_RING_READ_MALFORMED = -1, /* a stamp that is not the expected one, or a length over the limit */
+  VERBS_RING_READ_MALFORMED = -1, /* a stamp that is not (part of) the expected one, or a length over the limit */
   VERBS_RING_READ_BAD_ORDER = -2, /* `ops` going back, or further ahead than any queue holds */
   VERBS_RING_READ_BAD_CREDIT = -3, /* credit for messages we never sent */
 } verbs_ring_read_result;
