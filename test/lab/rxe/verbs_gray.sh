@@ -216,7 +216,7 @@ case_slow_rail() {
 # criterion can demote it (verbs reports no retransmissions). LAT_DEGRADED_PCT=20: both judges.
 case_latency() {
   local dms=${LAT_DELAY_MS:-100} judge_s=${LAT_JUDGE_S:-8} why="" late="" limit tel t_f t0 t_d="" demo0 deg0 demo deg
-  local fb0 fb1 back="" share_d="" share_b="" a0 a1 b0 b1 fbev
+  local fb0 fb1 back="" share_d="" share_b="" d0 d1 fbev
   limit=$((GRAY_HOLD_MS + 2000))
   TEL=$WORK/latency.tel
   rm -rf "$TEL" "$TEL.B"
@@ -257,12 +257,8 @@ case_latency() {
       deg=$(lat_prom0 "$tel" rerail_rail_degraded 'nic="vethA0"')
       [ "$deg" -ge 1 ] || sleep 0.1
     done
-    a0=$(lat_prom0 "$tel" rerail_rail_bytes_total 'nic="vethA0".*direction="tx"')
-    a1=$(lat_prom0 "$tel" rerail_rail_bytes_total 'nic="vethA1".*direction="tx"')
-    sleep 1
-    b0=$(lat_prom0 "$tel" rerail_rail_bytes_total 'nic="vethA0".*direction="tx"')
-    b1=$(lat_prom0 "$tel" rerail_rail_bytes_total 'nic="vethA1".*direction="tx"')
-    share_d=$(calc "($b1 - $a1) / (($b1 - $a1) + ($b0 - $a0) + 1)")
+    lat_tx_second "$tel"
+    share_d=$(calc "$d1 / ($d1 + $d0 + 1)")
     [ "$deg" -ge 1 ] || why+="vethA0 demoted but not shown degraded (rerail_rail_degraded $deg); "
     # 0.9, not 0.95: the demoted rail's probes are among its bytes, and with light traffic they
     # weigh more (256 KiB requests: vethA1 carried 0.954 and 0.972)
@@ -288,12 +284,8 @@ case_latency() {
       fbev=$(gray_failback_ms "$tel" "$t0")
       [ -z "$fbev" ] || back=$fbev
       sleep 0.5
-      a0=$(lat_prom0 "$tel" rerail_rail_bytes_total 'nic="vethA0".*direction="tx"')
-      a1=$(lat_prom0 "$tel" rerail_rail_bytes_total 'nic="vethA1".*direction="tx"')
-      sleep 1
-      b0=$(lat_prom0 "$tel" rerail_rail_bytes_total 'nic="vethA0".*direction="tx"')
-      b1=$(lat_prom0 "$tel" rerail_rail_bytes_total 'nic="vethA1".*direction="tx"')
-      share_b=$(calc "($b0 - $a0) / (($b0 - $a0) + ($b1 - $a1) + 1)")
+      lat_tx_second "$tel"
+      share_b=$(calc "$d0 / ($d0 + $d1 + 1)")
       is_true "$share_b >= 0.95" || why+="the sender's bytes did not return to vethA0 (share $share_b); "
       is_true "$back <= $limit" || late+="traffic back after $back ms (limit $limit); "
     else
@@ -306,6 +298,17 @@ case_latency() {
   echo "latency: receiver's rail events from the delay: $(gray_events "$tel.B" "$t_f" why)"
   grep -h -A1 "stall report" "$DIR"/*.log 2>/dev/null | sed 's/^/latency: /'
   verdict_timed latency "$why" "$late" "RERAIL_DEGRADED_PCT ${LAT_DEGRADED_PCT:-1}; healthy 4 s: $demo0 demotion(s); vethA0 delayed $dms ms: demoted after ${t_d:-never} ms, degraded ${deg:-?}, vethA1 then carried ${share_d:-none} of the sender's rail bytes; delay removed: fail-back after ${back:-never} ms, vethA0's share then ${share_b:-none}"
+}
+# lat_tx_second DIR: the bytes the sender's vethA0 and vethA1 sent over the next second, into
+# d0 and d1 (from its .prom file's counters)
+lat_tx_second() {
+  local a0 a1 b0 b1
+  a0=$(lat_prom0 "$1" rerail_rail_bytes_total 'nic="vethA0".*direction="tx"')
+  a1=$(lat_prom0 "$1" rerail_rail_bytes_total 'nic="vethA1".*direction="tx"')
+  sleep 1
+  b0=$(lat_prom0 "$1" rerail_rail_bytes_total 'nic="vethA0".*direction="tx"')
+  b1=$(lat_prom0 "$1" rerail_rail_bytes_total 'nic="vethA1".*direction="tx"')
+  d0=$((b0 - a0)) d1=$((b1 - a1))
 }
 # lat_prom0 DIR METRIC [LABEL-ERE]: as gray_prom, 0 when there is no sample (a whole number)
 lat_prom0() {
