@@ -47,6 +47,41 @@ static int publish_conn_id(const h_conn *c) {
   return h_rdv_put_flag(g_opt.role, name, text);
 }
 
+/* One connect() (is_send) or accept() call for connection c, as NCCL's proxy
+ * makes it: 1 when it gave the comm (published, and for a receive the listen
+ * comm closed, as NCCL does at once), 0 when it is still pending, -1 on an
+ * error (reported). */
+static int try_conn(h_conn *c, int is_send) {
+  if (c->comm) return 0;
+  const char *call = is_send ? "connect" : "accept";
+  void *comm = NULL;
+  uint64_t t0 = h_now_ns();
+  int rc = is_send ? c->net->connect(c->net, g_opt.dev, c->handle, &comm) : c->net->accept(c->net, c->listen, &comm);
+  uint64_t dt = h_now_ns() - t0;
+  h_note_call(is_send ? A_CONNECT : A_ACCEPT, dt);
+  check_call_time(call, c->idx, dt);
+  if (rc != HNET_SUCCESS) {
+    h_error("%s() for connection %d returned %s", call, c->idx, hnet_result_str(rc));
+    return -1;
+  }
+  if (!comm) {
+    atomic_fetch_add_explicit(is_send ? &g_cnt.null_connect : &g_cnt.null_accept, 1, memory_order_relaxed);
+    return 0;
+  }
+  c->comm = comm;
+  if (publish_conn_id(c)) return -1;
+  if (!is_send) {
+    /* NCCL closes the listen comm as soon as accept() has returned the comm */
+    rc = H_CALL(A_CLOSE, c->net->close_listen(c->net, c->listen));
+    c->listen = NULL;
+    if (rc != HNET_SUCCESS) {
+      h_error("closeListen() for connection %d returned %s", c->idx, hnet_result_str(rc));
+      return -1;
+    }
+  }
+  return 1;
+}
+
 int h_connect_all(hnet *n, h_conn *send, int nsend, h_conn *recv, int nrecv) {
   int pending = 0;
   (void)n;
@@ -57,56 +92,11 @@ int h_connect_all(hnet *n, h_conn *send, int nsend, h_conn *recv, int nrecv) {
   for (int i = 0; i < nrecv; i++) pending += !recv[i].comm;
   while (pending) {
     int progress = 0;
-    for (int i = 0; i < nsend; i++) {
-      h_conn *c = &send[i];
-      if (c->comm) continue;
-      void *comm = NULL;
-      uint64_t t0 = h_now_ns();
-      int rc = c->net->connect(c->net, g_opt.dev, c->handle, &comm);
-      uint64_t dt = h_now_ns() - t0;
-      h_note_call(A_CONNECT, dt);
-      check_call_time("connect", c->idx, dt);
-      if (rc != HNET_SUCCESS) {
-        h_error("connect() for connection %d returned %s", c->idx, hnet_result_str(rc));
-        return -1;
-      }
-      if (comm) {
-        c->comm = comm;
-        pending--;
-        progress = 1;
-        if (publish_conn_id(c)) return -1;
-      } else {
-        atomic_fetch_add_explicit(&g_cnt.null_connect, 1, memory_order_relaxed);
-      }
-    }
-    for (int i = 0; i < nrecv; i++) {
-      h_conn *c = &recv[i];
-      if (c->comm) continue;
-      void *comm = NULL;
-      uint64_t t0 = h_now_ns();
-      int rc = c->net->accept(c->net, c->listen, &comm);
-      uint64_t dt = h_now_ns() - t0;
-      h_note_call(A_ACCEPT, dt);
-      check_call_time("accept", c->idx, dt);
-      if (rc != HNET_SUCCESS) {
-        h_error("accept() for connection %d returned %s", c->idx, hnet_result_str(rc));
-        return -1;
-      }
-      if (comm) {
-        c->comm = comm;
-        pending--;
-        progress = 1;
-        if (publish_conn_id(c)) return -1;
-        /* NCCL closes the listen comm as soon as accept() has returned the comm */
-        rc = H_CALL(A_CLOSE, c->net->close_listen(c->net, c->listen));
-        c->listen = NULL;
-        if (rc != HNET_SUCCESS) {
-          h_error("closeListen() for connection %d returned %s", c->idx, hnet_result_str(rc));
-          return -1;
-        }
-      } else {
-        atomic_fetch_add_explicit(&g_cnt.null_accept, 1, memory_order_relaxed);
-      }
+    for (int i = 0; i < nsend + nrecv; i++) {
+      int got = try_conn(i < nsend ? &send[i] : &recv[i - nsend], i < nsend);
+      if (got < 0) return -1;
+      pending -= got;
+      progress |= got;
     }
     if (atomic_load(&g_abort)) return -1;
     if (h_peer_aborted()) {
