@@ -13,10 +13,12 @@
 #
 # Usage:
 #   rxelab.sh prepare            build the cached kernel + initramfs if absent (needs root)
-#   rxelab.sh run [--mtu N] [--timeout S] [--mem MiB] [--smp N] -- CMD...
+#   rxelab.sh run [--mtu N] [--timeout S] [--mem MiB] [--smp N] [--livelock-retries N] -- CMD...
 #                                boot the lab, run CMD (bash, in the caller's working directory,
 #                                as root), print the guest console on stdout, exit with CMD's
-#                                status (124: timed out, 125: the lab itself failed)
+#                                status (124: timed out, 125: the lab itself failed). --timeout
+#                                covers every boot; a guest whose kernel locks up in Soft-RoCE is
+#                                stopped and booted again up to --livelock-retries times (default 1)
 #   rxelab.sh cache-dir          print the cache directory in use
 #   rxelab.sh clean              remove the cache
 #
@@ -25,7 +27,8 @@
 #   rxefault cable RAIL down|up [A|B]    the switch port swXR: vethXR loses its carrier
 #   rxefault drop RAIL on|off            nftables: silently drop RoCE (UDP 4791) on rail RAIL
 #
-# Environment: RERAIL_RXE_CACHE (default /var/cache/rerail-rxe), RERAIL_RXE_KERNEL (a Debian
+# Environment: RXELAB_REPORT (a file: `run` writes "boots N" and "lockups N" there),
+# RERAIL_RXE_CACHE (default /var/cache/rerail-rxe), RERAIL_RXE_KERNEL (a Debian
 # package name such as linux-image-6.1.0-56-amd64; default: a ready cache's, else what
 # linux-image-amd64 depends on).
 set -Eeuo pipefail
@@ -150,20 +153,22 @@ prepare() {
 }
 
 run_lab() {
-  local mtu=1500 timeout=120 mem=1024 smp=2
+  local mtu=1500 timeout=120 mem=1024 smp=2 retries=1 lockups=0
   while [[ $# -gt 0 ]]; do
     case $1 in
       --mtu) mtu=$2; shift 2 ;;
+      --livelock-retries) retries=$2; shift 2 ;;
       --timeout) timeout=$2; shift 2 ;;
       --mem) mem=$2; shift 2 ;;
       --smp) smp=$2; shift 2 ;;
       --) shift; break ;;
-      *) die "run: unknown option $1 (usage: run [--mtu N] [--timeout S] [--mem MiB] [--smp N] -- CMD...)" ;;
+      *) die "run: unknown option $1 (usage: run [--mtu N] [--timeout S] [--mem MiB] [--smp N]" \
+              "[--livelock-retries N] -- CMD...)" ;;
     esac
   done
   [[ $# -gt 0 ]] || die "run: no command given"
-  [[ $mtu =~ ^[0-9]+$ && $timeout =~ ^[0-9]+$ && $mem =~ ^[0-9]+$ && $smp =~ ^[0-9]+$ ]] ||
-    die "run: --mtu, --timeout, --mem and --smp take numbers"
+  [[ $mtu =~ ^[0-9]+$ && $timeout =~ ^[0-9]+$ && $mem =~ ^[0-9]+$ && $smp =~ ^[0-9]+$ &&
+     $retries =~ ^[0-9]+$ ]] || die "run: --mtu, --timeout, --mem, --smp and --livelock-retries take numbers"
   prepare
   local dir job rc
   dir=$(cache_dir)
@@ -194,21 +199,67 @@ run_lab() {
     -fsdev local,id=jobfs,path="$job",security_model=none
     -device virtio-9p-pci,fsdev=jobfs,mount_tag=job
     -serial stdio)
-  rc=0
-  # QEMU runs in the background so that a signal to this script (ctest's timeout, ^C) reaches
-  # it through `timeout` instead of leaving a guest behind.
-  timeout -k 5 "$timeout" "${qemu[@]}" </dev/null > >(tr -d '\r') &
-  local qpid=$!
-  trap 'kill -TERM $qpid 2>/dev/null; wait $qpid; rm -rf "$job"; exit 143' INT TERM
-  wait "$qpid" || rc=$?
-  trap - INT TERM
-  if [[ -s "$job/rc" ]]; then
+  # The guest kernel's Soft-RoCE now and then locks up for good (README.md, "Known problem"):
+  # its console then says "BUG: soft lockup" and nothing in the guest runs again. That is the
+  # emulator's failure, not the command's: the lab stops the guest at once and boots it again,
+  # with what is left of --timeout, up to --livelock-retries times, and says so each time.
+  local started=$SECONDS attempt=0 left qpid livelock
+  while :; do
+    attempt=$((attempt + 1))
+    left=$((timeout - (SECONDS - started)))
+    rm -f "$job/rc"
+    : >"$job/console"
+    rc=0
+    livelock=0
+    # QEMU runs in the background so that a signal to this script (ctest's timeout, ^C) reaches
+    # it through `timeout` instead of leaving a guest behind. tee writes the console file
+    # unbuffered; the watch below reads it.
+    timeout -k 5 "$left" "${qemu[@]}" </dev/null > >(tee -a "$job/console" | tr -d '\r') &
+    qpid=$!
+    # shellcheck disable=SC2064
+    trap "kill -TERM $qpid 2>/dev/null; wait $qpid; rm -rf '$job'; exit 143" INT TERM
+    while kill -0 "$qpid" 2>/dev/null; do
+      if grep -q 'BUG: soft lockup' "$job/console"; then
+        livelock=1
+        kill -TERM "$qpid" 2>/dev/null || true
+        break
+      fi
+      sleep 1
+    done
+    wait "$qpid" || rc=$?
+    trap - INT TERM
+    if [[ $livelock -eq 0 ]]; then break; fi
+    lockups=$((lockups + 1))
+    if [[ $attempt -gt $retries ]]; then
+      echo "rxelab: FAIL - the guest kernel locked up in Soft-RoCE (console: BUG: soft lockup) in" \
+        "each of $attempt boots" >&2
+      rc=125
+      break
+    fi
+    if [[ $((timeout - (SECONDS - started))) -lt 30 ]]; then
+      echo "rxelab: FAIL - the guest kernel locked up in Soft-RoCE (console: BUG: soft lockup)" \
+        "with too little of --timeout $timeout s left to boot again" >&2
+      rc=125
+      break
+    fi
+    note "the guest kernel locked up in Soft-RoCE (console: BUG: soft lockup) $((SECONDS - started)) s" \
+      "into boot $attempt: the emulator's failure, not the command's; booting again"
+  done
+  if [[ $livelock -eq 1 ]]; then
+    :
+  elif [[ -s "$job/rc" ]]; then
     rc=$(head -c 8 "$job/rc")
     [[ $rc =~ ^[0-9]+$ && $rc -le 255 ]] || { note "the guest reported a bad status"; rc=125; }
   elif [[ $rc -eq 124 || $rc -eq 137 ]]; then
     note "the lab ran past --timeout $timeout s"; rc=124
   else
     note "the guest ended without reporting a status (qemu status $rc)"; rc=125
+  fi
+  [[ $lockups -eq 0 ]] || note "guest kernel lock-ups in this run: $lockups (boots: $attempt)"
+  # For tests of the lab itself: how many boots it took and how many locked up, as numbers.
+  if [[ -n ${RXELAB_REPORT:-} ]]; then
+    printf 'boots %d\nlockups %d\n' "$attempt" "$lockups" >"$RXELAB_REPORT" ||
+      note "cannot write RXELAB_REPORT=$RXELAB_REPORT"
   fi
   rm -rf "$job"
   trap - EXIT

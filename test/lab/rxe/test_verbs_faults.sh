@@ -11,4 +11,4 @@ if [[ $(id -u) -ne 0 ]]; then
   exit 1
 fi
 [[ $# -ge 3 ]] || { echo "usage: $0 HARNESS PLUGIN_DIR RERAIL [CASE...]" >&2; exit 2; }
-exec "$here/rxelab.sh" run --timeout 280 -- "$here/verbs_faults.sh" "$@"
+exec "$here/rxelab.sh" run --timeout 420 -- "$here/verbs_faults.sh" "$@"
