@@ -41,7 +41,6 @@
 #include "rr_params.h"
 
 #include <stdatomic.h>
-#include <time.h>
 
 /* guards: the setup state (conn) and confirm_status of every send comm
  * whose `confirming` is set. Level 1, as connect_lock (engine and device
@@ -198,13 +197,17 @@ int rr_connect_confirm_background(rr_send_comm *s) {
   return waiting;
 }
 
-void rr_connect_confirm_close(rr_send_comm *s, uint64_t timeout_ns) {
-  uint64_t deadline = rr_now_ns() + timeout_ns;
-  while (rr_connect_confirm(s) == RR_AGAIN && rr_now_ns() < deadline) {
-    struct timespec pause = {.tv_sec = 0, .tv_nsec = 1000000};
-    nanosleep(&pause, NULL);
-  }
+/* closeSend of a comm still waiting: one step takes what is in (ACCEPTs
+ * already read by the kernel, so a listener that handed its end out gets an
+ * orderly close), and nothing is waited for. A wait here would be paid once
+ * per comm, one after another: NCCL closing N comms whose listener is gone
+ * would wait N progress timeouts for answers that cannot come. If the
+ * listener handed its end out and its ACCEPTs were still on their way, that
+ * end sees every rail of the connection end, which is how a receive comm
+ * sees a sender that closed: the peer gone, not an error of its own. */
+void rr_connect_confirm_close(rr_send_comm *s) {
   pthread_mutex_lock(&confirm_lock);
-  atomic_store(&s->confirming, 0); /* given up: closeSend lets its sockets go */
+  (void)confirm_locked(s);
+  atomic_store(&s->confirming, 0); /* given up if still waiting: closeSend lets its sockets go */
   pthread_mutex_unlock(&confirm_lock);
 }

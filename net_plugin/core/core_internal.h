@@ -194,10 +194,10 @@ uint64_t rr_connect_conn_id(const rr_send_comm *s);
 /* ... the same from the monitor, which must not wait on a lock: 1 while
  * the comm still waits (or the lock was busy). */
 int rr_connect_confirm_background(rr_send_comm *s);
-/* Closing a comm still waiting: give the ACCEPTs up to timeout_ns to come
- * (the listener may have handed its end out, which expects an orderly
- * close), then let it go either way. */
-void rr_connect_confirm_close(rr_send_comm *s, uint64_t timeout_ns);
+/* Closing a comm still waiting: take the ACCEPTs that are in (the listener
+ * may have handed its end out, which expects an orderly close), wait for
+ * none, and let it go either way. */
+void rr_connect_confirm_close(rr_send_comm *s);
 
 /* Release what a send comm's setup state holds (sockets and endpoints of
  * an attempt under way, the plan itself); its engine must be finished or

@@ -258,6 +258,32 @@ static void test_listener_gone_fails_after_timeout(void **state) {
   rr_params_reload();
 }
 
+/* closeSend of comms whose listener is gone (its process closed it after
+ * the hand-out): each closes at once, none waiting for ACCEPTs that cannot
+ * come. NCCL closes its comms one after another, so a wait per comm of the
+ * progress timeout (as closeSend once did) made N of them cost N timeouts:
+ * here three together must take less than one. */
+static void test_close_with_listener_gone_waits_for_nothing(void **state) {
+  (void)state;
+  setenv("RERAIL_PROGRESS_TIMEOUT", "1000", 1);
+  rr_params_reload();
+  enum { N = 3 };
+  pair p[N];
+  for (int i = 0; i < N; i++) {
+    pair_listen(&p[i]);
+    connect_until_handed_out(&p[i]);
+    assert_true(atomic_load(&p[i].send->confirming));
+    assert_int_equal(rr_net_close_listen(p[i].listen), RR_OK); /* no comm of it yet: gone at once */
+  }
+  uint64_t t0 = rr_now_ns();
+  for (int i = 0; i < N; i++) assert_int_equal(rr_net_close_send(p[i].send), RR_OK);
+  uint64_t took_ms = (rr_now_ns() - t0) / 1000000u;
+  assert_true(took_ms < rr_params_get()->progress_timeout_ms);
+  for (int i = 0; i < N; i++) assert_int_equal(rr_net_finalize(p[i].ctx), RR_OK);
+  unsetenv("RERAIL_PROGRESS_TIMEOUT");
+  rr_params_reload();
+}
+
 int main(void) {
   const char *ifname = getenv("RR_TEST_IFNAME");
   setenv("RERAIL_SOCKET_IFNAME", ifname ? ifname : "lo", 1);
@@ -269,6 +295,7 @@ int main(void) {
       cmocka_unit_test(test_refused_other_socket_after_handout),
       cmocka_unit_test(test_close_before_first_isend),
       cmocka_unit_test(test_listener_gone_fails_after_timeout),
+      cmocka_unit_test(test_close_with_listener_gone_waits_for_nothing),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
