@@ -635,6 +635,14 @@ static int reconnect_start(rr_listen_comm *l, pending_group *g) {
   int r = g->reconnect_rail;
   if (!rc || !(rc->rails_mask & (1u << r)) || g->generation <= rc->generation[r]) return 0;
   rc->generation[r] = g->generation;
+  /* Where the reopened rail comes from: a rail added for later knew only
+   * the peer host, and its link (link_life.h) is keyed by the address. */
+  struct sockaddr_storage remote;
+  socklen_t rlen = sizeof remote;
+  if (getpeername(g->fds[r][0], (struct sockaddr *)&remote, &rlen) == 0)
+    rr_sockaddr_str((struct sockaddr *)&remote, g->install_peer, sizeof g->install_peer);
+  else
+    g->install_peer[0] = 0;
   rr_rail_ep *ep = g->ep[r];
   g->ep[r] = NULL; /* the job's now */
   return rr_connect_job_start(ep, g->dev[r], g->peer_blob[r], g->peer_blob_len[r], g->fds[r], g->nstreams,
@@ -657,7 +665,8 @@ static int reconnect_install(rr_listen_comm *l, pending_group *g) {
     return 1;
   }
   /* The engine's rails are the connection's rails in order. */
-  rr_engine_rail_replace(&rc->engine, __builtin_popcount(rc->rails_mask & ((1u << r) - 1)), ep);
+  rr_engine_rail_replace(&rc->engine, __builtin_popcount(rc->rails_mask & ((1u << r) - 1)), ep,
+                         g->install_peer[0] ? g->install_peer : NULL);
   return 1;
 }
 

@@ -280,6 +280,7 @@ typedef struct pending_group {
   rr_engine *engine;         /* the engine the endpoints report to */
   struct rr_recv_comm *rc;   /* first connections: the comm being built */
   rr_connect_job *install;   /* reconnects: the endpoint connecting before it is installed */
+  char install_peer[48];     /* ... and the connector's address it reached (its rail is named by it) */
 } pending_group;
 
 /* One refusal reason from one source address, logged once a minute. */
