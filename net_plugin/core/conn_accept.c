@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -253,6 +254,16 @@ static pending_group *group_for(rr_listen_comm *l, pending_sock *ps, rr_recv_com
   return g;
 }
 
+/* RERAIL_TEST_REFUSE_PROOF=N (tests only): is this the Nth new connection's
+ * commit socket (rail 0, stream 0: an early COMMIT rides on it) this
+ * process's listeners have taken a PROOF of? Refused, it is what a full
+ * listener does to a connector that may have handed its comm out. */
+static int test_refusal_due(void) {
+  static _Atomic uint64_t seen;
+  uint64_t n = rr_params_get()->test_refuse_proof;
+  return n && atomic_fetch_add_explicit(&seen, 1, memory_order_relaxed) + 1 == n;
+}
+
 /* PROOF in: the socket proves it holds the secret. Then it is checked
  * against the connection it names, joins its group, and gets our ACCEPT. */
 static void on_proof(rr_listen_comm *l, pending_sock *ps) {
@@ -276,6 +287,10 @@ static void on_proof(rr_listen_comm *l, pending_sock *ps) {
   }
   /* Authenticated: what it names is now worth checking. */
   const rr_hs_hello *h = &ps->h;
+  if (!(h->flags & RR_HS_FLAG_RECONNECT) && h->rail == 0 && h->stream == 0 && test_refusal_due()) {
+    rr_listen_refuse(l, ps, RR_CTR_REFUSED_CROWDED_OUT, "crowded out (RERAIL_TEST_REFUSE_PROOF)");
+    return;
+  }
   rr_recv_comm *live = NULL;
   if (h->flags & RR_HS_FLAG_RECONNECT) {
     live = listen_comm_by_id(l, h->conn_id);

@@ -21,6 +21,7 @@
 #include "conn_rail.h"
 #include "peer_progress.h"
 #include "rr_clock.h"
+#include "rr_counters.h"
 #include "rr_health_bus.h"
 #include "rr_nic_state.h"
 #include "rr_log.h"
@@ -356,6 +357,7 @@ static int early_commit_due(const connect_state *c) {
 void rr_conn_start_over(rr_send_comm *s, uint64_t now) {
   connect_state *c = &s->conn;
   RR_INFO(RR_SUB_NET, "connect: a setup socket failed after the set of rails was sent; starting over");
+  rr_counter_inc(RR_CTR_CONNECT_START_OVERS);
   uint64_t id;
   if (rr_hs_random(&id, sizeof id) == RR_OK) c->conn_id = id;
   for (int r = 0; r < c->nrails; r++) {
