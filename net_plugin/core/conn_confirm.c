@@ -49,6 +49,7 @@
 static pthread_mutex_t confirm_lock = PTHREAD_MUTEX_INITIALIZER;
 
 rr_status rr_conn_confirm_start(rr_send_comm *s) {
+  s->conn.handed_out = 1;
   s->confirm_status = RR_AGAIN;
   s->magic = RR_MAGIC_SEND;
   atomic_store(&s->confirming, 1);

@@ -141,7 +141,8 @@ typedef struct connect_state {
   uint64_t conn_id;
   int nstreams;
   uint32_t chunk_size;
-  uint64_t start_ns;          /* connect() began (the settle and patience bounds) */
+  uint64_t start_ns;          /* the attempt began: connect(), or its latest start over (the settle
+                               * and patience bounds) */
   uint64_t last_call_ns;     /* NCCL's latest connect() call for it */
   uint64_t progress;         /* counts setup sockets advancing (connected, sent, received) */
   rr_setup_clock deadline;   /* RERAIL_CONNECT_TIMEOUT, from the latest progress (connect_plan.h) */
@@ -157,6 +158,8 @@ typedef struct connect_state {
   int commit_rail;           /* the rail whose stream 0 carries COMMIT */
   uint8_t early;             /* COMMIT sent behind the PROOFs, before the ACCEPTs (conn_connect.c) */
   uint8_t early_broken;      /* ... and a socket failed since: the attempt starts over */
+  uint8_t handed_out;        /* the comm went to NCCL ahead of its ACCEPTs: a rail planned from
+                              * then on must connect without blocking (any thread installs it) */
   uint16_t commit_sent;
   uint8_t commit[RR_HS_COMMIT_LEN];
   connect_rail *rails;        /* nrails of them (grown as rails are planned) */

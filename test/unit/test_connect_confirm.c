@@ -165,6 +165,7 @@ static void refused_after_handout(int stream) {
   pending_sock *ps = pending_of(p.listen, id0, rail, stream);
   assert_non_null(ps);
   uint64_t crowded = rr_counter_get(RR_CTR_REFUSED_CROWDED_OUT);
+  uint64_t start_overs = rr_counter_get(RR_CTR_CONNECT_START_OVERS), refused_ns = rr_now_ns();
   rr_listen_refuse(p.listen, ps, RR_CTR_REFUSED_CROWDED_OUT, "crowded out (test)");
   assert_int_equal(rr_counter_get(RR_CTR_REFUSED_CROWDED_OUT), crowded + 1);
   uint64_t reconnects = rr_counter_get(RR_CTR_RAIL_RECONNECTS);
@@ -172,10 +173,15 @@ static void refused_after_handout(int stream) {
   assert_int_equal(p.send->confirm_status, RR_OK);
   if (rails == 1) {
     assert_true(p.recv->conn_id != id0); /* a new connection: the refused one was never handed out */
+    assert_int_equal(rr_counter_get(RR_CTR_CONNECT_START_OVERS), start_overs + 1);
+    /* The new attempt's settle time and patience run from its start, not
+     * from connect()'s first call. */
+    assert_true(p.send->conn.start_ns >= refused_ns);
     assert_int_equal(p.recv->conn_id, p.send->conn.conn_id);
     assert_int_equal(p.send->engine.nrails, 1);
   } else {
     assert_int_equal(p.recv->conn_id, id0); /* the same connection, rail 1 held down */
+    assert_int_equal(rr_counter_get(RR_CTR_CONNECT_START_OVERS), start_overs);
     assert_int_equal(p.send->engine.nrails, rails);
     assert_int_equal(p.recv->engine.nrails, rails);
     assert_int_equal(p.recv->rails_mask, (1u << rails) - 1);
