@@ -121,14 +121,19 @@ static rr_status install_settled(rr_send_comm *s) {
 /* One step (confirm_lock held). After a start over the attempt runs
  * connect()'s state machine again; once its COMMIT is out, early, the
  * ACCEPTs are read as above (the same machine's late COMMIT means they are
- * in already). */
-static rr_status confirm_step(rr_send_comm *s) {
+ * in already). closing: closeSend's last step, which starts nothing over
+ * (new sockets would only reach the listener to be closed). */
+static rr_status confirm_step(rr_send_comm *s, int closing) {
   connect_state *c = &s->conn;
   uint64_t now = rr_now_ns();
   rr_status st = RR_OK;
+  /* An attempt started over and not committed yet: the listener has
+   * nothing of it to hand out. */
+  if (!c->early && closing) return RR_AGAIN;
   if (!c->early) st = rr_conn_advance(s);
   if (st == RR_OK && c->early && !c->rails_mask) {
     st = accepts_read(c, now);
+    if (st == RR_ERR_RAIL && closing) return st;
     if (st == RR_ERR_RAIL) {
       rr_conn_start_over(s, now);
       if (!s->restarted_ns) s->restarted_ns = now;
@@ -155,7 +160,7 @@ static rr_status confirm_step(rr_send_comm *s) {
 /* confirm_lock held. */
 static rr_status confirm_locked(rr_send_comm *s) {
   if (!atomic_load(&s->confirming)) return s->confirm_status;
-  rr_status st = confirm_step(s);
+  rr_status st = confirm_step(s, 0);
   if (st == RR_AGAIN) return st;
   if (st != RR_OK) RR_WARN("connect: the connection to %s failed after it was handed out: %s", s->engine.cfg.peer,
                            rr_status_str(st));
@@ -208,7 +213,9 @@ int rr_connect_confirm_background(rr_send_comm *s) {
  * sees a sender that closed: the peer gone, not an error of its own. */
 void rr_connect_confirm_close(rr_send_comm *s) {
   pthread_mutex_lock(&confirm_lock);
-  (void)confirm_locked(s);
-  atomic_store(&s->confirming, 0); /* given up if still waiting: closeSend lets its sockets go */
+  /* Not RR_OK (still waiting, or failed): closeSend lets its sockets go,
+   * no rail being in its engine; nothing to warn of, NCCL closes it. */
+  if (atomic_load(&s->confirming) && confirm_step(s, 1) == RR_OK) s->confirm_status = RR_OK;
+  atomic_store(&s->confirming, 0);
   pthread_mutex_unlock(&confirm_lock);
 }
