@@ -60,6 +60,10 @@ static const rr_counter_info infos[] = {
     [RR_CTR_DEMOTIONS] = {"rail_demotions_total", "Rails demoted as degraded, every connection of the process.", NULL, NULL, 0},
     [RR_CTR_RAIL_RECONNECTS] = {"rail_reconnects_total",
                                 "Rails of live connections given a fresh transport endpoint after a failure.", NULL, NULL, 1},
+    [RR_CTR_CONNECT_START_OVERS] = {"connect_start_overs_total",
+                                    "Connection attempts started over as a new connection: a setup socket "
+                                    "failed after the set of rails went out ahead of the listener's answers.",
+                                    NULL, NULL, 1},
     [RR_CTR_FAILOVERS] = {"failovers_total", "Failovers, every connection of the process.", NULL, NULL, 0},
     [RR_CTR_FAILBACKS] = {"failbacks_total", "Fail-backs, every connection of the process.", NULL, NULL, 0},
     [RR_CTR_CONNECTION_ERRORS] = {"connection_errors_total",

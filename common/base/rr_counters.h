@@ -39,6 +39,7 @@ typedef enum rr_counter {
   RR_CTR_SPLIT_WRITES,            /* writes sent split for adaptive routing (plain bulk + write with immediate) */
   RR_CTR_DEMOTIONS,               /* rails demoted as degraded */
   RR_CTR_RAIL_RECONNECTS,         /* rails given a fresh transport endpoint */
+  RR_CTR_CONNECT_START_OVERS,     /* connection attempts started over as new after an early COMMIT */
   RR_CTR_FAILOVERS,               /* health events: traffic moved off a rail */
   RR_CTR_FAILBACKS,               /* health events: traffic returned to a healed rail */
   RR_CTR_CONNECTION_ERRORS,       /* health events: a connection failed for good */

@@ -223,6 +223,12 @@ static void params_parse(void) {
                                                     0, 0, 1);
   params.test_forge_write = rr_param_parse_u64("RERAIL_TEST_FORGE_WRITE", getenv("RERAIL_TEST_FORGE_WRITE"), 0, 0,
                                                UINT64_MAX);
+  /* Tests only: a listener refusing the socket an early COMMIT rides on,
+   * after the connector handed its comm out, is rare (a full listener);
+   * this makes one, so a test can see the connection start over behind
+   * NCCL's back. 0 (unset) refuses nothing. */
+  params.test_refuse_proof = rr_param_parse_u64("RERAIL_TEST_REFUSE_PROOF", getenv("RERAIL_TEST_REFUSE_PROOF"), 0, 0,
+                                                UINT64_MAX);
 }
 
 const rr_params *rr_params_get(void) {

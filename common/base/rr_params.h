@@ -48,6 +48,8 @@ typedef struct rr_params {
                                * names a chunk no receive has (a hostile peer) */
   int test_host_as_gpu;      /* RERAIL_TEST_HOST_AS_GPU: tests only, verbs devices take host memory
                               * registered as NCCL_PTR_CUDA and treat it as GPU memory */
+  uint64_t test_refuse_proof; /* RERAIL_TEST_REFUSE_PROOF=N: tests only, this process's listeners refuse
+                               * the Nth new connection's commit socket at its PROOF (crowded out) */
 } rr_params;
 
 /* The process-wide parameters (parsed on first call, thread safe). */

@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -253,6 +254,16 @@ static pending_group *group_for(rr_listen_comm *l, pending_sock *ps, rr_recv_com
   return g;
 }
 
+/* RERAIL_TEST_REFUSE_PROOF=N (tests only): is this the Nth new connection's
+ * commit socket (rail 0, stream 0: an early COMMIT rides on it) this
+ * process's listeners have taken a PROOF of? Refused, it is what a full
+ * listener does to a connector that may have handed its comm out. */
+static int test_refusal_due(void) {
+  static _Atomic uint64_t seen;
+  uint64_t n = rr_params_get()->test_refuse_proof;
+  return n && atomic_fetch_add_explicit(&seen, 1, memory_order_relaxed) + 1 == n;
+}
+
 /* PROOF in: the socket proves it holds the secret. Then it is checked
  * against the connection it names, joins its group, and gets our ACCEPT. */
 static void on_proof(rr_listen_comm *l, pending_sock *ps) {
@@ -276,6 +287,10 @@ static void on_proof(rr_listen_comm *l, pending_sock *ps) {
   }
   /* Authenticated: what it names is now worth checking. */
   const rr_hs_hello *h = &ps->h;
+  if (!(h->flags & RR_HS_FLAG_RECONNECT) && h->rail == 0 && h->stream == 0 && test_refusal_due()) {
+    rr_listen_refuse(l, ps, RR_CTR_REFUSED_CROWDED_OUT, "crowded out (RERAIL_TEST_REFUSE_PROOF)");
+    return;
+  }
   rr_recv_comm *live = NULL;
   if (h->flags & RR_HS_FLAG_RECONNECT) {
     live = listen_comm_by_id(l, h->conn_id);
@@ -635,6 +650,14 @@ static int reconnect_start(rr_listen_comm *l, pending_group *g) {
   int r = g->reconnect_rail;
   if (!rc || !(rc->rails_mask & (1u << r)) || g->generation <= rc->generation[r]) return 0;
   rc->generation[r] = g->generation;
+  /* Where the reopened rail comes from: a rail added for later knew only
+   * the peer host, and its link (link_life.h) is keyed by the address. */
+  struct sockaddr_storage remote;
+  socklen_t rlen = sizeof remote;
+  if (getpeername(g->fds[r][0], (struct sockaddr *)&remote, &rlen) == 0)
+    rr_sockaddr_str((struct sockaddr *)&remote, g->install_peer, sizeof g->install_peer);
+  else
+    g->install_peer[0] = 0;
   rr_rail_ep *ep = g->ep[r];
   g->ep[r] = NULL; /* the job's now */
   return rr_connect_job_start(ep, g->dev[r], g->peer_blob[r], g->peer_blob_len[r], g->fds[r], g->nstreams,
@@ -657,7 +680,8 @@ static int reconnect_install(rr_listen_comm *l, pending_group *g) {
     return 1;
   }
   /* The engine's rails are the connection's rails in order. */
-  rr_engine_rail_replace(&rc->engine, __builtin_popcount(rc->rails_mask & ((1u << r) - 1)), ep);
+  rr_engine_rail_replace(&rc->engine, __builtin_popcount(rc->rails_mask & ((1u << r) - 1)), ep,
+                         g->install_peer[0] ? g->install_peer : NULL);
   return 1;
 }
 

@@ -41,7 +41,6 @@
 #include "rr_params.h"
 
 #include <stdatomic.h>
-#include <time.h>
 
 /* guards: the setup state (conn) and confirm_status of every send comm
  * whose `confirming` is set. Level 1, as connect_lock (engine and device
@@ -50,6 +49,7 @@
 static pthread_mutex_t confirm_lock = PTHREAD_MUTEX_INITIALIZER;
 
 rr_status rr_conn_confirm_start(rr_send_comm *s) {
+  s->conn.handed_out = 1;
   s->confirm_status = RR_AGAIN;
   s->magic = RR_MAGIC_SEND;
   atomic_store(&s->confirming, 1);
@@ -121,14 +121,19 @@ static rr_status install_settled(rr_send_comm *s) {
 /* One step (confirm_lock held). After a start over the attempt runs
  * connect()'s state machine again; once its COMMIT is out, early, the
  * ACCEPTs are read as above (the same machine's late COMMIT means they are
- * in already). */
-static rr_status confirm_step(rr_send_comm *s) {
+ * in already). closing: closeSend's last step, which starts nothing over
+ * (new sockets would only reach the listener to be closed). */
+static rr_status confirm_step(rr_send_comm *s, int closing) {
   connect_state *c = &s->conn;
   uint64_t now = rr_now_ns();
   rr_status st = RR_OK;
+  /* An attempt started over and not committed yet: the listener has
+   * nothing of it to hand out. */
+  if (!c->early && closing) return RR_AGAIN;
   if (!c->early) st = rr_conn_advance(s);
   if (st == RR_OK && c->early && !c->rails_mask) {
     st = accepts_read(c, now);
+    if (st == RR_ERR_RAIL && closing) return st;
     if (st == RR_ERR_RAIL) {
       rr_conn_start_over(s, now);
       if (!s->restarted_ns) s->restarted_ns = now;
@@ -155,7 +160,7 @@ static rr_status confirm_step(rr_send_comm *s) {
 /* confirm_lock held. */
 static rr_status confirm_locked(rr_send_comm *s) {
   if (!atomic_load(&s->confirming)) return s->confirm_status;
-  rr_status st = confirm_step(s);
+  rr_status st = confirm_step(s, 0);
   if (st == RR_AGAIN) return st;
   if (st != RR_OK) RR_WARN("connect: the connection to %s failed after it was handed out: %s", s->engine.cfg.peer,
                            rr_status_str(st));
@@ -198,13 +203,19 @@ int rr_connect_confirm_background(rr_send_comm *s) {
   return waiting;
 }
 
-void rr_connect_confirm_close(rr_send_comm *s, uint64_t timeout_ns) {
-  uint64_t deadline = rr_now_ns() + timeout_ns;
-  while (rr_connect_confirm(s) == RR_AGAIN && rr_now_ns() < deadline) {
-    struct timespec pause = {.tv_sec = 0, .tv_nsec = 1000000};
-    nanosleep(&pause, NULL);
-  }
+/* closeSend of a comm still waiting: one step takes what is in (ACCEPTs
+ * already read by the kernel, so a listener that handed its end out gets an
+ * orderly close), and nothing is waited for. A wait here would be paid once
+ * per comm, one after another: NCCL closing N comms whose listener is gone
+ * would wait N progress timeouts for answers that cannot come. If the
+ * listener handed its end out and its ACCEPTs were still on their way, that
+ * end sees every rail of the connection end, which is how a receive comm
+ * sees a sender that closed: the peer gone, not an error of its own. */
+void rr_connect_confirm_close(rr_send_comm *s) {
   pthread_mutex_lock(&confirm_lock);
-  atomic_store(&s->confirming, 0); /* given up: closeSend lets its sockets go */
+  /* Not RR_OK (still waiting, or failed): closeSend lets its sockets go,
+   * no rail being in its engine; nothing to warn of, NCCL closes it. */
+  if (atomic_load(&s->confirming) && confirm_step(s, 1) == RR_OK) s->confirm_status = RR_OK;
+  atomic_store(&s->confirming, 0);
   pthread_mutex_unlock(&confirm_lock);
 }

@@ -21,6 +21,7 @@
 #include "conn_rail.h"
 #include "peer_progress.h"
 #include "rr_clock.h"
+#include "rr_counters.h"
 #include "rr_health_bus.h"
 #include "rr_nic_state.h"
 #include "rr_log.h"
@@ -127,11 +128,20 @@ static int rail_room(connect_state *c) {
   return 1;
 }
 
+static int connect_may_block(int dev) {
+  return (rr_core_devices()->rail[dev]->attr.caps & RR_RAIL_CAP_CONNECT_MAY_BLOCK) != 0;
+}
+
 /* Plan the next NIC of the chain that can be paired with a peer address;
- * its index, or -1 when none is left. */
+ * its index, or -1 when none is left. Once the comm went to NCCL ahead of
+ * its ACCEPTs (a backup planned after a start over), not a NIC whose
+ * endpoint's connect may block: the rails are installed by whichever
+ * thread confirms the comm, the monitor's included, which must never
+ * wait (handout_early keeps such NICs out of the first plan alike). */
 static int plan_next_rail(connect_state *c) {
   while (c->cand_next < c->ncand && c->nrails < RR_MAX_RAILS) {
     int dev = c->cand[c->cand_next++];
+    if (c->handed_out && connect_may_block(dev)) continue;
     int j = pair_peer_addr(dev, &c->peer, c->addr_used);
     if (j < 0) continue;
     if (!rail_room(c)) return -1;
@@ -356,6 +366,7 @@ static int early_commit_due(const connect_state *c) {
 void rr_conn_start_over(rr_send_comm *s, uint64_t now) {
   connect_state *c = &s->conn;
   RR_INFO(RR_SUB_NET, "connect: a setup socket failed after the set of rails was sent; starting over");
+  rr_counter_inc(RR_CTR_CONNECT_START_OVERS);
   uint64_t id;
   if (rr_hs_random(&id, sizeof id) == RR_OK) c->conn_id = id;
   for (int r = 0; r < c->nrails; r++) {
@@ -370,13 +381,17 @@ void rr_conn_start_over(rr_send_comm *s, uint64_t now) {
   }
   c->early = c->early_broken = 0;
   c->commit_sent = 0;
+  /* A new attempt: the backups get the settle time and patience afresh
+   * (connect_settle), or, its first attempt's clock long run, a backup
+   * not answering yet would be left for later at once. */
+  c->start_ns = now;
 }
 
 /* The comm may go to NCCL before the ACCEPTs when no rail's endpoint may block
  * in its connect: they are read, and the endpoints connected, on any thread. */
 static int handout_early(const connect_state *c) {
   for (int r = 0; r < c->nrails; r++)
-    if (rr_core_devices()->rail[c->rails[r].dev]->attr.caps & RR_RAIL_CAP_CONNECT_MAY_BLOCK) return 0;
+    if (connect_may_block(c->rails[r].dev)) return 0;
   return 1;
 }
 

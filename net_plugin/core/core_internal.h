@@ -141,7 +141,8 @@ typedef struct connect_state {
   uint64_t conn_id;
   int nstreams;
   uint32_t chunk_size;
-  uint64_t start_ns;          /* connect() began (the settle and patience bounds) */
+  uint64_t start_ns;          /* the attempt began: connect(), or its latest start over (the settle
+                               * and patience bounds) */
   uint64_t last_call_ns;     /* NCCL's latest connect() call for it */
   uint64_t progress;         /* counts setup sockets advancing (connected, sent, received) */
   rr_setup_clock deadline;   /* RERAIL_CONNECT_TIMEOUT, from the latest progress (connect_plan.h) */
@@ -157,6 +158,8 @@ typedef struct connect_state {
   int commit_rail;           /* the rail whose stream 0 carries COMMIT */
   uint8_t early;             /* COMMIT sent behind the PROOFs, before the ACCEPTs (conn_connect.c) */
   uint8_t early_broken;      /* ... and a socket failed since: the attempt starts over */
+  uint8_t handed_out;        /* the comm went to NCCL ahead of its ACCEPTs: a rail planned from
+                              * then on must connect without blocking (any thread installs it) */
   uint16_t commit_sent;
   uint8_t commit[RR_HS_COMMIT_LEN];
   connect_rail *rails;        /* nrails of them (grown as rails are planned) */
@@ -194,10 +197,10 @@ uint64_t rr_connect_conn_id(const rr_send_comm *s);
 /* ... the same from the monitor, which must not wait on a lock: 1 while
  * the comm still waits (or the lock was busy). */
 int rr_connect_confirm_background(rr_send_comm *s);
-/* Closing a comm still waiting: give the ACCEPTs up to timeout_ns to come
- * (the listener may have handed its end out, which expects an orderly
- * close), then let it go either way. */
-void rr_connect_confirm_close(rr_send_comm *s, uint64_t timeout_ns);
+/* Closing a comm still waiting: take the ACCEPTs that are in (the listener
+ * may have handed its end out, which expects an orderly close), wait for
+ * none, and let it go either way. */
+void rr_connect_confirm_close(rr_send_comm *s);
 
 /* Release what a send comm's setup state holds (sockets and endpoints of
  * an attempt under way, the plan itself); its engine must be finished or
@@ -280,6 +283,7 @@ typedef struct pending_group {
   rr_engine *engine;         /* the engine the endpoints report to */
   struct rr_recv_comm *rc;   /* first connections: the comm being built */
   rr_connect_job *install;   /* reconnects: the endpoint connecting before it is installed */
+  char install_peer[48];     /* ... and the connector's address it reached (its rail is named by it) */
 } pending_group;
 
 /* One refusal reason from one source address, logged once a minute. */

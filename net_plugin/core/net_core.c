@@ -337,10 +337,9 @@ static rr_status close_comm(uint32_t *magic, uint32_t want, rr_engine *e, const 
 rr_status rr_net_close_send(rr_send_comm *comm) {
   if (!comm) return RR_OK;
   /* One handed out before its ACCEPTs: its listener may have handed its
-   * end out, so it closes in order if they come in time; else (or if it
-   * failed) its sockets just go, no rail being in its engine. */
-  if (comm->magic == RR_MAGIC_SEND && atomic_load(&comm->confirming))
-    rr_connect_confirm_close(comm, rr_params_get()->progress_timeout_ms * 1000000ull);
+   * end out, so it closes in order if they are in; else (or if it failed)
+   * its sockets just go, no rail being in its engine. */
+  if (comm->magic == RR_MAGIC_SEND && atomic_load(&comm->confirming)) rr_connect_confirm_close(comm);
   if (comm->magic == RR_MAGIC_SEND && comm->confirm_status != RR_OK) {
     rr_monitor_remove(&comm->engine);
     rr_engine_fini(&comm->engine);

@@ -184,6 +184,8 @@ rr_status rr_engine_add_rail_later(rr_engine *e, rr_rail_ep *ep, int weight, con
 
 void rr_engine_fini(rr_engine *e) {
   for (int i = 0; i < e->nrails; i++) {
+    rr_link_life_release(&rr_link_lives, e->rails[i].life_slot); /* its entry goes with its last rail */
+    e->rails[i].life_slot = -1;
     rr_rail_ep *ep = e->rails[i].ep;
     if (!ep) continue;
     if (engine_is_sender(e) && engine_snd(e)->bounce_reg[i]) ep->ops->dereg_mr(engine_snd(e)->bounce_reg[i]);

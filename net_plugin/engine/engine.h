@@ -137,8 +137,11 @@ void rr_engine_fini(rr_engine *e);
 rr_status rr_engine_close(rr_engine *e, uint64_t timeout_ns);
 /* Swap rail `rail`'s endpoint for a freshly connected one (the receiver side
  * of a reconnect; the sender side swaps through cfg.reconnect). The rail
- * starts over as DOWN and earns its way back like any healed rail. */
-void rr_engine_rail_replace(rr_engine *e, int rail, rr_rail_ep *ep);
+ * starts over as DOWN and earns its way back like any healed rail.
+ * peer_addr: the remote address the new endpoint reached, which the rail is
+ * named and its link (link_life.h) keyed by from now on (a rail added for
+ * later had only the peer host's address to go by); NULL keeps the rail's. */
+void rr_engine_rail_replace(rr_engine *e, int rail, rr_rail_ep *ep, const char *peer_addr);
 
 rr_status rr_engine_isend(rr_engine *e, void *data, size_t size, int tag, rr_mr *mr,
                           void *phandle, void **request);

@@ -290,11 +290,28 @@ void engine_rail_swap(rr_engine *e, int r, rr_rail_ep *ep) {
   RR_INFO(RR_SUB_NET, "%s %s: reconnected", engine_role_abbr(e), rl->name);
 }
 
-void rr_engine_rail_replace(rr_engine *e, int rail, rr_rail_ep *ep) {
+/* Rail r now reaches peer_addr: its name and its link follow (the link it
+ * left is given back, and freed if no other rail holds it). */
+static void rail_readdress(rr_engine *e, int r, const char *peer_addr) {
+  engine_rail *rl = &e->rails[r];
+  if (!peer_addr || !strncmp(rl->peer_addr, peer_addr, sizeof rl->peer_addr)) return;
+  snprintf(rl->peer_addr, sizeof rl->peer_addr, "%s", peer_addr);
+  char name[sizeof rl->name];
+  snprintf(name, sizeof name, "rail%d (%.15s -> %.40s)", r, rl->ifname, rl->peer_addr);
+  memcpy(rl->name, name, sizeof name);
+  rr_link_life_release(&rr_link_lives, rl->life_slot);
+  rl->life_slot = rr_link_life_slot(&rr_link_lives, (int)e->cfg.role, rl->ep->dev->index, rl->peer_addr);
+}
+
+void rr_engine_rail_replace(rr_engine *e, int rail, rr_rail_ep *ep, const char *peer_addr) {
   pthread_mutex_lock(&e->lock);
   atomic_store_explicit(&e->idle_hint, 0, memory_order_relaxed); /* rr_engine_background */
-  if (rail >= 0 && rail < e->nrails && !e->failed) engine_rail_swap(e, rail, ep);
-  else ep->ops->destroy(ep);
+  if (rail >= 0 && rail < e->nrails && !e->failed) {
+    engine_rail_swap(e, rail, ep);
+    rail_readdress(e, rail, peer_addr);
+  } else {
+    ep->ops->destroy(ep);
+  }
   pthread_mutex_unlock(&e->lock);
 }
 

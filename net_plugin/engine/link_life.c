@@ -7,43 +7,63 @@
 
 rr_link_table rr_link_lives;
 
-/* guards: additions to any rr_link_table (a leaf: taken under an engine's
- * lock, nothing taken under it). Readers of filled entries need none: an
- * entry is filled before n is raised past it (release), and never changes
- * but for its atomics. */
-static pthread_mutex_t add_lock = PTHREAD_MUTEX_INITIALIZER;
+/* guards: every entry's link and count of rails, and each table's count
+ * of entries held (a leaf: taken under an engine's lock, nothing taken
+ * under it). The atomics of an entry are read and written by the rails
+ * holding it, without it: an entry is refilled only once none does. */
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static int find(const rr_link_table *t, int n, int role, int dev, const char *peer) {
-  for (int i = 0; i < n; i++) {
+static int find(const rr_link_table *t, int role, int dev, const char *peer) {
+  for (int i = 0; i < RR_LINK_LIFE_MAX; i++) {
     const rr_link_life *l = &t->e[i];
-    if (l->role == role && l->dev == dev && !strncmp(l->peer, peer, RR_LINK_PEER_LEN)) return i;
+    if (l->rails > 0 && l->role == role && l->dev == dev && !strncmp(l->peer, peer, RR_LINK_PEER_LEN)) return i;
   }
   return -1;
 }
 
+static int find_free(const rr_link_table *t) {
+  for (int i = 0; i < RR_LINK_LIFE_MAX; i++)
+    if (t->e[i].rails == 0) return i;
+  return -1;
+}
+
 int rr_link_life_slot(rr_link_table *t, int role, int dev, const char *peer) {
-  int n = atomic_load_explicit(&t->n, memory_order_acquire);
-  int i = find(t, n, role, dev, peer);
-  if (i >= 0) return i;
-  pthread_mutex_lock(&add_lock);
-  n = atomic_load_explicit(&t->n, memory_order_relaxed);
-  i = find(t, n, role, dev, peer);
-  if (i < 0 && n < RR_LINK_LIFE_MAX) {
-    rr_link_life *l = &t->e[n];
+  pthread_mutex_lock(&table_lock);
+  int i = find(t, role, dev, peer);
+  if (i < 0 && (i = find_free(t)) >= 0) {
+    rr_link_life *l = &t->e[i];
     l->role = role;
     l->dev = dev;
     snprintf(l->peer, sizeof l->peer, "%s", peer);
+    /* Life an earlier link left here is not this one's. */
     atomic_store_explicit(&l->life_ns, 0, memory_order_relaxed);
     atomic_store_explicit(&l->probe_ns, 0, memory_order_relaxed);
-    atomic_store_explicit(&t->n, n + 1, memory_order_release);
-    i = n;
+    t->used++;
   }
-  pthread_mutex_unlock(&add_lock);
+  if (i >= 0) t->e[i].rails++;
+  pthread_mutex_unlock(&table_lock);
   return i;
 }
 
+void rr_link_life_release(rr_link_table *t, int slot) {
+  if (slot < 0 || slot >= RR_LINK_LIFE_MAX) return;
+  pthread_mutex_lock(&table_lock);
+  rr_link_life *l = &t->e[slot];
+  if (l->rails > 0 && --l->rails == 0) t->used--;
+  pthread_mutex_unlock(&table_lock);
+}
+
+int rr_link_life_used(rr_link_table *t) {
+  pthread_mutex_lock(&table_lock);
+  int n = t->used;
+  pthread_mutex_unlock(&table_lock);
+  return n;
+}
+
+/* A slot some rail holds (its caller): -1 is none. */
 static int valid(const rr_link_table *t, int slot) {
-  return slot >= 0 && slot < atomic_load_explicit(&t->n, memory_order_acquire);
+  (void)t;
+  return slot >= 0 && slot < RR_LINK_LIFE_MAX;
 }
 
 void rr_link_life_saw(rr_link_table *t, int slot, uint64_t life_ns) {
@@ -70,8 +90,7 @@ int rr_link_life_claim_probe(rr_link_table *t, int slot, uint64_t now, uint64_t 
 }
 
 void rr_link_life_reset(rr_link_table *t) {
-  pthread_mutex_lock(&add_lock);
-  atomic_store_explicit(&t->n, 0, memory_order_release);
-  memset(t->e, 0, sizeof t->e);
-  pthread_mutex_unlock(&add_lock);
+  pthread_mutex_lock(&table_lock);
+  memset(t, 0, sizeof *t);
+  pthread_mutex_unlock(&table_lock);
 }

@@ -22,9 +22,11 @@
  * finds while idle is a fault of its own queue pair on a link that lives
  * (docs/failover.md says why that is found when it carries work instead).
  *
- * The table is bounded and never shrinks: an entry per (role, NIC, peer
- * address) a rail of this process ever had. A rail whose link finds the
- * table full keeps the per-rail rule. */
+ * The table is bounded: an entry per (role, NIC, peer address) some rail
+ * of this process has now, counted by its rails; the last rail to leave a
+ * link (closed, or moved to the address its reopened rail reached) frees
+ * its entry for another link. A rail whose link finds the table full keeps
+ * the per-rail rule. */
 #ifndef RERAIL_ENGINE_LINK_LIFE_H
 #define RERAIL_ENGINE_LINK_LIFE_H
 #include <stdatomic.h>
@@ -36,19 +38,26 @@
 typedef struct rr_link_life {
   int role, dev;
   char peer[RR_LINK_PEER_LEN];
+  int rails;                   /* rails holding the entry; 0: free (the table's lock) */
   _Atomic uint64_t life_ns;    /* the latest life a rail of the link showed */
   _Atomic uint64_t probe_ns;   /* when a rail of the link last claimed the probe */
 } rr_link_life;
 
 typedef struct rr_link_table {
   rr_link_life e[RR_LINK_LIFE_MAX];
-  _Atomic int n;               /* entries in use, published after each is filled */
+  int used;                    /* entries held by some rail (the table's lock) */
 } rr_link_table;
 
-/* The slot of link (role, dev, peer), added if need be; -1 when the table
- * is full. Serialised by a lock of the table's own (a rail looks its link up
- * once; lookups race only with additions). */
+/* The slot of link (role, dev, peer), held for one more rail (added if need
+ * be, in a free entry); -1 when every entry is held. A rail takes its slot
+ * once, and gives it back with rr_link_life_release: the slot's life and
+ * probe are read only by the rails holding it, so an entry is refilled
+ * only when none does. Serialised by a lock of the table's own. */
 int rr_link_life_slot(rr_link_table *t, int role, int dev, const char *peer);
+/* A rail leaves slot (nothing for -1); the last one frees the entry. */
+void rr_link_life_release(rr_link_table *t, int slot);
+/* Entries held now (for tests and diagnostics). */
+int rr_link_life_used(rr_link_table *t);
 /* A rail of slot showed life at life_ns (later values win). */
 void rr_link_life_saw(rr_link_table *t, int slot, uint64_t life_ns);
 /* The link's latest life, 0 for slot -1 or none yet. */
@@ -57,7 +66,8 @@ uint64_t rr_link_life_get(const rr_link_table *t, int slot);
  * probe within `every` ns before now (the claim is then the caller's), and
  * always for slot -1. */
 int rr_link_life_claim_probe(rr_link_table *t, int slot, uint64_t now, uint64_t every);
-/* Forget every link (the simulation starts each world's clock afresh). */
+/* Forget every link, while no rail holds one (the simulation starts each
+ * world's clock afresh; tests start from an empty table). */
 void rr_link_life_reset(rr_link_table *t);
 
 /* The process's table, shared by every engine. */

@@ -37,20 +37,26 @@ void h_set_attrs(hnet *n, int xfer_send, int xfer_recv) {
  * scripts that play a peer holding the handle: hostile_peers.sh reopens a
  * rail of connection k by it. "<role>.connected.<k>" for a send comm,
  * "<role>.accepted.<k>" for a receive comm; nothing when the plugin exports
- * no ids. */
-static int publish_conn_id(const h_conn *c) {
+ * no ids. A receive comm's id is final when accept() returns it; a send
+ * comm's only once the connection is confirmed: a plugin may hand the comm
+ * out before the listener's last answer and start the connection over as a
+ * new one (a new id) until its first isend() returns a request
+ * (include/rerail/conn_id.h). So the sender publishes then (h_traffic.c),
+ * or before it closes a comm that never got one. */
+int h_conn_publish_id(h_conn *c) {
   uint64_t id;
   if (!g_opt.rdv || hnet_conn_id(c->net, c->comm, &id) != 0) return 0;
   char name[64], text[32];
   snprintf(name, sizeof name, "%s.%d", c->is_send ? "connected" : "accepted", c->idx);
   snprintf(text, sizeof text, "%016" PRIx64 "\n", id);
+  c->id_published = 1;
   return h_rdv_put_flag(g_opt.role, name, text);
 }
 
 /* One connect() (is_send) or accept() call for connection c, as NCCL's proxy
- * makes it: 1 when it gave the comm (published, and for a receive the listen
- * comm closed, as NCCL does at once), 0 when it is still pending, -1 on an
- * error (reported). */
+ * makes it: 1 when it gave the comm (a receive comm's id published and its
+ * listen comm closed, as NCCL does at once), 0 when it is still pending, -1
+ * on an error (reported). */
 static int try_conn(h_conn *c, int is_send) {
   if (c->comm) return 0;
   const char *call = is_send ? "connect" : "accept";
@@ -69,8 +75,9 @@ static int try_conn(h_conn *c, int is_send) {
     return 0;
   }
   c->comm = comm;
-  if (publish_conn_id(c)) return -1;
+  c->id_published = 0;
   if (!is_send) {
+    if (h_conn_publish_id(c)) return -1;
     /* NCCL closes the listen comm as soon as accept() has returned the comm */
     rc = H_CALL(A_CLOSE, c->net->close_listen(c->net, c->listen));
     c->listen = NULL;

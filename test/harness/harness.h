@@ -225,6 +225,7 @@ typedef struct h_conn {
   h_slot slots[H_MAX_INFLIGHT];
   h_dir_stats st;
   int failed, finished;
+  int id_published;        /* its connection id is in the rendezvous directory (h_conn_publish_id) */
   uint64_t rng;            /* receiver-side choices (hint) */
   double deadline;         /* --duration: sender's stop time */
   unsigned errors_printed;
@@ -234,6 +235,10 @@ typedef struct h_conn {
 } h_conn;
 
 int h_conn_alloc(h_conn *c);                 /* buffers for K slots */
+/* Publish the connection's id (rerailConnId_v1) in the rendezvous directory:
+ * a receive comm's when accept() returns it, a send comm's once its first
+ * isend() returned a request (or before it closes). 0, or -1 (reported). */
+int h_conn_publish_id(h_conn *c);
 int h_conn_register(h_conn *c);
 void h_conn_release(h_conn *c);              /* deregMr + close (timed), free */
 /* One progress pass, NCCL proxy style. Returns 1 while work remains. */

@@ -8,7 +8,8 @@
 #
 # Cases: each net version 7..12 bound explicitly; the newest one with
 # --bidir --threads (both comm types in each process, one thread per
-# connection), whose connection ids both ends must agree on; a --duration
+# connection), whose connection ids both ends must agree on, also after a
+# connection started over behind NCCL's back; a --duration
 # run (the sender ends the schedule in-band); and
 # three v12 contexts in each process (three communicators) with a server that
 # is slow to accept; a server and a client bound to different versions (v8
@@ -62,13 +63,15 @@ run_pair bidir_threads "${COMMON[@]}" --bidir --threads --conns 4
 if [ "$SRC" -eq 0 ] && [ "$CRC" -eq 0 ]; then pass bidir_threads "$(rate bidir_threads)"
 else fail bidir_threads "server exit $SRC, client exit $CRC"; fi
 
-# ids_agree RDV N: connection k's id (rerailConnId_v1, published by each
-# harness at setup) is the same at its receiving and its sending end, in both
-# directions, and no two connections share one. Prints the first mismatch.
+# ids_agree RDV N [RECEIVERS]: connection k's id (rerailConnId_v1, published
+# by each harness: a receive comm's at accept(), a send comm's once its first
+# isend() got a request) is the same at its receiving and its sending end, in
+# both directions (RECEIVERS "server client", the default) or those named,
+# and no two connections share one. Prints the first mismatch.
 ids_agree() {
-  local rdv=$1 n=$2 k a b recv send seen=" "
+  local rdv=$1 n=$2 receivers=${3:-server client} k a b recv send seen=" "
   for k in $(seq 0 $((n - 1))); do
-    for recv in server client; do
+    for recv in $receivers; do
       send=client
       [ $recv = client ] && send=server
       a=$(cat "$rdv/$recv.accepted.$k" 2>/dev/null)
@@ -84,6 +87,23 @@ ids_agree() {
 }
 if why=$(ids_agree "$WORK/bidir_threads/rdv" 4); then pass conn_ids "both ends of 8 connections name each by the same id"
 else fail conn_ids "$why"; fi
+
+# A connection started over behind NCCL's back: the server's listener refuses
+# the first connection's commit socket at its PROOF (RERAIL_TEST_REFUSE_PROOF),
+# after the client's connect() handed the comm out ahead of the ACCEPTs; the
+# client's plugin starts it over as a new connection (a new id). Both ends
+# must still name each connection by the id it ended with.
+RERAIL_TEST_REFUSE_PROOF=1 run_pair start_over "${COMMON[@]}" --conns 2
+d="$WORK/start_over"
+if [ "$SRC" -ne 0 ] || [ "$CRC" -ne 0 ]; then
+  fail start_over "server exit $SRC, client exit $CRC"
+elif ! [ "$(hcount "$d/client.log" connect_start_overs_total)" -ge 1 ] 2>/dev/null; then
+  fail start_over "no connection started over (inconclusive)"
+elif ! why=$(ids_agree "$d/rdv" 2 server); then
+  fail start_over "$why"
+else
+  pass start_over "$(hcount "$d/client.log" connect_start_overs_total) start over(s), ids agree: $(rate start_over)"
+fi
 
 run_pair bidir_threads_v8 "${COMMON[@]}" --bidir --threads --net-version 8 --inflight 3 --group 3
 if [ "$SRC" -eq 0 ] && [ "$CRC" -eq 0 ]; then pass bidir_threads_v8 "$(rate bidir_threads_v8)"

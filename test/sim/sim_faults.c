@@ -54,7 +54,7 @@ void sim_run_event(sim_world *w, const sim_event *ev) {
       break;
     }
     sim_trace(w, "rail%d pair%u: the receiver's listener installs the reconnected endpoint", r, ev->ep->pair->id);
-    rr_engine_rail_replace(&w->eng[SIM_RECV], r, &ev->ep->base);
+    rr_engine_rail_replace(&w->eng[SIM_RECV], r, &ev->ep->base, NULL);
     break;
   case SIM_EV_PATH_DOWN:
     path_down(w, r, ev->arg);

@@ -165,6 +165,7 @@ static void refused_after_handout(int stream) {
   pending_sock *ps = pending_of(p.listen, id0, rail, stream);
   assert_non_null(ps);
   uint64_t crowded = rr_counter_get(RR_CTR_REFUSED_CROWDED_OUT);
+  uint64_t start_overs = rr_counter_get(RR_CTR_CONNECT_START_OVERS), refused_ns = rr_now_ns();
   rr_listen_refuse(p.listen, ps, RR_CTR_REFUSED_CROWDED_OUT, "crowded out (test)");
   assert_int_equal(rr_counter_get(RR_CTR_REFUSED_CROWDED_OUT), crowded + 1);
   uint64_t reconnects = rr_counter_get(RR_CTR_RAIL_RECONNECTS);
@@ -172,21 +173,34 @@ static void refused_after_handout(int stream) {
   assert_int_equal(p.send->confirm_status, RR_OK);
   if (rails == 1) {
     assert_true(p.recv->conn_id != id0); /* a new connection: the refused one was never handed out */
+    assert_int_equal(rr_counter_get(RR_CTR_CONNECT_START_OVERS), start_overs + 1);
+    /* The new attempt's settle time and patience run from its start, not
+     * from connect()'s first call. */
+    assert_true(p.send->conn.start_ns >= refused_ns);
     assert_int_equal(p.recv->conn_id, p.send->conn.conn_id);
     assert_int_equal(p.send->engine.nrails, 1);
   } else {
     assert_int_equal(p.recv->conn_id, id0); /* the same connection, rail 1 held down */
+    assert_int_equal(rr_counter_get(RR_CTR_CONNECT_START_OVERS), start_overs);
     assert_int_equal(p.send->engine.nrails, rails);
     assert_int_equal(p.recv->engine.nrails, rails);
     assert_int_equal(p.recv->rails_mask, (1u << rails) - 1);
-    /* The refused rail is reopened (the monitor drives it), and carries data again. */
+    /* The refused rail is reopened (the monitor drives it) at both ends,
+     * and carries data again. */
     for (uint64_t t0 = rr_now_ns();
-         rr_counter_get(RR_CTR_RAIL_RECONNECTS) == reconnects && rr_now_ns() - t0 < 10000000000ull; usleep(1000)) {
+         rr_counter_get(RR_CTR_RAIL_RECONNECTS) < reconnects + 2 && rr_now_ns() - t0 < 10000000000ull; usleep(1000)) {
       rr_recv_comm *none = NULL;
       assert_int_equal(rr_net_accept(p.listen, &none), RR_OK);
       assert_null(none);
     }
-    assert_true(rr_counter_get(RR_CTR_RAIL_RECONNECTS) > reconnects);
+    assert_true(rr_counter_get(RR_CTR_RAIL_RECONNECTS) >= reconnects + 2);
+    /* The receiver held the rail under the connector's host address (it
+     * knew no other); reopened, the rail is named, and its link keyed, by
+     * the address it came from: here, one host, the listener's own rail 1
+     * address, which the sender's rail 1 names. */
+    pthread_mutex_lock(&p.recv->engine.lock);
+    assert_string_equal(p.recv->engine.rails[1].peer_addr, p.send->engine.rails[1].peer_addr);
+    pthread_mutex_unlock(&p.recv->engine.lock);
   }
   send_one(&p, 9);
   pair_close(&p);
@@ -258,6 +272,32 @@ static void test_listener_gone_fails_after_timeout(void **state) {
   rr_params_reload();
 }
 
+/* closeSend of comms whose listener is gone (its process closed it after
+ * the hand-out): each closes at once, none waiting for ACCEPTs that cannot
+ * come. NCCL closes its comms one after another, so a wait per comm of the
+ * progress timeout (as closeSend once did) made N of them cost N timeouts:
+ * here three together must take less than one. */
+static void test_close_with_listener_gone_waits_for_nothing(void **state) {
+  (void)state;
+  setenv("RERAIL_PROGRESS_TIMEOUT", "1000", 1);
+  rr_params_reload();
+  enum { N = 3 };
+  pair p[N];
+  for (int i = 0; i < N; i++) {
+    pair_listen(&p[i]);
+    connect_until_handed_out(&p[i]);
+    assert_true(atomic_load(&p[i].send->confirming));
+    assert_int_equal(rr_net_close_listen(p[i].listen), RR_OK); /* no comm of it yet: gone at once */
+  }
+  uint64_t t0 = rr_now_ns();
+  for (int i = 0; i < N; i++) assert_int_equal(rr_net_close_send(p[i].send), RR_OK);
+  uint64_t took_ms = (rr_now_ns() - t0) / 1000000u;
+  assert_true(took_ms < rr_params_get()->progress_timeout_ms);
+  for (int i = 0; i < N; i++) assert_int_equal(rr_net_finalize(p[i].ctx), RR_OK);
+  unsetenv("RERAIL_PROGRESS_TIMEOUT");
+  rr_params_reload();
+}
+
 int main(void) {
   const char *ifname = getenv("RR_TEST_IFNAME");
   setenv("RERAIL_SOCKET_IFNAME", ifname ? ifname : "lo", 1);
@@ -269,6 +309,7 @@ int main(void) {
       cmocka_unit_test(test_refused_other_socket_after_handout),
       cmocka_unit_test(test_close_before_first_isend),
       cmocka_unit_test(test_listener_gone_fails_after_timeout),
+      cmocka_unit_test(test_close_with_listener_gone_waits_for_nothing),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -35,6 +35,7 @@ typedef struct conn {
 } conn;
 
 static conn c[NCONN]; /* engines are large for a stack */
+static int moved_fd[NCONN] = {-1, -1}; /* peers of endpoints a test swapped in */
 static rr_rail_dev *dev[NRAIL];
 static uint64_t t0;   /* every rail was added by then */
 
@@ -112,8 +113,12 @@ static int teardown(void **state) {
       close(c[k].peer_fd[d]);
     }
     free(c[k].buf);
+    if (moved_fd[k] >= 0) close(moved_fd[k]);
+    moved_fd[k] = -1;
   }
   for (int d = 0; d < NRAIL; d++) dev[d]->ops->dev_close(dev[d]);
+  /* Every rail is gone: so is every link it held. */
+  assert_int_equal(rr_link_life_used(&rr_link_lives), 0);
   rr_link_life_reset(&rr_link_lives);
   return 0;
 }
@@ -183,11 +188,50 @@ static void test_silent_link_fails_idle_rails(void **state) {
   for (int k = 0; k < NCONN; k++) assert_int_equal(c[k].e.rails[1].state, RR_RAIL_DOWN);
 }
 
+/* A receiver's rail reopened from another address than it was named by (a
+ * rail added for later knows only the peer host's address): the rail and
+ * its link follow the address it reached, and the link it left goes with
+ * the last rail that held it. */
+static void replace_backup(int k, const char *peer_addr) {
+  int sv[2];
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+  rr_rail_ep *ep = NULL;
+  assert_int_equal(dev[1]->ops->ep_open(dev[1], &rr_engine_rail_events, &c[k].e, &ep), RR_OK);
+  int fds[1] = {sv[0]};
+  rr_rail_connect_args args = {.fds = fds, .nfds = 1};
+  assert_int_equal(ep->ops->ep_connect(ep, &args), RR_OK);
+  rr_engine_rail_replace(&c[k].e, 1, ep, peer_addr);
+  moved_fd[k] = sv[1];
+}
+
+static void test_reopened_rail_keyed_by_its_address(void **state) {
+  (void)state;
+  int old = c[0].e.rails[1].life_slot;
+  assert_int_equal(rr_link_life_used(&rr_link_lives), 2);
+  replace_backup(0, "10.77.9.2");
+  assert_string_equal(c[0].e.rails[1].peer_addr, "10.77.9.2");
+  int moved = c[0].e.rails[1].life_slot;
+  assert_true(moved >= 0);
+  assert_int_not_equal(moved, old);
+  assert_int_equal(c[1].e.rails[1].life_slot, old); /* still held by the other connection's backup */
+  assert_int_equal(rr_link_life_used(&rr_link_lives), 3);
+  /* The other backup moves too: one link again, the old one freed. */
+  replace_backup(1, "10.77.9.2");
+  assert_int_equal(c[1].e.rails[1].life_slot, moved);
+  assert_int_equal(rr_link_life_used(&rr_link_lives), 2);
+  /* NULL: the rail keeps its address and link. */
+  close(moved_fd[1]);
+  replace_backup(1, NULL);
+  assert_int_equal(c[1].e.rails[1].life_slot, moved);
+  assert_string_equal(c[1].e.rails[1].peer_addr, "10.77.9.2");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_one_probe_per_link, setup, teardown),
       cmocka_unit_test_setup_teardown(test_link_life_keeps_idle_rail, setup, teardown),
       cmocka_unit_test_setup_teardown(test_silent_link_fails_idle_rails, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_reopened_rail_keyed_by_its_address, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -93,12 +93,52 @@ static void test_full_table_keeps_per_rail_rule(void **state) {
   assert_true(rr_link_life_slot(&t, 1, 0, "10.0.7.2") >= 0);
 }
 
+/* Entries go with the last rail of their link: four tables' worth of links
+ * opened and closed, each link by two rails, and every one finds room; an
+ * entry refilled holds nothing of the link before it; a link still held
+ * by one rail keeps its entry and its life. */
+static void test_entries_go_with_their_last_rail(void **state) {
+  (void)state;
+  char peer[32];
+  int kept = rr_link_life_slot(&t, 2, 5, "10.99.0.2");
+  rr_link_life_saw(&t, kept, 42 * MS);
+  for (int i = 0; i < 4 * RR_LINK_LIFE_MAX; i++) {
+    snprintf(peer, sizeof peer, "10.%d.%d.2", i / 256, i % 256);
+    int a = rr_link_life_slot(&t, 1, 0, peer), b = rr_link_life_slot(&t, 1, 0, peer);
+    assert_true(a >= 0);
+    assert_int_equal(b, a);
+    assert_int_not_equal(a, kept);
+    assert_int_equal(rr_link_life_get(&t, a), 0);
+    rr_link_life_saw(&t, a, (uint64_t)(i + 1) * MS);
+    assert_int_equal(rr_link_life_used(&t), 2);
+    rr_link_life_release(&t, a);
+    assert_int_equal(rr_link_life_used(&t), 2); /* its other rail holds it */
+    rr_link_life_release(&t, b);
+    assert_int_equal(rr_link_life_used(&t), 1);
+  }
+  assert_int_equal(rr_link_life_slot(&t, 2, 5, "10.99.0.2"), kept);
+  assert_int_equal(rr_link_life_get(&t, kept), 42 * MS);
+  /* A full table has room again once a link's rails are gone. */
+  int slot[RR_LINK_LIFE_MAX - 1];
+  for (int i = 0; i < RR_LINK_LIFE_MAX - 1; i++) {
+    snprintf(peer, sizeof peer, "10.%d.%d.3", i / 256, i % 256);
+    assert_true((slot[i] = rr_link_life_slot(&t, 1, 0, peer)) >= 0);
+  }
+  assert_int_equal(rr_link_life_slot(&t, 1, 0, "192.168.0.1"), -1);
+  rr_link_life_release(&t, slot[7]);
+  int again = rr_link_life_slot(&t, 1, 0, "192.168.0.1");
+  assert_int_equal(again, slot[7]);
+  rr_link_life_release(&t, -1); /* a rail that found the table full holds nothing */
+  assert_int_equal(rr_link_life_used(&t), RR_LINK_LIFE_MAX);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(test_one_entry_per_link, reset),
       cmocka_unit_test_setup(test_life_only_moves_forward, reset),
       cmocka_unit_test_setup(test_one_probe_per_link_and_interval, reset),
       cmocka_unit_test_setup(test_full_table_keeps_per_rail_rule, reset),
+      cmocka_unit_test_setup(test_entries_go_with_their_last_rail, reset),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
