@@ -89,7 +89,7 @@ typedef struct engine_rail {
   int g_demoted;
   /* Demoted, on a transport whose invalidation keeps the endpoint (TCP), and
    * its endpoint holds what the fault left behind: a probe that timed out
-   * (its bytes queued behind a retransmission backoff), or, once probes
+   * (its bytes queued behind a long retransmission timeout), or, once probes
    * restored the link, bytes still unacknowledged since g_stale_since. It
    * gets a fresh endpoint, as a verbs rail gets a fresh queue pair
    * (engine_gray_needs_reopen); swapping one in clears this. */

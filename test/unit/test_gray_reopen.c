@@ -4,7 +4,7 @@
  *
  * In the network lab's lossy case (bench/RESULTS.md 16c, 16d) traffic came
  * back late after the heal where a demoted rail's socket still held a
- * probe's bytes behind a retransmission timer backed off through the loss:
+ * probe's bytes behind a retransmission timeout the loss left long:
  * the rail waited for the timer to be restored or probed again. Here a
  * sending engine on two TCP rails over socket pairs; the transport's
  * unacknowledged bytes are made up (a socket pair acknowledges nothing),
