@@ -133,9 +133,9 @@ static void stale_reopen(const rr_engine *e, engine_rail *rl) {
  * that the kernel sent them. Traffic restored onto a TCP socket whose
  * unacknowledged bytes wait for a retransmission timeout the loss left long
  * (backed off, or grown with the round trips' variance: 0.4-2.6 s in the
- * lab) would queue behind them. Such a rail
- * is reopened (stale_reopen) and restored on its fresh endpoint, at once:
- * the link's verdict stays. A transport that cannot say is restored. */
+ * lab) would queue behind them. Such a rail is reopened (stale_reopen) and
+ * restored on its fresh endpoint, at once: the link's verdict stays. A
+ * transport that cannot say is restored. */
 static int holds_stale_bytes(const rr_engine *e, engine_rail *rl, uint64_t now) {
   rr_rail_path_stats p;
   if (!gray_path_read(rl, &p) || p.unacked == 0) {
@@ -196,8 +196,9 @@ void gray_probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
       /* Where the endpoint carries on (TCP), the probe's bytes stay in its
        * sockets, whose retransmission timeout the loss left long (backed
        * off, or grown with the round trips' variance): after the heal they
-       * leave only when it fires (bench/RESULTS.md 16d), and until then this rail can neither be probed nor restored
-       * (both wait for it to be flushed). Fresh sockets instead. */
+       * leave only when it fires (bench/RESULTS.md 16d), and until then
+       * this rail can neither be probed nor restored (both wait for it to
+       * be flushed). Fresh sockets instead. */
       stale_reopen(e, rl);
     }
   } else if (now - rl->probe_done_ns >= RR_GRAY_PROBE_GAP_NS && now - l->probe_done_ns >= RR_GRAY_PROBE_GAP_NS &&
