@@ -473,7 +473,8 @@ int engine_gray_demotion_goes_on(const rr_engine *e, int r, rr_rail_state old, r
 
 int engine_gray_needs_reopen(const rr_engine *e, int r) {
   const engine_rail *rl = &e->rails[r];
-  return rl->state == RR_RAIL_DEGRADED && rl->g_demoted && rl->invalidated && !engine_rail_invalidate_cheap(e, r);
+  return rl->state == RR_RAIL_DEGRADED && rl->g_demoted &&
+         ((rl->invalidated && !engine_rail_invalidate_cheap(e, r)) || rl->g_reopen);
 }
 
 void engine_gray_tick(rr_engine *e, int r, uint64_t now) {
@@ -517,7 +518,10 @@ void engine_gray_on_state(rr_engine *e, int r, rr_rail_state old, rr_rail_state 
   /* A demotion or restore is the verdict at work (the link's other
    * connections follow it), and so is the end of a demoted rail's endpoint
    * (DEGRADED to DEAD: a verbs rail's invalidation, or its endpoint breaking),
-   * which is reopened and comes back demoted. Anything else on the link is
+   * which is reopened and comes back demoted, and the fresh endpoint swapped
+   * in (DOWN to DOWN, engine_rail_swap): a TCP rail reopened after the heal
+   * must not undo the healthy run its link's probes had built, or every
+   * connection of the link would wait for a new one. Anything else on the link is
    * a hard event after which the link is judged afresh. Forgetting the
    * verdict at that DEAD, 20 ms after the demotion, left the link's other
    * connections, whose ticks under an emulated NIC are tens of ms apart,
@@ -526,7 +530,8 @@ void engine_gray_on_state(rr_engine *e, int r, rr_rail_state old, rr_rail_state 
    * connection carried 0, 0, 0, 3.6, 0, 0, 4.1, 18 MB/s per half second from
    * the limit while the other, moved at once, carried 19-26. */
   int gray = st == RR_RAIL_DEGRADED || (old == RR_RAIL_DEGRADED && st == RR_RAIL_ACTIVE) ||
-             (old == RR_RAIL_DEGRADED && st == RR_RAIL_DEAD && rl->g_demoted);
+             (old == RR_RAIL_DEGRADED && st == RR_RAIL_DEAD && rl->g_demoted) ||
+             (old == RR_RAIL_DOWN && st == RR_RAIL_DOWN && rl->g_demoted);
   gray_link *l = gray ? NULL : link_find(rl->ep->dev->index, rl->peer_addr);
   if (l) {
     gray_run_reset(l, now);

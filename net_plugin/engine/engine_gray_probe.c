@@ -16,6 +16,10 @@
 #define RR_GRAY_PROBE_MIN_NS (20 * RR_GRAY_MS) /* a shrunk probe never lasts less at the link's reference */
 #define RR_GRAY_PROBE_GAP_NS (200 * RR_GRAY_MS)
 #define RR_GRAY_PROBE_TIMEOUT_NS (1000 * RR_GRAY_MS)
+/* Bytes unacknowledged this long on a rail its probes found healthy wait for
+ * a retransmission timer: a healthy path acknowledges in well under a
+ * millisecond, and TCP's shortest timeout is 200 ms. */
+#define RR_GRAY_STALE_NS (20 * RR_GRAY_MS)
 _Static_assert(RR_GRAY_PROBE_WRITE <= ENGINE_PROBE_MAX_WRITE, "a probe write the receiver accepts");
 
 /* Filler for probes: never read by anybody. */
@@ -117,6 +121,32 @@ static void probe_count(int done, int ok, int bad, uint64_t bytes, uint64_t dur_
   rr_counter_add(RR_CTR_PROBE_REFERENCE_KBPS, (uint64_t)(ref / 1e3));
 }
 
+/* Rail rl's endpoint holds what the fault left behind: give it a fresh one,
+ * where the owner can reopen it (cfg.reconnect; otherwise the old one is
+ * waited out, as before). */
+static void stale_reopen(const rr_engine *e, engine_rail *rl) {
+  if (e->cfg.reconnect) rl->g_reopen = 1;
+}
+
+/* Is rl, restorable now, holding bytes its peer has not acknowledged for
+ * longer than a healthy path takes (RR_GRAY_STALE_NS)? flushed() says only
+ * that the kernel sent them. Traffic restored onto a TCP socket whose
+ * unacknowledged bytes wait for a retransmission timeout the loss left long
+ * (backed off, or grown with the round trips' variance: 0.4-2.6 s in the
+ * lab) would queue behind them. Such a rail is reopened (stale_reopen) and
+ * restored on its fresh endpoint, at once: the link's verdict stays. A
+ * transport that cannot say is restored. */
+static int holds_stale_bytes(const rr_engine *e, engine_rail *rl, uint64_t now) {
+  rr_rail_path_stats p;
+  if (!gray_path_read(rl, &p) || p.unacked == 0) {
+    rl->g_stale_since = 0;
+    return 0;
+  }
+  if (!rl->g_stale_since) rl->g_stale_since = now;
+  else if (now - rl->g_stale_since >= RR_GRAY_STALE_NS) stale_reopen(e, rl);
+  return 1;
+}
+
 /* A demoted rail: probe it, and restore it once the probes show it healthy
  * for the hold time. */
 void gray_probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
@@ -162,6 +192,14 @@ void gray_probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
     if (!done && !engine_rail_invalidate_cheap(e, r)) {
       rl->ep->ops->invalidate(rl->ep);
       rl->invalidated = 1;
+    } else if (!done) {
+      /* Where the endpoint carries on (TCP), the probe's bytes stay in its
+       * sockets, whose retransmission timeout the loss left long (backed
+       * off, or grown with the round trips' variance): after the heal they
+       * leave only when it fires (bench/RESULTS.md 16d), and until then
+       * this rail can neither be probed nor restored (both wait for it to
+       * be flushed). Fresh sockets instead. */
+      stale_reopen(e, rl);
     }
   } else if (now - rl->probe_done_ns >= RR_GRAY_PROBE_GAP_NS && now - l->probe_done_ns >= RR_GRAY_PROBE_GAP_NS &&
              (!l->probe_owner || now - l->probe_since > 2 * probe_timeout_ns(l)) &&
@@ -182,6 +220,7 @@ void gray_probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
    * work: a rail that has carried nothing for a while is not silent. */
   if (gray_ok_covers(&l->ok, engine_rail_hold_ns(e, rl)) && !rl->probe_start_ns &&
       rl->ep->ops->flushed(rl->ep)) {
+    if (holds_stale_bytes(e, rl, now)) return;
     rl->watch_since_ns = now;
     l->degraded = l->lossy = l->slowlat = 0;
     l->restored = 1;

@@ -87,6 +87,14 @@ typedef struct engine_rail {
    * endpoint comes back DEGRADED, not ACTIVE, and is probed. Both ends keep
    * it (the sender's notices name it degraded meanwhile). */
   int g_demoted;
+  /* Demoted, on a transport whose invalidation keeps the endpoint (TCP), and
+   * its endpoint holds what the fault left behind: a probe that timed out
+   * (its bytes queued behind a long retransmission timeout), or, once probes
+   * restored the link, bytes still unacknowledged since g_stale_since. It
+   * gets a fresh endpoint, as a verbs rail gets a fresh queue pair
+   * (engine_gray_needs_reopen); swapping one in clears this. */
+  int g_reopen;
+  uint64_t g_stale_since;   /* restorable, but unacknowledged bytes since (0: none) */
   double degraded_frac;     /* what it delivered, as a fraction of its healthy level */
   uint64_t degraded_for_ns; /* for how long it had delivered that little when demoted */
 } engine_rail;
@@ -445,8 +453,9 @@ void engine_notice_where(rr_engine *e, const engine_msg *m);
  * so it is probed back rather than reopened into traffic and failed again,
  * over and over. Returns 1 when it was demoted. */
 int engine_gray_demote_silent(rr_engine *e, int r, uint64_t now);
-/* Sender: rail r is demoted and its endpoint was invalidated for good (verbs):
- * it needs a fresh one (reopened like a failed rail, it comes back demoted). */
+/* Sender: rail r is demoted and its endpoint was invalidated for good (verbs),
+ * or holds what the fault left in it (g_reopen: TCP): it needs a fresh one
+ * (reopened like a failed rail, it comes back demoted). */
 int engine_gray_needs_reopen(const rr_engine *e, int r);
 /* Is rail r's move from old to st a demotion going on rather than a new
  * fault: a demoted rail's endpoint ending (DEGRADED to DEAD: a verbs
