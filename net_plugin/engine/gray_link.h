@@ -62,6 +62,22 @@ typedef struct gray_link {
 extern gray_link gray_links[RR_GRAY_LINKS];
 extern int gray_nlinks;
 
+/* Bad latency samples a run needs before silence on its rail is taken for
+ * a slow path rather than a dead one: one stalled acknowledgement just
+ * before a rail dies is noise (gray_latency.c needs three for a verdict). */
+#define RR_GRAY_SILENT_LAT_BAD 2
+
+/* Is l's latency judge in a run of bad samples (RR_GRAY_SILENT_LAT_BAD at
+ * least, most of the run's), its last sample taken within within_ns of now?
+ * Each sample is a request the peer acknowledged, so such a link is slow
+ * and still delivering: a request that outlasts δ is the path's delay,
+ * not its death (engine_gray_demote_silent). */
+static inline int gray_link_lat_run_lately(const gray_link *l, uint64_t within_ns, uint64_t now) {
+  const gray_lat *g = &l->lat;
+  return g->run_since && g->run_bad >= RR_GRAY_SILENT_LAT_BAD && g->run_bad * 10 >= g->run_n * 6 &&
+         g->last_at <= now && now - g->last_at <= within_ns;
+}
+
 /* Forget the runs under way and start a new window. */
 void gray_run_reset(gray_link *l, uint64_t now);
 /* What l delivers over about a second of loaded windows, bytes/s (0: none yet). */
