@@ -457,6 +457,11 @@ int engine_gray_demote_silent(rr_engine *e, int r, uint64_t now) {
    * latency's, so the probes must show the delay gone too. */
   int slow_lat = l && !slow_rate && gray_link_lat_run_lately(l, lately, now);
   if (slow_rate || slow_lat) {
+    /* Which judge's run spared it: the demotion's reason reads the same
+     * as that judge's own verdict. */
+    RR_INFO(RR_SUB_NET, "send %s: silent, demoted: %s run under way (windows %u of %u below, latency samples %u of %u bad)",
+            rl->name, slow_rate ? "a slow-window" : "a latency", l->run_below, l->run_windows, l->lat.run_bad,
+            l->lat.run_n);
     l->degraded = 1;
     if (slow_lat) l->slowlat = 1;
     demote(e, r, l, now);
