@@ -450,12 +450,13 @@ int engine_gray_demote_silent(rr_engine *e, int r, uint64_t now) {
   /* In a run of slow windows, with a delivery lately: a trickle that has
    * paused, not a path that died with it. */
   int slow_rate = l && l->below_since && l->run_below >= 3 && now - l->delivered_ns <= lately;
-  /* In a run of bad latency samples, with a sample lately: requests that
-   * take longer than δ on a delayed path (the Soft-RoCE lab's netem case
-   * at 1 MiB: up to 0.9 s more each) make the rail silent before the
-   * latency judge has its degraded_ns of samples. The verdict is then the
-   * latency's, so the probes must show the delay gone too. */
-  int slow_lat = l && !slow_rate && gray_link_lat_run_lately(l, lately, now);
+  /* In a run of bad latency samples, with a sample lately or during the
+   * silence (gray_link_lat_slow): requests that take longer than δ on a
+   * delayed path (the Soft-RoCE lab's netem case at 1 MiB: up to 0.9 s more
+   * each) make the rail silent before the latency judge has its
+   * degraded_ns of samples. The verdict is then the latency's, so the
+   * probes must show the delay gone too. */
+  int slow_lat = l && !slow_rate && gray_link_lat_slow(l, lately, e->cfg.progress_timeout_ns / 2, now);
   if (slow_rate || slow_lat) {
     /* Which judge's run spared it: the demotion's reason reads the same
      * as that judge's own verdict. */

@@ -6,7 +6,8 @@
  * come before the latency judge has its degraded_ns of bad samples; the
  * rail was then failed (DOWN, reopened, failed back onto the delay, silent
  * again) instead of demoted. A rail whose link is in a run of bad latency
- * samples, the last of them within δ + 500 ms, is slow, not dead: it is
+ * samples (two, the last within δ + 500 ms; or one during the silence, from
+ * another connection over the same NIC and peer) is slow, not dead: it is
  * demoted. One without such samples lately still fails.
  *
  * A sending engine on two TCP rails over socket pairs, each to its own peer
@@ -189,8 +190,24 @@ static void test_silent_rail_without_deliveries_fails(void **state) {
   assert_int_equal(l->degraded, 0);
 }
 
-/* One late acknowledgement just before the silence is noise, not a run:
- * failed. */
+/* One late request of another connection over the same NIC and peer,
+ * acknowledged 100 ms before this rail's silence verdict (its own last life
+ * is δ old): the path delivers, late. Demoted (the lab at netem 150 ms:
+ * the silence came with one bad sample, 112 ms old). */
+static void test_late_sample_during_the_silence_is_demoted(void **state) {
+  (void)state;
+  gray_link *l = link0();
+  sample(l, 0, 1.0);
+  sample(l, 100, 1.0);
+  sample(l, 1000, 400.0);
+  silent(0, t0 + 1100 * MS);
+  assert_int_equal(eng.rails[0].state, RR_RAIL_DEGRADED);
+  assert_int_equal(eng.stats.demotions, 1);
+  assert_int_equal(l->slowlat, 1);
+}
+
+/* One late acknowledgement as old as the silence (the rail's own last
+ * request before it fell silent) is noise, not a run: failed. */
 static void test_one_late_sample_is_no_run(void **state) {
   (void)state;
   gray_link *l = link0();
@@ -207,6 +224,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_latency_run_under_way_is_demoted, setup, teardown),
       cmocka_unit_test_setup_teardown(test_latency_run_without_a_sample_lately_fails, setup, teardown),
       cmocka_unit_test_setup_teardown(test_silent_rail_without_deliveries_fails, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_late_sample_during_the_silence_is_demoted, setup, teardown),
       cmocka_unit_test_setup_teardown(test_one_late_sample_is_no_run, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
