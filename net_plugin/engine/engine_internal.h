@@ -449,9 +449,10 @@ engine_msg engine_notice(const rr_engine *e, uint8_t type, uint32_t epoch, uint3
 void engine_notice_where(rr_engine *e, const engine_msg *m);
 /* Sender: rail r, ACTIVE, has been silent for δ. If its link was in a run
  * of slow windows (a trickle: a rate limit on RoCE delivers in bursts, and
- * a pause between them can outlast δ), it is demoted instead of failed,
- * so it is probed back rather than reopened into traffic and failed again,
- * over and over. Returns 1 when it was demoted. */
+ * a pause between them can outlast δ), or in a run of bad latency samples
+ * (a delayed path whose requests outlast δ), with a delivery lately, it is
+ * demoted instead of failed, so it is probed back rather than reopened into
+ * traffic and failed again, over and over. Returns 1 when it was demoted. */
 int engine_gray_demote_silent(rr_engine *e, int r, uint64_t now);
 /* Sender: rail r is demoted and its endpoint was invalidated for good (verbs),
  * or holds what the fault left in it (g_reopen: TCP): it needs a fresh one

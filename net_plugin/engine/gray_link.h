@@ -62,6 +62,30 @@ typedef struct gray_link {
 extern gray_link gray_links[RR_GRAY_LINKS];
 extern int gray_nlinks;
 
+/* Bad latency samples a run needs before silence on its rail is taken for
+ * a slow path rather than a dead one, when its last sample is older than
+ * the silence: one stalled acknowledgement just before a rail dies is
+ * noise (gray_latency.c needs three for a verdict). */
+#define RR_GRAY_SILENT_LAT_BAD 2
+
+/* Does l's latency judge say its path is slow rather than dead? A run of
+ * bad samples under way (most of the run's), and either
+ * - RR_GRAY_SILENT_LAT_BAD bad ones at least, the last taken within
+ *   lately_ns of now: the rail's own requests grew late until one outlasted
+ *   δ (its last sample is then about δ old), or
+ * - the last taken within during_ns of now, during_ns well under δ: a
+ *   silent rail's own sample is as old as its last life, about δ, so a
+ *   newer one is another connection's over the same NIC and peer, a request
+ *   the path acknowledged, late, while this rail was silent (the Soft-RoCE
+ *   lab, netem 150 ms, 1 MiB: one bad sample 112 ms before the silence).
+ * Each sample is a request the peer acknowledged: a dead path gives none. */
+static inline int gray_link_lat_slow(const gray_link *l, uint64_t lately_ns, uint64_t during_ns, uint64_t now) {
+  const gray_lat *g = &l->lat;
+  if (!g->run_since || g->run_bad * 10 < g->run_n * 6 || g->last_at > now) return 0;
+  uint64_t age = now - g->last_at;
+  return (g->run_bad >= RR_GRAY_SILENT_LAT_BAD && age <= lately_ns) || age <= during_ns;
+}
+
 /* Forget the runs under way and start a new window. */
 void gray_run_reset(gray_link *l, uint64_t now);
 /* What l delivers over about a second of loaded windows, bytes/s (0: none yet). */
