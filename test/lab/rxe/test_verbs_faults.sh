@@ -1,7 +1,8 @@
 #!/bin/bash
 # ctest verbs_flaps: boot the Soft-RoCE lab once and run the verbs rail's fault cases inside it
 # (verbs_faults.sh): random flaps on both rails with every message checked, every rail down,
-# a dead peer, and the telemetry view of a failover. Root, as every lab test.
+# a dead peer, the telemetry view of a failover, a forged write and a slow rail (CMakeLists.txt
+# names the cases). Root, as every lab test.
 #   usage: test_verbs_faults.sh HARNESS PLUGIN_DIR RERAIL [CASE...]
 #   RERAIL_TEST_SCALE scales the flapping time (CI's sanitizer pass: 0.25)
 set -euo pipefail
@@ -11,4 +12,4 @@ if [[ $(id -u) -ne 0 ]]; then
   exit 1
 fi
 [[ $# -ge 3 ]] || { echo "usage: $0 HARNESS PLUGIN_DIR RERAIL [CASE...]" >&2; exit 2; }
-exec "$here/rxelab.sh" run --timeout 420 -- "$here/verbs_faults.sh" "$@"
+exec "$here/rxelab.sh" run --timeout 540 -- "$here/verbs_faults.sh" "$@"
