@@ -191,9 +191,37 @@ pack_deps() {
   else
     echo "no CUDA/NCCL headers: rerail-nccl-e2e is not built in $build" >>"$dst/MANIFEST"
   fi
+  pack_ip_tool "$dst"
   echo "made by bench/device_check.sh --pack-deps on $(hostname) ($(uname -m)), $(date -u +%Y-%m-%dT%H:%MZ)" >>"$dst/MANIFEST"
   cat "$dst/MANIFEST"
   say "packed into $dst ($(du -sh "$dst" | cut -f1)): carry it to the GPU machine, run bench/device_check.sh --deps $dst"
+}
+
+# The failover step's lab needs iproute2's `ip`, which a GPU machine's image may
+# lack (the first lent one did). Packed: the binary, the libraries it needs
+# beyond glibc (the machine's own glibc is as new or newer), and bin/ip, which
+# runs it through the machine's loader with --library-path, so nothing ip
+# starts (`ip netns exec`) inherits a changed library path.
+pack_ip_tool() {
+  local dst=$1 ip lib
+  ip=$(command -v ip) || { echo "no ip here: the failover step needs the GPU machine's own" >>"$dst/MANIFEST"; return 0; }
+  mkdir -p "$dst/tools/lib" "$dst/bin" && cp -L "$ip" "$dst/tools/ip" || die "--pack-deps: copying $ip failed"
+  while read -r lib; do
+    case $(basename "$lib") in libc.so.* | libm.so.* | ld-linux*) continue ;; esac
+    cp -L "$lib" "$dst/tools/lib/" || die "--pack-deps: copying $lib failed"
+  done < <(ldd "$ip" | awk '$2 == "=>" && $3 ~ /^\// {print $3}')
+  cat >"$dst/bin/ip" <<'WRAP'
+#!/bin/sh
+# ip packed by bench/device_check.sh --pack-deps, run with its own libraries.
+here=$(cd "$(dirname "$0")/.." && pwd)
+for ld in /lib64/ld-linux-x86-64.so.2 /lib/ld-linux-aarch64.so.1; do
+  [ -x "$ld" ] && exec "$ld" --library-path "$here/tools/lib" "$here/tools/ip" "$@"
+done
+echo "ip (packed): no dynamic loader found" >&2
+exit 127
+WRAP
+  chmod +x "$dst/bin/ip"
+  echo "ip: $ip and $(ls "$dst/tools/lib" | wc -l) libraries, run by bin/ip (used only where the machine has no ip)" >>"$dst/MANIFEST"
 }
 
 # ---- the steps (each runs as its own process: bash device_check.sh __step NAME) --
@@ -583,6 +611,11 @@ done
 # The lab's needs fail the failover step alone, not the whole check.
 LAB_WHY=""
 [[ $(id -u) == 0 ]] || LAB_WHY="not root (network namespaces need it)"
+# A packed ip (--pack-deps) stands in only where the machine has none.
+if ! command -v ip >/dev/null && [[ -n $DEPS && -x $DEPS/bin/ip ]] && "$DEPS/bin/ip" -V >/dev/null 2>&1; then
+  PATH=$DEPS/bin:$PATH
+  say "the machine has no ip: using the packed one ($("$DEPS/bin/ip" -V 2>&1 | head -n1))"
+fi
 for t in ip sysctl; do command -v "$t" >/dev/null || LAB_WHY+="${LAB_WHY:+, }no $t"; done
 CMAKE_BIN=""
 if [[ -z $PREBUILT ]]; then

@@ -7,7 +7,8 @@
 #      a rail failed under checked harness traffic in two namespaces, the short
 #      socket bench. Judged by the exit status and summary.tsv, not wording.
 #   3. --pack-deps copies libsodium (and, where rerail-nccl-e2e is built, its
-#      CUDA and NCCL headers) out of BUILD_DIR.
+#      CUDA and NCCL headers) out of BUILD_DIR, and iproute2's ip with a
+#      wrapper that runs it on its own libraries.
 #
 # usage: device_check_dry.sh BUILD_DIR
 set -u
@@ -76,6 +77,25 @@ if bash "$DC" --pack-deps "$work/deps" --build-dir "$BUILD" >"$work/pack.out" 2>
   fi
 else
   fail "--pack-deps"; cat "$work/pack.out"
+fi
+
+# The packed ip (for GPU machines whose image has none) must run through its
+# wrapper and see this machine's namespaces as the real one does.
+if [[ -x $work/deps/bin/ip ]]; then
+  ns=rerail-dcdry-$$
+  if ip netns add "$ns" 2>/dev/null; then
+    if "$work/deps/bin/ip" netns list 2>/dev/null | awk '{print $1}' | grep -qx "$ns" &&
+      [[ $("$work/deps/bin/ip" netns exec "$ns" sh -c 'echo "${LD_LIBRARY_PATH-unset}"') == "${LD_LIBRARY_PATH-unset}" ]]; then
+      pass "--pack-deps: the packed ip runs, lists namespaces, and leaves its children's library path alone"
+    else
+      fail "--pack-deps: the packed ip does not list namespace $ns or changed the library path of what it runs"
+    fi
+    ip netns del "$ns"
+  else
+    fail "cannot make namespace $ns to test the packed ip"
+  fi
+else
+  fail "--pack-deps: no bin/ip packed (this machine has ip)"
 fi
 
 echo "device_check_dry: $passes passed, $failures failed"
