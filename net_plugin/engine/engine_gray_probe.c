@@ -114,12 +114,11 @@ static uint64_t probe_size(const rr_engine *e, const gray_link *l) {
                   : (double)shrunk < floor           ? (uint64_t)floor
                                                      : shrunk;
   double bar = lat_probe_bar(e, l);
-  if (bar > 0) {
-    double cap = ref * bar / 2.0 / 1e9;
-    if (cap < (double)RR_GRAY_LAT_PROBE_MIN) cap = RR_GRAY_LAT_PROBE_MIN;
-    if ((double)size > cap) size = (uint64_t)cap;
-  }
-  return size;
+  if (bar <= 0) /* whole writes, as the rate's probes always were */
+    return (size + RR_GRAY_PROBE_WRITE - 1) / RR_GRAY_PROBE_WRITE * RR_GRAY_PROBE_WRITE;
+  double cap = ref * bar / 2.0 / 1e9;
+  if (cap < (double)RR_GRAY_LAT_PROBE_MIN) cap = RR_GRAY_LAT_PROBE_MIN;
+  return (double)size > cap ? (uint64_t)cap : size;
 }
 
 /* How long a probe of l may take: a second, or three times what it takes
