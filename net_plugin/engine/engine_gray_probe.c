@@ -103,8 +103,8 @@ static double lat_probe_bar(const rr_engine *e, const gray_link *l) {
  * whole time (lat_probe_bar()), so its probe carries at most what the
  * link's reference moves in half the bar: a healed path's probe takes
  * half the bar at the reference, a healthy path's latency (about a tenth
- * of the bar) and a tick more, and counts as healthy. Not less than half
- * the bar: the probe's rate is judged too, and a shorter one would read a
+ * of the bar) and a tick more, and counts as healthy. Half, not a smaller
+ * share: the probe's rate is judged too, and a shorter one would read a
  * tick's lateness as a slow rate (the reason for RR_GRAY_PROBE_MIN_NS). */
 static uint64_t probe_size(const rr_engine *e, const gray_link *l) {
   uint64_t shrunk = (uint64_t)RR_GRAY_PROBE_BYTES >> l->probe_shrink;
