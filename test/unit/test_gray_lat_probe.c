@@ -23,7 +23,6 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "engine_internal.h"
@@ -31,6 +30,7 @@
 #include "rail_tcp.h"
 #include "rr_clock.h"
 #include "rr_counters.h"
+#include "tcp_pair_fixture.h"
 
 #define MS 1000000ull
 #define PEER "10.77.0.2"
@@ -59,16 +59,9 @@ static rr_status made_up_path_stats(rr_rail_ep *ep, rr_rail_path_stats *out) {
  * unflushed until the far end reads it, as a verbs probe stays uncompleted
  * until the peer acknowledges it. */
 static rr_rail_ep *tcp_ep(void) {
-  int sv[2];
-  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
-  int small = 4096;
-  assert_int_equal(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
-  rr_rail_ep *ep = NULL;
-  assert_int_equal(dev->ops->ep_open(dev, &rr_engine_rail_events, &eng, &ep), RR_OK);
-  int fds[1] = {sv[0]};
-  rr_rail_connect_args args = {.fds = fds, .nfds = 1};
-  assert_int_equal(ep->ops->ep_connect(ep, &args), RR_OK);
-  peer_fd[npeer++] = sv[1];
+  rr_rail_ep *ep = tcp_pair_ep(dev, &eng, 4096, &peer_fd[npeer]);
+  assert_non_null(ep);
+  npeer++;
   ep->ops = &stats_ops;
   return ep;
 }

@@ -18,13 +18,13 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "engine_internal.h"
 #include "gray_link.h"
 #include "rail_tcp.h"
 #include "rr_clock.h"
+#include "tcp_pair_fixture.h"
 
 #define MS 1000000ull
 #define PEER "10.77.0.2"
@@ -46,14 +46,9 @@ static rr_status made_up_path_stats(rr_rail_ep *ep, rr_rail_path_stats *out) {
 
 /* A TCP rail endpoint over a fresh socket pair (the far end kept, never read). */
 static rr_rail_ep *tcp_ep(void) {
-  int sv[2];
-  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
-  rr_rail_ep *ep = NULL;
-  assert_int_equal(dev->ops->ep_open(dev, &rr_engine_rail_events, &eng, &ep), RR_OK);
-  int fds[1] = {sv[0]};
-  rr_rail_connect_args args = {.fds = fds, .nfds = 1};
-  assert_int_equal(ep->ops->ep_connect(ep, &args), RR_OK);
-  peer_fd[npeer++] = sv[1];
+  rr_rail_ep *ep = tcp_pair_ep(dev, &eng, 0, &peer_fd[npeer]);
+  assert_non_null(ep);
+  npeer++;
   ep->ops = &stats_ops;
   return ep;
 }

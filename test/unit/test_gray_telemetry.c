@@ -19,13 +19,13 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "engine_internal.h"
 #include "rail_tcp.h"
 #include "rr_health_bus.h"
 #include "rr_tel_internal.h"
+#include "tcp_pair_fixture.h"
 
 #define MS 1000000ull
 #define PEER "10.77.0.2"
@@ -42,14 +42,8 @@ static void to_tables(void *arg, const rr_health_event *ev) {
 
 /* A TCP rail endpoint of engine e over a fresh socket pair (the far end kept in peer_fd[k]). */
 static rr_rail_ep *tcp_ep_of(rr_engine *e, int k) {
-  int sv[2];
-  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
-  rr_rail_ep *ep = NULL;
-  assert_int_equal(dev->ops->ep_open(dev, &rr_engine_rail_events, e, &ep), RR_OK);
-  int fds[1] = {sv[0]};
-  rr_rail_connect_args args = {.fds = fds, .nfds = 1};
-  assert_int_equal(ep->ops->ep_connect(ep, &args), RR_OK);
-  peer_fd[k] = sv[1];
+  rr_rail_ep *ep = tcp_pair_ep(dev, e, 0, &peer_fd[k]);
+  assert_non_null(ep);
   return ep;
 }
 
