@@ -16,6 +16,7 @@
 #define RR_GRAY_PROBE_MIN_NS (20 * RR_GRAY_MS) /* a shrunk probe never lasts less at the link's reference */
 #define RR_GRAY_PROBE_GAP_NS (200 * RR_GRAY_MS)
 #define RR_GRAY_PROBE_TIMEOUT_NS (1000 * RR_GRAY_MS)
+#define RR_GRAY_LAT_PROBE_MIN (4u << 10) /* a latency probe's least bytes: one page */
 /* Bytes unacknowledged this long on a rail its probes found healthy wait for
  * a retransmission timer: a healthy path acknowledges in well under a
  * millisecond, and TCP's shortest timeout is 200 ms. */
@@ -57,6 +58,32 @@ static double restore_reference(const gray_link *l, uint64_t now) {
   return gray_restore_ref(own, sib);
 }
 
+/* The latency judge's bar for a probe of l, ns: the whole time a probe may
+ * take and still count as healthy (gray_lat_bad: x times the reference and
+ * min_ns over it). 0 where l is not demoted for its latency, the criterion
+ * is off or no reference is known: its probes are judged for rate only.
+ *
+ * The whole time, nothing subtracted for the probe's bytes: a latency
+ * sample subtracts bytes / level, the time its bytes take at the level,
+ * but the level is the best window of the traffic the link carried, and
+ * under light traffic that is what was asked of it, not what it can do.
+ * An idle rail's probe moves faster than that, and the time subtracted for
+ * a big probe can swallow the delay: at a level of 10 MB/s a 1 MiB probe
+ * "explains" 105 ms. In the Soft-RoCE lab (netem 100 ms, 256 KiB requests;
+ * bench/RESULTS.md 16c, run 15) a latency-demoted rail was restored twice
+ * with the delay still on, on probes that passed. A path delayed by the bar
+ * or more takes the bar or more for any probe, whatever its size and rate:
+ * held to the bar whole, such a probe can never count as healthy. A healed
+ * path's probe passes as long as its bytes take well under the bar
+ * (probe_size() sees to it). */
+static double lat_probe_bar(const rr_engine *e, const gray_link *l) {
+  if (!l->slowlat || !e->cfg.latency_x) return 0;
+  double ref = gray_lat_reference(l);
+  if (ref <= 0) return 0;
+  double by_x = (double)e->cfg.latency_x * ref, by_min = ref + (double)e->cfg.latency_min_ns;
+  return by_x > by_min ? by_x : by_min;
+}
+
 /* How large l's next probe is. A demoted link is probed with one write
  * (8 MiB >> 3 = 1 MiB); each healthy probe doubles the next, up to 8 MiB,
  * and each failed one (slow, lossy, late) halves it. On a slow rail most
@@ -70,19 +97,35 @@ static double restore_reference(const gray_link *l, uint64_t now) {
  * shorter than RR_GRAY_PROBE_MIN_NS at the link's reference, though: on a
  * fast link 1 MiB takes about a tick (0.5 ms at 2 GB/s), and a healthy
  * probe timed to the next tick would read half its rate; there the probe
- * stays as large as it was. */
-static uint64_t probe_size(const gray_link *l) {
+ * stays as large as it was.
+ *
+ * A link demoted for its latency is held to the latency bar on the probe's
+ * whole time (lat_probe_bar()), so its probe carries at most what the
+ * link's reference moves in half the bar: a healed path's probe takes
+ * half the bar at the reference, a healthy path's latency (about a tenth
+ * of the bar) and a tick more, and counts as healthy. Half, not a smaller
+ * share: the probe's rate is judged too, and a shorter one would read a
+ * tick's lateness as a slow rate (the reason for RR_GRAY_PROBE_MIN_NS). */
+static uint64_t probe_size(const rr_engine *e, const gray_link *l) {
   uint64_t shrunk = (uint64_t)RR_GRAY_PROBE_BYTES >> l->probe_shrink;
-  double floor = link_reference(l) * (double)RR_GRAY_PROBE_MIN_NS / 1e9;
-  if (floor > (double)RR_GRAY_PROBE_BYTES) return RR_GRAY_PROBE_BYTES;
-  return (double)shrunk < floor ? (uint64_t)floor : shrunk;
+  double ref = link_reference(l);
+  double floor = ref * (double)RR_GRAY_PROBE_MIN_NS / 1e9;
+  uint64_t size = floor > (double)RR_GRAY_PROBE_BYTES ? RR_GRAY_PROBE_BYTES
+                  : (double)shrunk < floor           ? (uint64_t)floor
+                                                     : shrunk;
+  double bar = lat_probe_bar(e, l);
+  if (bar <= 0) /* whole writes, as the rate's probes always were */
+    return (size + RR_GRAY_PROBE_WRITE - 1) / RR_GRAY_PROBE_WRITE * RR_GRAY_PROBE_WRITE;
+  double cap = ref * bar / 2.0 / 1e9;
+  if (cap < (double)RR_GRAY_LAT_PROBE_MIN) cap = RR_GRAY_LAT_PROBE_MIN;
+  return (double)size > cap ? (uint64_t)cap : size;
 }
 
 /* How long a probe of l may take: a second, or three times what it takes
  * at the link's level if that is longer (a slow NIC's 8 MiB). */
-static uint64_t probe_timeout_ns(const gray_link *l) {
+static uint64_t probe_timeout_ns(const rr_engine *e, const gray_link *l) {
   double ref = link_reference(l);
-  double at_level = ref > 0 ? 3.0 * (double)probe_size(l) * 1e9 / ref : 0;
+  double at_level = ref > 0 ? 3.0 * (double)probe_size(e, l) * 1e9 / ref : 0;
   return at_level > (double)RR_GRAY_PROBE_TIMEOUT_NS ? (uint64_t)at_level : RR_GRAY_PROBE_TIMEOUT_NS;
 }
 
@@ -90,10 +133,11 @@ static uint64_t probe_timeout_ns(const gray_link *l) {
 static void probe_post(rr_engine *e, engine_rail *rl, uint64_t bytes, uint64_t now) {
   uint64_t sent = 0;
   while (sent < bytes) {
-    rr_write_wr wr = {.wr_id = ENGINE_PROBE_WR_ID, .local = probe_fill, .len = RR_GRAY_PROBE_WRITE,
+    uint64_t len = bytes - sent < RR_GRAY_PROBE_WRITE ? bytes - sent : RR_GRAY_PROBE_WRITE;
+    rr_write_wr wr = {.wr_id = ENGINE_PROBE_WR_ID, .local = probe_fill, .len = len,
                       .epoch_tag = (uint16_t)e->epoch, .post_ns = now, .flags = RR_WRITE_PROBE};
     if (rl->ep->ops->post_write(rl->ep, &wr) != RR_OK) break;
-    sent += RR_GRAY_PROBE_WRITE;
+    sent += len;
   }
   rl->probe_bytes = sent;
   rl->probe_start_ns = sent ? now : 0;
@@ -128,6 +172,18 @@ static void stale_reopen(const rr_engine *e, engine_rail *rl) {
   if (e->cfg.reconnect) rl->g_reopen = 1;
 }
 
+/* Is the probe in flight on rl done? Its writes flushed, and, for a link
+ * held to the latency bar, acknowledged where the transport can say
+ * (path_stats' unacked): TCP's flushed() means only that the kernel took
+ * the bytes, and a probe that fits the socket buffers was "done" at once,
+ * however delayed the path (the latency samples wait for the same,
+ * engine_gray.c lat_acked). Verbs' flushed() is the peer's acknowledgement. */
+static int probe_done(engine_rail *rl, double lat_bar) {
+  if (!rl->ep->ops->flushed(rl->ep)) return 0;
+  rr_rail_path_stats p;
+  return lat_bar <= 0 || !gray_path_read(rl, &p) || p.unacked == 0;
+}
+
 /* Is rl, restorable now, holding bytes its peer has not acknowledged for
  * longer than a healthy path takes (RR_GRAY_STALE_NS)? flushed() says only
  * that the kernel sent them. Traffic restored onto a TCP socket whose
@@ -152,8 +208,9 @@ static int holds_stale_bytes(const rr_engine *e, engine_rail *rl, uint64_t now) 
 void gray_probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
   engine_rail *rl = &e->rails[r];
   if (rl->probe_start_ns) {
-    int done = rl->ep->ops->flushed(rl->ep);
-    if (!done && now - rl->probe_start_ns < probe_timeout_ns(l)) return;
+    double lat_bar = lat_probe_bar(e, l);
+    int done = probe_done(rl, lat_bar);
+    if (!done && now - rl->probe_start_ns < probe_timeout_ns(e, l)) return;
     double rate = done ? (double)rl->probe_bytes * 1e9 / (double)(now - rl->probe_start_ns) : 0;
     /* Good at restore_pct of the level; bad under degraded_pct; between,
      * a probe neither starts nor counts against the healthy run (a probe of
@@ -166,11 +223,9 @@ void gray_probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
     double loss = done ? probe_loss(rl) : -1;
     if (loss * 100.0 >= (double)e->cfg.retrans_pct) bad = 1, ok = 0;
     /* A link demoted for its latency: a probe is a request from an idle
-     * rail too, and must not take many times the healthiest path's. */
-    gray_lat_cfg c = gray_lat_cfg_of(e);
-    if (done && l->slowlat &&
-        gray_lat_bad(&c, gray_lat_excess(now - rl->probe_start_ns, rl->probe_bytes, l->level), gray_lat_reference(l)))
-      bad = 1, ok = 0;
+     * rail too, and must not take many times the healthiest path's, on its
+     * whole time (lat_probe_bar()). */
+    if (done && lat_bar > 0 && (double)(now - rl->probe_start_ns) >= lat_bar) bad = 1, ok = 0;
     /* Once a connection restored the link, the others' probes compete
      * with its traffic on the same NIC: they no longer judge the link. */
     /* A healthy probe saw the rail healthy from its start: the run (and
@@ -202,9 +257,9 @@ void gray_probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
       stale_reopen(e, rl);
     }
   } else if (now - rl->probe_done_ns >= RR_GRAY_PROBE_GAP_NS && now - l->probe_done_ns >= RR_GRAY_PROBE_GAP_NS &&
-             (!l->probe_owner || now - l->probe_since > 2 * probe_timeout_ns(l)) &&
+             (!l->probe_owner || now - l->probe_since > 2 * probe_timeout_ns(e, l)) &&
              rl->ep->ops->flushed(rl->ep)) {
-    probe_post(e, rl, probe_size(l), now);
+    probe_post(e, rl, probe_size(e, l), now);
     if (rl->probe_start_ns) l->probe_owner = e, l->probe_since = now;
   }
   /* Traffic returns when the link's probes were healthy for this rail's

@@ -17,7 +17,17 @@
  *   still under the bar (they compete for the same CPUs as the traffic on
  *   the other rail), and with "any slow probe restarts the run" the healed
  *   rail came back 2.9-4.4 s after the heal. A rail still shaped gives
- *   no healthy majority: its probes are all under the bar (next rule);
+ *   no healthy majority: its probes are all under the bar (next rule).
+ *   The rule tolerates bad probes, so it is safe only where a path still
+ *   faulted gives no healthy one at all: two healthy probes among any
+ *   number of bad ones make a run. For a link demoted for its latency a
+ *   probe's time less what its bytes take at the level did not hold to
+ *   that (under light traffic the level is low, and a big probe's
+ *   rate-explained time swallowed a 100 ms delay: the Soft-RoCE lab,
+ *   bench/RESULTS.md 16c, run 15, restored with the delay on), so such a
+ *   probe is held to the latency bar on its whole time
+ *   (engine_gray_probe.c, lat_probe_bar), which a path delayed by the bar
+ *   or more exceeds whatever the probe's size and rate;
  * - the bar's reference must not fall with the sibling's load. The sibling
  *   link to the same peer host may lower it (a rail at half of what its
  *   healthy siblings deliver now is not the slow one), but not below half
