@@ -232,6 +232,16 @@ for count in $counts; do
           printf "  %s %s telemetry %s: of them probes %d, signals %d, credit words %d (%.2f / %.2f / %.2f per connection per s); background drives %d (%.1f per connection per s)\n",
             net, cnt, side, x[1], x[2], x[3], x[1] / n / d, x[2] / n / d, x[3] / n / d, dr, dr / n / d}'
       done
+      # Where the connector's connect() time went, per connection (means over its connects), and
+      # what became of the backups not up when it went on (bench/RESULTS.md §11, addendum "vsetup").
+      d=$work/tel-A phases=""
+      for ph in first_rail other_rails install; do phases="$phases $(prom_sum "$d" rerail_connect_time_ms_total "phase=\"$ph\"")"; done
+      awk -v cnt="$count" -v net="$net" -v c="$(prom_sum "$d" rerail_connects_total)" -v p="$phases" \
+        -v w="$(prom_sum "$d" rerail_connect_settle_waits_total)" -v df="$(prom_sum "$d" rerail_connect_rails_deferred_total)" \
+        -v du="$(prom_sum "$d" rerail_connect_deferred_rails_up_total)" -v dm="$(prom_sum "$d" rerail_connect_deferred_window_ms_total)" 'BEGIN {
+        split(p, x, " "); k = c > 0 ? c : 1
+        printf "  %s %s connect A: %d comms; mean ms to a rail up %.0f, then to the rails decided %.0f, then handed out %.0f; settle waits %d; backups deferred %d, up since %d (mean window %.0f ms)\n",
+          net, cnt, c, x[1] / k, x[2] / k, x[3] / k, w, df, du, (du > 0 ? dm / du : 0)}'
     fi
     if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ]; then
       echo "$line  $grown"

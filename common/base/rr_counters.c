@@ -19,6 +19,11 @@ _Atomic uint64_t rr_counter_values[RR_CTR_COUNT];
   "Frames the TCP rail refused from its peer, by kind (unknown_flags, oversized_control, "          \
   "drain_with_payload, unknown_type); each failed the rail it came on over."
 
+#define CONNECT_MS_HELP                                                                              \
+  "Milliseconds connect() took per connection, summed over connections, by phase: first_rail (first " \
+  "call to a rail up), other_rails (then to the set of rails decided), install (then to the comm "  \
+  "handed out); divided by connects_total, each phase's mean."
+
 #define PROBES_HELP                                                                                  \
   "Probes of demoted rails, by verdict: healthy (at the restore bar), between, slow (under the "    \
   "demotion bar, lossy or too late), timed_out; traffic returns after healthy ones for the hold."
@@ -64,6 +69,23 @@ static const rr_counter_info infos[] = {
                                     "Connection attempts started over as a new connection: a setup socket "
                                     "failed after the set of rails went out ahead of the listener's answers.",
                                     NULL, NULL, 1},
+    [RR_CTR_CONNECTS] = {"connects_total", "Send comms connect() handed out.", NULL, NULL, 1},
+#define CONNECT_MS(v) "connect_time_ms_total", CONNECT_MS_HELP, "phase", v, 1
+    [RR_CTR_CONNECT_MS_FIRST_RAIL] = {CONNECT_MS("first_rail")},
+    [RR_CTR_CONNECT_MS_OTHER_RAILS] = {CONNECT_MS("other_rails")},
+    [RR_CTR_CONNECT_MS_INSTALL] = {CONNECT_MS("install")},
+#undef CONNECT_MS
+    [RR_CTR_CONNECT_SETTLE_WAITS] = {"connect_settle_waits_total",
+                                     "Connections whose connect() had a rail up and still returned no comm, "
+                                     "waiting for another rail of its plan.", NULL, NULL, 1},
+    [RR_CTR_CONNECT_RAILS_DEFERRED] = {"connect_rails_deferred_total",
+                                       "Rails of a connection's plan not up when connect() handed it out: they "
+                                       "belong to it, reopened once reachable.", NULL, NULL, 1},
+    [RR_CTR_CONNECT_DEFERRED_UP] = {"connect_deferred_rails_up_total",
+                                    "Of those deferred rails, the ones reopened and installed since.", NULL, NULL, 1},
+    [RR_CTR_CONNECT_DEFERRED_MS] = {"connect_deferred_window_ms_total",
+                                    "Milliseconds those connections ran without their deferred rail (handed out "
+                                    "to the rail installed), summed over the rails installed.", NULL, NULL, 1},
     [RR_CTR_FAILOVERS] = {"failovers_total", "Failovers, every connection of the process.", NULL, NULL, 0},
     [RR_CTR_FAILBACKS] = {"failbacks_total", "Fail-backs, every connection of the process.", NULL, NULL, 0},
     [RR_CTR_CONNECTION_ERRORS] = {"connection_errors_total",

@@ -40,6 +40,17 @@ typedef enum rr_counter {
   RR_CTR_DEMOTIONS,               /* rails demoted as degraded */
   RR_CTR_RAIL_RECONNECTS,         /* rails given a fresh transport endpoint */
   RR_CTR_CONNECT_START_OVERS,     /* connection attempts started over as new after an early COMMIT */
+  /* Where connect()'s time goes (per connection, summed: a mean over
+   * connects_total), and what it did with rails not up: what setting up
+   * thousands of connections costs, bench/RESULTS.md §11. */
+  RR_CTR_CONNECTS,                /* send comms connect() handed out */
+  RR_CTR_CONNECT_MS_FIRST_RAIL,   /* ms: first call to a rail up (one family, label phase) */
+  RR_CTR_CONNECT_MS_OTHER_RAILS,  /* ms: then to the set of rails decided */
+  RR_CTR_CONNECT_MS_INSTALL,      /* ms: then to the comm handed out */
+  RR_CTR_CONNECT_SETTLE_WAITS,    /* connections whose connect() held a rail up and waited for another */
+  RR_CTR_CONNECT_RAILS_DEFERRED,  /* rails of a first plan not up when the connection went on */
+  RR_CTR_CONNECT_DEFERRED_UP,     /* of those, reopened and installed since */
+  RR_CTR_CONNECT_DEFERRED_MS,     /* ms those ran without that rail: handed out to installed, summed */
   RR_CTR_FAILOVERS,               /* health events: traffic moved off a rail */
   RR_CTR_FAILBACKS,               /* health events: traffic returned to a healed rail */
   RR_CTR_CONNECTION_ERRORS,       /* health events: a connection failed for good */

@@ -289,7 +289,11 @@ static rr_status connect_settle(rr_send_comm *s, uint64_t now) {
      * rail's end is the engine's to see, as any rail failing). */
     uint32_t all = (1u << c->nrails) - 1, up = 0;
     for (int r = 0; r < c->nrails; r++) up |= (uint32_t)(c->rails[r].status == RAIL_READY) << r;
-    if (up != all) return RR_AGAIN;
+    if (up != all) {
+      if (up && !c->settle_counted) rr_counter_inc(RR_CTR_CONNECT_SETTLE_WAITS);
+      c->settle_counted |= up != 0;
+      return RR_AGAIN;
+    }
     c->rails_mask = all;
     c->later_mask = 0;
     return RR_OK;
@@ -306,7 +310,11 @@ static rr_status connect_settle(rr_send_comm *s, uint64_t now) {
   uint64_t age = now - c->start_ns;
   enum rr_connect_verdict verdict =
       rr_connect_decide(v, c->nrails, age > settle, age > connect_patience_ns(), &later, &dropped);
-  if (verdict == RR_CONNECT_WAIT) return RR_AGAIN;
+  if (verdict == RR_CONNECT_WAIT) {
+    if (c->first_up_ns && !c->settle_counted) rr_counter_inc(RR_CTR_CONNECT_SETTLE_WAITS);
+    c->settle_counted |= c->first_up_ns != 0;
+    return RR_AGAIN;
+  }
   if (verdict == RR_CONNECT_FAIL) {
     RR_WARN("connect: no rail reaches the peer (%s)", c->rails[0].why ? c->rails[0].why : "?");
     return RR_ERR_PEER;
@@ -426,6 +434,8 @@ rr_status rr_conn_advance(rr_send_comm *s) {
       rr_status st = connect_rail_step(c, r, now);
       if (st != RR_OK) return st;
     }
+    for (int r = 0; r < c->nrails && !c->first_up_ns; r++)
+      if (c->rails[r].status == RAIL_READY) c->first_up_ns = now;
     if (c->early && !c->early_broken && commit_send(c) == RR_ERR_PEER) c->early_broken = 1;
     if (c->early_broken) {
       rr_conn_start_over(s, now);
@@ -439,9 +449,14 @@ rr_status rr_conn_advance(rr_send_comm *s) {
     }
     /* The PROOFs and the COMMIT are out: the comm goes to NCCL now, and
      * the ACCEPTs are read behind it (conn_confirm.c). */
-    if (c->early && handout_early(c)) return c->commit_sent == RR_HS_COMMIT_LEN && !c->early_broken ? RR_OK : RR_AGAIN;
+    if (c->early && handout_early(c)) {
+      if (c->commit_sent != RR_HS_COMMIT_LEN || c->early_broken) return RR_AGAIN;
+      if (!c->decided_ns) c->decided_ns = now;
+      return RR_OK;
+    }
     rr_status st = connect_settle(s, now);
     if (st != RR_OK) return st;
+    if (!c->decided_ns) c->decided_ns = now;
   }
   return commit_send(c);
 }
@@ -519,6 +534,13 @@ static rr_status reconnect_finish(rr_send_comm *s, int rail, rr_rail_ep **ep) {
     }
   }
   close(s->commit_fd[rail]);
+  int r = s->plan_of[rail];
+  if (st == RR_OK && s->deferred_ns[r]) {
+    /* A rail the connection went out without is in: how long it ran without. */
+    rr_counter_inc(RR_CTR_CONNECT_DEFERRED_UP);
+    rr_counter_add(RR_CTR_CONNECT_DEFERRED_MS, (rr_now_ns() - s->deferred_ns[r]) / 1000000u);
+    s->deferred_ns[r] = 0;
+  }
   return st;
 }
 
@@ -617,7 +639,7 @@ static rr_send_comm *send_comm_new(const void *handle, int dev, const rr_peer_ad
   c->peer = *peer;
   c->nstreams = p->tcp_streams;
   c->chunk_size = (uint32_t)p->chunk_size;
-  c->start_ns = rr_now_ns();
+  c->start_ns = c->began_ns = rr_now_ns();
   c->peer_slot = -1;
   rr_setup_clock_start(&c->deadline, c->progress, c->start_ns);
   if (rr_hs_random(&c->conn_id, sizeof c->conn_id) != RR_OK || plan_rails(c, dev) != RR_OK) {
@@ -706,6 +728,9 @@ rr_status rr_conn_install(rr_send_comm *s) {
     st = RR_ERR_PEER;
   }
   if (st != RR_OK) return st;
+  uint64_t now = rr_now_ns();
+  for (int r = 0; r < c->nrails; r++)
+    if (c->rails[r].status == RAIL_LATER && (s->rails_mask & (1u << r))) s->deferred_ns[r] = now;
   s->magic = RR_MAGIC_SEND;
   RR_INFO(RR_SUB_NET, "connected to %s over %d rail(s), %d more to reopen once reachable", s->engine.cfg.peer,
           __builtin_popcount(c->rails_mask), __builtin_popcount(c->later_mask));
@@ -768,6 +793,19 @@ static void connect_timed_out(const connect_state *c) {
           (unsigned long long)rr_params_get()->connect_timeout_ms, list);
 }
 
+/* Where this connect()'s time went (rr_counters.h): first call to a rail
+ * up, then to the set of rails decided, then to the comm handed out. A comm
+ * handed out ahead of its ACCEPTs (conn_confirm.c) has no rail up yet: its
+ * whole wait is the first phase. */
+static void connect_count_handout(const connect_state *c, uint64_t now) {
+  uint64_t decided = c->decided_ns ? c->decided_ns : now;
+  uint64_t up = c->first_up_ns && c->first_up_ns < decided ? c->first_up_ns : decided;
+  rr_counter_inc(RR_CTR_CONNECTS);
+  rr_counter_add(RR_CTR_CONNECT_MS_FIRST_RAIL, (up - c->began_ns) / 1000000u);
+  rr_counter_add(RR_CTR_CONNECT_MS_OTHER_RAILS, (decided - up) / 1000000u);
+  rr_counter_add(RR_CTR_CONNECT_MS_INSTALL, (now - decided) / 1000000u);
+}
+
 rr_status rr_net_connect(rr_net_ctx *ctx, int dev, const void *handle, rr_send_comm **out) {
   if (!out) return RR_ERR_INVALID;
   *out = NULL;
@@ -827,6 +865,7 @@ rr_status rr_net_connect(rr_net_ctx *ctx, int dev, const void *handle, rr_send_c
     send_comm_free(s);
     return st;
   }
+  connect_count_handout(&s->conn, rr_now_ns());
   *out = s;
   return RR_OK;
 }

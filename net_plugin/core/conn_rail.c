@@ -6,6 +6,7 @@
  * (connect_lock while connect() builds it, the confirm lock after). */
 #include "conn_rail.h"
 #include "rr_clock.h"
+#include "rr_counters.h"
 #include "rr_log.h"
 
 #include <errno.h>
@@ -50,6 +51,7 @@ void rr_conn_rail_defer(connect_state *c, connect_rail *cr) {
           cr->why ? cr->why : "not up in time");
   for (int i = 0; i < c->nstreams; i++) rr_conn_stream_close(&cr->s[i]);
   cr->status = RAIL_LATER;
+  rr_counter_inc(RR_CTR_CONNECT_RAILS_DEFERRED);
 }
 
 /* Open one stream's socket from the rail's setup address (its device's

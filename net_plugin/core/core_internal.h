@@ -144,6 +144,11 @@ typedef struct connect_state {
   uint64_t start_ns;          /* the attempt began: connect(), or its latest start over (the settle
                                * and patience bounds) */
   uint64_t last_call_ns;     /* NCCL's latest connect() call for it */
+  /* Where connect()'s time went (rr_counters.h, connect_time_ms_total):
+   * its first call, the first rail up, the set of rails decided (0: not
+   * yet); and whether it has waited with a rail up (counted once). */
+  uint64_t began_ns, first_up_ns, decided_ns;
+  uint8_t settle_counted;
   uint64_t progress;         /* counts setup sockets advancing (connected, sent, received) */
   rr_setup_clock deadline;   /* RERAIL_CONNECT_TIMEOUT, from the latest progress (connect_plan.h) */
   int peer_slot;             /* its peer process's shared progress while connect() runs (peer_progress.h); -1: none */
@@ -186,6 +191,9 @@ struct rr_send_comm {
   rr_status confirm_status;  /* once confirming is 0: RR_OK, or why the connection failed */
   uint64_t restarted_ns;     /* the first start over behind NCCL's back (0: none) */
   uint64_t confirm_tried_ns; /* the monitor's latest try (rr_connect_confirm_background) */
+  /* By planned rail: when the comm went out without it (deferred at setup:
+   * a rail to reopen), until the reopened rail is installed (0: none). */
+  uint64_t deferred_ns[RR_MAX_RAILS];
 };
 
 /* A send comm handed out before the listener's ACCEPTs (conn_confirm.c):
