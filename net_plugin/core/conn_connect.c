@@ -628,6 +628,21 @@ static void send_comm_free(rr_send_comm *s) {
 
 /* A send comm under construction: its engine (the endpoints report to it),
  * its plan, and each rail's endpoint opened. */
+/* Setup sockets per rail: RERAIL_TCP_STREAMS where a rail may be TCP, whose
+ * setup sockets become its data streams; one where every pooled device sets
+ * up out of band (RDMA: the sockets carry the handshake, then close). The
+ * HELLO says how many, so the listener needs no agreement on it. Each
+ * socket more is a TCP connect, an accept and a handshake of four messages
+ * at both ends, in turn with every other connection's: with thousands of
+ * connections, what setting them up costs (bench/RESULTS.md §11, addendum
+ * "vsetup"); NCCL's IB transport uses one socket a connection. */
+static int setup_streams(void) {
+  const rr_devices *d = rr_core_devices();
+  for (int i = 0; i < d->count; i++)
+    if (d->rail[i]->attr.caps & RR_RAIL_CAP_SETUP_IS_DATA) return rr_params_get()->tcp_streams;
+  return 1;
+}
+
 static rr_send_comm *send_comm_new(const void *handle, int dev, const rr_peer_addrs *peer,
                                    rr_profiler_fn profiler, int traffic_class) {
   const rr_params *p = rr_params_get();
@@ -637,7 +652,7 @@ static rr_send_comm *send_comm_new(const void *handle, int dev, const rr_peer_ad
   c->handle = handle;
   memcpy(c->secret, peer->secret, RR_HS_SECRET_LEN);
   c->peer = *peer;
-  c->nstreams = p->tcp_streams;
+  c->nstreams = setup_streams();
   c->chunk_size = (uint32_t)p->chunk_size;
   c->start_ns = c->began_ns = rr_now_ns();
   c->peer_slot = -1;
