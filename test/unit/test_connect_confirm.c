@@ -125,7 +125,9 @@ static void test_comm_returned_before_accept(void **state) {
   (void)state;
   pair p;
   pair_listen(&p);
+  uint64_t connects = rr_counter_get(RR_CTR_CONNECTS);
   connect_until_handed_out(&p);
+  assert_int_equal(rr_counter_get(RR_CTR_CONNECTS), connects + 1);
   assert_int_equal(p.send->magic, RR_MAGIC_SEND);
   assert_true(atomic_load(&p.send->confirming));
   assert_int_equal(p.send->engine.nrails, 0);
@@ -169,11 +171,14 @@ static void refused_after_handout(int stream) {
   rr_listen_refuse(p.listen, ps, RR_CTR_REFUSED_CROWDED_OUT, "crowded out (test)");
   assert_int_equal(rr_counter_get(RR_CTR_REFUSED_CROWDED_OUT), crowded + 1);
   uint64_t reconnects = rr_counter_get(RR_CTR_RAIL_RECONNECTS);
+  uint64_t deferred = rr_counter_get(RR_CTR_CONNECT_RAILS_DEFERRED);
+  uint64_t deferred_up = rr_counter_get(RR_CTR_CONNECT_DEFERRED_UP);
   send_one(&p, 2 + stream);
   assert_int_equal(p.send->confirm_status, RR_OK);
   if (rails == 1) {
     assert_true(p.recv->conn_id != id0); /* a new connection: the refused one was never handed out */
     assert_int_equal(rr_counter_get(RR_CTR_CONNECT_START_OVERS), start_overs + 1);
+    assert_int_equal(rr_counter_get(RR_CTR_CONNECT_RAILS_DEFERRED), deferred); /* started over, none held down */
     /* The new attempt's settle time and patience run from its start, not
      * from connect()'s first call. */
     assert_true(p.send->conn.start_ns >= refused_ns);
@@ -194,6 +199,9 @@ static void refused_after_handout(int stream) {
       assert_null(none);
     }
     assert_true(rr_counter_get(RR_CTR_RAIL_RECONNECTS) >= reconnects + 2);
+    /* The connector counted the rail it went on without, and its return. */
+    assert_int_equal(rr_counter_get(RR_CTR_CONNECT_RAILS_DEFERRED), deferred + 1);
+    assert_int_equal(rr_counter_get(RR_CTR_CONNECT_DEFERRED_UP), deferred_up + 1);
     /* The receiver held the rail under the connector's host address (it
      * knew no other); reopened, the rail is named, and its link keyed, by
      * the address it came from: here, one host, the listener's own rail 1
