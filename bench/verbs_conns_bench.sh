@@ -242,6 +242,16 @@ for count in $counts; do
         split(p, x, " "); k = c > 0 ? c : 1
         printf "  %s %s connect A: %d comms; mean ms to a rail up %.0f, then to the rails decided %.0f, then handed out %.0f; settle waits %d; backups deferred %d, up since %d (mean window %.0f ms)\n",
           net, cnt, c, x[1] / k, x[2] / k, x[3] / k, w, df, du, (du > 0 ? dm / du : 0)}'
+      # Each rank's own work in setup (s, summed): inside NCCL's connect()/accept() calls, and of
+      # it and of the reopens behind, opening and connecting rails' endpoints.
+      for side in A B; do
+        d=$work/tel-$side
+        awk -v cnt="$count" -v net="$net" -v side="$side" -v cc="$(prom_sum "$d" rerail_setup_call_us_total 'call="connect"')" \
+          -v ca="$(prom_sum "$d" rerail_setup_call_us_total 'call="accept"')" -v eo="$(prom_sum "$d" rerail_setup_endpoint_us_total 'step="open"')" \
+          -v ec="$(prom_sum "$d" rerail_setup_endpoint_us_total 'step="connect"')" 'BEGIN {
+          printf "  %s %s setup work %s: inside connect() %.1f s, accept() %.1f s; endpoints opened in %.1f s, connected in %.1f s\n",
+            net, cnt, side, cc / 1e6, ca / 1e6, eo / 1e6, ec / 1e6}'
+      done
     fi
     if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ]; then
       echo "$line  $grown"

@@ -86,6 +86,17 @@ static const rr_counter_info infos[] = {
     [RR_CTR_CONNECT_DEFERRED_MS] = {"connect_deferred_window_ms_total",
                                     "Milliseconds those connections ran without their deferred rail (handed out "
                                     "to the rail installed), summed over the rails installed.", NULL, NULL, 1},
+#define SETUP_CALL(v) "setup_call_us_total", "Microseconds spent inside NCCL's connect() and accept() calls, " \
+                      "summed over calls, by call: set beside the setup's wall time, how much of it is this " \
+                      "process's own work.", "call", v, 1
+    [RR_CTR_SETUP_CALL_US_CONNECT] = {SETUP_CALL("connect")},
+    [RR_CTR_SETUP_CALL_US_ACCEPT] = {SETUP_CALL("accept")},
+#undef SETUP_CALL
+#define SETUP_EP(v) "setup_endpoint_us_total", "Microseconds opening (open) and connecting (connect) rails' " \
+                    "endpoints during connection setup and reopening, summed, by step.", "step", v, 1
+    [RR_CTR_SETUP_EP_US_OPEN] = {SETUP_EP("open")},
+    [RR_CTR_SETUP_EP_US_CONNECT] = {SETUP_EP("connect")},
+#undef SETUP_EP
     [RR_CTR_FAILOVERS] = {"failovers_total", "Failovers, every connection of the process.", NULL, NULL, 0},
     [RR_CTR_FAILBACKS] = {"failbacks_total", "Fail-backs, every connection of the process.", NULL, NULL, 0},
     [RR_CTR_CONNECTION_ERRORS] = {"connection_errors_total",

@@ -51,6 +51,10 @@ typedef enum rr_counter {
   RR_CTR_CONNECT_RAILS_DEFERRED,  /* rails of a first plan not up when the connection went on */
   RR_CTR_CONNECT_DEFERRED_UP,     /* of those, reopened and installed since */
   RR_CTR_CONNECT_DEFERRED_MS,     /* ms those ran without that rail: handed out to installed, summed */
+  RR_CTR_SETUP_CALL_US_CONNECT,   /* µs inside connect() calls, summed (one family, label call) */
+  RR_CTR_SETUP_CALL_US_ACCEPT,    /* µs inside accept() calls, summed */
+  RR_CTR_SETUP_EP_US_OPEN,        /* µs opening rails' endpoints for setup (one family, label step) */
+  RR_CTR_SETUP_EP_US_CONNECT,     /* µs connecting them */
   RR_CTR_FAILOVERS,               /* health events: traffic moved off a rail */
   RR_CTR_FAILBACKS,               /* health events: traffic returned to a healed rail */
   RR_CTR_CONNECTION_ERRORS,       /* health events: a connection failed for good */

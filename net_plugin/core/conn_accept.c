@@ -785,9 +785,11 @@ rr_status rr_net_accept(rr_listen_comm *l, rr_recv_comm **out) {
     RR_WARN("accept: not a rerail listen comm");
     return RR_ERR_INVALID;
   }
+  uint64_t t0 = rr_now_ns();
   pthread_mutex_lock(&l->lock);
   rr_status st = accept_locked(l, out);
   pthread_mutex_unlock(&l->lock);
+  rr_counter_add(RR_CTR_SETUP_CALL_US_ACCEPT, (rr_now_ns() - t0) / 1000u);
   return st;
 }
 

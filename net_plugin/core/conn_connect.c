@@ -821,7 +821,16 @@ static void connect_count_handout(const connect_state *c, uint64_t now) {
   rr_counter_add(RR_CTR_CONNECT_MS_INSTALL, (now - decided) / 1000000u);
 }
 
+static rr_status connect_call(rr_net_ctx *ctx, int dev, const void *handle, rr_send_comm **out);
+
 rr_status rr_net_connect(rr_net_ctx *ctx, int dev, const void *handle, rr_send_comm **out) {
+  uint64_t t0 = rr_now_ns();
+  rr_status st = connect_call(ctx, dev, handle, out);
+  rr_counter_add(RR_CTR_SETUP_CALL_US_CONNECT, (rr_now_ns() - t0) / 1000u);
+  return st;
+}
+
+static rr_status connect_call(rr_net_ctx *ctx, int dev, const void *handle, rr_send_comm **out) {
   if (!out) return RR_ERR_INVALID;
   *out = NULL;
   const rr_devices *d = rr_core_devices();

@@ -5,6 +5,7 @@
  * here names one transport's constructor. */
 #include "core_internal.h"
 #include "rr_clock.h"
+#include "rr_counters.h"
 #include "rr_log.h"
 
 #include <errno.h>
@@ -37,7 +38,9 @@ rr_status rr_setup_ep_open(int dev, rr_engine *e, rr_rail_ep **ep, uint8_t *blob
   *ep = NULL;
   *blob_len = 0;
   if (!rd) return RR_ERR_INVALID;
+  uint64_t t0 = rr_now_ns();
   rr_status st = rd->ops->ep_open(rd, &rr_engine_rail_events, e, ep);
+  rr_counter_add(RR_CTR_SETUP_EP_US_OPEN, (rr_now_ns() - t0) / 1000u);
   if (st != RR_OK) {
     *ep = NULL;
     return st;
@@ -62,7 +65,8 @@ rr_status rr_setup_ep_connect(rr_rail_ep **ep, int dev, rr_engine *e, const uint
     /* A connect runs on the thread that drives the connection (NCCL's, for
      * a reconnect): one that blocks (a RoCE queue pair resolving its peer's
      * address) stalls every rail of it. Worth knowing when it happens. */
-    uint64_t took_ms = (rr_now_ns() - t0) / 1000000u;
+    uint64_t took_us = (rr_now_ns() - t0) / 1000u, took_ms = took_us / 1000u;
+    rr_counter_add(RR_CTR_SETUP_EP_US_CONNECT, took_us);
     if (took_ms >= SLOW_CONNECT_MS)
       RR_INFO(RR_SUB_NET, "connecting a %s endpoint on device %d took %llu ms", (*ep)->ops->name, dev,
               (unsigned long long)took_ms);
