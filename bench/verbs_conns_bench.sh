@@ -248,9 +248,10 @@ for count in $counts; do
         d=$work/tel-$side
         awk -v cnt="$count" -v net="$net" -v side="$side" -v cc="$(prom_sum "$d" rerail_setup_call_us_total 'call="connect"')" \
           -v ca="$(prom_sum "$d" rerail_setup_call_us_total 'call="accept"')" -v eo="$(prom_sum "$d" rerail_setup_endpoint_us_total 'step="open"')" \
-          -v ec="$(prom_sum "$d" rerail_setup_endpoint_us_total 'step="connect"')" 'BEGIN {
-          printf "  %s %s setup work %s: inside connect() %.1f s, accept() %.1f s; endpoints opened in %.1f s, connected in %.1f s\n",
-            net, cnt, side, cc / 1e6, ca / 1e6, eo / 1e6, ec / 1e6}'
+          -v ec="$(prom_sum "$d" rerail_setup_endpoint_us_total 'step="connect"')" \
+          -v nc="$(prom_sum "$d" rerail_setup_calls_total 'call="connect"')" -v na="$(prom_sum "$d" rerail_setup_calls_total 'call="accept"')" 'BEGIN {
+          printf "  %s %s setup work %s: inside connect() %.1f s (%d calls), accept() %.1f s (%d calls); endpoints opened in %.1f s, connected in %.1f s\n",
+            net, cnt, side, cc / 1e6, nc, ca / 1e6, na, eo / 1e6, ec / 1e6}'
       done
     fi
     if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ]; then

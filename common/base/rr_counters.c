@@ -92,6 +92,11 @@ static const rr_counter_info infos[] = {
     [RR_CTR_SETUP_CALL_US_CONNECT] = {SETUP_CALL("connect")},
     [RR_CTR_SETUP_CALL_US_ACCEPT] = {SETUP_CALL("accept")},
 #undef SETUP_CALL
+#define SETUP_CALLS(v) "setup_calls_total", "NCCL's connect() and accept() calls, by call: NCCL calls each " \
+                       "again until it returns a comm.", "call", v, 1
+    [RR_CTR_SETUP_CALLS_CONNECT] = {SETUP_CALLS("connect")},
+    [RR_CTR_SETUP_CALLS_ACCEPT] = {SETUP_CALLS("accept")},
+#undef SETUP_CALLS
 #define SETUP_EP(v) "setup_endpoint_us_total", "Microseconds opening (open) and connecting (connect) rails' " \
                     "endpoints during connection setup and reopening, summed, by step.", "step", v, 1
     [RR_CTR_SETUP_EP_US_OPEN] = {SETUP_EP("open")},

@@ -53,6 +53,8 @@ typedef enum rr_counter {
   RR_CTR_CONNECT_DEFERRED_MS,     /* ms those ran without that rail: handed out to installed, summed */
   RR_CTR_SETUP_CALL_US_CONNECT,   /* µs inside connect() calls, summed (one family, label call) */
   RR_CTR_SETUP_CALL_US_ACCEPT,    /* µs inside accept() calls, summed */
+  RR_CTR_SETUP_CALLS_CONNECT,     /* connect() calls (one family, label call) */
+  RR_CTR_SETUP_CALLS_ACCEPT,      /* accept() calls */
   RR_CTR_SETUP_EP_US_OPEN,        /* µs opening rails' endpoints for setup (one family, label step) */
   RR_CTR_SETUP_EP_US_CONNECT,     /* µs connecting them */
   RR_CTR_FAILOVERS,               /* health events: traffic moved off a rail */

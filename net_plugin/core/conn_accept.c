@@ -790,6 +790,7 @@ rr_status rr_net_accept(rr_listen_comm *l, rr_recv_comm **out) {
   rr_status st = accept_locked(l, out);
   pthread_mutex_unlock(&l->lock);
   rr_counter_add(RR_CTR_SETUP_CALL_US_ACCEPT, (rr_now_ns() - t0) / 1000u);
+  rr_counter_inc(RR_CTR_SETUP_CALLS_ACCEPT);
   return st;
 }
 

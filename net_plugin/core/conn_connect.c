@@ -827,6 +827,7 @@ rr_status rr_net_connect(rr_net_ctx *ctx, int dev, const void *handle, rr_send_c
   uint64_t t0 = rr_now_ns();
   rr_status st = connect_call(ctx, dev, handle, out);
   rr_counter_add(RR_CTR_SETUP_CALL_US_CONNECT, (rr_now_ns() - t0) / 1000u);
+  rr_counter_inc(RR_CTR_SETUP_CALLS_CONNECT);
   return st;
 }
 
