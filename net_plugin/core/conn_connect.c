@@ -429,6 +429,7 @@ rr_status rr_conn_advance(rr_send_comm *s) {
   connect_state *c = &s->conn;
   uint64_t now = rr_now_ns();
   if (!c->rails_mask) {
+    rr_conn_rails_poll(c);
     for (int r = 0; r < c->nrails; r++) {
       if (c->rails[r].status != RAIL_PENDING) continue;
       rr_status st = connect_rail_step(c, r, now);

@@ -218,29 +218,46 @@ static rr_status stream_step(connect_state *c, connect_rail *cr, int r, int i, c
   }
 }
 
-/* Which of a rail's setup sockets can move: one poll(2) for all of them.
- * connect() is called again and again for every connection under way, and
- * most calls find nothing new: a failing recv(2) per socket and call was
- * most of what a connector spent setting up thousands of connections. A
- * socket waits to send (connecting, or a message not all sent) or to
- * receive (the listener's next message). */
-static void rail_poll(const connect_state *c, connect_rail *cr) {
-  struct pollfd p[RR_HS_MAX_STREAMS];
+/* Which setup sockets of the pending rails can move: one poll(2) for all
+ * of them. connect() is called again and again for every connection under
+ * way, and most calls find nothing new: a failing recv(2) per socket and
+ * call was most of what a connector spent setting up thousands of
+ * connections, and then a poll(2) per rail (bench/RESULTS.md §11, addendum
+ * "vsetup": at 2,048 connections with a backup, 638,259 connect() calls,
+ * 54 µs each on the emulated lab host). A socket waits to send (connecting,
+ * or a message not all sent) or to receive (the listener's next message).
+ * only < 0: every pending rail; else that one. Each rail polled here is
+ * marked, and its next rr_conn_rail_advance takes the answer instead of
+ * asking again. */
+static int stream_watched(const setup_stream *st) { return st->fd >= 0 && st->state != SS_DONE; }
+
+static void rails_poll(connect_state *c, int only) {
+  struct pollfd p[RR_MAX_RAILS * RR_HS_MAX_STREAMS];
   int n = 0;
-  for (int i = 0; i < c->nstreams; i++) {
-    const setup_stream *st = &cr->s[i];
-    if (st->fd < 0 || st->state == SS_DONE) continue;
-    int out = st->state == SS_CONNECTING || st->state == SS_HELLO || st->state == SS_PROOF;
-    p[n++] = (struct pollfd){.fd = st->fd, .events = out ? POLLOUT : POLLIN};
+  for (int r = 0; r < c->nrails; r++) {
+    connect_rail *cr = &c->rails[r];
+    if ((only >= 0 && r != only) || cr->status != RAIL_PENDING) continue;
+    for (int i = 0; i < c->nstreams; i++) {
+      const setup_stream *st = &cr->s[i];
+      if (!stream_watched(st)) continue;
+      int out = st->state == SS_CONNECTING || st->state == SS_HELLO || st->state == SS_PROOF;
+      p[n++] = (struct pollfd){.fd = st->fd, .events = out ? POLLOUT : POLLIN};
+    }
   }
   int ready = n ? poll(p, (nfds_t)n, 0) : 0;
   n = 0;
-  for (int i = 0; i < c->nstreams; i++) {
-    setup_stream *st = &cr->s[i];
-    if (st->fd < 0 || st->state == SS_DONE) continue;
-    st->ready = ready < 0 || p[n++].revents != 0; /* a poll that failed tells nothing: try */
+  for (int r = 0; r < c->nrails; r++) {
+    connect_rail *cr = &c->rails[r];
+    if ((only >= 0 && r != only) || cr->status != RAIL_PENDING) continue;
+    cr->polled = 1;
+    for (int i = 0; i < c->nstreams; i++) {
+      setup_stream *st = &cr->s[i];
+      if (stream_watched(st)) st->ready = ready < 0 || p[n++].revents != 0; /* a poll that failed tells nothing: try */
+    }
   }
 }
+
+void rr_conn_rails_poll(connect_state *c) { rails_poll(c, -1); }
 
 /* How far a setup socket got: its state, then the bytes of its current
  * message sent or received. Progress for the connect deadline
@@ -264,7 +281,8 @@ static uint32_t stream_reach(const setup_stream *st) {
 rr_status rr_conn_rail_advance(connect_state *c, connect_rail *cr, int r, uint64_t now, uint64_t stuck_ns,
                                const char **why) {
   int done = 0;
-  rail_poll(c, cr);
+  if (!cr->polled) rails_poll(c, r);
+  cr->polled = 0;
   for (int i = 0; i < c->nstreams && cr->status == RAIL_PENDING; i++) {
     setup_stream *st = &cr->s[i];
     if (st->fd < 0) {

@@ -13,6 +13,9 @@ extern const char rr_conn_no_answer[];
  * its ACCEPT), or the failure of one socket, closed, with *why. */
 rr_status rr_conn_rail_advance(connect_state *c, connect_rail *cr, int r, uint64_t now, uint64_t stuck_ns,
                                const char **why);
+/* Poll every pending rail's setup sockets at once (one system call, not
+ * one per rail); each rail's next rr_conn_rail_advance uses the answer. */
+void rr_conn_rails_poll(connect_state *c);
 /* A rail that belongs to the connection, down for now: sockets closed,
  * its unconnected endpoint kept for the engine to reopen. */
 void rr_conn_rail_defer(connect_state *c, connect_rail *cr);

@@ -122,6 +122,7 @@ typedef struct connect_rail {
   uint8_t failed;            /* connect(): an attempt failed; it is retried until the connection goes on */
   uint8_t base;              /* of the first plan: kept for later when it cannot be reached */
   uint8_t unanswered;        /* connect(): attempts whose TCP connect got no answer (each waits longer) */
+  uint8_t polled;            /* rr_conn_rails_poll has set its sockets' ready flags for the next advance */
   const char *why;           /* the last failure (a static string) */
   uint64_t retry_at_ns;
   uint32_t generation;       /* the attempt the hellos announce (0: first connection) */
