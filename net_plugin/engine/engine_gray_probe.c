@@ -18,10 +18,12 @@
 #define RR_GRAY_PROBE_GAP_NS (200 * RR_GRAY_MS)
 #define RR_GRAY_PROBE_TIMEOUT_NS (1000 * RR_GRAY_MS)
 #define RR_GRAY_LAT_PROBE_MIN (4u << 10) /* a latency probe's least bytes: one page */
-/* Bytes unacknowledged this long on a rail its probes found healthy wait for
- * a retransmission timer: a healthy path acknowledges in well under a
- * millisecond, and TCP's shortest timeout is 200 ms. */
-#define RR_GRAY_STALE_NS (20 * RR_GRAY_MS)
+/* Bytes unacknowledged (or unsent) this long on a rail its probes found
+ * healthy wait for a retransmission timer: TCP's shortest timeout is 200
+ * ms. A healthy path acknowledges within a round trip, or, for a probe's
+ * last segment alone, within the receiver's delayed ACK (40 ms on Linux):
+ * at 20 ms such a rail could be reopened for nothing at its restore. */
+#define RR_GRAY_STALE_NS (100 * RR_GRAY_MS)
 /* How long a demoted TCP rail waits for its reopen (stale_reopen) before it
  * is probed and restored on the sockets it has again, and how long it then
  * stays on them before another reopen may be asked. A reopen of a healthy

@@ -134,7 +134,9 @@ static void test_unacknowledged_bytes_at_the_restore_reopen_the_rail(void **stat
   engine_gray_tick(&eng, 0, t + 1 * MS);
   assert_int_equal(eng.rails[0].state, RR_RAIL_DEGRADED); /* not onto a stuck socket */
   assert_false(engine_gray_needs_reopen(&eng, 0));        /* a healthy path acknowledges soon */
-  engine_gray_tick(&eng, 0, t + 30 * MS);
+  engine_gray_tick(&eng, 0, t + 50 * MS);
+  assert_false(engine_gray_needs_reopen(&eng, 0)); /* a delayed ACK's 40 ms is soon too */
+  engine_gray_tick(&eng, 0, t + 110 * MS);
   assert_int_equal(eng.rails[0].state, RR_RAIL_DEGRADED);
   assert_true(engine_gray_needs_reopen(&eng, 0));
   /* The rails' tick reopens it (cfg.reconnect), as a failed rail. */
@@ -147,7 +149,7 @@ static void test_unacknowledged_bytes_at_the_restore_reopen_the_rail(void **stat
   fake_unacked = 0;
   engine_rail_set_state(&eng, 0, RR_RAIL_DEGRADED, "reopened, still demoted");
   assert_int_equal(eng.rails[0].ep->ops->progress(eng.rails[0].ep), RR_OK); /* its control probe leaves */
-  engine_gray_tick(&eng, 0, t + 40 * MS);
+  engine_gray_tick(&eng, 0, t + 120 * MS);
   assert_int_equal(eng.rails[0].state, RR_RAIL_ACTIVE);
 }
 
@@ -191,15 +193,15 @@ static void test_reopen_that_never_completes_is_given_up(void **state) {
   fake_unacked = 45;
   reconnect_never = 1;
   engine_gray_tick(&eng, 0, t + 1 * MS);
-  engine_gray_tick(&eng, 0, t + 30 * MS);
+  engine_gray_tick(&eng, 0, t + 110 * MS);
   assert_true(engine_gray_needs_reopen(&eng, 0));
-  engine_rails_tick(&eng, t + 40 * MS); /* the attempt starts, and does not finish */
+  engine_rails_tick(&eng, t + 120 * MS); /* the attempt starts, and does not finish */
   assert_true(reconnects >= 1);
   engine_gray_tick(&eng, 0, t + 400 * MS);
   assert_true(engine_gray_needs_reopen(&eng, 0)); /* still worth waiting for */
   assert_int_equal(eng.rails[0].state, RR_RAIL_DEGRADED);
   engine_rails_tick(&eng, t + 450 * MS);
-  engine_gray_tick(&eng, 0, t + 600 * MS);
+  engine_gray_tick(&eng, 0, t + 650 * MS);
   assert_false(engine_gray_needs_reopen(&eng, 0));
   assert_int_equal(eng.rails[0].state, RR_RAIL_ACTIVE); /* on its own sockets, the unacknowledged bytes with it */
 }
@@ -250,9 +252,9 @@ static void test_unsent_bytes_at_the_restore_reopen_the_rail(void **state) {
   engine_gray_tick(&eng, 0, t + 1 * MS);
   assert_int_equal(eng.rails[0].state, RR_RAIL_DEGRADED);
   assert_false(engine_gray_needs_reopen(&eng, 0));
-  engine_gray_tick(&eng, 0, t + 30 * MS);
+  engine_gray_tick(&eng, 0, t + 110 * MS);
   assert_true(engine_gray_needs_reopen(&eng, 0));
-  engine_rails_tick(&eng, t + 40 * MS);
+  engine_rails_tick(&eng, t + 120 * MS);
   assert_int_equal(reconnects, 1);
   assert_int_equal(eng.rails[0].state, RR_RAIL_DOWN); /* fresh sockets, back demoted once alive */
 }
