@@ -10,7 +10,8 @@
 #           connection moves >= 70 % of what it moves with rail0 down instead (the
 #           control run, right after; each run's rate taken against its own in the
 #           1.5 s before the fault, on rail0 healthy: the machine's speed drifts
-#           between the runs); then the shape is removed and traffic is back
+#           between the runs; the control's own at most 1); then the shape is
+#           removed and traffic is back
 #           on rail0 (>= 95 % of host 0's bytes) within hold + probe + 1.5 s
 #   lossy   the same with 10 % of rail0's packets lost in flight instead of tbf (nftables
 #           on the input of both hosts' rail0: a drop on a sender's own output is a local
@@ -25,9 +26,11 @@
 #           silent drop of rail0 both ways reads path at both (rerail_rail_faults_total
 #           {where}); a killed sender reads process at the receiver (its event log's where:
 #           the receiver ends, and removes its .prom, when its peer dies)
-# Default: slow, lossy and where, with the plugin's default demotion settings (lossy
-# joined once a demoted TCP rail holding a stuck probe was given fresh sockets: before,
-# traffic was back on rail0 late in 2 runs of 10, bench/RESULTS.md 16c, 16d). By name:
+# Default: slow and where, with the plugin's default demotion settings. By name: lossy
+# (out of the set since a CI run left a connection behind; once a demoted rail's
+# reopen was bounded and the control's own ratio capped at 1, 11 of 12 first tries
+# passed, the miss the ratio on a machine-wide slowdown: bench/RESULTS.md 16d
+# "lossy5"), and
 # latency (not yet run where netem exists). A case that fails
 # only on a timing or rate bound is run once more (RES_RETRIES, default 1).
 # RERAIL_TEST_SCALE scales the durations.
