@@ -26,14 +26,14 @@
 #define RR_GRAY_STALE_NS (100 * RR_GRAY_MS)
 /* How long a demoted TCP rail waits for its reopen (stale_reopen) before it
  * is probed and restored on the sockets it has again, and how long it then
- * stays on them before another reopen may be asked. A reopen of a healthy
- * path took 15-430 ms in the lab's lossy case (bench/RESULTS.md 16d, lossy5);
- * one over the lossy path itself can fail attempt after attempt (a stream's
- * SYN lost and sent again a second later: the listener's floor has moved
- * past the attempt by then, and the connector starts over), and a rail that
- * waited for it was neither probed nor restored: 4.1 s in one lab run, and
- * never once in CI. Less than a lost SYN's second, so a stuck attempt is
- * not waited out; the rest of the hold and its flap damping is the bound. */
+ * rests on them before another reopen may be asked. Reopens in the lab's
+ * lossy case took 10-430 ms (bench/RESULTS.md 16d, lossy5). One over the
+ * lossy path itself can fail attempt after attempt: a stream's SYN lost and
+ * sent again a second later reaches the listener after the attempt's other
+ * stream proved the same generation, the listener's floor has reached it,
+ * and the connector gives the attempt up and starts another. Meanwhile the
+ * rail was neither probed nor restored: 4.1 s in one lab run. Less than a
+ * lost SYN's second: an attempt stuck on one is not waited out. */
 #define RR_GRAY_REOPEN_WAIT_NS (500 * RR_GRAY_MS)
 #define RR_GRAY_REOPEN_REST_NS (500 * RR_GRAY_MS)
 _Static_assert(RR_GRAY_PROBE_WRITE <= ENGINE_PROBE_MAX_WRITE, "a probe write the receiver accepts");
