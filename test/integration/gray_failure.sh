@@ -28,7 +28,7 @@
 #           the receiver ends, and removes its .prom, when its peer dies)
 # Default: slow and where, with the plugin's default demotion settings. By name: lossy
 # (out of the set since a CI run left a connection behind; once a demoted rail's
-# reopen was bounded and the control's own ratio capped at 1, 11 of 12 first tries
+# reopen was bounded and the control's own ratio capped at 1, 19 of 20 first tries
 # passed, the miss the ratio on a machine-wide slowdown: bench/RESULTS.md 16d
 # "lossy5"), and
 # latency (not yet run where netem exists). A case that fails
