@@ -515,8 +515,9 @@ void engine_gray_tick(rr_engine *e, int r, uint64_t now) {
     if (engine_send_holding(e)) rl->g_prev_ns = rl->g_lat_t0 = 0; /* a rollback empties queues: no delivery */
     else measure(e, rl, l, now);
     if (l->degraded && !engine_send_holding(e) && other_rail_usable(e, r)) demote(e, r, l, now);
-  } else if (rl->state == RR_RAIL_DEGRADED && !engine_gray_needs_reopen(e, r)) {
-    gray_probe_and_restore(e, r, l, now);
+  } else if (rl->state == RR_RAIL_DEGRADED) {
+    gray_reopen_bound(rl, now);
+    if (!engine_gray_needs_reopen(e, r)) gray_probe_and_restore(e, r, l, now);
   }
   gray_held = 0;
   pthread_mutex_unlock(&gray_lock);

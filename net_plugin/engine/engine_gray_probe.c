@@ -7,6 +7,7 @@
 #include "gray_link.h"
 #include "gray_restore.h"
 #include "rr_counters.h"
+#include "rr_log.h"
 
 #include <string.h>
 
@@ -17,10 +18,24 @@
 #define RR_GRAY_PROBE_GAP_NS (200 * RR_GRAY_MS)
 #define RR_GRAY_PROBE_TIMEOUT_NS (1000 * RR_GRAY_MS)
 #define RR_GRAY_LAT_PROBE_MIN (4u << 10) /* a latency probe's least bytes: one page */
-/* Bytes unacknowledged this long on a rail its probes found healthy wait for
- * a retransmission timer: a healthy path acknowledges in well under a
- * millisecond, and TCP's shortest timeout is 200 ms. */
-#define RR_GRAY_STALE_NS (20 * RR_GRAY_MS)
+/* Bytes unacknowledged (or unsent) this long on a rail its probes found
+ * healthy wait for a retransmission timer: TCP's shortest timeout is 200
+ * ms. A healthy path acknowledges within a round trip, or, for a probe's
+ * last segment alone, within the receiver's delayed ACK (40 ms on Linux):
+ * at 20 ms such a rail could be reopened for nothing at its restore. */
+#define RR_GRAY_STALE_NS (100 * RR_GRAY_MS)
+/* How long a demoted TCP rail waits for its reopen (stale_reopen) before it
+ * is probed and restored on the sockets it has again, and how long it then
+ * rests on them before another reopen may be asked. Reopens in the lab's
+ * lossy case took 10-430 ms (bench/RESULTS.md 16d, lossy5). One over the
+ * lossy path itself can fail attempt after attempt: a stream's SYN lost and
+ * sent again a second later reaches the listener after the attempt's other
+ * stream proved the same generation, the listener's floor has reached it,
+ * and the connector gives the attempt up and starts another. Meanwhile the
+ * rail was neither probed nor restored: 4.1 s in one lab run. Less than a
+ * lost SYN's second: an attempt stuck on one is not waited out. */
+#define RR_GRAY_REOPEN_WAIT_NS (500 * RR_GRAY_MS)
+#define RR_GRAY_REOPEN_REST_NS (500 * RR_GRAY_MS)
 _Static_assert(RR_GRAY_PROBE_WRITE <= ENGINE_PROBE_MAX_WRITE, "a probe write the receiver accepts");
 
 /* Filler for probes: never read by anybody. */
@@ -165,11 +180,29 @@ static void probe_count(int done, int ok, int bad, uint64_t bytes, uint64_t dur_
   rr_counter_add(RR_CTR_PROBE_REFERENCE_KBPS, (uint64_t)(ref / 1e3));
 }
 
+/* Has rl given a reopen up lately (gray_reopen_bound)? It stays on the
+ * endpoint it has meanwhile: probed, and restored once flushed, whatever it
+ * still waits for from its peer. */
+static int reopen_resting(const engine_rail *rl, uint64_t now) {
+  return rl->g_reopen_gave_up && (now < rl->g_reopen_gave_up || now - rl->g_reopen_gave_up < RR_GRAY_REOPEN_REST_NS);
+}
+
 /* Rail rl's endpoint holds what the fault left behind: give it a fresh one,
  * where the owner can reopen it (cfg.reconnect; otherwise the old one is
- * waited out, as before). */
-static void stale_reopen(const rr_engine *e, engine_rail *rl) {
-  if (e->cfg.reconnect) rl->g_reopen = 1;
+ * waited out, as before), and it has not just given one up. */
+static void stale_reopen(const rr_engine *e, engine_rail *rl, uint64_t now) {
+  if (!e->cfg.reconnect || rl->g_reopen || reopen_resting(rl, now)) return;
+  rl->g_reopen = 1;
+  rl->g_reopen_since = now;
+}
+
+void gray_reopen_bound(engine_rail *rl, uint64_t now) {
+  if (!rl->g_reopen || now <= rl->g_reopen_since || now - rl->g_reopen_since < RR_GRAY_REOPEN_WAIT_NS) return;
+  RR_INFO(RR_SUB_NET, "send %s: reopen not done in %llu ms: probed and restored on its own endpoint for now", rl->name,
+          (unsigned long long)((now - rl->g_reopen_since) / RR_GRAY_MS));
+  rl->g_reopen = 0;
+  rl->g_reopen_gave_up = now;
+  rl->g_stale_since = 0;
 }
 
 /* Is the probe in flight on rl done? Its writes flushed, and, for a link
@@ -184,22 +217,29 @@ static int probe_done(engine_rail *rl, double lat_bar) {
   return lat_bar <= 0 || !gray_path_read(rl, &p) || p.unacked == 0;
 }
 
-/* Is rl, restorable now, holding bytes its peer has not acknowledged for
- * longer than a healthy path takes (RR_GRAY_STALE_NS)? flushed() says only
- * that the kernel sent them. Traffic restored onto a TCP socket whose
- * unacknowledged bytes wait for a retransmission timeout the loss left long
- * (backed off, or grown with the round trips' variance: 0.4-2.6 s in the
- * lab) would queue behind them. Such a rail is reopened (stale_reopen) and
- * restored on its fresh endpoint, at once: the link's verdict stays. A
- * transport that cannot say is restored. */
-static int holds_stale_bytes(const rr_engine *e, engine_rail *rl, uint64_t now) {
+/* Is rl, restorable now, holding bytes it has not sent, or its peer has not
+ * acknowledged, for longer than a healthy path takes (RR_GRAY_STALE_NS)?
+ * flushed() says only that the kernel sent them. Traffic restored onto a
+ * TCP socket whose bytes wait for a retransmission timeout the loss left
+ * long (backed off, or grown with the round trips' variance: 0.4-2.6 s in
+ * the lab) would queue behind them, and a rail not flushed cannot be
+ * restored at all until they leave. Such a rail is reopened (stale_reopen)
+ * and restored on its fresh endpoint, at once: the link's verdict stays.
+ * Unsent bytes count only where an invalidation keeps the endpoint (TCP):
+ * a verbs rail's unflushed writes are its peer's acknowledgements to come,
+ * waited for as before. Unacknowledged ones, only where the transport can
+ * say. Once a reopen was given up, a flushed rail is restored as it is. */
+static int holds_stale_bytes(rr_engine *e, int r, uint64_t now) {
+  engine_rail *rl = &e->rails[r];
+  int flushed = rl->ep->ops->flushed(rl->ep);
+  if (!flushed && !engine_rail_invalidate_cheap(e, r)) return 1;
   rr_rail_path_stats p;
-  if (!gray_path_read(rl, &p) || p.unacked == 0) {
+  if (flushed && (reopen_resting(rl, now) || !gray_path_read(rl, &p) || p.unacked == 0)) {
     rl->g_stale_since = 0;
     return 0;
   }
   if (!rl->g_stale_since) rl->g_stale_since = now;
-  else if (now - rl->g_stale_since >= RR_GRAY_STALE_NS) stale_reopen(e, rl);
+  else if (now - rl->g_stale_since >= RR_GRAY_STALE_NS) stale_reopen(e, rl, now);
   return 1;
 }
 
@@ -207,6 +247,7 @@ static int holds_stale_bytes(const rr_engine *e, engine_rail *rl, uint64_t now) 
  * for the hold time. */
 void gray_probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
   engine_rail *rl = &e->rails[r];
+  int covered = gray_ok_covers(&l->ok, engine_rail_hold_ns(e, rl));
   if (rl->probe_start_ns) {
     double lat_bar = lat_probe_bar(e, l);
     int done = probe_done(rl, lat_bar);
@@ -254,11 +295,15 @@ void gray_probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
        * leave only when it fires (bench/RESULTS.md 16d), and until then
        * this rail can neither be probed nor restored (both wait for it to
        * be flushed). Fresh sockets instead. */
-      stale_reopen(e, rl);
+      stale_reopen(e, rl, now);
     }
-  } else if (now - rl->probe_done_ns >= RR_GRAY_PROBE_GAP_NS && now - l->probe_done_ns >= RR_GRAY_PROBE_GAP_NS &&
+  } else if (!covered && now - rl->probe_done_ns >= RR_GRAY_PROBE_GAP_NS && now - l->probe_done_ns >= RR_GRAY_PROBE_GAP_NS &&
              (!l->probe_owner || now - l->probe_since > 2 * probe_timeout_ns(e, l)) &&
              rl->ep->ops->flushed(rl->ep)) {
+    /* Not once the link's probes cover this rail's hold: it is restored
+     * now, and a probe posted first would hold the restore back until it
+     * ends, competing with the traffic the link's other connections have
+     * brought back (or be timed out and reopen the rail). */
     probe_post(e, rl, probe_size(e, l), now);
     if (rl->probe_start_ns) l->probe_owner = e, l->probe_since = now;
   }
@@ -273,9 +318,8 @@ void gray_probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now) {
    * last sign of life was that old. Silence on a restored rail is judged
    * from the restore on (watch_since_ns), as on a connection that starts
    * work: a rail that has carried nothing for a while is not silent. */
-  if (gray_ok_covers(&l->ok, engine_rail_hold_ns(e, rl)) && !rl->probe_start_ns &&
-      rl->ep->ops->flushed(rl->ep)) {
-    if (holds_stale_bytes(e, rl, now)) return;
+  if (covered && !rl->probe_start_ns) {
+    if (holds_stale_bytes(e, r, now)) return;
     rl->watch_since_ns = now;
     l->degraded = l->lossy = l->slowlat = 0;
     l->restored = 1;

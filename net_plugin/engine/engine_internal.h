@@ -90,11 +90,17 @@ typedef struct engine_rail {
   /* Demoted, on a transport whose invalidation keeps the endpoint (TCP), and
    * its endpoint holds what the fault left behind: a probe that timed out
    * (its bytes queued behind a long retransmission timeout), or, once probes
-   * restored the link, bytes still unacknowledged since g_stale_since. It
-   * gets a fresh endpoint, as a verbs rail gets a fresh queue pair
-   * (engine_gray_needs_reopen); swapping one in clears this. */
+   * restored the link, bytes still unsent or unacknowledged since
+   * g_stale_since. It gets a fresh endpoint, as a verbs rail gets a fresh
+   * queue pair (engine_gray_needs_reopen); swapping one in clears this. A
+   * reopen is waited for RR_GRAY_REOPEN_WAIT_NS at most (gray_reopen_bound):
+   * one over the lossy path itself can fail attempt after attempt, and
+   * meanwhile the rail is neither probed nor restored. */
   int g_reopen;
-  uint64_t g_stale_since;   /* restorable, but unacknowledged bytes since (0: none) */
+  uint64_t g_reopen_since;  /* g_reopen was asked then */
+  uint64_t g_reopen_gave_up;/* a reopen waited too long then (0: none): the rail is probed and
+                             * restored on the endpoint it has for a while after */
+  uint64_t g_stale_since;   /* restorable, but bytes unsent or unacknowledged since (0: none) */
   double degraded_frac;     /* what it delivered, as a fraction of its healthy level */
   uint64_t degraded_for_ns; /* for how long it had delivered that little when demoted */
 } engine_rail;

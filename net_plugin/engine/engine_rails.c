@@ -273,6 +273,7 @@ void engine_rail_swap(rr_engine *e, int r, rr_rail_ep *ep) {
   rl->need_drain = 0;
   rl->invalidated = 0;
   rl->g_reopen = 0; /* what the old endpoint held went with it */
+  rl->g_reopen_since = rl->g_reopen_gave_up = 0;
   rl->g_stale_since = 0;
   rl->drain_posted = e->epoch;
   rl->writes_cur = rl->writes_old = 0; /* the old endpoint is destroyed */

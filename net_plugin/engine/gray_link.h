@@ -100,5 +100,9 @@ double gray_lat_reference(const gray_link *l);
 /* A demoted rail r of e on link l: probe it, and restore it once the probes
  * show it healthy for the hold time (engine_gray_probe.c). */
 void gray_probe_and_restore(rr_engine *e, int r, gray_link *l, uint64_t now);
+/* A demoted rail of e waiting for a reopen (g_reopen) gives the reopen up
+ * once it has waited RR_GRAY_REOPEN_WAIT_NS: it is probed and restored on
+ * the endpoint it has again (engine_gray_probe.c). */
+void gray_reopen_bound(engine_rail *rl, uint64_t now);
 
 #endif

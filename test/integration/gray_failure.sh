@@ -10,7 +10,8 @@
 #           connection moves >= 70 % of what it moves with rail0 down instead (the
 #           control run, right after; each run's rate taken against its own in the
 #           1.5 s before the fault, on rail0 healthy: the machine's speed drifts
-#           between the runs); then the shape is removed and traffic is back
+#           between the runs; the control's own at most 1); then the shape is
+#           removed and traffic is back
 #           on rail0 (>= 95 % of host 0's bytes) within hold + probe + 1.5 s
 #   lossy   the same with 10 % of rail0's packets lost in flight instead of tbf (nftables
 #           on the input of both hosts' rail0: a drop on a sender's own output is a local
@@ -25,9 +26,11 @@
 #           silent drop of rail0 both ways reads path at both (rerail_rail_faults_total
 #           {where}); a killed sender reads process at the receiver (its event log's where:
 #           the receiver ends, and removes its .prom, when its peer dies)
-# Default: slow, lossy and where, with the plugin's default demotion settings (lossy
-# joined once a demoted TCP rail holding a stuck probe was given fresh sockets: before,
-# traffic was back on rail0 late in 2 runs of 10, bench/RESULTS.md 16c, 16d). By name:
+# Default: slow and where, with the plugin's default demotion settings. By name: lossy
+# (out of the set since a CI run left a connection behind; once a demoted rail's
+# reopen was bounded and the control's own ratio capped at 1, 19 of 20 first tries
+# passed, the miss the ratio on a machine-wide slowdown: bench/RESULTS.md 16d
+# "lossy5"), and
 # latency (not yet run where netem exists). A case that fails
 # only on a timing or rate bound is run once more (RES_RETRIES, default 1).
 # RERAIL_TEST_SCALE scales the durations.
@@ -187,7 +190,7 @@ back_on_rail0() {
 
 # gray KIND: slow (shape) or lossy (drop), then its heal, then the control run
 gray() {
-  local kind=$1 rate demo mbit back limit heal_ms down_rate ratio pre down_pre raw
+  local kind=$1 rate demo mbit back limit heal_ms down_rate ratio pre down_pre raw down_own
   limit=$((HOLD_MS + 100 + 1500))
   lab_start "$LABNAME" 2 2
   run_fault "$kind" "$CASE_DIR" || return
@@ -215,10 +218,17 @@ gray() {
   # Each run against its own healthy rate first: the two runs are half a minute
   # apart, and a shared machine's speed changes by more than the bar in that time
   # (bench/RESULTS.md 16c: the lossy run's raw ratio 0.53-1.90, its runs' pre-fault
-  # rates apart by as much; each against its own, 0.76-1.12)
+  # rates apart by as much; each against its own, 0.76-1.12). The control's own
+  # figure is taken at 1 at most: with rail0 down chain mode carries everything on
+  # one rail, as it did on rail0 before the fault, and a control that moved more
+  # after its fault than before measured the machine speeding up in between (a
+  # build beside it ending), which the bar must not demand of the fault run (CI,
+  # 16d: 1,611 against 1,388 before, and the lossy run, at 0.78 of its own, failed;
+  # 16d lossy5: 1,556 against 1,055). A failover that costs still lowers it.
   raw=$(calc "$rate / ($down_rate > 0 ? $down_rate : 1)")
-  ratio=$(calc "($rate / ($pre > 0 ? $pre : 1)) / (($down_rate > 0 ? $down_rate : 1) / ($down_pre > 0 ? $down_pre : 1))")
-  VFIG="rail0 carried $mbit Mbit/s; with the fault the receiver completed $rate MB/s from 3 s to 5 s after it (healthy, before it: $pre), with rail0 down $down_rate MB/s (before: $down_pre); ratio $ratio, each run against its own rate before the fault, need >= 0.7 (raw $raw); $demo demotions, $faults faults; sender's rail0 at +5.2 s: $r0_fault, at the end: $r0_end; sender's rail events to +5.2 s: ${events:-none}; healed: traffic back on rail0 after ${back:-never} ms (limit $limit ms); $HEAL_FIG"
+  down_own=$(calc "($down_rate > 0 ? $down_rate : 1) / ($down_pre > 0 ? $down_pre : 1)")
+  ratio=$(calc "($rate / ($pre > 0 ? $pre : 1)) / ($down_own < 1 ? $down_own : 1)")
+  VFIG="rail0 carried $mbit Mbit/s; with the fault the receiver completed $rate MB/s from 3 s to 5 s after it (healthy, before it: $pre), with rail0 down $down_rate MB/s (before: $down_pre); ratio $ratio, each run against its own rate before the fault (the control's at most 1: $down_own), need >= 0.7 (raw $raw); $demo demotions, $faults faults; sender's rail0 at +5.2 s: $r0_fault, at the end: $r0_end; sender's rail events to +5.2 s: ${events:-none}; healed: traffic back on rail0 after ${back:-never} ms (limit $limit ms); $HEAL_FIG"
   if [ "$okf" = 0 ]; then bad "a run ended with errors (server exit $SRC, client exit $CRC)"
   elif [ "$demo" = "?" ] || [ "$faults" = "?" ]; then bad "no telemetry file to read the counters from"
   # A 10 % loss can stall TCP past δ (retransmission timeouts): failed over rather

@@ -37,6 +37,7 @@ static int npeer;
 static uint32_t fake_unacked; /* what the made-up transport has unacknowledged */
 static rr_rail_ops stats_ops; /* the TCP rail's, with path_stats made up */
 static int reconnects;
+static int reconnect_never; /* cfg.reconnect never gets there: RR_AGAIN on every call */
 
 static rr_status made_up_path_stats(rr_rail_ep *ep, rr_rail_path_stats *out) {
   (void)ep;
@@ -58,6 +59,7 @@ static rr_status reconnect(void *arg, int rail, rr_rail_ep **out) {
   (void)arg;
   (void)rail;
   reconnects++;
+  if (reconnect_never) return RR_AGAIN;
   *out = tcp_ep();
   return RR_OK;
 }
@@ -66,6 +68,7 @@ static int setup(void **state) {
   (void)state;
   npeer = 0;
   reconnects = 0;
+  reconnect_never = 0;
   fake_unacked = 0;
   stats_ops = rr_tcp_rail_ops;
   stats_ops.path_stats = made_up_path_stats;
@@ -106,6 +109,7 @@ static gray_link *demote_rail0(uint64_t now) {
   eng.rails[0].g_demoted = 1;
   engine_rail_set_state(&eng, 0, RR_RAIL_DEGRADED, "retransmits 9 % of its bytes for 0.4 s");
   l->degraded = l->lossy = 1;
+  gray_ok_reset(&l->ok); /* a new verdict (the table outlives each test's engine) */
   l->probe_done_ns = eng.rails[0].probe_done_ns = now;
   return l;
 }
@@ -130,7 +134,9 @@ static void test_unacknowledged_bytes_at_the_restore_reopen_the_rail(void **stat
   engine_gray_tick(&eng, 0, t + 1 * MS);
   assert_int_equal(eng.rails[0].state, RR_RAIL_DEGRADED); /* not onto a stuck socket */
   assert_false(engine_gray_needs_reopen(&eng, 0));        /* a healthy path acknowledges soon */
-  engine_gray_tick(&eng, 0, t + 30 * MS);
+  engine_gray_tick(&eng, 0, t + 50 * MS);
+  assert_false(engine_gray_needs_reopen(&eng, 0)); /* a delayed ACK's 40 ms is soon too */
+  engine_gray_tick(&eng, 0, t + 110 * MS);
   assert_int_equal(eng.rails[0].state, RR_RAIL_DEGRADED);
   assert_true(engine_gray_needs_reopen(&eng, 0));
   /* The rails' tick reopens it (cfg.reconnect), as a failed rail. */
@@ -143,7 +149,7 @@ static void test_unacknowledged_bytes_at_the_restore_reopen_the_rail(void **stat
   fake_unacked = 0;
   engine_rail_set_state(&eng, 0, RR_RAIL_DEGRADED, "reopened, still demoted");
   assert_int_equal(eng.rails[0].ep->ops->progress(eng.rails[0].ep), RR_OK); /* its control probe leaves */
-  engine_gray_tick(&eng, 0, t + 40 * MS);
+  engine_gray_tick(&eng, 0, t + 120 * MS);
   assert_int_equal(eng.rails[0].state, RR_RAIL_ACTIVE);
 }
 
@@ -173,11 +179,111 @@ static void test_timed_out_probe_reopens_the_rail(void **state) {
   assert_true(engine_gray_needs_reopen(&eng, 0));
 }
 
+/* A reopen that never gets there (every attempt of it fails over the lossy
+ * path itself, or the peer never answers) must not keep the rail waiting:
+ * neither probed nor restored while it waits, it stayed off its healed link
+ * for good (one connection of four, in one CI run). After
+ * RR_GRAY_REOPEN_WAIT_NS (500 ms) it is given up, and the rail is restored
+ * on the sockets it has. */
+static void test_reopen_that_never_completes_is_given_up(void **state) {
+  (void)state;
+  uint64_t t = rr_now_ns();
+  gray_link *l = demote_rail0(t);
+  healthy_for_the_hold(l, t + 1 * MS);
+  fake_unacked = 45;
+  reconnect_never = 1;
+  engine_gray_tick(&eng, 0, t + 1 * MS);
+  engine_gray_tick(&eng, 0, t + 110 * MS);
+  assert_true(engine_gray_needs_reopen(&eng, 0));
+  engine_rails_tick(&eng, t + 120 * MS); /* the attempt starts, and does not finish */
+  assert_true(reconnects >= 1);
+  engine_gray_tick(&eng, 0, t + 400 * MS);
+  assert_true(engine_gray_needs_reopen(&eng, 0)); /* still worth waiting for */
+  assert_int_equal(eng.rails[0].state, RR_RAIL_DEGRADED);
+  engine_rails_tick(&eng, t + 450 * MS);
+  engine_gray_tick(&eng, 0, t + 650 * MS);
+  assert_false(engine_gray_needs_reopen(&eng, 0));
+  assert_int_equal(eng.rails[0].state, RR_RAIL_ACTIVE); /* on its own sockets, the unacknowledged bytes with it */
+}
+
+/* A reopen given up is asked again only after a rest on the old endpoint:
+ * a rail whose reopens never get there alternates, and is never held off
+ * for good. */
+static void test_reopen_given_up_is_asked_again_after_a_rest(void **state) {
+  (void)state;
+  uint64_t t = rr_now_ns();
+  demote_rail0(t);
+  reconnect_never = 1;
+  engine_gray_tick(&eng, 0, t + 300 * MS); /* 8 MiB into a socket pair nobody reads */
+  assert_true(eng.rails[0].probe_start_ns != 0);
+  engine_gray_tick(&eng, 0, t + 1400 * MS); /* timed out: reopen */
+  assert_true(engine_gray_needs_reopen(&eng, 0));
+  engine_gray_tick(&eng, 0, t + 1950 * MS); /* given up */
+  assert_false(engine_gray_needs_reopen(&eng, 0));
+  /* The rail's bytes are still unsent and the link's probes now healthy:
+   * no reopen asked during the rest ... */
+  gray_link *l = link_of_rail0();
+  healthy_for_the_hold(l, t + 2000 * MS);
+  engine_gray_tick(&eng, 0, t + 2000 * MS);
+  engine_gray_tick(&eng, 0, t + 2100 * MS);
+  assert_false(engine_gray_needs_reopen(&eng, 0));
+  assert_int_equal(eng.rails[0].state, RR_RAIL_DEGRADED); /* not flushed: cannot be restored as it is */
+  /* ... and one after it. */
+  engine_gray_tick(&eng, 0, t + 2460 * MS);
+  engine_gray_tick(&eng, 0, t + 2490 * MS);
+  assert_true(engine_gray_needs_reopen(&eng, 0));
+}
+
+/* The link's probes say healthy, and this rail's socket still holds bytes
+ * it has not even sent (the demotion's, or a probe's, behind a long
+ * retransmission timeout): reopened too. Before, such a rail was neither
+ * probed (a probe waits for flushed) nor restored nor reopened until TCP
+ * sent them. */
+static void test_unsent_bytes_at_the_restore_reopen_the_rail(void **state) {
+  (void)state;
+  static const char filler[1u << 20];
+  uint64_t t = rr_now_ns();
+  gray_link *l = demote_rail0(t);
+  rr_write_wr wr = {.wr_id = ENGINE_PROBE_WR_ID, .local = filler, .len = sizeof filler, .post_ns = t,
+                    .flags = RR_WRITE_PROBE};
+  assert_int_equal(eng.rails[0].ep->ops->post_write(eng.rails[0].ep, &wr), RR_OK);
+  assert_false(eng.rails[0].ep->ops->flushed(eng.rails[0].ep));
+  healthy_for_the_hold(l, t + 1 * MS);
+  engine_gray_tick(&eng, 0, t + 1 * MS);
+  assert_int_equal(eng.rails[0].state, RR_RAIL_DEGRADED);
+  assert_false(engine_gray_needs_reopen(&eng, 0));
+  engine_gray_tick(&eng, 0, t + 110 * MS);
+  assert_true(engine_gray_needs_reopen(&eng, 0));
+  engine_rails_tick(&eng, t + 120 * MS);
+  assert_int_equal(reconnects, 1);
+  assert_int_equal(eng.rails[0].state, RR_RAIL_DOWN); /* fresh sockets, back demoted once alive */
+}
+
+/* A rail whose link's probes already cover its hold is restored, not probed
+ * again first: a probe would hold the restore back until it ended. */
+static void test_covered_rail_is_not_probed_again(void **state) {
+  (void)state;
+  uint64_t t = rr_now_ns();
+  gray_link *l = demote_rail0(t);
+  healthy_for_the_hold(l, t + 300 * MS);
+  fake_unacked = 45; /* not restorable yet */
+  engine_gray_tick(&eng, 0, t + 300 * MS);
+  assert_int_equal(eng.rails[0].state, RR_RAIL_DEGRADED);
+  assert_int_equal(eng.rails[0].probe_start_ns, 0);
+  fake_unacked = 0;
+  engine_gray_tick(&eng, 0, t + 310 * MS);
+  assert_int_equal(eng.rails[0].state, RR_RAIL_ACTIVE);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_unacknowledged_bytes_at_the_restore_reopen_the_rail, setup, teardown),
       cmocka_unit_test_setup_teardown(test_acknowledged_rail_is_restored_as_it_is, setup, teardown),
       cmocka_unit_test_setup_teardown(test_timed_out_probe_reopens_the_rail, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_reopen_that_never_completes_is_given_up, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_reopen_given_up_is_asked_again_after_a_rest, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_unsent_bytes_at_the_restore_reopen_the_rail, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_covered_rail_is_not_probed_again, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
