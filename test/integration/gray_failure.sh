@@ -41,7 +41,7 @@ HARNESS=${2:?usage: $0 PLUGIN_DIR HARNESS [CASE...]}
 shift 2
 . "$(dirname "$0")/resilience_lib.sh"
 
-ALL_CASES=(slow where)   # lossy, latency: by name (docs/failover.md: the lab's lossy rail; "Latency")
+ALL_CASES=(slow lossy where)   # latency: by name (docs/failover.md, "Latency")
 CASES=("$@")
 [ ${#CASES[@]} -gt 0 ] || CASES=("${ALL_CASES[@]}")
 LABNAME=rrg$$
