@@ -93,7 +93,7 @@ rank_cpu() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo -; }
 # Sums of one rank's kept .prom counter (over its rails): prom_sum DIR METRIC [LABEL_MATCH].
 prom_sum() {
   cat "$1"/rerail-*.prom 2>/dev/null | awk -v m="$2{" -v q="${3:-}" '
-    index($0, m) == 1 && (q == "" || index($0, q)) {n += $NF} END {print n + 0}'
+    index($0, m) == 1 && (q == "" || index($0, q)) {n += $NF} END {printf "%.6f\n", n}'
 }
 fds_of() { local f=(/proc/"$1"/fd/*); [ -e "${f[0]}" ] && echo "${#f[@]}" || echo -; }
 # The QPs, CQs and MRs (as "qp/cq/mr") the named rdma devices hold together, from a saved
@@ -235,23 +235,23 @@ for count in $counts; do
       # Where the connector's connect() time went, per connection (means over its connects), and
       # what became of the backups not up when it went on (bench/RESULTS.md §11, addendum "vsetup").
       d=$work/tel-A phases=""
-      for ph in first_rail other_rails install; do phases="$phases $(prom_sum "$d" rerail_connect_time_ms_total "phase=\"$ph\"")"; done
+      for ph in first_rail other_rails install; do phases="$phases $(prom_sum "$d" rerail_connect_time_seconds_total "phase=\"$ph\"")"; done
       awk -v cnt="$count" -v net="$net" -v c="$(prom_sum "$d" rerail_connects_total)" -v p="$phases" \
         -v w="$(prom_sum "$d" rerail_connect_settle_waits_total)" -v df="$(prom_sum "$d" rerail_connect_rails_deferred_total)" \
-        -v du="$(prom_sum "$d" rerail_connect_deferred_rails_up_total)" -v dm="$(prom_sum "$d" rerail_connect_deferred_window_ms_total)" 'BEGIN {
+        -v du="$(prom_sum "$d" rerail_connect_deferred_rails_up_total)" -v dm="$(prom_sum "$d" rerail_connect_deferred_window_seconds_total)" 'BEGIN {
         split(p, x, " "); k = c > 0 ? c : 1
         printf "  %s %s connect A: %d comms; mean ms to a rail up %.0f, then to the rails decided %.0f, then handed out %.0f; settle waits %d; backups deferred %d, up since %d (mean window %.0f ms)\n",
-          net, cnt, c, x[1] / k, x[2] / k, x[3] / k, w, df, du, (du > 0 ? dm / du : 0)}'
+          net, cnt, c, 1e3 * x[1] / k, 1e3 * x[2] / k, 1e3 * x[3] / k, w, df, du, (du > 0 ? 1e3 * dm / du : 0)}'
       # Each rank's own work in setup (s, summed): inside NCCL's connect()/accept() calls, and of
       # it and of the reopens behind, opening and connecting rails' endpoints.
       for side in A B; do
         d=$work/tel-$side
-        awk -v cnt="$count" -v net="$net" -v side="$side" -v cc="$(prom_sum "$d" rerail_setup_call_us_total 'call="connect"')" \
-          -v ca="$(prom_sum "$d" rerail_setup_call_us_total 'call="accept"')" -v eo="$(prom_sum "$d" rerail_setup_endpoint_us_total 'step="open"')" \
-          -v ec="$(prom_sum "$d" rerail_setup_endpoint_us_total 'step="connect"')" \
+        awk -v cnt="$count" -v net="$net" -v side="$side" -v cc="$(prom_sum "$d" rerail_setup_call_seconds_total 'call="connect"')" \
+          -v ca="$(prom_sum "$d" rerail_setup_call_seconds_total 'call="accept"')" -v eo="$(prom_sum "$d" rerail_setup_endpoint_seconds_total 'step="open"')" \
+          -v ec="$(prom_sum "$d" rerail_setup_endpoint_seconds_total 'step="connect"')" \
           -v nc="$(prom_sum "$d" rerail_setup_calls_total 'call="connect"')" -v na="$(prom_sum "$d" rerail_setup_calls_total 'call="accept"')" 'BEGIN {
           printf "  %s %s setup work %s: inside connect() %.1f s (%d calls), accept() %.1f s (%d calls); endpoints opened in %.1f s, connected in %.1f s\n",
-            net, cnt, side, cc / 1e6, nc, ca / 1e6, na, eo / 1e6, ec / 1e6}'
+            net, cnt, side, cc, nc, ca, na, eo, ec}'
       done
     fi
     if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ]; then

@@ -20,7 +20,7 @@ _Atomic uint64_t rr_counter_values[RR_CTR_COUNT];
   "drain_with_payload, unknown_type); each failed the rail it came on over."
 
 #define CONNECT_MS_HELP                                                                              \
-  "Milliseconds connect() took per connection, summed over connections, by phase: first_rail (first " \
+  "Seconds connect() took per connection, summed over connections, by phase: first_rail (first " \
   "call to a rail up), other_rails (then to the set of rails decided), install (then to the comm "  \
   "handed out); divided by connects_total, each phase's mean."
 
@@ -70,7 +70,7 @@ static const rr_counter_info infos[] = {
                                     "failed after the set of rails went out ahead of the listener's answers.",
                                     NULL, NULL, 1},
     [RR_CTR_CONNECTS] = {"connects_total", "Send comms connect() handed out.", NULL, NULL, 1},
-#define CONNECT_MS(v) "connect_time_ms_total", CONNECT_MS_HELP, "phase", v, 1
+#define CONNECT_MS(v) "connect_time_seconds_total", CONNECT_MS_HELP, "phase", v, 1, 1000
     [RR_CTR_CONNECT_MS_FIRST_RAIL] = {CONNECT_MS("first_rail")},
     [RR_CTR_CONNECT_MS_OTHER_RAILS] = {CONNECT_MS("other_rails")},
     [RR_CTR_CONNECT_MS_INSTALL] = {CONNECT_MS("install")},
@@ -83,12 +83,12 @@ static const rr_counter_info infos[] = {
                                        "belong to it, reopened once reachable.", NULL, NULL, 1},
     [RR_CTR_CONNECT_DEFERRED_UP] = {"connect_deferred_rails_up_total",
                                     "Of those deferred rails, the ones reopened and installed since.", NULL, NULL, 1},
-    [RR_CTR_CONNECT_DEFERRED_MS] = {"connect_deferred_window_ms_total",
-                                    "Milliseconds those connections ran without their deferred rail (handed out "
-                                    "to the rail installed), summed over the rails installed.", NULL, NULL, 1},
-#define SETUP_CALL(v) "setup_call_us_total", "Microseconds spent inside NCCL's connect() and accept() calls, " \
+    [RR_CTR_CONNECT_DEFERRED_MS] = {"connect_deferred_window_seconds_total",
+                                    "Seconds those connections ran without their deferred rail (handed out "
+                                    "to the rail installed), summed over the rails installed.", NULL, NULL, 1, 1000},
+#define SETUP_CALL(v) "setup_call_seconds_total", "Seconds spent inside NCCL's connect() and accept() calls, " \
                       "summed over calls, by call: set beside the setup's wall time, how much of it is this " \
-                      "process's own work.", "call", v, 1
+                      "process's own work.", "call", v, 1, 1000000
     [RR_CTR_SETUP_CALL_US_CONNECT] = {SETUP_CALL("connect")},
     [RR_CTR_SETUP_CALL_US_ACCEPT] = {SETUP_CALL("accept")},
 #undef SETUP_CALL
@@ -97,8 +97,8 @@ static const rr_counter_info infos[] = {
     [RR_CTR_SETUP_CALLS_CONNECT] = {SETUP_CALLS("connect")},
     [RR_CTR_SETUP_CALLS_ACCEPT] = {SETUP_CALLS("accept")},
 #undef SETUP_CALLS
-#define SETUP_EP(v) "setup_endpoint_us_total", "Microseconds opening (open) and connecting (connect) rails' " \
-                    "endpoints during connection setup and reopening, summed, by step.", "step", v, 1
+#define SETUP_EP(v) "setup_endpoint_seconds_total", "Seconds opening (open) and connecting (connect) rails' " \
+                    "endpoints during connection setup and reopening, summed, by step.", "step", v, 1, 1000000
     [RR_CTR_SETUP_EP_US_OPEN] = {SETUP_EP("open")},
     [RR_CTR_SETUP_EP_US_CONNECT] = {SETUP_EP("connect")},
 #undef SETUP_EP
@@ -192,13 +192,24 @@ const rr_counter_info *rr_counter_info_of(rr_counter c) {
   return (unsigned)c < RR_CTR_COUNT ? &infos[c] : NULL;
 }
 
+int rr_counter_format_value(char *buf, size_t len, rr_counter c) {
+  if ((unsigned)c >= RR_CTR_COUNT) return snprintf(buf, len, "0");
+  unsigned long long v = (unsigned long long)rr_counter_get(c);
+  unsigned per = infos[c].per_second;
+  if (per <= 1) return snprintf(buf, len, "%llu", v);
+  int decimals = 0;
+  for (unsigned p = per; p > 1; p /= 10) decimals++;
+  return snprintf(buf, len, "%llu.%0*llu", v / per, decimals, v % per);
+}
+
 int rr_counters_format(char *buf, size_t len) {
   size_t at = 0;
   for (int c = 0; c < RR_CTR_COUNT; c++) {
     const rr_counter_info *ci = &infos[c];
-    unsigned long long v = (unsigned long long)rr_counter_get((rr_counter)c);
-    int n = ci->label ? snprintf(buf + at, len - at, "%s{%s=%s} %llu\n", ci->name, ci->label, ci->value, v)
-                      : snprintf(buf + at, len - at, "%s %llu\n", ci->name, v);
+    char v[32];
+    rr_counter_format_value(v, sizeof v, (rr_counter)c);
+    int n = ci->label ? snprintf(buf + at, len - at, "%s{%s=%s} %s\n", ci->name, ci->label, ci->value, v)
+                      : snprintf(buf + at, len - at, "%s %s\n", ci->name, v);
     if (n < 0 || (size_t)n >= len - at) return -1;
     at += (size_t)n;
   }

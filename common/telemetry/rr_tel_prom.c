@@ -224,7 +224,9 @@ void rr_tel_prom_render(rr_tel_buf *b, const rr_tel_config *cfg, rr_tel_series *
     rr_tel_buf_printf(b, "%s{", name);
     proc_labels(b, cfg);
     if (ci->label) label(b, ci->label, ci->value, 0);
-    rr_tel_buf_printf(b, "} %llu\n", (unsigned long long)rr_counter_get((rr_counter)c));
+    char v[32];
+    rr_counter_format_value(v, sizeof v, (rr_counter)c);
+    rr_tel_buf_printf(b, "} %s\n", v);
   }
   if (t->npeers) {
     family(b, RR_TEL_M_ERRORS, "counter", "Connections to peer that failed for good (no rail left, peer dead).");

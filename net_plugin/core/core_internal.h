@@ -145,7 +145,7 @@ typedef struct connect_state {
   uint64_t start_ns;          /* the attempt began: connect(), or its latest start over (the settle
                                * and patience bounds) */
   uint64_t last_call_ns;     /* NCCL's latest connect() call for it */
-  /* Where connect()'s time went (rr_counters.h, connect_time_ms_total):
+  /* Where connect()'s time went (rr_counters.h, connect_time_seconds_total):
    * its first call, the first rail up, the set of rails decided (0: not
    * yet); and whether it has waited with a rail up (counted once). */
   uint64_t began_ns, first_up_ns, decided_ns;

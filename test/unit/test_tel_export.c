@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "prom_check.h"
+#include "rr_counters.h"
 #include "rr_health_bus.h"
 #include "rr_log.h"
 #include "rr_tel_format.h"
@@ -249,6 +250,28 @@ static void prom_file(void **state) {
   snprintf(q, sizeof q, RR_TEL_M_WINDOW "{host=\"%s\",pid=\"%d\"}", g_host, pid);
   assert_int_equal(must_sample(text, q), 8);
   free(text);
+
+  /* Times kept in ms or µs are given in seconds, to the unit's last digit, under
+   * "_seconds_total" names (promtool refuses abbreviated units); counts stay
+   * integers. Counters are process-wide: read what is there, add, compare. */
+  uint64_t ms0 = rr_counter_get(RR_CTR_CONNECT_MS_FIRST_RAIL), us0 = rr_counter_get(RR_CTR_SETUP_CALL_US_ACCEPT);
+  rr_counter_add(RR_CTR_CONNECT_MS_FIRST_RAIL, 1234);
+  rr_counter_add(RR_CTR_SETUP_CALL_US_ACCEPT, 2000007);
+  assert_int_equal(rr_tel_flush(), RR_OK);
+  text = prom_text(g_dir);
+  assert_non_null(text);
+  check_structure(text);
+  snprintf(q, sizeof q, "rerail_connect_time_seconds_total{host=\"%s\",pid=\"%d\",phase=\"first_rail\"}", g_host, pid);
+  assert_true(must_sample(text, q) == (double)(ms0 + 1234) / 1e3);
+  snprintf(q, sizeof q, "rerail_setup_call_seconds_total{host=\"%s\",pid=\"%d\",call=\"accept\"}", g_host, pid);
+  assert_true(must_sample(text, q) == (double)(us0 + 2000007) / 1e6);
+  free(text);
+  char v[32];
+  rr_counter_add(RR_CTR_CONNECT_MS_FIRST_RAIL, 5 - (ms0 + 1234) % 1000 + 1000); /* ends in .005 */
+  rr_counter_format_value(v, sizeof v, RR_CTR_CONNECT_MS_FIRST_RAIL);
+  assert_non_null(strstr(v, ".005"));
+  rr_counter_format_value(v, sizeof v, RR_CTR_CONNECTS);
+  assert_null(strchr(v, '.'));
 
   rr_tel_rail_figures f;
   assert_int_equal(rr_tel_rail_figures_get("eth0", "10.0.0.2", 1, RR_TEL_TX, &f), RR_OK);
