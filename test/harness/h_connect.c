@@ -42,7 +42,14 @@ void h_set_attrs(hnet *n, int xfer_send, int xfer_recv) {
  * out before the listener's last answer and start the connection over as a
  * new one (a new id) until its first isend() returns a request
  * (include/rerail/conn_id.h). So the sender publishes then (h_traffic.c),
- * or before it closes a comm that never got one. */
+ * or before it closes a comm that never got one.
+ * With --scale-report every id waits for the close (h_conn_release): a file
+ * per connection (two inode operations on the rendezvous directory's file
+ * system, slow on ext4 after a run deleted thousands) would otherwise be
+ * timed as the plugin's setup and traffic, and a plugin that exports no ids
+ * (NCCL's socket transport, the benchmark's other side) pays none. */
+int h_conn_publish_due(void) { return !g_opt.scale_report; }
+
 int h_conn_publish_id(h_conn *c) {
   uint64_t id;
   if (!g_opt.rdv || hnet_conn_id(c->net, c->comm, &id) != 0) return 0;
@@ -77,7 +84,7 @@ static int try_conn(h_conn *c, int is_send) {
   c->comm = comm;
   c->id_published = 0;
   if (!is_send) {
-    if (h_conn_publish_id(c)) return -1;
+    if (h_conn_publish_due() && h_conn_publish_id(c)) return -1;
     /* NCCL closes the listen comm as soon as accept() has returned the comm */
     rc = H_CALL(A_CLOSE, c->net->close_listen(c->net, c->listen));
     c->listen = NULL;

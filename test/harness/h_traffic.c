@@ -89,9 +89,10 @@ void h_conn_release(h_conn *c) {
     if (rc != HNET_SUCCESS) conn_error(c, "deregMr returned %s", hnet_result_str(rc));
     c->mh = NULL;
   }
-  /* A send comm that never got a request: its id as it stands, while the
-   * comm is there to ask (a failure is reported where it happens). */
-  if (c->comm && c->is_send && !c->id_published) (void)h_conn_publish_id(c);
+  /* A send comm that never got a request, or any comm under --scale-report
+   * (h_conn_publish_due): its id as it stands, while the comm is there to
+   * ask (a failure is reported where it happens). */
+  if (c->comm && !c->id_published) (void)h_conn_publish_id(c);
   if (c->comm) {
     int rc = c->is_send ? H_CALL(A_CLOSE, n->close_send(n, c->comm))
                         : H_CALL(A_CLOSE, n->close_recv(n, c->comm));
@@ -165,7 +166,7 @@ static int sender_post(h_conn *c) {
     }
     progressed = 1;
     /* A request: the connection is confirmed, its id final (h_conn_publish_id). */
-    if (!c->id_published && h_conn_publish_id(c)) return -1;
+    if (!c->id_published && h_conn_publish_due() && h_conn_publish_id(c)) return -1;
     sl->req[sl->nposted++] = req;
     if (sl->nposted == sl->op.n) {
       c->posting = 0;

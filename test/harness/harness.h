@@ -239,6 +239,7 @@ int h_conn_alloc(h_conn *c);                 /* buffers for K slots */
  * a receive comm's when accept() returns it, a send comm's once its first
  * isend() returned a request (or before it closes). 0, or -1 (reported). */
 int h_conn_publish_id(h_conn *c);
+int h_conn_publish_due(void); /* ids published as they become final (not under --scale-report) */
 int h_conn_register(h_conn *c);
 void h_conn_release(h_conn *c);              /* deregMr + close (timed), free */
 /* One progress pass, NCCL proxy style. Returns 1 while work remains. */
