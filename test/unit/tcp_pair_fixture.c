@@ -1,6 +1,8 @@
 /* tcp_pair_fixture.h's endpoint. */
 #include "tcp_pair_fixture.h"
 
+#include "rail_tcp.h"
+
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -23,5 +25,28 @@ rr_rail_ep *tcp_pair_ep(rr_rail_dev *dev, rr_engine *e, int snd_buf, int *far) {
     return NULL;
   }
   *far = sv[1];
+  return ep;
+}
+
+tcp_pair_fake_stats tcp_pair_stats;
+static rr_rail_ops stats_ops; /* the TCP rail's, path_stats made up */
+
+static rr_status made_up_path_stats(rr_rail_ep *ep, rr_rail_path_stats *out) {
+  (void)ep;
+  if (!tcp_pair_stats.known) return RR_ERR_INVALID;
+  *out = (rr_rail_path_stats){.sent_bytes = 1u << 20, .retrans_bytes = 0, .unacked = tcp_pair_stats.unacked};
+  return RR_OK;
+}
+
+void tcp_pair_stats_reset(void) {
+  tcp_pair_stats = (tcp_pair_fake_stats){0};
+}
+
+rr_rail_ep *tcp_pair_ep_stats(rr_rail_dev *dev, rr_engine *e, int snd_buf, int *far) {
+  rr_rail_ep *ep = tcp_pair_ep(dev, e, snd_buf, far);
+  if (!ep) return NULL;
+  stats_ops = rr_tcp_rail_ops;
+  stats_ops.path_stats = made_up_path_stats;
+  ep->ops = &stats_ops;
   return ep;
 }

@@ -43,37 +43,22 @@ static rr_engine eng; /* engines are large for a stack */
 static rr_rail_dev *dev;
 static int peer_fd[2];
 static int npeer;
-static int acks_known;         /* the made-up transport says what is unacknowledged (TCP), or cannot (verbs) */
-static uint32_t fake_unacked; /* ... and what that is */
-static rr_rail_ops stats_ops; /* the TCP rail's, with path_stats made up */
-
-static rr_status made_up_path_stats(rr_rail_ep *ep, rr_rail_path_stats *out) {
-  (void)ep;
-  if (!acks_known) return RR_ERR_INVALID;
-  *out = (rr_rail_path_stats){.sent_bytes = 1u << 20, .retrans_bytes = 0, .unacked = fake_unacked};
-  return RR_OK;
-}
-
 /* A TCP rail endpoint over a fresh socket pair (the far end kept in
  * peer_fd), its send buffer as small as the kernel allows: a probe stays
  * unflushed until the far end reads it, as a verbs probe stays uncompleted
  * until the peer acknowledges it. */
 static rr_rail_ep *tcp_ep(void) {
-  rr_rail_ep *ep = tcp_pair_ep(dev, &eng, 4096, &peer_fd[npeer]);
+  rr_rail_ep *ep = tcp_pair_ep_stats(dev, &eng, 4096, &peer_fd[npeer]);
   assert_non_null(ep);
   npeer++;
-  ep->ops = &stats_ops;
   return ep;
 }
 
 static int setup(void **state) {
   (void)state;
   npeer = 0;
-  acks_known = 0;
-  fake_unacked = 0;
+  tcp_pair_stats_reset(); /* the transport cannot say what is unacknowledged (verbs) until a test says */
   gray_nlinks = 0; /* the links are the process's: each test starts with none */
-  stats_ops = rr_tcp_rail_ops;
-  stats_ops.path_stats = made_up_path_stats;
   rr_engine_config cfg = {.role = RR_ENGINE_SEND, .chunk_size = 4096, .progress_timeout_ns = 1000 * MS,
                           .failback_hold_ns = HOLD, .failover_mode = RR_FAILOVER_CHAIN, .degraded_pct = 1,
                           .restore_pct = 50, .retrans_pct = 3, .degraded_ns = 1000 * MS, .latency_x = 10,
@@ -151,11 +136,11 @@ static uint64_t probe_path(uint64_t from, uint64_t for_ns, double rate_bps, doub
     assert_int_equal(start, t);
     uint64_t bytes = eng.rails[0].probe_bytes;
     uint64_t acked = t + (uint64_t)((double)bytes * 1e9 / rate_bps + delay_ns);
-    if (acks_known) send_probe(), fake_unacked = 8;
+    if (tcp_pair_stats.known) send_probe(), tcp_pair_stats.unacked = 8;
     engine_gray_tick(&eng, 0, t + 1 * MS);
     assert_int_equal(eng.rails[0].probe_start_ns, t); /* in flight: not judged */
-    if (!acks_known) send_probe();
-    fake_unacked = 0;
+    if (!tcp_pair_stats.known) send_probe();
+    tcp_pair_stats.unacked = 0;
     engine_gray_tick(&eng, 0, acked);
     assert_int_equal(eng.rails[0].probe_start_ns, 0); /* judged */
     t = acked + 1 * MS;
@@ -197,7 +182,7 @@ static void test_path_delayed_100ms_is_not_restored(void **state) {
  * ones sent in a millisecond. */
 static void test_tcp_probe_waits_for_the_acknowledgement(void **state) {
   (void)state;
-  acks_known = 1;
+  tcp_pair_stats.known = 1;
   delayed_path_never_gives_a_healthy_probe(100.0 * MS);
 }
 
@@ -224,7 +209,7 @@ static void test_healed_path_is_restored(void **state) {
 
 static void test_healed_tcp_path_is_restored(void **state) {
   (void)state;
-  acks_known = 1;
+  tcp_pair_stats.known = 1;
   healed_path_is_restored();
 }
 

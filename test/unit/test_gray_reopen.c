@@ -34,23 +34,14 @@ static rr_engine eng; /* engines are large for a stack */
 static rr_rail_dev *dev;
 static int peer_fd[8];
 static int npeer;
-static uint32_t fake_unacked; /* what the made-up transport has unacknowledged */
-static rr_rail_ops stats_ops; /* the TCP rail's, with path_stats made up */
 static int reconnects;
 static int reconnect_never; /* cfg.reconnect never gets there: RR_AGAIN on every call */
 
-static rr_status made_up_path_stats(rr_rail_ep *ep, rr_rail_path_stats *out) {
-  (void)ep;
-  *out = (rr_rail_path_stats){.sent_bytes = 1u << 20, .retrans_bytes = 0, .unacked = fake_unacked};
-  return RR_OK;
-}
-
 /* A TCP rail endpoint over a fresh socket pair (the far end kept, never read). */
 static rr_rail_ep *tcp_ep(void) {
-  rr_rail_ep *ep = tcp_pair_ep(dev, &eng, 0, &peer_fd[npeer]);
+  rr_rail_ep *ep = tcp_pair_ep_stats(dev, &eng, 0, &peer_fd[npeer]);
   assert_non_null(ep);
   npeer++;
-  ep->ops = &stats_ops;
   return ep;
 }
 
@@ -69,9 +60,8 @@ static int setup(void **state) {
   npeer = 0;
   reconnects = 0;
   reconnect_never = 0;
-  fake_unacked = 0;
-  stats_ops = rr_tcp_rail_ops;
-  stats_ops.path_stats = made_up_path_stats;
+  tcp_pair_stats_reset();
+  tcp_pair_stats.known = 1; /* TCP says what it has unacknowledged */
   rr_engine_config cfg = {.role = RR_ENGINE_SEND, .chunk_size = 4096, .progress_timeout_ns = 1000 * MS,
                           .failback_hold_ns = HOLD, .failover_mode = RR_FAILOVER_CHAIN, .degraded_pct = 20,
                           .restore_pct = 50, .retrans_pct = 3, .degraded_ns = 1000 * MS,
@@ -130,7 +120,7 @@ static void test_unacknowledged_bytes_at_the_restore_reopen_the_rail(void **stat
   uint64_t t = rr_now_ns();
   gray_link *l = demote_rail0(t);
   healthy_for_the_hold(l, t + 1 * MS);
-  fake_unacked = 45;
+  tcp_pair_stats.unacked = 45;
   engine_gray_tick(&eng, 0, t + 1 * MS);
   assert_int_equal(eng.rails[0].state, RR_RAIL_DEGRADED); /* not onto a stuck socket */
   assert_false(engine_gray_needs_reopen(&eng, 0));        /* a healthy path acknowledges soon */
@@ -146,7 +136,7 @@ static void test_unacknowledged_bytes_at_the_restore_reopen_the_rail(void **stat
   assert_true(eng.rails[0].g_demoted);
   assert_true(gray_ok_covers(&l->ok, HOLD)); /* the verdict stays with the link */
   /* Alive on the fresh sockets: back demoted (engine_rails.c), then restored at once. */
-  fake_unacked = 0;
+  tcp_pair_stats.unacked = 0;
   engine_rail_set_state(&eng, 0, RR_RAIL_DEGRADED, "reopened, still demoted");
   assert_int_equal(eng.rails[0].ep->ops->progress(eng.rails[0].ep), RR_OK); /* its control probe leaves */
   engine_gray_tick(&eng, 0, t + 120 * MS);
@@ -190,7 +180,7 @@ static void test_reopen_that_never_completes_is_given_up(void **state) {
   uint64_t t = rr_now_ns();
   gray_link *l = demote_rail0(t);
   healthy_for_the_hold(l, t + 1 * MS);
-  fake_unacked = 45;
+  tcp_pair_stats.unacked = 45;
   reconnect_never = 1;
   engine_gray_tick(&eng, 0, t + 1 * MS);
   engine_gray_tick(&eng, 0, t + 110 * MS);
@@ -266,11 +256,11 @@ static void test_covered_rail_is_not_probed_again(void **state) {
   uint64_t t = rr_now_ns();
   gray_link *l = demote_rail0(t);
   healthy_for_the_hold(l, t + 300 * MS);
-  fake_unacked = 45; /* not restorable yet */
+  tcp_pair_stats.unacked = 45; /* not restorable yet */
   engine_gray_tick(&eng, 0, t + 300 * MS);
   assert_int_equal(eng.rails[0].state, RR_RAIL_DEGRADED);
   assert_int_equal(eng.rails[0].probe_start_ns, 0);
-  fake_unacked = 0;
+  tcp_pair_stats.unacked = 0;
   engine_gray_tick(&eng, 0, t + 310 * MS);
   assert_int_equal(eng.rails[0].state, RR_RAIL_ACTIVE);
 }
