@@ -70,7 +70,7 @@ static const rr_counter_info infos[] = {
                                     "failed after the set of rails went out ahead of the listener's answers.",
                                     NULL, NULL, 1},
     [RR_CTR_CONNECTS] = {"connects_total", "Send comms connect() handed out.", NULL, NULL, 1},
-#define CONNECT_MS(v) "connect_time_seconds_total", CONNECT_MS_HELP, "phase", v, 1, 1000
+#define CONNECT_MS(v) "connect_time_seconds_total", CONNECT_MS_HELP, "phase", v, 1
     [RR_CTR_CONNECT_MS_FIRST_RAIL] = {CONNECT_MS("first_rail")},
     [RR_CTR_CONNECT_MS_OTHER_RAILS] = {CONNECT_MS("other_rails")},
     [RR_CTR_CONNECT_MS_INSTALL] = {CONNECT_MS("install")},
@@ -85,10 +85,10 @@ static const rr_counter_info infos[] = {
                                     "Of those deferred rails, the ones reopened and installed since.", NULL, NULL, 1},
     [RR_CTR_CONNECT_DEFERRED_MS] = {"connect_deferred_window_seconds_total",
                                     "Seconds those connections ran without their deferred rail (handed out "
-                                    "to the rail installed), summed over the rails installed.", NULL, NULL, 1, 1000},
+                                    "to the rail installed), summed over the rails installed.", NULL, NULL, 1},
 #define SETUP_CALL(v) "setup_call_seconds_total", "Seconds spent inside NCCL's connect() and accept() calls, " \
                       "summed over calls, by call: set beside the setup's wall time, how much of it is this " \
-                      "process's own work.", "call", v, 1, 1000000
+                      "process's own work.", "call", v, 1
     [RR_CTR_SETUP_CALL_US_CONNECT] = {SETUP_CALL("connect")},
     [RR_CTR_SETUP_CALL_US_ACCEPT] = {SETUP_CALL("accept")},
 #undef SETUP_CALL
@@ -98,7 +98,7 @@ static const rr_counter_info infos[] = {
     [RR_CTR_SETUP_CALLS_ACCEPT] = {SETUP_CALLS("accept")},
 #undef SETUP_CALLS
 #define SETUP_EP(v) "setup_endpoint_seconds_total", "Seconds opening (open) and connecting (connect) rails' " \
-                    "endpoints during connection setup and reopening, summed, by step.", "step", v, 1, 1000000
+                    "endpoints during connection setup and reopening, summed, by step.", "step", v, 1
     [RR_CTR_SETUP_EP_US_OPEN] = {SETUP_EP("open")},
     [RR_CTR_SETUP_EP_US_CONNECT] = {SETUP_EP("connect")},
 #undef SETUP_EP
@@ -192,10 +192,18 @@ const rr_counter_info *rr_counter_info_of(rr_counter c) {
   return (unsigned)c < RR_CTR_COUNT ? &infos[c] : NULL;
 }
 
+/* The times among the counters: how many of their units make a second. */
+static const unsigned per_second[RR_CTR_COUNT] = {
+    [RR_CTR_CONNECT_MS_FIRST_RAIL] = 1000,      [RR_CTR_CONNECT_MS_OTHER_RAILS] = 1000,
+    [RR_CTR_CONNECT_MS_INSTALL] = 1000,         [RR_CTR_CONNECT_DEFERRED_MS] = 1000,
+    [RR_CTR_SETUP_CALL_US_CONNECT] = 1000000,   [RR_CTR_SETUP_CALL_US_ACCEPT] = 1000000,
+    [RR_CTR_SETUP_EP_US_OPEN] = 1000000,        [RR_CTR_SETUP_EP_US_CONNECT] = 1000000,
+};
+
 int rr_counter_format_value(char *buf, size_t len, rr_counter c) {
   if ((unsigned)c >= RR_CTR_COUNT) return snprintf(buf, len, "0");
   unsigned long long v = (unsigned long long)rr_counter_get(c);
-  unsigned per = infos[c].per_second;
+  unsigned per = per_second[c];
   if (per <= 1) return snprintf(buf, len, "%llu", v);
   int decimals = 0;
   for (unsigned p = per; p > 1; p /= 10) decimals++;

@@ -123,10 +123,6 @@ typedef struct rr_counter_info {
    * peer (from health events), whose sum this is; rr_counters_format() still
    * gives it, for tests that run without telemetry. */
   int in_prom;
-  /* 0: a count. Otherwise a time, kept in 1/per_second of a second (1000:
-   * milliseconds, 1000000: microseconds) and given in seconds, as its
-   * "_seconds_total" name says (Prometheus: base units, no abbreviations). */
-  unsigned per_second;
 } rr_counter_info;
 
 extern _Atomic uint64_t rr_counter_values[RR_CTR_COUNT];
@@ -142,9 +138,11 @@ static inline void rr_counter_add(rr_counter c, uint64_t n) {
 uint64_t rr_counter_get(rr_counter c);
 const rr_counter_info *rr_counter_info_of(rr_counter c);
 
-/* Counter c's value as text: a count as an integer, a time in seconds with
- * as many decimals as its unit has (rr_counter_info.per_second). Returns
- * what snprintf returns. */
+/* Counter c's value as text: a count as an integer; a time, which the
+ * engine keeps in milliseconds or microseconds (rr_counters.c says which),
+ * in seconds with as many decimals as its unit has, as its "_seconds_total"
+ * name says (Prometheus: base units, no abbreviations). Returns what
+ * snprintf returns. */
 int rr_counter_format_value(char *buf, size_t len, rr_counter c);
 
 /* Every counter as "name value\n" lines, in enum order; a family member's
