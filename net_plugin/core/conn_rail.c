@@ -168,8 +168,7 @@ static rr_status stream_step(connect_state *c, connect_rail *cr, int r, int i, c
     rr_conn_peer_answered(c); /* authenticated: its process is alive */
     /* A reconnect outside the listener's window would be refused: start the
      * next attempt just past the floor the listener (authentically) gave. */
-    if (cr->generation && (cr->generation <= ch.gen_floor ||
-                           cr->generation - ch.gen_floor > RR_HS_GEN_WINDOW)) {
+    if (cr->generation && !rr_hs_reconnect_in_window(cr->generation, ch.gen_floor)) {
       cr->resync = 1;
       cr->resync_floor = ch.gen_floor;
       *why = "the reconnect's generation is outside the listener's window: resynchronised";

@@ -259,3 +259,7 @@ rr_status rr_hs_random(void *buf, size_t len) {
   }
   return RR_OK;
 }
+
+int rr_hs_reconnect_in_window(uint32_t gen, uint32_t floor) {
+  return gen >= floor && gen - floor <= RR_HS_GEN_WINDOW;
+}

@@ -136,6 +136,14 @@ void rr_hs_mac_challenge(const uint8_t secret[RR_HS_SECRET_LEN], const uint8_t h
 void rr_hs_mac_blob(int type, const uint8_t secret[RR_HS_SECRET_LEN],
                     const uint8_t hello[RR_HS_HELLO_LEN], const uint8_t snonce[RR_HS_NONCE_LEN],
                     const uint8_t *blob, uint16_t blob_len, uint8_t mac[RR_HS_MAC_LEN]);
+/* May a reconnect numbered gen go on with a listener whose CHALLENGE gave
+ * floor (the newest generation it has seen proven for the rail)? gen must
+ * not be older than the floor, nor more than RR_HS_GEN_WINDOW past it. It
+ * may equal it: every attempt has a generation of its own, so a floor at
+ * gen is this attempt's other stream, whose PROOF reached the listener
+ * first (its SYN resent a second later over a lossy path, say), and the
+ * listener takes the rest of the attempt. 1: go on; 0: resynchronise. */
+int rr_hs_reconnect_in_window(uint32_t gen, uint32_t floor);
 /* Constant-time comparison of two MACs: 1 when equal. */
 int rr_hs_mac_equal(const uint8_t a[RR_HS_MAC_LEN], const uint8_t b[RR_HS_MAC_LEN]);
 

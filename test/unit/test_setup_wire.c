@@ -266,6 +266,21 @@ static void test_handle_out_of_band(void **state) {
   assert_non_null(strstr(why, "version"));
 }
 
+/* A reconnect's generation against the listener's floor: older is refused,
+ * equal is the attempt's own other stream seen first (once the connector
+ * gave the whole attempt up on it, and over a lossy path kept doing so),
+ * too far ahead is a runaway. */
+static void test_reconnect_window(void **state) {
+  (void)state;
+  assert_true(rr_hs_reconnect_in_window(5, 4));
+  assert_true(rr_hs_reconnect_in_window(5, 5));
+  assert_false(rr_hs_reconnect_in_window(4, 5));
+  assert_true(rr_hs_reconnect_in_window(4 + RR_HS_GEN_WINDOW, 4));
+  assert_false(rr_hs_reconnect_in_window(5 + RR_HS_GEN_WINDOW, 4));
+  assert_false(rr_hs_reconnect_in_window(0, UINT32_MAX)); /* no wrap-around */
+  assert_true(rr_hs_reconnect_in_window(1, 0));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_hello_layout_and_round_trip),
@@ -273,6 +288,7 @@ int main(void) {
       cmocka_unit_test(test_proof_blob_bounds),
       cmocka_unit_test(test_commit),
       cmocka_unit_test(test_commit_later),
+      cmocka_unit_test(test_reconnect_window),
       cmocka_unit_test(test_macs),
       cmocka_unit_test(test_handle),
       cmocka_unit_test(test_handle_out_of_band),
