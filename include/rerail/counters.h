@@ -11,7 +11,9 @@
  * (name: [a-z_]+ ending in _total, and for a member of a family counted by
  * one label "{label=value}" after it, e.g.
  * listener_refusals_total{reason=wrong_secret}, no quotes, no spaces;
- * value: decimal, never decreasing) and
+ * value: decimal, never decreasing; a count is an integer, a time (a name
+ * ending in _seconds_total) is in seconds and may have a fraction, e.g.
+ * 1.250) and
  * returns the length written, or -1 when len is too small; 4096 bytes always
  * suffice. New counters may be added under the same version, and a counter
  * may become a family (protocol_violations_total did, by kind): a reader

@@ -530,12 +530,12 @@ static void print_counters(int json) {
   printf(json ? "\"counters\":{" : "  plugin counters:");
   int n = 0;
   for (const char *p = g_counters; *p;) {
-    char name[96];
-    unsigned long long v;
+    char name[96], v[32];
     int used = 0;
-    if (sscanf(p, "%95[a-z_{}=] %llu\n%n", name, &v, &used) != 2 || used <= 0) break;
-    if (json) printf("%s\"%s\":%llu", n ? "," : "", name, v);
-    else printf(" %s %llu", name, v);
+    /* A value is a count, or a time in seconds with a fraction (rerail/counters.h). */
+    if (sscanf(p, "%95[a-z_{}=] %31[0-9.]\n%n", name, v, &used) != 2 || used <= 0) break;
+    if (json) printf("%s\"%s\":%s", n ? "," : "", name, v);
+    else printf(" %s %s", name, v);
     n++;
     p += used;
   }
