@@ -568,6 +568,7 @@ static rr_status send_comm_reconnect(void *arg, int rail, rr_rail_ep **ep) {
     cr->generation = gen;
     for (int i = 0; i < c->nstreams; i++) cr->s[i].fd = -1, cr->s[i].state = SS_CONNECTING;
     cr->status = RAIL_PENDING;
+    cr->polled = 0; /* ready flags a poll during setup left are not this attempt's sockets' */
     cr->retry_at_ns = 0;
     rr_status st = rail_open_ep(s, cr);
     if (st != RR_OK) return st == RR_ERR_NOMEM ? st : RR_ERR_RAIL;

@@ -26,12 +26,11 @@
 #           silent drop of rail0 both ways reads path at both (rerail_rail_faults_total
 #           {where}); a killed sender reads process at the receiver (its event log's where:
 #           the receiver ends, and removes its .prom, when its peer dies)
-# Default: slow and where, with the plugin's default demotion settings. By name: lossy
-# (out of the set since a CI run left a connection behind; once a demoted rail's
-# reopen was bounded and the control's own ratio capped at 1, 19 of 20 first tries
-# passed, the miss the ratio on a machine-wide slowdown: bench/RESULTS.md 16d
-# "lossy5"), and
-# latency (not yet run where netem exists). A case that fails
+# Default: slow, lossy and where, with the plugin's default demotion settings (lossy
+# was out of the set for a while after a CI run left a connection behind; once a
+# demoted rail's reopen was bounded and the control's own ratio capped at 1, 19 of 20
+# first tries passed, the miss the ratio on a machine-wide slowdown: bench/RESULTS.md
+# 16d "lossy5"). By name: latency (not yet run where netem exists). A case that fails
 # only on a timing or rate bound is run once more (RES_RETRIES, default 1).
 # RERAIL_TEST_SCALE scales the durations.
 # shellcheck disable=SC2034,SC1091,SC2317,SC2119
